@@ -1,0 +1,52 @@
+//! Errors of the facility.
+
+/// Why a facility could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The measurement clock claims a resolution of 0 Hz.
+    #[error("the measurement clock reports a resolution of 0 Hz")]
+    ZeroMeasureResolution,
+    /// The backstop frequency is 0 or above the allowed maximum.
+    #[error("interrupt clock resolution {hz} Hz is out of range (1 ..= {max} Hz)")]
+    InterruptClockOutOfRange {
+        /// What was asked for.
+        hz: u64,
+        /// The largest frequency allowed.
+        max: u64,
+    },
+    /// The backstop would tick faster than the measurement clock can tell apart.
+    #[error(
+        "interrupt clock resolution {interrupt_hz} Hz exceeds the measurement resolution {measure_hz} Hz"
+    )]
+    InterruptFasterThanMeasure {
+        /// The backstop frequency asked for.
+        interrupt_hz: u64,
+        /// The measurement clock's frequency.
+        measure_hz: u64,
+    },
+}
+
+/// Why an event could not be scheduled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// `now + T + 1` does not fit the facility's 64-bit time.
+    #[error("a delay of {ticks} ticks overflows the facility's 64-bit time")]
+    DelayOverflow {
+        /// The delay asked for.
+        ticks: u64,
+    },
+    /// The deadline is earlier than the delay: the event could never fire in time.
+    #[error("deadline {deadline} ticks is earlier than the delay {delay} ticks")]
+    DeadlineBeforeDelay {
+        /// The delay asked for.
+        delay: u64,
+        /// The deadline asked for.
+        deadline: u64,
+    },
+    /// More events are pending than the slab can index (2^32 − 1).
+    #[error("too many pending events (the limit is {limit})")]
+    TooManyEvents {
+        /// The limit.
+        limit: u64,
+    },
+}

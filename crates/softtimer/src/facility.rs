@@ -1,0 +1,477 @@
+//! The soft-timer facility: the paper's API over the timing wheel.
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{ConfigError, ScheduleError};
+use crate::source::TriggerSource;
+use crate::stats::Stats;
+use crate::wheel::{Link, NIL, NO_LOC, Node, Wheel};
+
+/// The highest backstop frequency a facility accepts (100 kHz): faster than that a periodic
+/// kernel timer costs more than it saves, which defeats the point of soft timers.
+pub const MAX_INTERRUPT_CLOCK_HZ: u64 = 100_000;
+
+const DUE: usize = 0;
+const DEADLINE: usize = 1;
+
+/// Settings of a facility.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Frequency of the backstop clock in Hz (the paper's `interrupt_clock_resolution`).
+    /// 1 ..= 100 000; default 1000.
+    pub interrupt_clock_hz: u64,
+    /// Keep [`Stats`] from the start. Default off.
+    pub stats: bool,
+    /// Events to make room for up front, so that the first ones do not grow the slab.
+    pub capacity: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            interrupt_clock_hz: 1000,
+            stats: false,
+            capacity: 0,
+        }
+    }
+}
+
+/// Names one scheduled event. Cancelling an id whose event already fired or was cancelled is
+/// a harmless no-op: the slab slot's generation tells a stale id from a live one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EventId {
+    index: u32,
+    generation: u32,
+}
+
+impl EventId {
+    /// The id as one number (for logs and maps).
+    pub fn to_u64(self) -> u64 {
+        (u64::from(self.generation) << 32) | u64::from(self.index)
+    }
+
+    /// The id [`EventId::to_u64`] made.
+    pub fn from_u64(raw: u64) -> Self {
+        EventId {
+            index: raw as u32,
+            generation: (raw >> 32) as u32,
+        }
+    }
+}
+
+/// An event handed to the dispatch function when it fires.
+#[derive(Debug)]
+pub struct Fired<E> {
+    /// The id [`SoftTimers::schedule_soft_event`] returned.
+    pub id: EventId,
+    /// The payload given at scheduling.
+    pub event: E,
+    /// When it was due, in measurement ticks (`scheduled_at + T + 1`).
+    pub due: u64,
+    /// The time of the trigger state that fired it, in measurement ticks.
+    pub now: u64,
+    /// What kind of trigger state fired it.
+    pub source: TriggerSource,
+}
+
+impl<E> Fired<E> {
+    /// How late it fired past its due time, in measurement ticks.
+    pub fn late_ticks(&self) -> u64 {
+        self.now.wrapping_sub(self.due)
+    }
+}
+
+/// A soft-timer facility: one per thread, like the kernel's per-CPU timer structures.
+///
+/// Events are scheduled `T` measurement ticks ahead and fire at the first *trigger state*
+/// ([`SoftTimers::trigger`]) that finds `measure_time() − scheduled_at ≥ T + 1`. A coarse
+/// periodic backstop ([`SoftTimers::backstop_tick`], every `X = measure_resolution /
+/// interrupt_clock_resolution` ticks) bounds the delay: `T < actual < T + X + 1`.
+///
+/// An event carries a payload `E` of the caller's choosing; the trigger hands each due
+/// payload to a dispatch function that also gets the facility back, so handlers can schedule
+/// and cancel events (their own included) while they run. No allocation happens per event
+/// once the slab has grown to the largest number pending.
+///
+/// ```
+/// use softtimer::{SimClock, SoftTimers, TriggerSource};
+///
+/// // A 1 MHz simulated clock: one tick is a microsecond.
+/// let clock = SimClock::new(1_000_000);
+/// let mut timers = SoftTimers::new(clock.clone()).unwrap();
+///
+/// #[derive(Debug, PartialEq)]
+/// enum Event { Transmit(u32) }
+///
+/// timers.schedule_soft_event(20, Event::Transmit(1)).unwrap();
+/// clock.advance(20);
+/// let mut sent = vec![];
+/// // At T ticks the event is not due yet: it fires once T + 1 ticks have passed.
+/// timers.trigger(TriggerSource::Recv, |_, fired| sent.push(fired.event));
+/// assert!(sent.is_empty());
+/// clock.advance(1);
+/// timers.trigger(TriggerSource::Send, |timers, fired| {
+///     sent.push(fired.event);
+///     // Handlers may schedule the next event.
+///     timers.schedule_soft_event(20, Event::Transmit(2)).unwrap();
+/// });
+/// assert_eq!(sent, vec![Event::Transmit(1)]);
+/// assert_eq!(timers.pending(), 1);
+/// ```
+pub struct SoftTimers<E, C: Clock = SystemClock> {
+    clock: C,
+    /// Facility time is `clock.now() - epoch`, so a clock near `u64::MAX` wraps harmlessly.
+    epoch: u64,
+    /// Facility time below which no trigger has anything to do (a lower bound of the
+    /// earliest due time). The fast path of [`SoftTimers::trigger`] compares against it.
+    next_check: u64,
+    /// The latest facility time a trigger has processed; nothing is ever placed at or
+    /// before it, so a pass of `trigger` always ends.
+    floor: u64,
+    nodes: Vec<Node<E>>,
+    free: u32,
+    due: Wheel,
+    deadlines: Wheel,
+    interrupt_hz: u64,
+    stats: Option<Box<Stats>>,
+}
+
+impl<E, C: Clock> SoftTimers<E, C> {
+    /// A facility on `clock` with the default [`Config`] (1 kHz backstop, no statistics).
+    pub fn new(clock: C) -> Result<Self, ConfigError> {
+        Self::with_config(clock, Config::default())
+    }
+
+    /// A facility on `clock` with `config`.
+    pub fn with_config(clock: C, config: Config) -> Result<Self, ConfigError> {
+        let measure_hz = clock.resolution_hz();
+        if measure_hz == 0 {
+            return Err(ConfigError::ZeroMeasureResolution);
+        }
+        let hz = config.interrupt_clock_hz;
+        if hz == 0 || hz > MAX_INTERRUPT_CLOCK_HZ {
+            return Err(ConfigError::InterruptClockOutOfRange {
+                hz,
+                max: MAX_INTERRUPT_CLOCK_HZ,
+            });
+        }
+        if hz > measure_hz {
+            return Err(ConfigError::InterruptFasterThanMeasure {
+                interrupt_hz: hz,
+                measure_hz,
+            });
+        }
+        let epoch = clock.now();
+        Ok(SoftTimers {
+            clock,
+            epoch,
+            next_check: u64::MAX,
+            floor: 0,
+            nodes: Vec::with_capacity(config.capacity),
+            free: NIL,
+            due: Wheel::new(DUE, 0),
+            deadlines: Wheel::new(DEADLINE, 0),
+            interrupt_hz: hz,
+            stats: config.stats.then(|| Box::new(Stats::new(measure_hz))),
+        })
+    }
+
+    /// The current time in ticks of the measurement clock (`measure_time()`).
+    #[inline(always)]
+    pub fn measure_time(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// Ticks per second of the measurement clock (`measure_resolution()`).
+    pub fn measure_resolution(&self) -> u64 {
+        self.clock.resolution_hz()
+    }
+
+    /// Frequency in Hz of the backstop that bounds the delay (`interrupt_clock_resolution()`).
+    pub fn interrupt_clock_resolution(&self) -> u64 {
+        self.interrupt_hz
+    }
+
+    /// `X`: measurement ticks between two backstop ticks. The delay bound is
+    /// `T < actual < T + X + 1`.
+    pub fn backstop_interval_ticks(&self) -> u64 {
+        self.clock.resolution_hz() / self.interrupt_hz
+    }
+
+    /// The clock the facility reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Events pending.
+    pub fn pending(&self) -> usize {
+        self.due.len()
+    }
+
+    /// Schedules `event` to fire at the first trigger state at least `T + 1` ticks from now
+    /// (`schedule_soft_event(T, handler)`).
+    #[inline]
+    pub fn schedule_soft_event(&mut self, t: u64, event: E) -> Result<EventId, ScheduleError> {
+        let now = self.clock.now();
+        self.schedule_from(now, t, event)
+    }
+
+    /// As [`SoftTimers::schedule_soft_event`], measuring `T` from `now` (a value of
+    /// [`SoftTimers::measure_time`] the caller already holds, such as [`Fired::now`]), which
+    /// saves a clock read. A `now` from the past makes the event due that much sooner.
+    #[inline]
+    pub fn schedule_from(&mut self, now: u64, t: u64, event: E) -> Result<EventId, ScheduleError> {
+        let due = self.due_time(now, t)?;
+        self.insert(due, None, event)
+    }
+
+    /// Schedules `event` at the absolute measurement time `due` (it fires at the first
+    /// trigger state that reads a time ≥ `due`). A time already passed is due one tick after
+    /// the latest trigger pass, so it fires at the next trigger state that reads a later time,
+    /// and a handler that schedules into the past cannot make one pass loop forever.
+    #[inline]
+    pub fn schedule_at(&mut self, due: u64, event: E) -> Result<EventId, ScheduleError> {
+        let rel = due.wrapping_sub(self.epoch);
+        // Clock values compare on a circle: more than 2^63 ticks "ahead" means behind.
+        if rel.wrapping_sub(self.floor) > i64::MAX as u64 {
+            return self.insert(self.floor + 1, None, event);
+        }
+        if rel == u64::MAX {
+            return Err(ScheduleError::DelayOverflow { ticks: rel });
+        }
+        self.insert(rel, None, event)
+    }
+
+    /// Schedules `event` `T` ticks ahead with a deadline `deadline` ticks ahead (`deadline ≥
+    /// T`): it fires at a trigger state after `T`, and a runtime that watches
+    /// [`SoftTimers::next_deadline`] fires it no later than the deadline (Section 5.9).
+    pub fn schedule_with_deadline(
+        &mut self,
+        t: u64,
+        deadline: u64,
+        event: E,
+    ) -> Result<EventId, ScheduleError> {
+        if deadline < t {
+            return Err(ScheduleError::DeadlineBeforeDelay { delay: t, deadline });
+        }
+        let now = self.clock.now();
+        let due = self.due_time(now, t)?;
+        let deadline_due = self.due_time(now, deadline)?;
+        self.insert(due, Some(deadline_due), event)
+    }
+
+    /// Cancels an event. Returns its payload if it was pending; `None` (and nothing else
+    /// happens) if it already fired, was cancelled, or never existed.
+    pub fn cancel(&mut self, id: EventId) -> Option<E> {
+        let node = self.nodes.get(id.index as usize)?;
+        if node.generation != id.generation || node.payload.is_none() {
+            return None;
+        }
+        // `next_check` stays a valid lower bound; a trigger that finds nothing due refreshes it.
+        Some(self.take(id.index))
+    }
+
+    /// Whether `id` names a pending event.
+    pub fn is_pending(&self, id: EventId) -> bool {
+        self.nodes
+            .get(id.index as usize)
+            .is_some_and(|n| n.generation == id.generation && n.payload.is_some())
+    }
+
+    /// The trigger-state check. With nothing due it is one clock read and one compare.
+    /// Otherwise it removes each due event, in due-time order, and calls `dispatch` with it.
+    /// Returns how many events fired.
+    #[inline(always)]
+    pub fn trigger<F>(&mut self, source: TriggerSource, dispatch: F) -> usize
+    where
+        F: FnMut(&mut Self, Fired<E>),
+    {
+        let now = self.clock.now();
+        self.trigger_at(now, source, dispatch)
+    }
+
+    /// [`SoftTimers::trigger`] with a clock value the caller already read.
+    #[inline(always)]
+    pub fn trigger_at<F>(&mut self, now: u64, source: TriggerSource, dispatch: F) -> usize
+    where
+        F: FnMut(&mut Self, Fired<E>),
+    {
+        if let Some(stats) = self.stats.as_deref_mut() {
+            stats.on_trigger(source, now);
+        }
+        if now.wrapping_sub(self.epoch) < self.next_check {
+            return 0;
+        }
+        self.run_due(now, source, dispatch)
+    }
+
+    /// What the periodic backstop calls every `X` ticks: runs every overdue event.
+    #[inline]
+    pub fn backstop_tick<F>(&mut self, dispatch: F) -> usize
+    where
+        F: FnMut(&mut Self, Fired<E>),
+    {
+        self.trigger(TriggerSource::Backstop, dispatch)
+    }
+
+    /// When the earliest pending event is due, in measurement ticks; `None` when nothing is
+    /// pending.
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.due
+            .earliest(&self.nodes)
+            .map(|t| t.wrapping_add(self.epoch))
+    }
+
+    /// The earliest deadline among pending events that have one, in measurement ticks.
+    pub fn next_deadline(&mut self) -> Option<u64> {
+        // Deadlines at or before `floor` belong to events that have fired (their due time
+        // is no later than their deadline), so the wheel may move up to it first.
+        self.deadlines.advance(&mut self.nodes, self.floor);
+        self.deadlines
+            .earliest(&self.nodes)
+            .map(|t| t.wrapping_add(self.epoch))
+    }
+
+    /// Statistics, if they are on.
+    pub fn stats(&self) -> Option<&Stats> {
+        self.stats.as_deref()
+    }
+
+    /// Turns statistics on (keeping what was counted) or off (dropping it).
+    pub fn set_stats(&mut self, on: bool) {
+        match (on, self.stats.is_some()) {
+            (true, false) => self.stats = Some(Box::new(Stats::new(self.clock.resolution_hz()))),
+            (false, true) => self.stats = None,
+            _ => {}
+        }
+    }
+
+    /// Clears the statistics (if they are on).
+    pub fn reset_stats(&mut self) {
+        if let Some(stats) = self.stats.as_deref_mut() {
+            stats.reset();
+        }
+    }
+
+    #[inline(always)]
+    fn due_time(&self, now: u64, t: u64) -> Result<u64, ScheduleError> {
+        now.wrapping_sub(self.epoch)
+            .checked_add(t)
+            .and_then(|x| x.checked_add(1))
+            .filter(|&x| x != u64::MAX)
+            .ok_or(ScheduleError::DelayOverflow { ticks: t })
+    }
+
+    #[inline]
+    fn insert(
+        &mut self,
+        due: u64,
+        deadline: Option<u64>,
+        event: E,
+    ) -> Result<EventId, ScheduleError> {
+        let due = due.max(self.floor + 1);
+        let index = self.alloc(event)?;
+        let node = &mut self.nodes[index as usize];
+        node.links[DUE].when = due;
+        let generation = node.generation;
+        if let Some(deadline) = deadline {
+            node.links[DEADLINE].when = deadline.max(due);
+            self.deadlines.insert(&mut self.nodes, index);
+        }
+        let start = self.due.insert(&mut self.nodes, index);
+        self.next_check = self.next_check.min(start);
+        Ok(EventId { index, generation })
+    }
+
+    #[inline]
+    fn alloc(&mut self, event: E) -> Result<u32, ScheduleError> {
+        if self.free != NIL {
+            let index = self.free;
+            let node = &mut self.nodes[index as usize];
+            self.free = node.links[DUE].next;
+            node.payload = Some(event);
+            return Ok(index);
+        }
+        let index = u32::try_from(self.nodes.len())
+            .ok()
+            .filter(|&i| i != NIL)
+            .ok_or(ScheduleError::TooManyEvents {
+                limit: u64::from(NIL),
+            })?;
+        self.nodes.push(Node {
+            links: [Link::EMPTY; 2],
+            loc: [NO_LOC; 2],
+            generation: 0,
+            payload: Some(event),
+        });
+        Ok(index)
+    }
+
+    /// Removes a pending node from its wheels and frees its slot; returns the payload.
+    #[inline]
+    fn take(&mut self, index: u32) -> E {
+        let i = index as usize;
+        if self.nodes[i].loc[DUE] != NO_LOC {
+            self.due.remove(&mut self.nodes, index);
+        }
+        if self.nodes[i].loc[DEADLINE] != NO_LOC {
+            self.deadlines.remove(&mut self.nodes, index);
+        }
+        self.release(index)
+    }
+
+    #[inline]
+    fn release(&mut self, index: u32) -> E {
+        let node = &mut self.nodes[index as usize];
+        node.generation = node.generation.wrapping_add(1);
+        node.links[DUE].next = self.free;
+        self.free = index;
+        node.payload.take().expect("a pending node has a payload")
+    }
+
+    #[inline(never)]
+    fn run_due<F>(&mut self, now: u64, source: TriggerSource, mut dispatch: F) -> usize
+    where
+        F: FnMut(&mut Self, Fired<E>),
+    {
+        let rel_now = now.wrapping_sub(self.epoch);
+        self.floor = self.floor.max(rel_now);
+        let mut fired = 0;
+        while let Some(index) = self.due.pop_due(&mut self.nodes, rel_now) {
+            let node = &self.nodes[index as usize];
+            let id = EventId {
+                index,
+                generation: node.generation,
+            };
+            let due = node.links[DUE].when;
+            if node.loc[DEADLINE] != NO_LOC {
+                self.deadlines.remove(&mut self.nodes, index);
+            }
+            let event = self.release(index);
+            if let Some(stats) = self.stats.as_deref_mut() {
+                stats.on_fire(rel_now.saturating_sub(due));
+            }
+            fired += 1;
+            let fired_event = Fired {
+                id,
+                event,
+                due: due.wrapping_add(self.epoch),
+                now,
+                source,
+            };
+            dispatch(self, fired_event);
+        }
+        self.next_check = self.due.next_check();
+        fired
+    }
+}
+
+impl<E, C: Clock> std::fmt::Debug for SoftTimers<E, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftTimers")
+            .field("pending", &self.pending())
+            .field("measure_resolution", &self.measure_resolution())
+            .field("interrupt_clock_resolution", &self.interrupt_hz)
+            .field("stats", &self.stats.is_some())
+            .finish_non_exhaustive()
+    }
+}

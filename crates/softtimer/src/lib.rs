@@ -1,0 +1,55 @@
+//! # softtimer: microsecond soft timers for user-space networking
+//!
+//! This crate is the core of the `softtimers` workspace: the *soft-timer facility* of Aron &
+//! Druschel (ACM TOCS 18(3), 2000), in user space. An event scheduled `T` ticks ahead fires
+//! at the first **trigger state** after it is due — a moment the program passes anyway, such
+//! as the return from a system call or the end of an event-loop batch — so that firing it
+//! costs a function call instead of a timer interrupt. A coarse periodic **backstop** bounds
+//! the delay: with `X = measure_resolution / interrupt_clock_resolution`, an event fires at
+//! `T < actual < T + X + 1` ticks after it was scheduled.
+//!
+//! The crate is sans-IO: the facility never blocks, sleeps or starts a thread. It reads a
+//! [`Clock`] and returns decisions; `softtimer-rt` (the event loop) calls
+//! [`SoftTimers::trigger`] at its trigger states and drives the backstop, and
+//! `softtimer-net` builds pacing and polling on top.
+//!
+//! | piece | what it is |
+//! | --- | --- |
+//! | [`SystemClock`] | the measurement clock: invariant TSC, or `CLOCK_MONOTONIC` |
+//! | [`SimClock`] | a simulated clock for deterministic tests |
+//! | [`SoftTimers`] | the facility: schedule, cancel, trigger, backstop, deadlines |
+//! | [`Stats`] | trigger states by source, trigger intervals, firing delays |
+//!
+//! ```
+//! use softtimer::{SimClock, SoftTimers, TriggerSource};
+//!
+//! let clock = SimClock::new(1_000_000); // 1 tick = 1 µs
+//! let mut timers = SoftTimers::new(clock.clone()).unwrap();
+//! let id = timers.schedule_soft_event(50, "retransmit").unwrap();
+//! timers.schedule_soft_event(10, "send next packet").unwrap();
+//! timers.cancel(id);
+//!
+//! clock.advance(11);
+//! let mut fired = Vec::new();
+//! timers.trigger(TriggerSource::Recv, |_, ev| fired.push(ev.event));
+//! assert_eq!(fired, ["send next packet"]);
+//! assert_eq!(timers.next_expiry(), None);
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod clock;
+mod error;
+mod facility;
+mod source;
+mod stats;
+mod wheel;
+
+pub use clock::{
+    Clock, ClockInfo, ClockSource, SimClock, SystemClock, monotonic_nanos, nanos_to_ticks,
+    read_tsc_ordered, ticks_to_nanos,
+};
+pub use error::{ConfigError, ScheduleError};
+pub use facility::{Config, EventId, Fired, MAX_INTERRUPT_CLOCK_HZ, SoftTimers};
+pub use source::TriggerSource;
+pub use stats::Stats;
