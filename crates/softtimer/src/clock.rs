@@ -18,8 +18,18 @@ use std::time::Duration;
 /// Implementations must be monotonic (never go backwards as observed by one thread) and
 /// cheap: the facility calls [`Clock::now`] once at every trigger state.
 pub trait Clock {
-    /// The current time in ticks. Need not relate to any wall-clock epoch.
+    /// The current time in ticks. Need not relate to any wall-clock epoch. Ordered: a read
+    /// made after observing another thread's write is not smaller than a read that thread
+    /// made before writing.
     fn now(&self) -> u64;
+    /// The current time, possibly read a little before earlier instructions finished. Used
+    /// by the trigger-state check, which only compares against this thread's own due times:
+    /// a read can only be *earlier* than program order, never later, so an event still
+    /// never fires early. Defaults to [`Clock::now`].
+    #[inline(always)]
+    fn now_unordered(&self) -> u64 {
+        self.now()
+    }
     /// Ticks per second.
     fn resolution_hz(&self) -> u64;
 }
@@ -134,6 +144,14 @@ impl Clock for SystemClock {
     }
 
     #[inline(always)]
+    fn now_unordered(&self) -> u64 {
+        match self.source {
+            ClockSource::Tsc => tsc::read_unordered(),
+            ClockSource::Monotonic => monotonic_nanos(),
+        }
+    }
+
+    #[inline(always)]
     fn resolution_hz(&self) -> u64 {
         self.hz
     }
@@ -216,6 +234,10 @@ impl<C: Clock + ?Sized> Clock for &C {
     #[inline(always)]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+    #[inline(always)]
+    fn now_unordered(&self) -> u64 {
+        (**self).now_unordered()
     }
     fn resolution_hz(&self) -> u64 {
         (**self).resolution_hz()
@@ -311,6 +333,16 @@ mod tsc {
         }
     }
 
+    /// Reads the TSC with a plain `rdtsc`, which may execute before earlier instructions
+    /// complete.
+    #[inline(always)]
+    pub fn read_unordered() -> u64 {
+        // SAFETY: `rdtsc` exists on every x86-64 CPU, touches no memory and has no
+        // preconditions (user-mode reads are allowed unless CR4.TSD is set, which Linux does
+        // not do for processes that have not asked for it).
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+
     /// Whether the TSC is invariant and the kernel trusts it as its own clocksource (which
     /// means its watchdog found it synchronised across CPUs and stable).
     pub fn usable() -> Result<(), String> {
@@ -345,6 +377,9 @@ mod tsc {
     pub fn read_ordered() -> u64 {
         super::monotonic_nanos()
     }
+    pub fn read_unordered() -> u64 {
+        super::monotonic_nanos()
+    }
     pub fn usable() -> Result<(), String> {
         Err("not an x86-64 CPU".into())
     }
@@ -354,6 +389,11 @@ mod tsc {
 /// benchmarks that compare clock sources; use [`SystemClock`] for time keeping.
 pub fn read_tsc_ordered() -> u64 {
     tsc::read_ordered()
+}
+
+/// Reads the TSC with a plain `rdtsc`. For benchmarks, like [`read_tsc_ordered`].
+pub fn read_tsc_unordered() -> u64 {
+    tsc::read_unordered()
 }
 
 #[cfg(test)]

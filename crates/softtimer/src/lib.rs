@@ -47,9 +47,14 @@ mod wheel;
 
 pub use clock::{
     Clock, ClockInfo, ClockSource, SimClock, SystemClock, monotonic_nanos, nanos_to_ticks,
-    read_tsc_ordered, ticks_to_nanos,
+    read_tsc_ordered, read_tsc_unordered, ticks_to_nanos,
 };
 pub use error::{ConfigError, ScheduleError};
 pub use facility::{Config, EventId, Fired, MAX_INTERRUPT_CLOCK_HZ, SoftTimers};
 pub use source::TriggerSource;
 pub use stats::Stats;
+
+/// The README's examples, compiled and run as doctests so that they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -53,7 +53,10 @@ impl Stats {
     pub(crate) fn on_trigger(&mut self, source: TriggerSource, now: u64) {
         self.counts[source.index()] += 1;
         if let Some(last) = self.last_trigger {
-            let ns = ticks_to_nanos(now.wrapping_sub(last), self.hz);
+            // An unordered read may be a few ticks behind the last one: count that as 0.
+            let ticks = now.wrapping_sub(last);
+            let ticks = if ticks > i64::MAX as u64 { 0 } else { ticks };
+            let ns = ticks_to_nanos(ticks, self.hz);
             self.intervals_ns.saturating_record(ns.min(MAX_NS));
         }
         self.last_trigger = Some(now);

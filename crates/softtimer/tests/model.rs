@@ -33,6 +33,12 @@ fn delay() -> impl Strategy<Value = u64> {
     ]
 }
 
+/// Finest-slot widths: exact ticks, and coarse slots whose events must still fire in exact
+/// order.
+fn slot_ticks() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(1u64), Just(16), Just(1024), Just(1 << 20)]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => delay().prop_map(Op::Schedule),
@@ -77,12 +83,13 @@ impl Reference {
     }
 }
 
-fn run_model(start: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run_model(start: u64, slot_ticks: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let clock = SimClock::starting_at(start, 1_000_000);
     let mut timers: SoftTimers<usize, SimClock> = SoftTimers::with_config(
         clock.clone(),
         Config {
             stats: true,
+            slot_ticks: Some(slot_ticks),
             ..Config::default()
         },
     )
@@ -201,16 +208,20 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     #[test]
-    fn facility_matches_sorted_map(ops in proptest::collection::vec(op(), 1..200)) {
-        run_model(12_345, ops)?;
+    fn facility_matches_sorted_map(
+        slot_ticks in slot_ticks(),
+        ops in proptest::collection::vec(op(), 1..200),
+    ) {
+        run_model(12_345, slot_ticks, ops)?;
     }
 
     #[test]
     fn facility_matches_sorted_map_across_clock_wrap(
         back in 0u64..1_000_000,
+        slot_ticks in slot_ticks(),
         ops in proptest::collection::vec(op(), 1..200),
     ) {
-        run_model(u64::MAX - back, ops)?;
+        run_model(u64::MAX - back, slot_ticks, ops)?;
     }
 
     /// With a backstop tick every X ticks and trigger states at random times in between,
@@ -220,11 +231,12 @@ proptest! {
         hz in prop_oneof![Just(1_000u64), Just(250), Just(10_000), 1u64..100_000],
         steps in proptest::collection::vec((0u64..3_000, 0u64..2_000, any::<bool>(), any::<bool>()), 1..300),
         start in prop_oneof![Just(0u64), Just(u64::MAX - 5_000), any::<u64>()],
+        slot_ticks in slot_ticks(),
     ) {
         let clock = SimClock::starting_at(start, 1_000_000);
         let mut timers: SoftTimers<(u64, u64), SimClock> = SoftTimers::with_config(
             clock.clone(),
-            Config { interrupt_clock_hz: hz, ..Config::default() },
+            Config { interrupt_clock_hz: hz, slot_ticks: Some(slot_ticks), ..Config::default() },
         ).unwrap();
         let x = timers.backstop_interval_ticks();
         let mut next_backstop = x;

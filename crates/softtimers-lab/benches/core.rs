@@ -1,1 +1,196 @@
-fn main() {}
+//! Criterion benchmarks of the facility against the baselines (the same queues as
+//! `softtimers bench core`), and of the handler representations.
+//!
+//! `cargo bench -p softtimers-lab --bench core` (all), or with a filter, e.g.
+//! `cargo bench -p softtimers-lab --bench core -- handler`.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use softtimer::{Clock, SimClock, SoftTimers, SystemClock, TriggerSource, nanos_to_ticks};
+use softtimers_lab::baselines::{self, TimerQueue};
+
+const SIZES: [usize; 2] = [1_000, 1_000_000];
+
+fn prefill(q: &mut dyn TimerQueue, n: usize, hz: u64) {
+    // 10^4 … 10^5 s ahead: never due while measuring, even after the simulated clock has
+    // moved 2 ms for each of tens of thousands of schedule_fire batches.
+    for i in 0..n as u64 {
+        q.schedule(10_000 * hz + (i * 7_919 % 100_000) * hz, i);
+    }
+}
+
+/// Delays log-spread over 1 µs … 1 s, cycled through by the benchmarks.
+fn delays(hz: u64) -> Vec<u64> {
+    let micro = nanos_to_ticks(1_000, hz);
+    (0..4096u64)
+        .map(|i| micro << ((i * 2_654_435_761) % 20))
+        .collect()
+}
+
+fn trigger(c: &mut Criterion) {
+    let system = SystemClock::new();
+    let mut group = c.benchmark_group("trigger_nothing_due");
+    group.bench_function("clock_read", |b| b.iter(|| system.now_unordered()));
+    for n in SIZES {
+        for mut q in baselines::real(system) {
+            prefill(q.as_mut(), n, system.resolution_hz());
+            group.bench_with_input(BenchmarkId::new(q.name(), n), &n, |b, _| {
+                b.iter(|| black_box(q.poll()))
+            });
+        }
+    }
+    group.finish();
+}
+
+fn schedule_cancel(c: &mut Criterion) {
+    let mut group = c.benchmark_group("schedule_then_cancel");
+    let clock = SimClock::new(2_000_000_000);
+    let ds = delays(clock.resolution_hz());
+    for n in SIZES {
+        for mut q in baselines::simulated(&clock) {
+            prefill(q.as_mut(), n, clock.resolution_hz());
+            let mut i = 0;
+            group.bench_with_input(BenchmarkId::new(q.name(), n), &n, |b, _| {
+                b.iter(|| {
+                    i = (i + 1) & 4095;
+                    let h = q.schedule(ds[i], i as u64);
+                    q.cancel(h);
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+fn schedule_fire(c: &mut Criterion) {
+    let mut group = c.benchmark_group("schedule_fire");
+    let clock = SimClock::new(2_000_000_000);
+    let micro = nanos_to_ticks(1_000, clock.resolution_hz());
+    for n in SIZES {
+        for mut q in baselines::simulated(&clock) {
+            prefill(q.as_mut(), n, clock.resolution_hz());
+            group.bench_with_input(BenchmarkId::new(q.name(), n), &n, |b, _| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    let mut left = iters;
+                    while left > 0 {
+                        let batch = left.min(1_000);
+                        let start = Instant::now();
+                        for j in 0..batch {
+                            q.schedule(micro + (j * 97) % (100 * micro), j);
+                        }
+                        clock.advance(2_000 * micro);
+                        assert_eq!(q.poll() as u64, batch);
+                        total += start.elapsed();
+                        left -= batch;
+                    }
+                    total
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+/// The handler representation: a generic payload the dispatch function matches on (what
+/// the facility is built for), a boxed closure (an allocation per event), and a function
+/// pointer with a context word.
+fn handler(c: &mut Criterion) {
+    let mut group = c.benchmark_group("handler_schedule_fire");
+    let clock = SimClock::new(2_000_000_000);
+    let micro = nanos_to_ticks(1_000, clock.resolution_hz());
+
+    #[derive(Clone, Copy)]
+    enum Payload {
+        Count(u64),
+    }
+    let mut sink = 0u64;
+    let mut generic: SoftTimers<Payload, SimClock> = SoftTimers::new(clock.clone()).unwrap();
+    group.bench_function("generic_payload", |b| {
+        b.iter_custom(|iters| {
+            fire_batches(
+                iters,
+                &clock,
+                micro,
+                &mut generic,
+                Payload::Count,
+                |ev| match ev {
+                    Payload::Count(x) => sink = sink.wrapping_add(x),
+                },
+            )
+        })
+    });
+
+    type Boxed = Box<dyn FnOnce(&mut u64)>;
+    let mut boxed: SoftTimers<Boxed, SimClock> = SoftTimers::new(clock.clone()).unwrap();
+    group.bench_function("boxed_closure", |b| {
+        b.iter_custom(|iters| {
+            fire_batches(
+                iters,
+                &clock,
+                micro,
+                &mut boxed,
+                |j| Box::new(move |s: &mut u64| *s = s.wrapping_add(j)) as Boxed,
+                |f| f(&mut sink),
+            )
+        })
+    });
+
+    type FnPtr = (fn(&mut u64, u64), u64);
+    fn add(s: &mut u64, x: u64) {
+        *s = s.wrapping_add(x);
+    }
+    let mut fn_ptr: SoftTimers<FnPtr, SimClock> = SoftTimers::new(clock.clone()).unwrap();
+    group.bench_function("fn_pointer_and_context", |b| {
+        b.iter_custom(|iters| {
+            fire_batches(
+                iters,
+                &clock,
+                micro,
+                &mut fn_ptr,
+                |j| (add as fn(&mut u64, u64), j),
+                |(f, x)| f(&mut sink, x),
+            )
+        })
+    });
+    group.finish();
+    black_box(sink);
+}
+
+/// Schedules `iters` events 1–100 µs ahead in batches of 1,000, fires each batch, and
+/// returns the time taken.
+fn fire_batches<E>(
+    iters: u64,
+    clock: &SimClock,
+    micro: u64,
+    timers: &mut SoftTimers<E, SimClock>,
+    mut make: impl FnMut(u64) -> E,
+    mut run: impl FnMut(E),
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let batch = left.min(1_000);
+        let start = Instant::now();
+        for j in 0..batch {
+            timers
+                .schedule_soft_event(micro + (j * 97) % (100 * micro), make(j))
+                .unwrap();
+        }
+        clock.advance(101 * micro);
+        let fired = timers.trigger(TriggerSource::User, |_, ev| run(ev.event));
+        assert_eq!(fired as u64, batch);
+        total += start.elapsed();
+        left -= batch;
+    }
+    total
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
+    targets = trigger, schedule_cancel, schedule_fire, handler
+}
+criterion_main!(benches);

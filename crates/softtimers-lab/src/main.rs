@@ -1,1 +1,101 @@
-fn main() {}
+//! The `softtimers` command. See the crate documentation of `softtimers_lab`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use softtimers_lab::alloc_count::CountingAlloc;
+use softtimers_lab::{bench_core, info, lab};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// Soft timers for user-space networking: clock info, benchmarks, and the lab that re-runs
+/// the papers' experiments.
+#[derive(Parser, Debug)]
+#[command(name = "softtimers", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The measurement clock in use and why, its resolution, the backstop's, and the cost of
+    /// one clock read.
+    Info {
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Micro-benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: Bench,
+    },
+    /// The main job: run every experiment and write a report (default into `results/`).
+    Lab {
+        /// A short run (a few seconds per step), as CI does.
+        #[arg(long)]
+        quick: bool,
+        /// Where to write the report, JSON and plots.
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum Bench {
+    /// The facility's trigger, schedule, cancel and fire costs against a BinaryHeap, a
+    /// BTreeMap and tokio's DelayQueue, at 1,000 and 1,000,000 pending events.
+    Core {
+        /// Fewer repetitions (a few seconds).
+        #[arg(long)]
+        quick: bool,
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softtimers: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Info { json } => {
+            let info = info::run();
+            print!("{}", info::to_markdown(&info));
+            if let Some(path) = json {
+                lab::write_json(&path, &info)?;
+            }
+        }
+        Command::Bench {
+            which: Bench::Core { quick, json },
+        } => {
+            let bar = lab::progress_bar("bench core");
+            let report = bench_core::run(&bench_core::CoreBenchConfig::new(quick), |f, msg| {
+                bar.set_position((f * 1000.0) as u64);
+                bar.set_message(msg.to_string());
+            });
+            bar.finish_and_clear();
+            print!("{}", bench_core::to_markdown(&report));
+            if let Some(path) = json {
+                lab::write_json(&path, &report)?;
+            }
+        }
+        Command::Lab { quick, out } => {
+            let path = lab::run(&lab::LabOptions { quick, out })?;
+            println!("report written to {}", path.display());
+        }
+    }
+    Ok(())
+}

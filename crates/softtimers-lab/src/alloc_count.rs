@@ -1,0 +1,44 @@
+//! A global allocator that counts live heap bytes, so that benchmarks can report memory per
+//! pending event. The `softtimers` binary installs it; elsewhere [`live_bytes`] says `None`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// The system allocator, counting the bytes it has handed out and not yet got back.
+pub struct CountingAlloc;
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so the
+// `GlobalAlloc` contract holds exactly as it does for `System`; the counters are atomics and
+// never allocate.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        INSTALLED.store(true, Ordering::Relaxed);
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded verbatim; the caller upholds `alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `System.alloc` with this layout (all our allocations do).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: forwarded verbatim; the caller upholds `realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Live heap bytes, if the counting allocator is installed in this process.
+pub fn live_bytes() -> Option<isize> {
+    INSTALLED
+        .load(Ordering::Relaxed)
+        .then(|| LIVE.load(Ordering::Relaxed))
+}

@@ -1,0 +1,438 @@
+//! The timer queues the facility is measured against, behind one interface.
+//!
+//! * [`HeapQueue`]: a `BinaryHeap` with lazy cancel (a generation table marks cancelled
+//!   entries; they are skipped when they reach the top, and the heap is rebuilt when the
+//!   dead outnumber the live), the usual hand-rolled timer queue.
+//! * [`BTreeQueue`]: a `BTreeMap` keyed by (due, sequence), exact cancel.
+//! * [`DelayQueueBench`]: `tokio_util::time::DelayQueue`, tokio's hierarchical wheel at 1 ms
+//!   resolution, the one user-space networking uses today.
+//! * [`SoftQueue`]: ours, [`softtimer::SoftTimers`].
+//!
+//! Each runs on a clock of the caller's choosing: a shared [`SimClock`] for the
+//! data-structure benchmarks (so that firing needs no waiting), the [`SystemClock`] for the
+//! trigger-state check. All carry a `u64` payload.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use softtimer::{Clock, EventId, SimClock, SoftTimers, SystemClock, TriggerSource};
+use tokio_util::time::{DelayQueue, delay_queue};
+
+/// The operations the core benchmark times.
+pub trait TimerQueue {
+    /// The implementation's name in tables and JSON.
+    fn name(&self) -> &'static str;
+    /// Schedules an event `delay` ticks from the clock's now; returns a handle for cancel.
+    fn schedule(&mut self, delay: u64, payload: u64) -> u64;
+    /// Cancels by handle (a no-op for a handle no longer pending).
+    fn cancel(&mut self, handle: u64);
+    /// The trigger-state check: reads the clock and fires everything due; returns how many.
+    fn poll(&mut self) -> usize;
+    /// Events pending (cancelled-but-not-purged entries excluded).
+    fn len(&self) -> usize;
+    /// Whether nothing is pending.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Ours.
+pub struct SoftQueue<C: Clock> {
+    timers: SoftTimers<u64, C>,
+    sink: u64,
+}
+
+impl<C: Clock> SoftQueue<C> {
+    /// An empty facility on `clock`.
+    pub fn new(clock: C) -> Self {
+        let timers = SoftTimers::new(clock).expect("valid default config");
+        SoftQueue { timers, sink: 0 }
+    }
+}
+
+impl<C: Clock> TimerQueue for SoftQueue<C> {
+    fn name(&self) -> &'static str {
+        "softtimer"
+    }
+    #[inline]
+    fn schedule(&mut self, delay: u64, payload: u64) -> u64 {
+        self.timers
+            .schedule_soft_event(delay, payload)
+            .expect("delay fits")
+            .to_u64()
+    }
+    #[inline]
+    fn cancel(&mut self, handle: u64) {
+        self.timers.cancel(EventId::from_u64(handle));
+    }
+    #[inline]
+    fn poll(&mut self) -> usize {
+        let sink = &mut self.sink;
+        self.timers.trigger(TriggerSource::User, |_, ev| {
+            *sink = sink.wrapping_add(ev.event)
+        })
+    }
+    fn len(&self) -> usize {
+        self.timers.pending()
+    }
+}
+
+/// `BinaryHeap` with lazy cancel.
+pub struct HeapQueue<C: Clock> {
+    clock: C,
+    heap: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    /// Generation per slot; a heap entry is live iff its generation matches and `live` says so.
+    generation: Vec<u32>,
+    live: Vec<bool>,
+    free: Vec<u32>,
+    pending: usize,
+    sink: u64,
+}
+
+impl<C: Clock> HeapQueue<C> {
+    /// An empty queue on `clock`.
+    pub fn new(clock: C) -> Self {
+        HeapQueue {
+            clock,
+            heap: BinaryHeap::new(),
+            generation: Vec::new(),
+            live: Vec::new(),
+            free: Vec::new(),
+            pending: 0,
+            sink: 0,
+        }
+    }
+
+    fn release(&mut self, slot: u32) {
+        self.live[slot as usize] = false;
+        self.generation[slot as usize] = self.generation[slot as usize].wrapping_add(1);
+        self.free.push(slot);
+        self.pending -= 1;
+    }
+}
+
+impl<C: Clock> TimerQueue for HeapQueue<C> {
+    fn name(&self) -> &'static str {
+        "binary_heap"
+    }
+    #[inline]
+    fn schedule(&mut self, delay: u64, payload: u64) -> u64 {
+        let due = self.clock.now() + delay + 1;
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.generation.push(0);
+            self.live.push(false);
+            (self.generation.len() - 1) as u32
+        });
+        self.live[slot as usize] = true;
+        let generation = self.generation[slot as usize];
+        self.heap.push(Reverse((due, slot, generation)));
+        self.pending += 1;
+        self.sink ^= payload;
+        (u64::from(generation) << 32) | u64::from(slot)
+    }
+    #[inline]
+    fn cancel(&mut self, handle: u64) {
+        let (slot, generation) = (handle as u32, (handle >> 32) as u32);
+        if self.generation.get(slot as usize) == Some(&generation) && self.live[slot as usize] {
+            self.release(slot);
+            // Rebuild when dead entries outnumber live ones, so memory stays bounded.
+            if self.heap.len() > 2 * self.pending + 64 {
+                let (generations, live) = (&self.generation, &self.live);
+                self.heap.retain(|Reverse((_, s, g))| {
+                    generations[*s as usize] == *g && live[*s as usize]
+                });
+            }
+        }
+    }
+    #[inline]
+    fn poll(&mut self) -> usize {
+        let now = self.clock.now_unordered();
+        let mut fired = 0;
+        while let Some(&Reverse((due, slot, generation))) = self.heap.peek() {
+            if due > now {
+                break;
+            }
+            self.heap.pop();
+            if self.generation[slot as usize] == generation && self.live[slot as usize] {
+                self.release(slot);
+                self.sink = self.sink.wrapping_add(due);
+                fired += 1;
+            }
+        }
+        fired
+    }
+    fn len(&self) -> usize {
+        self.pending
+    }
+}
+
+/// `BTreeMap` keyed by (due, sequence).
+pub struct BTreeQueue<C: Clock> {
+    clock: C,
+    map: BTreeMap<(u64, u64), u64>,
+    /// Handle slot → key, so that cancel can find the entry.
+    keys: Vec<Option<(u64, u64)>>,
+    free: Vec<u32>,
+    seq: u64,
+    sink: u64,
+}
+
+impl<C: Clock> BTreeQueue<C> {
+    /// An empty queue on `clock`.
+    pub fn new(clock: C) -> Self {
+        BTreeQueue {
+            clock,
+            map: BTreeMap::new(),
+            keys: Vec::new(),
+            free: Vec::new(),
+            seq: 0,
+            sink: 0,
+        }
+    }
+}
+
+impl<C: Clock> TimerQueue for BTreeQueue<C> {
+    fn name(&self) -> &'static str {
+        "btree_map"
+    }
+    #[inline]
+    fn schedule(&mut self, delay: u64, payload: u64) -> u64 {
+        let due = self.clock.now() + delay + 1;
+        self.seq += 1;
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.keys.push(None);
+            (self.keys.len() - 1) as u32
+        });
+        self.keys[slot as usize] = Some((due, self.seq));
+        self.map
+            .insert((due, self.seq), (payload << 32) | u64::from(slot));
+        u64::from(slot)
+    }
+    #[inline]
+    fn cancel(&mut self, handle: u64) {
+        if let Some(key) = self.keys.get_mut(handle as usize).and_then(Option::take) {
+            self.map.remove(&key);
+            self.free.push(handle as u32);
+        }
+    }
+    #[inline]
+    fn poll(&mut self) -> usize {
+        let now = self.clock.now_unordered();
+        let mut fired = 0;
+        while let Some(entry) = self.map.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let value = entry.remove();
+            let slot = value as u32;
+            self.keys[slot as usize] = None;
+            self.free.push(slot);
+            self.sink = self.sink.wrapping_add(value >> 32);
+            fired += 1;
+        }
+        fired
+    }
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// tokio-util's `DelayQueue` on a current-thread runtime.
+///
+/// On a [`SimClock`] the runtime's time is paused and follows the simulated clock (each
+/// [`TimerQueue::poll`] advances tokio's time by what the simulated clock moved); otherwise
+/// it runs on tokio's real clock.
+pub struct DelayQueueBench {
+    runtime: tokio::runtime::Runtime,
+    /// Payload and the handle slot, so that expiry can retire the handle.
+    queue: DelayQueue<(u64, u32)>,
+    keys: Vec<Option<delay_queue::Key>>,
+    free: Vec<u32>,
+    hz: u64,
+    /// On a simulated clock: the clock, its value when tokio's time was last moved, and
+    /// tokio's paused `Instant` at the simulated clock's start.
+    sim: Option<(SimClock, u64, tokio::time::Instant, u64)>,
+    sink: u64,
+}
+
+impl DelayQueueBench {
+    /// An empty queue following a simulated clock.
+    pub fn simulated(clock: SimClock) -> Self {
+        let hz = clock.resolution_hz();
+        let mut queue = Self::build(None, hz, true);
+        let base = {
+            let _guard = queue.runtime.enter();
+            tokio::time::Instant::now()
+        };
+        let start = clock.now();
+        queue.sim = Some((clock, start, base, start));
+        queue
+    }
+
+    /// An empty queue on tokio's real clock; delays are in ticks of a clock at `hz`.
+    pub fn real(hz: u64) -> Self {
+        Self::build(None, hz, false)
+    }
+
+    fn build(
+        sim: Option<(SimClock, u64, tokio::time::Instant, u64)>,
+        hz: u64,
+        paused: bool,
+    ) -> Self {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(paused)
+            .build()
+            .expect("a current-thread runtime builds");
+        let queue = {
+            let _guard = runtime.enter();
+            DelayQueue::new()
+        };
+        DelayQueueBench {
+            runtime,
+            queue,
+            keys: Vec::new(),
+            free: Vec::new(),
+            hz,
+            sim,
+            sink: 0,
+        }
+    }
+}
+
+impl DelayQueueBench {
+    /// Takes every expired entry the queue will hand out without the driver's help.
+    fn drain(&mut self) -> usize {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut fired = 0;
+        while let Poll::Ready(Some(expired)) = self.queue.poll_expired(&mut cx) {
+            let (payload, slot) = expired.into_inner();
+            self.keys[slot as usize] = None;
+            self.free.push(slot);
+            self.sink = self.sink.wrapping_add(payload);
+            fired += 1;
+        }
+        fired
+    }
+}
+
+impl TimerQueue for DelayQueueBench {
+    fn name(&self) -> &'static str {
+        "tokio_delay_queue"
+    }
+    #[inline]
+    fn schedule(&mut self, delay: u64, payload: u64) -> u64 {
+        let nanos = softtimer::ticks_to_nanos(delay + 1, self.hz);
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.keys.push(None);
+            (self.keys.len() - 1) as u32
+        });
+        // Only the insert that creates the queue's timer needs the runtime context; entering
+        // it on every insert would charge the baseline for work it does not need.
+        let _guard = self.queue.is_empty().then(|| self.runtime.enter());
+        let key = match &self.sim {
+            // Outside a runtime context tokio's `Instant::now()` is the real clock, not the
+            // paused one, so on a simulated clock the deadline is computed from it.
+            Some((clock, _, base, start)) => {
+                let since_start = softtimer::ticks_to_nanos(clock.now() - start, self.hz);
+                let when = *base + Duration::from_nanos(since_start + nanos);
+                self.queue.insert_at((payload, slot), when)
+            }
+            None => self
+                .queue
+                .insert((payload, slot), Duration::from_nanos(nanos)),
+        };
+        self.keys[slot as usize] = Some(key);
+        u64::from(slot)
+    }
+    #[inline]
+    fn cancel(&mut self, handle: u64) {
+        if let Some(key) = self.keys.get_mut(handle as usize).and_then(Option::take) {
+            self.queue.remove(&key);
+            self.free.push(handle as u32);
+        }
+    }
+    fn poll(&mut self) -> usize {
+        // Polling may create the queue's `Sleep`, which needs the runtime context (a task
+        // polled by tokio has it already; here it costs a thread-local swap per poll).
+        let _guard = self.runtime.enter();
+        let Some((clock, seen, _, _)) = &mut self.sim else {
+            return self.drain();
+        };
+        let now = clock.now();
+        let moved = softtimer::ticks_to_nanos(now - *seen, self.hz);
+        *seen = now;
+        if moved > 0 {
+            // `advance` would not let the driver process the timers it jumps past;
+            // sleeping on the paused clock auto-advances through them, firing each.
+            self.runtime
+                .block_on(tokio::time::sleep(Duration::from_nanos(moved)));
+        }
+        // The queue re-arms its `Sleep` as it drains, possibly at a time already passed;
+        // that `Sleep` completes only when the driver gets a turn (a task would be woken
+        // and polled again). Drain until a drain right after a turn finds nothing.
+        let mut fired = self.drain();
+        loop {
+            self.runtime.block_on(tokio::task::yield_now());
+            let more = self.drain();
+            if more == 0 {
+                return fired;
+            }
+            fired += more;
+        }
+    }
+    fn len(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+/// Every implementation on one shared simulated clock.
+pub fn simulated(clock: &SimClock) -> Vec<Box<dyn TimerQueue>> {
+    vec![
+        Box::new(SoftQueue::new(clock.clone())),
+        Box::new(HeapQueue::new(clock.clone())),
+        Box::new(BTreeQueue::new(clock.clone())),
+        Box::new(DelayQueueBench::simulated(clock.clone())),
+    ]
+}
+
+/// Every implementation on the real clock (`clock` for ours and the hand-rolled queues,
+/// tokio's own for `DelayQueue`).
+pub fn real(clock: SystemClock) -> Vec<Box<dyn TimerQueue>> {
+    vec![
+        Box::new(SoftQueue::new(clock)),
+        Box::new(HeapQueue::new(clock)),
+        Box::new(BTreeQueue::new(clock)),
+        Box::new(DelayQueueBench::real(clock.resolution_hz())),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every implementation fires exactly the events due, and cancel removes exactly one.
+    #[test]
+    fn baselines_agree_on_what_fires() {
+        let clock = SimClock::new(1_000_000); // 1 tick = 1 µs; DelayQueue rounds to 1 ms
+        for mut q in simulated(&clock) {
+            clock.set(0);
+            let a = q.schedule(500, 1);
+            q.schedule(1_500, 2);
+            q.schedule(5_000_000, 3);
+            let d = q.schedule(2_000, 4);
+            q.cancel(d);
+            q.cancel(d);
+            assert_eq!(q.len(), 3, "{}", q.name());
+            clock.advance(3_000);
+            assert_eq!(q.poll(), 2, "{}", q.name());
+            q.cancel(a); // already fired: no-op
+            assert_eq!(q.len(), 1, "{}", q.name());
+            clock.advance(5_000_000);
+            assert_eq!(q.poll(), 1, "{}", q.name());
+            assert!(q.is_empty(), "{}", q.name());
+        }
+    }
+}

@@ -1,0 +1,524 @@
+//! `softtimers bench core`: the facility's micro-benchmarks against the baselines, in one
+//! process run, interleaved so that machine noise falls on all of them alike.
+//!
+//! Operations, each at 1,000 and 1,000,000 pending events:
+//!
+//! * `trigger`: the trigger-state check with nothing due, on the real clock;
+//! * `schedule`: schedule one event `T` ticks ahead (`T` log-uniform in 1 µs … 1 s);
+//! * `cancel`: cancel one of those;
+//! * `schedule_fire`: schedule an event 1–100 µs ahead and fire it 2 ms later, per event;
+//! * `schedule_cancel_reap`: the life of a cancelled timer (a retransmission timer that an
+//!   ACK cancels): schedule 1 µs – 1 ms ahead, cancel, and let the clock pass the due time,
+//!   per event. A lazy-cancel heap pays here what its cheap `cancel` put off.
+//!
+//! `schedule`, `cancel` and `schedule_fire` run on one shared simulated clock, so that the
+//! comparison is of the data structures and firing needs no waiting; the real clock's read
+//! cost is measured on its own (`clock_read_ns`) and is what `schedule_soft_event` adds.
+//! A sample is the mean over one batch of operations; a row gives the median and the 99th
+//! percentile of the samples.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use softtimer::{Clock, SimClock, SystemClock, nanos_to_ticks};
+
+use crate::alloc_count;
+use crate::baselines::{self, TimerQueue};
+use crate::stats::{median, percentile};
+
+/// How much to measure.
+#[derive(Clone, Debug)]
+pub struct CoreBenchConfig {
+    /// Pending-event counts to measure at.
+    pub sizes: Vec<usize>,
+    /// Batches (samples) per operation.
+    pub reps: usize,
+    /// Operations per batch for schedule, cancel and schedule_fire.
+    pub batch: usize,
+    /// Trigger checks per batch.
+    pub trigger_batch: usize,
+}
+
+impl CoreBenchConfig {
+    /// The full run (about a minute) or the quick one (a few seconds, for CI).
+    pub fn new(quick: bool) -> Self {
+        CoreBenchConfig {
+            sizes: vec![1_000, 1_000_000],
+            reps: if quick { 15 } else { 151 },
+            batch: 1_000,
+            trigger_batch: if quick { 2_000 } else { 20_000 },
+        }
+    }
+}
+
+/// One measured (implementation, pending, operation).
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// Implementation (`softtimer`, `binary_heap`, `btree_map`, `tokio_delay_queue`).
+    #[serde(rename = "impl")]
+    pub implementation: String,
+    /// Events pending while measuring.
+    pub pending: usize,
+    /// `trigger`, `schedule`, `cancel`, `schedule_fire`, `schedule_cancel_reap`, or
+    /// `clock_read` (implementation `clock`: the read the trigger makes).
+    pub op: String,
+    /// Median over samples of the mean cost per operation, ns.
+    pub median_ns: f64,
+    /// 99th percentile over samples, ns.
+    pub p99_ns: f64,
+    /// Smallest sample, ns.
+    pub min_ns: f64,
+    /// Number of samples.
+    pub samples: usize,
+}
+
+/// Memory per pending event, from a counting allocator.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryRow {
+    /// Implementation.
+    #[serde(rename = "impl")]
+    pub implementation: String,
+    /// Events pending.
+    pub pending: usize,
+    /// Heap bytes held per pending event (including growth slack).
+    pub bytes_per_event: f64,
+}
+
+/// A target from the issue and whether this run met it.
+#[derive(Clone, Debug, Serialize)]
+pub struct TargetCheck {
+    /// What is measured.
+    pub figure: String,
+    /// The target, in words.
+    pub target: String,
+    /// The measured value.
+    pub measured: f64,
+    /// Whether it was met.
+    pub met: bool,
+}
+
+/// Everything `bench core` produces.
+#[derive(Clone, Debug, Serialize)]
+pub struct CoreReport {
+    /// Median cost of the clock read the trigger check makes (`now_unordered`), ns.
+    pub clock_read_ns: f64,
+    /// `tsc` or `monotonic`.
+    pub clock_source: String,
+    /// Measurement clock frequency, Hz.
+    pub clock_hz: u64,
+    /// The CPU the benchmark thread was pinned to, if pinning worked.
+    pub pinned_cpu: Option<usize>,
+    /// Measured rows.
+    pub rows: Vec<Row>,
+    /// Memory per pending event (absent where the counting allocator is not installed).
+    pub memory: Vec<MemoryRow>,
+    /// The issue's targets against this run.
+    pub targets: Vec<TargetCheck>,
+}
+
+impl CoreReport {
+    /// The row for (implementation, pending, op).
+    pub fn row(&self, implementation: &str, pending: usize, op: &str) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.implementation == implementation && r.pending == pending && r.op == op)
+    }
+}
+
+/// Pins the calling thread to the last CPU (the first is busiest with interrupts on small
+/// VMs). Returns the CPU, or `None` if the kernel refused.
+pub fn pin_to_last_cpu() -> Option<usize> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = cpus - 1;
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set)
+        .ok()
+        .map(|()| cpu)
+}
+
+/// Median ns of one call of `read`, over `reps` batches of `batch` calls.
+pub fn per_call_ns(reps: usize, batch: usize, mut read: impl FnMut() -> u64) -> f64 {
+    let samples: Vec<f64> = (0..reps)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..batch {
+                black_box(read());
+            }
+            start.elapsed().as_nanos() as f64 / batch as f64
+        })
+        .collect();
+    median(&samples)
+}
+
+/// Runs the core benchmark. `progress` is told the fraction done.
+pub fn run(config: &CoreBenchConfig, mut progress: impl FnMut(f64, &str)) -> CoreReport {
+    let pinned_cpu = pin_to_last_cpu();
+    let system = SystemClock::new();
+    let hz = system.resolution_hz();
+    let info = SystemClock::info();
+    let mut rows = Vec::new();
+    let mut memory = Vec::new();
+    // The read the trigger check makes.
+    let clock_read = per_call_ns(config.reps, config.trigger_batch, || system.now_unordered());
+
+    let total_steps = config.sizes.len() * 2;
+    let mut step = 0;
+    for &pending in &config.sizes {
+        progress(
+            step as f64 / total_steps as f64,
+            &format!("trigger, {pending} pending"),
+        );
+        rows.extend(bench_trigger(system, pending, config));
+        step += 1;
+        progress(
+            step as f64 / total_steps as f64,
+            &format!("schedule/cancel/fire, {pending} pending"),
+        );
+        let (r, m) = bench_structures(hz, pending, config);
+        rows.extend(r);
+        memory.extend(m);
+        step += 1;
+    }
+    progress(1.0, "done");
+    let mut report = CoreReport {
+        clock_read_ns: clock_read,
+        clock_source: info.source.name().to_string(),
+        clock_hz: hz,
+        pinned_cpu,
+        rows,
+        memory,
+        targets: Vec::new(),
+    };
+    report.targets = check_targets(&report, config);
+    report
+}
+
+/// Fills `queue` with `n` events due 1 … 100 s ahead (none fires during a benchmark).
+fn prefill(queue: &mut dyn TimerQueue, n: usize, hz: u64, rng: &mut SmallRng) {
+    let (lo, hi) = (hz, 100 * hz);
+    for i in 0..n {
+        queue.schedule(rng.random_range(lo..hi), i as u64);
+    }
+}
+
+fn bench_trigger(system: SystemClock, pending: usize, config: &CoreBenchConfig) -> Vec<Row> {
+    let hz = system.resolution_hz();
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut queues = baselines::real(system);
+    for q in &mut queues {
+        prefill(q.as_mut(), pending, hz, &mut rng);
+    }
+    let mut samples = vec![Vec::with_capacity(config.reps); queues.len()];
+    let mut reads = Vec::with_capacity(config.reps);
+    for _ in 0..config.reps {
+        // The clock read the trigger makes, measured between the queues' samples so that
+        // the ratio is taken under the same machine conditions.
+        reads.push(per_call_ns(1, config.trigger_batch, || {
+            system.now_unordered()
+        }));
+        for (q, s) in queues.iter_mut().zip(&mut samples) {
+            let start = Instant::now();
+            for _ in 0..config.trigger_batch {
+                black_box(q.poll());
+            }
+            s.push(start.elapsed().as_nanos() as f64 / config.trigger_batch as f64);
+        }
+    }
+    let mut rows: Vec<Row> = queues
+        .iter()
+        .zip(samples)
+        .map(|(q, s)| row(q.name(), pending, "trigger", &s))
+        .collect();
+    rows.push(row(CLOCK_READ, pending, "clock_read", &reads));
+    rows
+}
+
+/// The pseudo-implementation whose rows hold the bare clock read.
+pub const CLOCK_READ: &str = "clock";
+
+fn bench_structures(
+    hz: u64,
+    pending: usize,
+    config: &CoreBenchConfig,
+) -> (Vec<Row>, Vec<MemoryRow>) {
+    let clock = SimClock::new(hz);
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut queues = baselines::simulated(&clock);
+    let mut memory = Vec::new();
+    for q in &mut queues {
+        let before = alloc_count::live_bytes();
+        prefill(q.as_mut(), pending, hz, &mut rng);
+        if let (Some(before), Some(after)) = (before, alloc_count::live_bytes()) {
+            memory.push(MemoryRow {
+                implementation: q.name().to_string(),
+                pending,
+                bytes_per_event: (after - before) as f64 / pending as f64,
+            });
+        }
+    }
+    let n = queues.len();
+    let (mut sched, mut cancel, mut fire) = (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
+    let mut lifecycle = vec![vec![]; n];
+    let micro = nanos_to_ticks(1_000, hz);
+    let log_lo = (micro as f64).ln();
+    let log_hi = (hz as f64).ln();
+    let mut handles = vec![0u64; config.batch];
+    for _ in 0..config.reps {
+        // Log-uniform in 1 µs … 1 s: pacing gaps, delayed ACKs and retransmission timers.
+        let delays: Vec<u64> = (0..config.batch)
+            .map(|_| rng.random_range(log_lo..log_hi).exp() as u64)
+            .collect();
+        let near: Vec<u64> = (0..config.batch)
+            .map(|_| rng.random_range(micro..100 * micro))
+            .collect();
+        for (i, q) in queues.iter_mut().enumerate() {
+            let start = Instant::now();
+            for (h, (j, &d)) in handles.iter_mut().zip(delays.iter().enumerate()) {
+                *h = q.schedule(d, j as u64);
+            }
+            sched[i].push(start.elapsed().as_nanos() as f64 / config.batch as f64);
+
+            let start = Instant::now();
+            for &h in &handles {
+                q.cancel(h);
+            }
+            cancel[i].push(start.elapsed().as_nanos() as f64 / config.batch as f64);
+            debug_assert_eq!(q.len(), pending);
+        }
+        // Schedule then fire: every queue sees the same clock move.
+        let mut fire_start = Vec::with_capacity(n);
+        for (i, q) in queues.iter_mut().enumerate() {
+            let start = Instant::now();
+            for (j, &d) in near.iter().enumerate() {
+                q.schedule(d, j as u64);
+            }
+            fire_start.push((i, start.elapsed()));
+        }
+        // 2 ms: past tokio's 1 ms rounding, so that every queue fires the whole batch.
+        clock.advance(2_000 * micro);
+        for (i, elapsed) in fire_start {
+            let start = Instant::now();
+            let fired = queues[i].poll();
+            let total = elapsed + start.elapsed();
+            assert_eq!(
+                fired,
+                config.batch,
+                "{} fired the wrong number at {pending} pending",
+                queues[i].name()
+            );
+            fire[i].push(total.as_nanos() as f64 / config.batch as f64);
+        }
+        // Cancelled timers, until the clock has passed where they were due.
+        let mut lifecycle_start = Vec::with_capacity(n);
+        for (i, q) in queues.iter_mut().enumerate() {
+            let start = Instant::now();
+            for (h, (j, &d)) in handles.iter_mut().zip(near.iter().enumerate()) {
+                *h = q.schedule(d * 10, j as u64);
+            }
+            for &h in &handles {
+                q.cancel(h);
+            }
+            lifecycle_start.push((i, start.elapsed()));
+        }
+        clock.advance(2_000 * micro);
+        for (i, elapsed) in lifecycle_start {
+            let start = Instant::now();
+            let fired = queues[i].poll();
+            let total = elapsed + start.elapsed();
+            assert_eq!(fired, 0, "{} fired a cancelled event", queues[i].name());
+            lifecycle[i].push(total.as_nanos() as f64 / config.batch as f64);
+        }
+    }
+    let mut rows = Vec::new();
+    for (i, q) in queues.iter().enumerate() {
+        rows.push(row(q.name(), pending, "schedule", &sched[i]));
+        rows.push(row(q.name(), pending, "cancel", &cancel[i]));
+        rows.push(row(q.name(), pending, "schedule_fire", &fire[i]));
+        rows.push(row(
+            q.name(),
+            pending,
+            "schedule_cancel_reap",
+            &lifecycle[i],
+        ));
+    }
+    (rows, memory)
+}
+
+fn row(implementation: &str, pending: usize, op: &str, samples: &[f64]) -> Row {
+    Row {
+        implementation: implementation.to_string(),
+        pending,
+        op: op.to_string(),
+        median_ns: median(samples),
+        p99_ns: percentile(samples, 99.0),
+        min_ns: samples.iter().copied().fold(f64::INFINITY, f64::min),
+        samples: samples.len(),
+    }
+}
+
+const OURS: &str = "softtimer";
+
+fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetCheck> {
+    let mut checks = Vec::new();
+    let mut check = |figure: String, target: &str, measured: f64, met: bool| {
+        checks.push(TargetCheck {
+            figure,
+            target: target.to_string(),
+            measured,
+            met,
+        })
+    };
+    let largest = config.sizes.iter().copied().max().unwrap_or(0);
+    for &n in &config.sizes {
+        if let (Some(r), Some(read)) = (
+            report.row(OURS, n, "trigger"),
+            report.row(CLOCK_READ, n, "clock_read"),
+        ) {
+            let ratio = r.median_ns / read.median_ns;
+            check(
+                format!("trigger / clock read, {n} pending"),
+                "<= 1.5",
+                ratio,
+                ratio <= 1.5,
+            );
+        }
+        for op in ["schedule", "cancel"] {
+            if let Some(r) = report.row(OURS, n, op) {
+                check(
+                    format!("{op} median ns, {n} pending"),
+                    "<= 30",
+                    r.median_ns,
+                    r.median_ns <= 30.0,
+                );
+            }
+            if n == largest {
+                let best = report
+                    .rows
+                    .iter()
+                    .filter(|b| b.implementation != OURS && b.pending == n && b.op == op)
+                    .map(|b| b.median_ns)
+                    .fold(f64::INFINITY, f64::min);
+                if let Some(r) = report.row(OURS, n, op) {
+                    let speedup = best / r.median_ns;
+                    check(
+                        format!("{op}: best baseline / ours, {n} pending"),
+                        ">= 3",
+                        speedup,
+                        speedup >= 3.0,
+                    );
+                }
+            }
+        }
+        if let Some(r) = report.row(OURS, n, "schedule_fire") {
+            check(
+                format!("schedule_fire median ns, {n} pending"),
+                "<= 60",
+                r.median_ns,
+                r.median_ns <= 60.0,
+            );
+        }
+    }
+    for m in report.memory.iter().filter(|m| m.implementation == OURS) {
+        check(
+            format!("bytes per pending event, {} pending", m.pending),
+            "<= 64",
+            m.bytes_per_event,
+            m.bytes_per_event <= 64.0,
+        );
+    }
+    checks
+}
+
+/// The report as a Markdown table.
+pub fn to_markdown(report: &CoreReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let pin = report
+        .pinned_cpu
+        .map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}"));
+    let _ = writeln!(
+        out,
+        "Clock: {} at {} Hz, one read {:.1} ns (median); benchmark thread {pin}.\n",
+        report.clock_source, report.clock_hz, report.clock_read_ns
+    );
+    let _ = writeln!(
+        out,
+        "| op | pending | softtimer | binary_heap | btree_map | tokio_delay_queue | best baseline / softtimer |"
+    );
+    let _ = writeln!(out, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let mut sizes: Vec<usize> = report.rows.iter().map(|r| r.pending).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    for op in [
+        "trigger",
+        "schedule",
+        "cancel",
+        "schedule_cancel_reap",
+        "schedule_fire",
+    ] {
+        for &n in &sizes {
+            let cell = |name: &str| {
+                report.row(name, n, op).map_or("–".to_string(), |r| {
+                    format!("{:.1} (p99 {:.1})", r.median_ns, r.p99_ns)
+                })
+            };
+            let ours = report.row(OURS, n, op).map(|r| r.median_ns);
+            let best = report
+                .rows
+                .iter()
+                .filter(|b| b.implementation != OURS && b.pending == n && b.op == op)
+                .map(|b| b.median_ns)
+                .fold(f64::INFINITY, f64::min);
+            let ratio = ours.map_or("–".to_string(), |o| format!("{:.2}×", best / o));
+            let _ = writeln!(
+                out,
+                "| {op} | {n} | {} | {} | {} | {} | {ratio} |",
+                cell("softtimer"),
+                cell("binary_heap"),
+                cell("btree_map"),
+                cell("tokio_delay_queue"),
+            );
+        }
+    }
+    let reads: Vec<String> = sizes
+        .iter()
+        .filter_map(|&n| {
+            report
+                .row(CLOCK_READ, n, "clock_read")
+                .map(|r| format!("{:.1} ns at {n} pending", r.median_ns))
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "\nThe clock read the trigger makes, measured between the trigger samples: {}.",
+        reads.join(", ")
+    );
+    if !report.memory.is_empty() {
+        let _ = writeln!(out, "\n| memory | pending | bytes per pending event |");
+        let _ = writeln!(out, "| --- | ---: | ---: |");
+        for m in &report.memory {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.1} |",
+                m.implementation, m.pending, m.bytes_per_event
+            );
+        }
+    }
+    let _ = writeln!(out, "\n| target | goal | measured | met |");
+    let _ = writeln!(out, "| --- | --- | ---: | --- |");
+    for t in &report.targets {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.2} | {} |",
+            t.figure,
+            t.target,
+            t.measured,
+            if t.met { "yes" } else { "**no**" }
+        );
+    }
+    out
+}

@@ -1,0 +1,176 @@
+//! `softtimers info`: which clock the facility uses and why, its resolution, the backstop's,
+//! and what a clock read costs on this machine, measured on the spot against the other
+//! candidates (`quanta`, `std::time::Instant`, `CLOCK_MONOTONIC`).
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use serde::Serialize;
+use softtimer::{
+    Clock, Config, SystemClock, monotonic_nanos, read_tsc_ordered, read_tsc_unordered,
+};
+
+use crate::bench_core::per_call_ns;
+
+/// The cost of one read of a candidate clock.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClockCost {
+    /// What was read.
+    pub clock: String,
+    /// Median ns per read.
+    pub read_ns: f64,
+    /// Whether a read is ordered after earlier loads (needed for monotonicity across threads).
+    pub ordered: bool,
+}
+
+/// What `info` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct Info {
+    /// `tsc` or `monotonic`.
+    pub clock_source: String,
+    /// Why.
+    pub reason: String,
+    /// `measure_resolution()`, Hz.
+    pub measure_resolution_hz: u64,
+    /// `interrupt_clock_resolution()` of a default facility, Hz.
+    pub interrupt_clock_resolution_hz: u64,
+    /// X = measure / interrupt resolution: ticks between backstop ticks.
+    pub backstop_interval_ticks: u64,
+    /// Median cost of one ordered read of the facility's clock (`measure_time()`), ns.
+    pub clock_read_ns: f64,
+    /// Median cost of the read the trigger check makes (`now_unordered`), ns.
+    pub trigger_read_ns: f64,
+    /// The candidates, measured in the same run.
+    pub candidates: Vec<ClockCost>,
+    /// The kernel's timer frequency (CONFIG_HZ), if it could be found.
+    pub kernel_hz: Option<u64>,
+    /// CPUs available to this process.
+    pub cpus: usize,
+}
+
+/// The kernel's CONFIG_HZ from its config file, where the distribution ships one.
+fn kernel_hz() -> Option<u64> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let config = std::fs::read_to_string(format!("/boot/config-{}", release.trim())).ok()?;
+    config
+        .lines()
+        .find_map(|l| l.strip_prefix("CONFIG_HZ="))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Measures and reports.
+pub fn run() -> Info {
+    let clock = SystemClock::new();
+    let detected = SystemClock::info();
+    let timers: softtimer::SoftTimers<(), _> =
+        softtimer::SoftTimers::with_config(clock, Config::default())
+            .expect("the default configuration is valid");
+    let (reps, batch) = (31, 20_000);
+    let quanta_clock = quanta::Clock::new();
+    let candidates = vec![
+        ClockCost {
+            clock: "softtimer tsc (lfence; rdtsc)".into(),
+            read_ns: per_call_ns(reps, batch, read_tsc_ordered),
+            ordered: true,
+        },
+        ClockCost {
+            clock: "softtimer tsc (rdtsc), the trigger check's read".into(),
+            read_ns: per_call_ns(reps, batch, read_tsc_unordered),
+            ordered: false,
+        },
+        ClockCost {
+            clock: "quanta raw (rdtsc)".into(),
+            read_ns: per_call_ns(reps, batch, || quanta_clock.raw()),
+            ordered: false,
+        },
+        ClockCost {
+            clock: "quanta now (rdtsc + scaling)".into(),
+            read_ns: per_call_ns(reps, batch, || {
+                black_box(quanta_clock.now());
+                0
+            }),
+            ordered: false,
+        },
+        ClockCost {
+            clock: "clock_gettime(CLOCK_MONOTONIC)".into(),
+            read_ns: per_call_ns(reps, batch, monotonic_nanos),
+            ordered: true,
+        },
+        ClockCost {
+            clock: "std::time::Instant::now".into(),
+            read_ns: per_call_ns(reps, batch, || {
+                let i = Instant::now();
+                black_box(i);
+                0
+            }),
+            ordered: true,
+        },
+    ];
+    Info {
+        clock_source: detected.source.name().into(),
+        reason: detected.reason.clone(),
+        measure_resolution_hz: timers.measure_resolution(),
+        interrupt_clock_resolution_hz: timers.interrupt_clock_resolution(),
+        backstop_interval_ticks: timers.backstop_interval_ticks(),
+        clock_read_ns: per_call_ns(reps, batch, || clock.now()),
+        trigger_read_ns: per_call_ns(reps, batch, || clock.now_unordered()),
+        candidates,
+        kernel_hz: kernel_hz(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
+/// The report as Markdown.
+pub fn to_markdown(info: &Info) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "| property | value |\n| --- | --- |");
+    let _ = writeln!(out, "| clock source | {} |", info.clock_source);
+    let _ = writeln!(out, "| why | {} |", info.reason);
+    let _ = writeln!(
+        out,
+        "| measure_resolution() | {} Hz |",
+        info.measure_resolution_hz
+    );
+    let _ = writeln!(
+        out,
+        "| interrupt_clock_resolution() | {} Hz |",
+        info.interrupt_clock_resolution_hz
+    );
+    let _ = writeln!(
+        out,
+        "| X (ticks between backstop ticks) | {} |",
+        info.backstop_interval_ticks
+    );
+    let _ = writeln!(
+        out,
+        "| measure_time() read (ordered, median) | {:.1} ns |",
+        info.clock_read_ns
+    );
+    let _ = writeln!(
+        out,
+        "| trigger-check read (unordered, median) | {:.1} ns |",
+        info.trigger_read_ns
+    );
+    let _ = writeln!(
+        out,
+        "| kernel timer frequency | {} |",
+        info.kernel_hz
+            .map_or("unknown (no /boot/config)".into(), |hz| format!("{hz} Hz"))
+    );
+    let _ = writeln!(out, "| CPUs | {} |", info.cpus);
+    let _ = writeln!(
+        out,
+        "\n| clock read | ns (median) | ordered |\n| --- | ---: | --- |"
+    );
+    for c in &info.candidates {
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} | {} |",
+            c.clock,
+            c.read_ns,
+            if c.ordered { "yes" } else { "no" }
+        );
+    }
+    out
+}

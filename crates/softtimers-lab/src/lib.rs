@@ -1,0 +1,21 @@
+//! # softtimers-lab: the `softtimers` command
+//!
+//! The top of the workspace. It measures the facility from `softtimer` against real
+//! baselines and writes tables, JSON and (in later experiments) plots:
+//!
+//! * `softtimers info`: the measurement clock in use and why, resolutions, and the cost of a
+//!   clock read against the other candidates;
+//! * `softtimers bench core`: the facility's micro-benchmarks against a `BinaryHeap`, a
+//!   `BTreeMap` and tokio's `DelayQueue`;
+//! * `softtimers lab`: everything above, written to `results/report.md`.
+//!
+//! The modules are public so that the criterion benchmarks and the tests use the same code
+//! as the command.
+#![deny(unsafe_code)]
+
+pub mod alloc_count;
+pub mod baselines;
+pub mod bench_core;
+pub mod info;
+pub mod lab;
+pub mod stats;

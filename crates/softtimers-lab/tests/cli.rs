@@ -1,0 +1,89 @@
+//! The `softtimers` command, run as a user would.
+
+use std::process::Command;
+
+fn softtimers(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_softtimers"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+#[test]
+fn unknown_flags_and_commands_are_clear_errors() {
+    for args in [
+        &["lab", "--bogus"][..],
+        &["bench", "nonsense"][..],
+        &["frobnicate"][..],
+    ] {
+        let out = softtimers(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("error"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn an_unwritable_output_is_an_error_not_a_panic() {
+    let out = softtimers(&["info", "--json", "/nonexistent-dir/x.json"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot write"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn info_reports_the_clock() {
+    let dir = std::env::temp_dir().join(format!("softtimers-info-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("info.json");
+    let out = softtimers(&["info", "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(["tsc", "monotonic"].contains(&v["clock_source"].as_str().unwrap()));
+    assert!(v["measure_resolution_hz"].as_u64().unwrap() >= 1_000_000);
+    assert_eq!(v["interrupt_clock_resolution_hz"], 1000);
+    assert!(v["clock_read_ns"].as_f64().unwrap() > 0.0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `bench core --quick` writes the table and a JSON with every field the issue names, for
+/// every implementation, pending count and operation.
+#[test]
+fn bench_core_quick_writes_every_column() {
+    let dir = std::env::temp_dir().join(format!("softtimers-core-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("core.json");
+    let out = softtimers(&["bench", "core", "--quick", "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("| schedule_fire | 1000000 |"), "{table}");
+
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(v["clock_read_ns"].as_f64().unwrap() > 0.0);
+    let rows = v["rows"].as_array().unwrap();
+    for implementation in ["softtimer", "binary_heap", "btree_map", "tokio_delay_queue"] {
+        for pending in [1_000u64, 1_000_000] {
+            for op in ["trigger", "schedule", "cancel", "schedule_fire"] {
+                let row = rows
+                    .iter()
+                    .find(|r| {
+                        r["impl"] == implementation && r["pending"] == pending && r["op"] == op
+                    })
+                    .unwrap_or_else(|| panic!("no row {implementation} {pending} {op}"));
+                let median = row["median_ns"].as_f64().unwrap();
+                let p99 = row["p99_ns"].as_f64().unwrap();
+                assert!(median > 0.0 && p99 >= median, "{row}");
+            }
+        }
+    }
+    let memory = v["memory"].as_array().unwrap();
+    assert!(
+        memory
+            .iter()
+            .any(|m| m["impl"] == "softtimer" && m["bytes_per_event"].as_f64().unwrap() > 0.0),
+        "the counting allocator is installed in the binary"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
