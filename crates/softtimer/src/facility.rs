@@ -262,10 +262,22 @@ impl<E, C: Clock> SoftTimers<E, C> {
         deadline: u64,
         event: E,
     ) -> Result<EventId, ScheduleError> {
+        let now = self.clock.now();
+        self.schedule_with_deadline_from(now, t, deadline, event)
+    }
+
+    /// [`SoftTimers::schedule_with_deadline`] measuring from a clock value the caller holds;
+    /// the deadline's clock time is then `now + deadline + 1`.
+    pub fn schedule_with_deadline_from(
+        &mut self,
+        now: u64,
+        t: u64,
+        deadline: u64,
+        event: E,
+    ) -> Result<EventId, ScheduleError> {
         if deadline < t {
             return Err(ScheduleError::DeadlineBeforeDelay { delay: t, deadline });
         }
-        let now = self.clock.now();
         let due = self.due_time(now, t)?;
         let deadline_due = self.due_time(now, deadline)?;
         self.insert(due, Some(deadline_due), event)
@@ -313,12 +325,33 @@ impl<E, C: Clock> SoftTimers<E, C> {
         F: FnMut(&mut Self, Fired<E>),
     {
         if let Some(stats) = self.stats.as_deref_mut() {
-            stats.on_trigger(source, now);
+            stats.record_trigger(source, now);
         }
         if now.wrapping_sub(self.epoch) < self.next_check {
             return 0;
         }
         self.run_due(now, source, dispatch)
+    }
+
+    /// Fires every event due at `now` without counting a trigger state: for a runtime that
+    /// checks the fast path itself (against [`SoftTimers::next_trigger_time`]) and keeps its
+    /// own trigger statistics. Firing delays are still recorded.
+    #[inline]
+    pub fn fire_due<F>(&mut self, now: u64, source: TriggerSource, dispatch: F) -> usize
+    where
+        F: FnMut(&mut Self, Fired<E>),
+    {
+        if now.wrapping_sub(self.epoch) < self.next_check {
+            return 0;
+        }
+        self.run_due(now, source, dispatch)
+    }
+
+    /// The clock time before which no trigger state has anything to do: a lower bound on
+    /// the earliest due time, exact when that event is in the wheel's finest level. `None`
+    /// when nothing is pending. This is what the trigger fast path compares against.
+    pub fn next_trigger_time(&self) -> Option<u64> {
+        (self.next_check != u64::MAX).then(|| self.next_check.wrapping_add(self.epoch))
     }
 
     /// What the periodic backstop calls every `X` ticks: runs every overdue event.
@@ -336,6 +369,55 @@ impl<E, C: Clock> SoftTimers<E, C> {
         self.due
             .earliest(&self.nodes)
             .map(|t| t.wrapping_add(self.epoch))
+    }
+
+    /// Events pending that have a deadline.
+    pub fn pending_deadlines(&self) -> usize {
+        self.deadlines.len()
+    }
+
+    /// What a deadline timer calls when it expires (Section 5.9): fires, in deadline order,
+    /// every event whose deadline is at or before `now`, and nothing else (events that are
+    /// due but within their deadline wait for a trigger state). Returns how many fired.
+    pub fn fire_expired_deadlines<F>(
+        &mut self,
+        now: u64,
+        source: TriggerSource,
+        mut dispatch: F,
+    ) -> usize
+    where
+        F: FnMut(&mut Self, Fired<E>),
+    {
+        let rel_now = now.wrapping_sub(self.epoch);
+        self.floor = self.floor.max(rel_now);
+        let mut fired = 0;
+        while let Some(index) = self.deadlines.pop_due(&mut self.nodes, rel_now) {
+            let node = &self.nodes[index as usize];
+            let id = EventId {
+                index,
+                generation: node.generation,
+            };
+            let due = node.links[DUE].when;
+            self.due.remove(&mut self.nodes, index);
+            let event = self.release(index);
+            if let Some(stats) = self.stats.as_deref_mut() {
+                stats.on_fire(rel_now.saturating_sub(due));
+            }
+            fired += 1;
+            dispatch(
+                self,
+                Fired {
+                    id,
+                    event,
+                    due: due.wrapping_add(self.epoch),
+                    now,
+                    source,
+                },
+            );
+        }
+        // The due wheel lost events; its cached lower bound stays valid, but refresh it.
+        self.next_check = self.due.next_check(&self.nodes);
+        fired
     }
 
     /// The earliest deadline among pending events that have one, in measurement ticks.

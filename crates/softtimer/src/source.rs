@@ -26,11 +26,13 @@ pub enum TriggerSource {
     Deadline = 7,
     /// A trigger state the application declared itself.
     User = 8,
+    /// A hardware-timer baseline (a periodic `timerfd` or timer signal), not a trigger state.
+    Timer = 9,
 }
 
 impl TriggerSource {
     /// How many sources there are.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
     /// Every source, in the order of their index.
     pub const ALL: [TriggerSource; Self::COUNT] = [
         TriggerSource::Syscall,
@@ -42,6 +44,7 @@ impl TriggerSource {
         TriggerSource::Backstop,
         TriggerSource::Deadline,
         TriggerSource::User,
+        TriggerSource::Timer,
     ];
 
     /// A stable lower-case name, used in reports and JSON.
@@ -56,6 +59,7 @@ impl TriggerSource {
             TriggerSource::Backstop => "backstop",
             TriggerSource::Deadline => "deadline",
             TriggerSource::User => "user",
+            TriggerSource::Timer => "timer",
         }
     }
 

@@ -37,7 +37,9 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub(crate) fn new(hz: u64) -> Self {
+    /// Empty statistics for a clock at `hz`. A runtime that checks the trigger fast path
+    /// outside the facility keeps its own and calls [`Stats::record_trigger`].
+    pub fn new(hz: u64) -> Self {
         let hist = || Histogram::new_with_bounds(1, MAX_NS, 3).expect("static bounds are valid");
         Stats {
             hz,
@@ -49,8 +51,9 @@ impl Stats {
         }
     }
 
+    /// Counts a trigger state from `source` at clock time `now`.
     #[inline]
-    pub(crate) fn on_trigger(&mut self, source: TriggerSource, now: u64) {
+    pub fn record_trigger(&mut self, source: TriggerSource, now: u64) {
         self.counts[source.index()] += 1;
         if let Some(last) = self.last_trigger {
             // An unordered read may be a few ticks behind the last one: count that as 0.
@@ -93,6 +96,17 @@ impl Stats {
     /// `d = actual − T` is this plus one measurement tick.
     pub fn delays_ns(&self) -> &Histogram<u64> {
         &self.delays_ns
+    }
+
+    /// Adds another's counts and histograms to these.
+    pub fn merge(&mut self, other: &Stats) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts) {
+            *a += b;
+        }
+        self.fired += other.fired;
+        // Both histograms have the same bounds, so adding cannot fail.
+        let _ = self.intervals_ns.add(&other.intervals_ns);
+        let _ = self.delays_ns.add(&other.delays_ns);
     }
 
     /// Forgets everything counted so far.

@@ -279,3 +279,26 @@ fn stats_count_sources_and_delays() {
     timers.set_stats(false);
     assert!(timers.stats().is_none());
 }
+
+#[test]
+fn expired_deadlines_fire_alone_and_in_deadline_order() {
+    let (clock, mut timers) = facility(0);
+    timers.schedule_with_deadline(10, 500, 'a').unwrap(); // due 11, deadline 501
+    timers.schedule_with_deadline(20, 100, 'b').unwrap(); // due 21, deadline 101
+    timers.schedule_soft_event(5, 'c').unwrap(); // due 6, no deadline
+    timers.schedule_with_deadline(30, 1_000, 'd').unwrap(); // due 31, deadline 1001
+    clock.advance(600);
+    let mut fired = vec![];
+    let n =
+        timers.fire_expired_deadlines(600, TriggerSource::Deadline, |_, ev| fired.push(ev.event));
+    assert_eq!(n, 2);
+    assert_eq!(
+        fired,
+        ['b', 'a'],
+        "only expired deadlines, earliest deadline first"
+    );
+    assert_eq!(timers.next_deadline(), Some(1_001));
+    // The rest are due and fire at the next trigger state, in due order.
+    assert_eq!(fire_all(&mut timers), ['c', 'd']);
+    assert_eq!(timers.pending_deadlines(), 0);
+}

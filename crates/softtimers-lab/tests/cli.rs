@@ -39,7 +39,11 @@ fn info_reports_the_clock() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("info.json");
     let out = softtimers(&["info", "--json", json.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert!(["tsc", "monotonic"].contains(&v["clock_source"].as_str().unwrap()));
     assert!(v["measure_resolution_hz"].as_u64().unwrap() >= 1_000_000);
@@ -56,7 +60,11 @@ fn bench_core_quick_writes_every_column() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("core.json");
     let out = softtimers(&["bench", "core", "--quick", "--json", json.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("| schedule_fire | 1000000 |"), "{table}");
 

@@ -1,0 +1,54 @@
+//! Errors of the runtime.
+
+use std::io;
+
+/// What can go wrong building or running an [`EventLoop`](crate::EventLoop).
+#[derive(Debug, thiserror::Error)]
+pub enum RtError {
+    /// The facility's configuration was refused (backstop frequency out of range, …).
+    #[error("facility configuration: {0}")]
+    Config(#[from] softtimer::ConfigError),
+    /// An event could not be scheduled (delay overflow, deadline before delay, …).
+    #[error("cannot schedule: {0}")]
+    Schedule(#[from] softtimer::ScheduleError),
+    /// A timer period outside 1 µs ..= 1 hour.
+    #[error("timer period {0:?} is out of range (1 µs ..= 1 hour)")]
+    Period(std::time::Duration),
+    /// A descriptor that is closed or that epoll cannot watch (a regular file, say).
+    #[error("cannot register file descriptor {fd}: {source}")]
+    Register {
+        /// The descriptor's number.
+        fd: i32,
+        /// Why.
+        source: io::Error,
+    },
+    /// A token in the range the loop keeps for itself.
+    #[error("token {0} is reserved for the loop's own use (tokens must be below {max})", max = crate::event_loop::MAX_TOKEN)]
+    ReservedToken(u64),
+    /// A soft-event handler panicked on the backstop thread.
+    #[error("a soft-event handler panicked on the backstop thread")]
+    HandlerPanicked,
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// Which call.
+        what: &'static str,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+impl RtError {
+    pub(crate) fn io(what: &'static str) -> impl FnOnce(io::Error) -> RtError {
+        move |source| RtError::Io { what, source }
+    }
+}
+
+impl From<(&'static str, rustix::io::Errno)> for RtError {
+    fn from((what, errno): (&'static str, rustix::io::Errno)) -> Self {
+        RtError::Io {
+            what,
+            source: errno.into(),
+        }
+    }
+}

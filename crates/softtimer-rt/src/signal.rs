@@ -1,0 +1,70 @@
+//! The timer-signal baseline: a per-thread POSIX timer whose signal interrupts the loop
+//! thread wherever it is, and whose handler fires due events right there, in signal context.
+//! It is the closest user-space analogue of a hardware timer interrupt, and it is what
+//! soft timers are measured against.
+//!
+//! The signal handler finds the facility through a thread-local pointer that the loop
+//! thread sets while the timer runs and clears (after deleting the timer) before the
+//! facility can go away.
+#![allow(unsafe_code)]
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use softtimer::{Clock, TriggerSource};
+
+use crate::shared::Shared;
+
+/// What the signal handler calls on the interrupted thread.
+pub(crate) trait SignalTarget {
+    fn on_signal(&self);
+}
+
+impl<E> SignalTarget for Shared<E> {
+    fn on_signal(&self) {
+        self.counters
+            .timer_expirations
+            .fetch_add(1, Ordering::Relaxed);
+        // `try_lock`: the signal may have interrupted this very thread inside the facility;
+        // waiting for the lock would wait forever. A busy facility is a missed interrupt.
+        match self.try_lock() {
+            Some(mut facility) => {
+                let now = self.clock.now();
+                self.fire_locked(&mut facility, now, TriggerSource::Timer);
+            }
+            None => {
+                self.counters.signal_busy.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static TARGET: Cell<Option<*const dyn SignalTarget>> = const { Cell::new(None) };
+}
+
+/// Makes `shared` the target of timer signals delivered to the calling thread, until
+/// [`clear_target`]. The caller keeps `shared` alive until then.
+pub(crate) fn set_target<E: Send + 'static>(shared: &Arc<Shared<E>>) {
+    let concrete: *const Shared<E> = Arc::as_ptr(shared);
+    let ptr: *const dyn SignalTarget = concrete;
+    TARGET.with(|t| t.set(Some(ptr)));
+}
+
+/// Stops timer signals on the calling thread from touching any facility.
+pub(crate) fn clear_target() {
+    TARGET.with(|t| t.set(None));
+}
+
+pub(crate) extern "C" fn handle_signal(_signo: i32) {
+    // The thread-local is a const-initialised `Cell` without a destructor, so reading it
+    // needs no allocation or lock and is safe in a signal handler.
+    if let Some(ptr) = TARGET.with(Cell::get) {
+        // SAFETY: `set_target` stored a pointer to a `Shared` that the loop keeps alive (it
+        // holds an `Arc`) until it has deleted the timer and called `clear_target`, so the
+        // pointer is valid whenever it is set. `Shared` is `Sync` and `on_signal` only takes
+        // `&self`.
+        unsafe { (*ptr).on_signal() };
+    }
+}

@@ -1,0 +1,458 @@
+//! The event loop on the real clock and real sockets.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use softtimer::{Clock, Fired, SoftTimers, SystemClock, TriggerSource};
+use softtimer_rt::{EventLoop, Interest, LoopConfig, RecvBatch, RtError, TimerMode};
+
+fn config() -> LoopConfig {
+    LoopConfig {
+        stats: true,
+        ..LoopConfig::default()
+    }
+}
+
+/// Stops `ev` from another thread after `after`, so that no test can hang.
+fn stop_after<E: Send + 'static>(ev: &EventLoop<E>, after: Duration) {
+    let stop = ev.stop_handle();
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        stop.stop();
+    });
+}
+
+#[test]
+fn every_io_helper_is_a_trigger_state_of_its_source() {
+    let mut ev: EventLoop<()> = EventLoop::new(config(), |_, _| {}).unwrap();
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    a.set_nonblocking(true).unwrap();
+    b.set_nonblocking(true).unwrap();
+    let (a_addr, b_addr) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    a.connect(b_addr).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+
+    let before = |ev: &EventLoop<()>, s| ev.stats().unwrap().triggers(s);
+    let check =
+        |ev: &mut EventLoop<()>, source, f: &mut dyn FnMut(&mut softtimer_rt::LoopCx<'_, ()>)| {
+            let n = before(ev, source);
+            f(&mut ev.cx());
+            assert_eq!(before(ev, source), n + 1, "{source}");
+        };
+    let mut buf = [0u8; 64];
+    check(&mut ev, TriggerSource::Send, &mut |cx| {
+        assert_eq!(cx.send(&a, b"one").unwrap(), 3);
+    });
+    check(&mut ev, TriggerSource::Send, &mut |cx| {
+        assert_eq!(cx.send_to(&b, b"two", a_addr).unwrap(), 3);
+    });
+    check(&mut ev, TriggerSource::Send, &mut |cx| {
+        assert_eq!(
+            cx.sendmmsg(&b, &[(b"3", a_addr), (b"4", a_addr)]).unwrap(),
+            2
+        );
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    check(&mut ev, TriggerSource::Recv, &mut |cx| {
+        assert_eq!(cx.recv(&b, &mut buf).unwrap(), 3);
+    });
+    check(&mut ev, TriggerSource::Recv, &mut |cx| {
+        let (n, from) = cx.recv_from(&a, &mut buf).unwrap();
+        assert_eq!((n, from), (3, Some(b_addr)));
+    });
+    let mut batch = RecvBatch::new(8, 64);
+    check(&mut ev, TriggerSource::Recv, &mut |cx| {
+        assert_eq!(cx.recvmmsg(&a, &mut batch).unwrap(), 2);
+    });
+    assert_eq!(batch.get(1).unwrap().0, b"4");
+    check(&mut ev, TriggerSource::Recv, &mut |cx| {
+        // Nothing waiting: the trigger state still happens.
+        assert_eq!(
+            cx.recv(&a, &mut buf).unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock
+        );
+    });
+    check(&mut ev, TriggerSource::Accept, &mut |cx| {
+        cx.accept(&listener).unwrap();
+    });
+    let (mut pipe_r, mut pipe_w) = std::io::pipe().unwrap();
+    check(&mut ev, TriggerSource::Send, &mut |cx| {
+        assert_eq!(cx.write(pipe_w.as_fd(), b"xy").unwrap(), 2);
+    });
+    check(&mut ev, TriggerSource::Recv, &mut |cx| {
+        assert_eq!(cx.read(pipe_r.as_fd(), &mut buf).unwrap(), 2);
+    });
+    check(&mut ev, TriggerSource::Syscall, &mut |cx| {
+        cx.syscall(std::process::id);
+    });
+    let _ = (&mut pipe_r, pipe_w.flush());
+}
+
+#[test]
+fn a_blocked_loop_wakes_for_a_soft_event_and_never_fires_early() {
+    let fired_at = Arc::new(AtomicU64::new(0));
+    let record = Arc::clone(&fired_at);
+    let clock = SystemClock::new();
+    let mut ev: EventLoop<u64> = EventLoop::new(config(), move |_, ev: Fired<u64>| {
+        record.store(clock.now(), Ordering::SeqCst);
+        assert!(ev.now >= ev.due);
+    })
+    .unwrap();
+    let stop = ev.stop_handle();
+    // Stop as soon as the event has fired (watched from outside), or after 2 s at most.
+    let watched = Arc::clone(&fired_at);
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while watched.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop.stop();
+    });
+    let t = ev.micros_to_ticks(5_000);
+    let scheduled = clock.now();
+    ev.cx().schedule_soft_event(t, 1).unwrap();
+    ev.run(|_, _| {}).unwrap();
+    let at = fired_at.load(Ordering::SeqCst);
+    assert!(at > 0, "the event never fired");
+    assert!(at - scheduled > t, "fired early");
+    assert_eq!(ev.counters().fired_total(), 1);
+}
+
+#[test]
+fn due_events_fire_in_order() {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&order);
+    let mut ev: EventLoop<(u64, u32)> =
+        EventLoop::new(config(), move |_, ev: Fired<(u64, u32)>| {
+            sink.lock().unwrap().push(ev.event);
+        })
+        .unwrap();
+    // Due times from one base 100 ms ahead (so that none is due before all are scheduled,
+    // even on a slow, loaded machine), in a scrambled schedule order.
+    let base = ev.clock().now() + ev.micros_to_ticks(100_000);
+    let mut expected = Vec::new();
+    for i in 0..200u32 {
+        let us = u64::from((i * 7_919) % 2_000);
+        let at = base + ev.micros_to_ticks(us);
+        ev.cx().schedule_at(at, (us, i)).unwrap();
+        expected.push((us, i));
+    }
+    let (watched, stop) = (Arc::clone(&order), ev.stop_handle());
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while watched.lock().unwrap().len() < 200 && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        stop.stop();
+    });
+    ev.run(|_, _| {}).unwrap();
+    expected.sort();
+    assert_eq!(*order.lock().unwrap(), expected);
+}
+
+#[test]
+fn a_handler_sends_on_a_socket_and_reschedules_itself() {
+    let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+    receiver.set_nonblocking(true).unwrap();
+    let sender = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+    sender.connect(receiver.local_addr().unwrap()).unwrap();
+    let tx = Arc::clone(&sender);
+    let sent = Arc::new(AtomicU32::new(0));
+    let count = Arc::clone(&sent);
+    let period = SystemClock::new().nanos_to_ticks(100_000);
+    let mut ev: EventLoop<u32> = EventLoop::new(
+        config(),
+        move |timers: &mut SoftTimers<u32>, ev: Fired<u32>| {
+            tx.send(&ev.event.to_be_bytes()).unwrap();
+            count.fetch_add(1, Ordering::Relaxed);
+            if ev.event < 19 {
+                timers.schedule_at(ev.due + period, ev.event + 1).unwrap();
+            }
+        },
+    )
+    .unwrap();
+    ev.cx().register(&receiver, Interest::READABLE, 7).unwrap();
+    ev.cx().schedule_soft_event(period, 0).unwrap();
+    stop_after(&ev, Duration::from_secs(5));
+    let mut got = Vec::new();
+    ev.run(|cx, ready| {
+        assert_eq!(ready.token, 7);
+        let mut buf = [0u8; 4];
+        while let Ok(4) = cx.recv(&receiver, &mut buf) {
+            got.push(u32::from_be_bytes(buf));
+        }
+        if got.len() == 20 {
+            cx.stop();
+        }
+    })
+    .unwrap();
+    assert_eq!(got, (0..20).collect::<Vec<_>>());
+    assert_eq!(sent.load(Ordering::Relaxed), 20);
+}
+
+/// The periodic backstop fires events while the loop thread computes for 50 ms without a
+/// system call. Each event must fire within `T < actual < T + X + 1`; being descheduled by
+/// the kernel can break that, so violations are counted and a small share is allowed.
+#[test]
+fn the_backstop_keeps_the_bound_while_the_loop_computes() {
+    let clock = SystemClock::new();
+    let lateness = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&lateness);
+    let mut ev: EventLoop<()> = EventLoop::new(config(), move |_, ev: Fired<()>| {
+        sink.lock().unwrap().push((
+            ev.due,
+            clock.now(),
+            std::thread::current().name().map(str::to_owned),
+        ));
+    })
+    .unwrap();
+    let x = clock.resolution_hz() / 1000;
+    let kick = UdpSocket::bind("127.0.0.1:0").unwrap();
+    kick.set_nonblocking(true).unwrap();
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"go", kick.local_addr().unwrap())
+        .unwrap();
+    ev.cx().register(&kick, Interest::READABLE, 1).unwrap();
+    stop_after(&ev, Duration::from_secs(5));
+    let mut scheduled = Vec::new();
+    ev.run(|cx, _| {
+        let mut buf = [0u8; 8];
+        let _ = cx.recv(&kick, &mut buf);
+        // 40 events due 1 … 40 ms from now, then 50 ms of arithmetic: no system call.
+        for i in 1..=40u64 {
+            let t = i * x;
+            let now = clock.now();
+            cx.schedule_soft_event(t, ()).unwrap();
+            scheduled.push((now, t));
+        }
+        let end = clock.now() + 50 * x;
+        let mut acc = 0u64;
+        while clock.now() < end {
+            for k in 0..1000u64 {
+                acc = acc.wrapping_mul(6364136223846793005).wrapping_add(k);
+            }
+        }
+        std::hint::black_box(acc);
+        cx.stop();
+    })
+    .unwrap();
+    let fired = lateness.lock().unwrap().clone();
+    assert_eq!(fired.len(), 40, "every event fired");
+    let on_backstop = fired
+        .iter()
+        .filter(|f| f.2.as_deref() == Some("softtimer-backstop"))
+        .count();
+    assert!(
+        on_backstop >= 35,
+        "only {on_backstop} of 40 fired by the backstop thread"
+    );
+    // The paper's bound assumes the interrupt fires exactly on the tick; the backstop
+    // thread needs a wakeup after each tick. The stated margin for that wakeup and for
+    // being descheduled on a shared machine: X/4 (250 µs at 1 kHz), exceeded by at most 2
+    // of the 40 events.
+    let late = |margin: u64| {
+        fired
+            .iter()
+            .filter(|(due, at, _)| at.saturating_sub(*due) > x + 1 + margin)
+            .count()
+    };
+    let (strict, beyond_margin) = (late(0), late(x / 4));
+    eprintln!("bound: {strict} of 40 past X + 1; {beyond_margin} past X + 1 + X/4");
+    assert!(
+        beyond_margin <= 2,
+        "{beyond_margin} of 40 events fired later than X + X/4 past due (allowed: 2); \
+         {strict} later than X"
+    );
+    assert!(ev.counters().fired(TriggerSource::Backstop) >= 35);
+}
+
+#[test]
+fn the_deadline_timer_fires_when_no_trigger_state_comes() {
+    let clock = SystemClock::new();
+    let fired_by = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&fired_by);
+    // A 10 Hz periodic backstop, so that only the deadline timer can fire within 100 ms.
+    let cfg = LoopConfig {
+        interrupt_clock_hz: 10,
+        ..config()
+    };
+    let mut ev: EventLoop<()> = EventLoop::new(cfg, move |_, ev: Fired<()>| {
+        sink.lock().unwrap().push((ev.source, clock.now() - ev.due));
+    })
+    .unwrap();
+    let kick = UdpSocket::bind("127.0.0.1:0").unwrap();
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"go", kick.local_addr().unwrap())
+        .unwrap();
+    ev.cx().register(&kick, Interest::READABLE, 1).unwrap();
+    let ms = clock.resolution_hz() / 1000;
+    stop_after(&ev, Duration::from_secs(5));
+    ev.run(|cx, _| {
+        let mut buf = [0u8; 8];
+        let _ = cx.recv(&kick, &mut buf);
+        cx.schedule_with_deadline(ms / 10, 2 * ms, ()).unwrap();
+        let end = clock.now() + 30 * ms;
+        while clock.now() < end {
+            std::hint::spin_loop();
+        }
+        cx.stop();
+    })
+    .unwrap();
+    let fired = fired_by.lock().unwrap().clone();
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].0, TriggerSource::Deadline);
+    assert!(
+        fired[0].1 < 30 * ms,
+        "fired by the deadline, not at the end of the computation"
+    );
+    let c = ev.counters();
+    assert_eq!(c.deadline_arms.load(Ordering::Relaxed), 1);
+    assert_eq!(c.deadline_real.load(Ordering::Relaxed), 1);
+}
+
+/// When trigger states come first, deadlines cost no arming beyond the first: each new
+/// deadline is later than the armed one, so the timer is left alone (lazily).
+#[test]
+fn deadlines_met_by_trigger_states_cost_no_rearming_on_the_loop() {
+    let fired = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&fired);
+    let stop_at = 100;
+    let mut ev: EventLoop<u32> = EventLoop::new(config(), move |timers, ev: Fired<u32>| {
+        count.fetch_add(1, Ordering::Relaxed);
+        if ev.event < stop_at {
+            let us = timers.measure_resolution() / 1_000_000;
+            // 50 µs ahead, deadline 50 ms: the idle loop's trigger states come far sooner
+            // (the margin covers being descheduled on a busy machine).
+            timers
+                .schedule_with_deadline_from(ev.now, 50 * us, 50_000 * us, ev.event + 1)
+                .unwrap();
+        }
+    })
+    .unwrap();
+    let us = ev.micros_to_ticks(1);
+    ev.cx()
+        .schedule_with_deadline(50 * us, 50_000 * us, 0)
+        .unwrap();
+    stop_after(&ev, Duration::from_millis(300));
+    ev.run(|_, _| {}).unwrap();
+    assert_eq!(fired.load(Ordering::Relaxed), stop_at as usize + 1);
+    let c = ev.counters();
+    // Every later deadline was later than the armed one: one arm in all.
+    assert_eq!(c.deadline_arms.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        c.fired(TriggerSource::Deadline),
+        0,
+        "no event needed the deadline timer"
+    );
+}
+
+#[test]
+fn a_handler_can_stop_the_loop_from_any_thread() {
+    let mut ev: EventLoop<()> = EventLoop::new(config(), |_, _| {}).unwrap();
+    let stop = ev.stop_handle();
+    let mut ev2: EventLoop<()> = EventLoop::new(config(), move |_, _| stop.stop()).unwrap();
+    drop(ev2.cx().schedule_soft_event(0, ()));
+    // `ev2`'s handler stops `ev`; run `ev2` briefly to fire it.
+    stop_after(&ev2, Duration::from_millis(20));
+    ev2.run(|_, _| {}).unwrap();
+    let start = Instant::now();
+    ev.run(|_, _| {}).unwrap();
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+/// Soft timers and both baselines fire the same events in the same order. The handler only
+/// stores into preallocated atomics, so it is async-signal-safe, as the signal baseline
+/// requires.
+#[test]
+fn baselines_fire_the_same_events_in_the_same_order() {
+    const N: usize = 60;
+    let run = |mode: TimerMode| -> Vec<u32> {
+        let slots: Arc<Vec<AtomicU32>> =
+            Arc::new((0..N).map(|_| AtomicU32::new(u32::MAX)).collect());
+        let next = Arc::new(AtomicUsize::new(0));
+        let (s, n) = (Arc::clone(&slots), Arc::clone(&next));
+        let cfg = LoopConfig {
+            mode,
+            capacity: 2 * N,
+            ..LoopConfig::default()
+        };
+        let mut ev: EventLoop<u32> = EventLoop::new(cfg, move |_, ev: Fired<u32>| {
+            let i = n.fetch_add(1, Ordering::Relaxed);
+            if i < N {
+                s[i].store(ev.event, Ordering::Relaxed);
+            }
+        })
+        .unwrap();
+        let base = ev.clock().now();
+        for i in 0..N as u32 {
+            // Due 1 … 12 ms from `base`, 200 µs apart, scheduled out of order.
+            let k = (i * 37) % N as u32;
+            let at = base + ev.micros_to_ticks(1_000 + u64::from(k) * 200);
+            ev.cx().schedule_at(at, k).unwrap();
+        }
+        let watched = Arc::clone(&next);
+        let stop = ev.stop_handle();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while watched.load(Ordering::Relaxed) < N && start.elapsed() < Duration::from_secs(3) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            stop.stop();
+        });
+        ev.run(|_, _| {}).unwrap();
+        slots.iter().map(|s| s.load(Ordering::Relaxed)).collect()
+    };
+    let soft = run(TimerMode::soft());
+    assert_eq!(soft, (0..N as u32).collect::<Vec<_>>());
+    let timerfd = run(TimerMode::timerfd(Duration::from_micros(50)).unwrap());
+    assert_eq!(timerfd, soft, "timerfd baseline");
+    // SAFETY: the handler only does atomic stores into preallocated memory, and the
+    // facility has room for every event (no allocation), so it is async-signal-safe.
+    #[allow(unsafe_code)]
+    let signal_mode = unsafe { TimerMode::signal(Duration::from_micros(50)) }.unwrap();
+    let signal = run(signal_mode);
+    assert_eq!(signal, soft, "signal baseline");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    assert!(matches!(
+        TimerMode::timerfd(Duration::ZERO),
+        Err(RtError::Period(_))
+    ));
+    assert!(matches!(
+        TimerMode::timerfd(Duration::from_secs(3601)),
+        Err(RtError::Period(_))
+    ));
+    for hz in [0, 100_001] {
+        let cfg = LoopConfig {
+            interrupt_clock_hz: hz,
+            ..LoopConfig::default()
+        };
+        let err = EventLoop::<()>::new(cfg, |_, _| {}).err().expect("refused");
+        assert!(matches!(err, RtError::Config(_)), "{err}");
+    }
+    let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
+    // A regular file cannot be watched by epoll.
+    let file = std::fs::File::open("/proc/self/status").unwrap();
+    let err = ev.cx().register(&file, Interest::READABLE, 1).unwrap_err();
+    assert!(matches!(err, RtError::Register { .. }), "{err}");
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    assert!(matches!(
+        ev.cx().register(&sock, Interest::READABLE, u64::MAX - 1),
+        Err(RtError::ReservedToken(_))
+    ));
+    // Registering twice is epoll's EEXIST, reported, not a panic.
+    ev.cx().register(&sock, Interest::READABLE, 1).unwrap();
+    assert!(ev.cx().register(&sock, Interest::READABLE, 2).is_err());
+    assert!(ev.cx().schedule_soft_event(u64::MAX, ()).is_err());
+}
