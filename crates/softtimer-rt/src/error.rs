@@ -25,6 +25,9 @@ pub enum RtError {
     /// A token in the range the loop keeps for itself.
     #[error("token {0} is reserved for the loop's own use (tokens must be below {max})", max = crate::event_loop::MAX_TOKEN)]
     ReservedToken(u64),
+    /// This thread already runs a loop with the timer-signal baseline.
+    #[error("a loop with the timer-signal baseline already exists on this thread")]
+    SignalLoopExists,
     /// A soft-event handler panicked on the backstop thread.
     #[error("a soft-event handler panicked on the backstop thread")]
     HandlerPanicked,

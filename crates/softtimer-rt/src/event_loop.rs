@@ -190,7 +190,8 @@ pub struct LoopCx<'a, E> {
     core: &'a mut Core<E>,
 }
 
-/// The event loop. One per thread; see the crate documentation.
+/// The event loop. One per thread, made on the thread that runs it (it is not `Send`); see
+/// the crate documentation.
 pub struct EventLoop<E: Send + 'static> {
     core: Core<E>,
     events: Vec<epoll::Event>,
@@ -201,6 +202,9 @@ pub struct EventLoop<E: Send + 'static> {
     timerfd: Option<OwnedFd>,
     signal_timer: Option<ThreadSignalTimer>,
     backstop: Option<Backstop>,
+    /// A loop belongs to the thread that made it (its timer signal is addressed to that
+    /// thread), so it is neither `Send` nor `Sync`.
+    _thread_bound: std::marker::PhantomData<*const ()>,
 }
 
 impl<E: Send + 'static> EventLoop<E> {
@@ -296,12 +300,18 @@ impl<E: Send + 'static> EventLoop<E> {
             Mode::Signal(period) => {
                 sys::install_signal_handler(signal::handle_signal)
                     .map_err(RtError::io("sigaction"))?;
-                signal::set_target(&shared);
+                // The timer is created disarmed, so no signal comes before the target is set;
+                // a failure after the target is set clears it again.
                 let timer = ThreadSignalTimer::new(sys::gettid(), sys::timer_signal())
                     .map_err(RtError::io("timer_create"))?;
-                timer
-                    .set_periodic(period)
-                    .map_err(RtError::io("timer_settime"))?;
+                if !signal::set_target(&shared) {
+                    return Err(RtError::SignalLoopExists);
+                }
+                if let Err(e) = timer.set_periodic(period) {
+                    drop(timer);
+                    signal::clear_target();
+                    return Err(RtError::io("timer_settime")(e));
+                }
                 signal_timer = Some(timer);
             }
         }
@@ -334,6 +344,7 @@ impl<E: Send + 'static> EventLoop<E> {
             timerfd,
             signal_timer,
             backstop,
+            _thread_bound: std::marker::PhantomData,
         })
     }
 
@@ -444,26 +455,17 @@ impl<E: Send + 'static> EventLoop<E> {
             {
                 return Err(RtError::HandlerPanicked);
             }
-            let timeout = self.idle(spin_ticks);
-            self.events.clear();
-            let source = if timeout == Some(Duration::ZERO) {
-                TriggerSource::Idle
-            } else {
-                TriggerSource::Syscall
-            };
-            let ts = timeout.map(|d| Timespec {
-                tv_sec: d.as_secs() as i64,
-                tv_nsec: i64::from(d.subsec_nanos()),
-            });
-            match epoll::wait(
-                &self.core.epoll,
-                rustix::buffer::spare_capacity(&mut self.events),
-                ts.as_ref(),
-            ) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(("epoll_wait", e).into()),
+            // Look at the descriptors first, without blocking: the loop is idle only when
+            // nothing is ready, and only then does the idle policy spin or block.
+            self.wait(Some(Duration::ZERO))?;
+            self.core.trigger(TriggerSource::Syscall);
+            if self.events.is_empty() {
+                let timeout = self.idle(spin_ticks);
+                if timeout != Some(Duration::ZERO) {
+                    self.wait(timeout)?;
+                    self.core.trigger(TriggerSource::Syscall);
+                }
             }
-            self.core.trigger(source);
             if self.events.is_empty() {
                 continue;
             }
@@ -510,7 +512,24 @@ impl<E: Send + 'static> EventLoop<E> {
         Ok(())
     }
 
-    /// The idle policy (Section 5.1). Returns the `epoll_wait` timeout: `Some(0)` to poll,
+    /// One `epoll_wait` into `self.events`; an interrupted wait returns no events.
+    fn wait(&mut self, timeout: Option<Duration>) -> Result<(), RtError> {
+        self.events.clear();
+        let ts = timeout.map(|d| Timespec {
+            tv_sec: d.as_secs() as i64,
+            tv_nsec: i64::from(d.subsec_nanos()),
+        });
+        match epoll::wait(
+            &self.core.epoll,
+            rustix::buffer::spare_capacity(&mut self.events),
+            ts.as_ref(),
+        ) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(("epoll_wait", e).into()),
+        }
+    }
+
+    /// The idle policy (Section 5.1), applied when no descriptor is ready. Returns the `epoll_wait` timeout: `Some(0)` to poll,
     /// a duration to block at most that long, `None` to block until something is ready.
     ///
     /// When a soft event is due before the next backstop tick, spin on trigger checks for

@@ -63,3 +63,9 @@ pub use event_loop::{
 };
 pub use shared::{Counters, Handler};
 pub use sys::RecvBatch;
+
+/// The README's examples, compiled (and, where they end, run) as doctests so that they cannot
+/// rot. They live here because this crate depends on both `softtimer` and itself.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -56,6 +56,16 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Counts events fired. Every caller holds the facility lock, so the counters have one
+    /// writer at a time and a plain load and store suffice (no locked read-modify-write).
+    fn add_fired(&self, source: TriggerSource, n: usize) {
+        let counter = &self.fired_by[source.index()];
+        counter.store(
+            counter.load(Ordering::Relaxed) + n as u64,
+            Ordering::Relaxed,
+        );
+    }
+
     /// Events fired by `source`.
     pub fn fired(&self, source: TriggerSource) -> u64 {
         self.fired_by[source.index()].load(Ordering::Relaxed)
@@ -191,7 +201,7 @@ impl<E> Shared<E> {
         let handler = &self.handler;
         let fired = facility.fire_due(now, source, |timers, event| handler(timers, event));
         if fired > 0 {
-            self.counters.fired_by[source.index()].fetch_add(fired as u64, Ordering::Relaxed);
+            self.counters.add_fired(source, fired);
         }
         self.arm_earliest_deadline(facility);
         self.publish(facility);
@@ -261,7 +271,7 @@ impl<E> Shared<E> {
             facility.fire_expired_deadlines(now, source, |timers, event| handler(timers, event));
         if fired > 0 {
             self.counters.deadline_real.fetch_add(1, Ordering::Relaxed);
-            self.counters.fired_by[source.index()].fetch_add(fired as u64, Ordering::Relaxed);
+            self.counters.add_fired(source, fired);
         }
         self.deadline.armed.store(u64::MAX, Ordering::Relaxed);
         if let Some(next) = facility.next_deadline() {

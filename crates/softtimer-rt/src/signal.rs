@@ -45,11 +45,18 @@ thread_local! {
 }
 
 /// Makes `shared` the target of timer signals delivered to the calling thread, until
-/// [`clear_target`]. The caller keeps `shared` alive until then.
-pub(crate) fn set_target<E: Send + 'static>(shared: &Arc<Shared<E>>) {
+/// [`clear_target`]. The caller keeps `shared` alive until then. `false` (and nothing
+/// changes) if the thread already has a target: one signal-mode loop per thread.
+pub(crate) fn set_target<E: Send + 'static>(shared: &Arc<Shared<E>>) -> bool {
     let concrete: *const Shared<E> = Arc::as_ptr(shared);
     let ptr: *const dyn SignalTarget = concrete;
-    TARGET.with(|t| t.set(Some(ptr)));
+    TARGET.with(|t| {
+        if t.get().is_some() {
+            return false;
+        }
+        t.set(Some(ptr));
+        true
+    })
 }
 
 /// Stops timer signals on the calling thread from touching any facility.

@@ -455,4 +455,36 @@ fn bad_input_is_a_clear_error() {
     ev.cx().register(&sock, Interest::READABLE, 1).unwrap();
     assert!(ev.cx().register(&sock, Interest::READABLE, 2).is_err());
     assert!(ev.cx().schedule_soft_event(u64::MAX, ()).is_err());
+    // One signal-mode loop per thread: the signal is addressed to the thread.
+    // SAFETY: the handlers do nothing, which is async-signal-safe.
+    #[allow(unsafe_code)]
+    let mode = || unsafe { TimerMode::signal(Duration::from_millis(1)) }.unwrap();
+    let first: EventLoop<()> = EventLoop::new(
+        LoopConfig {
+            mode: mode(),
+            ..LoopConfig::default()
+        },
+        |_, _| {},
+    )
+    .unwrap();
+    let second = EventLoop::<()>::new(
+        LoopConfig {
+            mode: mode(),
+            ..LoopConfig::default()
+        },
+        |_, _| {},
+    );
+    assert!(matches!(second, Err(RtError::SignalLoopExists)));
+    drop(first);
+    // Once the first is gone, the thread may have another.
+    assert!(
+        EventLoop::<()>::new(
+            LoopConfig {
+                mode: mode(),
+                ..LoopConfig::default()
+            },
+            |_, _| {}
+        )
+        .is_ok()
+    );
 }

@@ -535,7 +535,14 @@ impl<E, C: Clock> SoftTimers<E, C> {
         let rel_now = now.wrapping_sub(self.epoch);
         self.floor = self.floor.max(rel_now);
         let mut fired = 0;
-        while let Some(index) = self.due.pop_due(&mut self.nodes, rel_now) {
+        loop {
+            let index = match self.due.pop_due_or_next(&mut self.nodes, rel_now) {
+                Ok(index) => index,
+                Err(next_check) => {
+                    self.next_check = next_check;
+                    return fired;
+                }
+            };
             let node = &self.nodes[index as usize];
             let id = EventId {
                 index,
@@ -559,8 +566,6 @@ impl<E, C: Clock> SoftTimers<E, C> {
             };
             dispatch(self, fired_event);
         }
-        self.next_check = self.due.next_check(&self.nodes);
-        fired
     }
 }
 

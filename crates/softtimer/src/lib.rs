@@ -53,8 +53,3 @@ pub use error::{ConfigError, ScheduleError};
 pub use facility::{Config, EventId, Fired, MAX_INTERRUPT_CLOCK_HZ, SoftTimers};
 pub use source::TriggerSource;
 pub use stats::Stats;
-
-/// The README's examples, compiled and run as doctests so that they cannot rot.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;

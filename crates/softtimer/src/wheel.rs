@@ -210,6 +210,17 @@ impl Wheel {
     /// moved up to `now`.
     #[inline]
     pub(crate) fn pop_due<E>(&mut self, nodes: &mut [Node<E>], now: u64) -> Option<u32> {
+        self.pop_due_or_next(nodes, now).ok()
+    }
+
+    /// [`Wheel::pop_due`], but when nothing is due it returns [`Wheel::next_check`] (as
+    /// `Err`), which it has just computed anyway.
+    #[inline]
+    pub(crate) fn pop_due_or_next<E>(
+        &mut self,
+        nodes: &mut [Node<E>],
+        now: u64,
+    ) -> Result<u32, u64> {
         loop {
             match self.next_expiration() {
                 Some((0, slot, _)) => {
@@ -217,19 +228,19 @@ impl Wheel {
                     let when = nodes[idx as usize].links[self.link].when;
                     if when > now {
                         self.elapsed = self.elapsed.max(now);
-                        return None;
+                        return Err(when);
                     }
                     self.elapsed = self.elapsed.max(when);
                     self.unlink(nodes, 0, slot, idx);
-                    return Some(idx);
+                    return Ok(idx);
                 }
                 Some((level, slot, start)) if start <= now => {
                     self.elapsed = self.elapsed.max(start);
                     self.cascade(nodes, level, slot);
                 }
-                _ => {
+                other => {
                     self.elapsed = self.elapsed.max(now);
-                    return None;
+                    return Err(other.map_or(u64::MAX, |(_, _, start)| start));
                 }
             }
         }

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::{bench_core, info};
+use crate::{bench_core, bench_timers, info};
 
 /// What the lab run does.
 #[derive(Clone, Debug)]
@@ -50,13 +50,20 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
         if options.quick { " --quick" } else { "" }
     );
 
-    eprintln!("[1/2] info: clock source and read cost");
+    let path = options.out.join("report.md");
+    // The report is rewritten after every step, so an interrupted run keeps what finished.
+    let save = |report: &str| {
+        fs::write(&path, report).with_context(|| format!("cannot write {}", path.display()))
+    };
+
+    eprintln!("[1/3] info: clock source and read cost");
     let info = info::run();
     write_json(&options.out.join("info.json"), &info)?;
     report += "## The measurement clock (`softtimers info`)\n\n";
     report += &info::to_markdown(&info);
+    save(&report)?;
 
-    eprintln!("[2/2] bench core: the facility against BinaryHeap, BTreeMap, DelayQueue");
+    eprintln!("[2/3] bench core: the facility against BinaryHeap, BTreeMap, DelayQueue");
     let bar = progress_bar("bench core");
     let core = bench_core::run(
         &bench_core::CoreBenchConfig::new(options.quick),
@@ -72,8 +79,20 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
                `schedule`, `cancel` and `schedule_fire` run on a simulated clock so that the \
                data structures are compared; `trigger` runs on the real clock.\n\n";
     report += &bench_core::to_markdown(&core);
+    save(&report)?;
 
-    let path = options.out.join("report.md");
-    fs::write(&path, report).with_context(|| format!("cannot write {}", path.display()))?;
+    eprintln!("[3/3] bench timers: cost per event of soft timers, timerfd and timer signals");
+    let bar = progress_bar("bench timers");
+    let config = bench_timers::TimersConfig::new(options.quick, vec![10, 20, 50])?;
+    let timers = bench_timers::run(&config, |f, msg| {
+        bar.set_position((f * 1000.0) as u64);
+        bar.set_message(msg.to_string());
+    });
+    bar.finish_and_clear();
+    let timers = timers?;
+    write_json(&options.out.join("bench_timers.json"), &timers)?;
+    report += "\n## Cost per timer event (`softtimers bench timers`, the paper's Table I)\n\n";
+    report += &bench_timers::to_markdown(&timers);
+    save(&report)?;
     Ok(path)
 }

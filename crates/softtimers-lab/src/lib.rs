@@ -7,6 +7,9 @@
 //!   clock read against the other candidates;
 //! * `softtimers bench core`: the facility's micro-benchmarks against a `BinaryHeap`, a
 //!   `BTreeMap` and tokio's `DelayQueue`;
+//! * `softtimers bench timers`: the cost per event of soft timers, a periodic `timerfd` and a
+//!   timer signal, from a workload's slowdown (the paper's Table I method), on the event
+//!   loop of `softtimer-rt`;
 //! * `softtimers lab`: everything above, written to `results/report.md`.
 //!
 //! The modules are public so that the criterion benchmarks and the tests use the same code
@@ -16,6 +19,7 @@
 pub mod alloc_count;
 pub mod baselines;
 pub mod bench_core;
+pub mod bench_timers;
 pub mod info;
 pub mod lab;
 pub mod stats;

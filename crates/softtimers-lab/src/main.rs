@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use softtimers_lab::alloc_count::CountingAlloc;
-use softtimers_lab::{bench_core, info, lab};
+use softtimers_lab::{bench_core, bench_timers, info, lab};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -56,6 +56,19 @@ enum Bench {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Cost per event of soft timers, a periodic timerfd and a timer signal, from the
+    /// slowdown of a workload that makes a system call every few microseconds.
+    Timers {
+        /// Event interval in µs (repeatable; default 10, 20 and 50).
+        #[arg(long = "interval", value_name = "US")]
+        intervals: Vec<u64>,
+        /// Fewer and shorter runs (about 15 s).
+        #[arg(long)]
+        quick: bool,
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -88,6 +101,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             });
             bar.finish_and_clear();
             print!("{}", bench_core::to_markdown(&report));
+            if let Some(path) = json {
+                lab::write_json(&path, &report)?;
+            }
+        }
+        Command::Bench {
+            which:
+                Bench::Timers {
+                    intervals,
+                    quick,
+                    json,
+                },
+        } => {
+            let intervals = if intervals.is_empty() {
+                vec![10, 20, 50]
+            } else {
+                intervals
+            };
+            let config = bench_timers::TimersConfig::new(quick, intervals)?;
+            let bar = lab::progress_bar("bench timers");
+            let report = bench_timers::run(&config, |f, msg| {
+                bar.set_position((f * 1000.0) as u64);
+                bar.set_message(msg.to_string());
+            });
+            bar.finish_and_clear();
+            let report = report?;
+            print!("{}", bench_timers::to_markdown(&report));
             if let Some(path) = json {
                 lab::write_json(&path, &report)?;
             }

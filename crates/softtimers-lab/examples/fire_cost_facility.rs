@@ -1,0 +1,21 @@
+//! The facility alone firing one event per trigger state, for instruction counting under
+//! `valgrind --tool=callgrind` (no threads, no epoll). `N` sets the number of triggers.
+use softtimer::{SimClock, SoftTimers, TriggerSource};
+
+fn main() {
+    let n: u64 = std::env::var("N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let clock = SimClock::new(2_000_000_000);
+    let mut timers: SoftTimers<(), SimClock> = SoftTimers::new(clock.clone()).unwrap();
+    timers.schedule_soft_event(0, ()).unwrap();
+    let mut fired = 0;
+    for _ in 0..n {
+        clock.advance(200);
+        fired += timers.trigger(TriggerSource::User, |t, ev| {
+            t.schedule_at(ev.now, ()).unwrap();
+        });
+    }
+    println!("{fired} fired");
+}

@@ -1,0 +1,561 @@
+//! `softtimers bench timers`: what an event costs from each timer source, measured from the
+//! slowdown of a workload (the method of the paper's Table I), before any network workload.
+//!
+//! The workload runs on the event loop: an always-readable eventfd makes every iteration one
+//! `epoll_wait` (a system call, so a trigger state) followed by a chunk of pointer chasing
+//! through 64 MB (a few microseconds of cache misses). Events with a null handler (it only
+//! re-arms itself) fire every 10, 20 and 50 µs from each source: soft timers, a periodic
+//! `timerfd`, and a POSIX timer signal; soft timers also fire "at every trigger state" (the
+//! paper's setting). Each configuration runs the same number of chunks; the runs are
+//! interleaved and repeated, and the median time of each is compared with the median time of
+//! the run without events.
+
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rustix::event::{EventfdFlags, eventfd};
+use serde::Serialize;
+use softtimer::{Fired, SoftTimers};
+use softtimer_rt::{EventLoop, Interest, LoopConfig, TimerMode};
+
+use crate::bench_core::pin_to_last_cpu;
+use crate::stats::median;
+
+/// Pointer-chasing steps per chunk (about 3 µs of cache misses on the project's VM).
+const STEPS_PER_CHUNK: usize = 32;
+/// Elements (u32) of the workload's array: 64 MB, far beyond the caches.
+const ARRAY_LEN: usize = 16 << 20;
+
+/// How much to measure.
+#[derive(Clone, Debug)]
+pub struct TimersConfig {
+    /// Event intervals, µs.
+    pub intervals_us: Vec<u64>,
+    /// Workload chunks per run.
+    pub chunks: u64,
+    /// Runs per configuration (the median is reported).
+    pub runs: usize,
+}
+
+impl TimersConfig {
+    /// The full run (about a minute) or the quick one.
+    pub fn new(quick: bool, intervals_us: Vec<u64>) -> Result<Self> {
+        for &us in &intervals_us {
+            if us == 0 || us > 3_600_000_000 {
+                bail!("interval {us} µs is out of range (1 ..= 3600000000 µs, one hour)");
+            }
+        }
+        Ok(TimersConfig {
+            intervals_us,
+            // Many short interleaved rounds: the median of paired ratios tightens with the
+            // number of rounds, while long runs only average the machine's drift in.
+            chunks: 100_000,
+            runs: if quick { 3 } else { 21 },
+        })
+    }
+}
+
+/// One (source, interval) result.
+#[derive(Clone, Debug, Serialize)]
+pub struct TimerRow {
+    /// `soft`, `timerfd` or `signal`.
+    pub source: String,
+    /// Event interval, µs; 0 means "at every trigger state" (soft only).
+    pub interval_us: u64,
+    /// Events per second asked for (for interval 0: the trigger-state rate).
+    pub events_asked_per_s: f64,
+    /// Events per second delivered (handler calls).
+    pub events_delivered_per_s: f64,
+    /// Workload slowdown against the run without events, %: the median over rounds of
+    /// this run's time against the baseline run of the same round.
+    pub slowdown_pct: f64,
+    /// Smallest and largest per-round slowdown, %.
+    pub slowdown_range_pct: (f64, f64),
+    /// Slowdown divided by events delivered, µs per event.
+    pub cost_per_event_us: f64,
+    /// Median run time, s.
+    pub median_run_s: f64,
+    /// Smallest and largest run time, s.
+    pub run_range_s: (f64, f64),
+}
+
+/// A target from the issue and whether this run met it.
+#[derive(Clone, Debug, Serialize)]
+pub struct TimersTarget {
+    /// What is measured.
+    pub figure: String,
+    /// The goal.
+    pub target: String,
+    /// The measured value.
+    pub measured: f64,
+    /// Whether it was met.
+    pub met: bool,
+}
+
+/// What `bench timers` produces.
+#[derive(Clone, Debug, Serialize)]
+pub struct TimersReport {
+    /// Trigger states per second of the workload (from a run with statistics on).
+    pub trigger_states_per_s: f64,
+    /// Median run time without events, s.
+    pub baseline_run_s: f64,
+    /// Workload chunks per run.
+    pub chunks: u64,
+    /// Runs per configuration.
+    pub runs: usize,
+    /// The CPU the loop thread was pinned to.
+    pub pinned_cpu: Option<usize>,
+    /// Whether the backstop thread had real-time priority.
+    pub backstop_realtime: Option<bool>,
+    /// One row per (source, interval).
+    pub rows: Vec<TimerRow>,
+    /// How late the backstop fires events while the loop thread computes.
+    pub backstop: BackstopLateness,
+    /// The issue's targets against this run.
+    pub targets: Vec<TimersTarget>,
+}
+
+/// Lateness of events fired by the backstop thread while the loop thread computes without
+/// system calls: the measured `ε` in `T < actual < T + X + 1 + ε`.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackstopLateness {
+    /// Events measured.
+    pub events: usize,
+    /// Backstop period X, µs.
+    pub x_us: f64,
+    /// Median lateness past the due time, µs.
+    pub median_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// Largest, µs.
+    pub max_us: f64,
+    /// Share of events later than X past due (the paper's bound), %.
+    pub pct_over_x: f64,
+    /// Share of events later than X + X/4 past due, %.
+    pub pct_over_x_plus_quarter: f64,
+    /// Share fired by the backstop thread (the rest by a trigger state at the end), %.
+    pub pct_fired_by_backstop: f64,
+}
+
+/// Schedules events 97 µs apart while the loop thread computes for `compute` without a system
+/// call, and measures how late the backstop thread fires them.
+pub fn measure_backstop(compute: Duration) -> Result<BackstopLateness> {
+    use softtimer::{Clock, TriggerSource};
+    use std::sync::{Arc, Mutex};
+    let clock = softtimer::SystemClock::new();
+    let late: Arc<Mutex<Vec<(u64, TriggerSource)>>> = Arc::default();
+    let sink = Arc::clone(&late);
+    let mut ev: EventLoop<()> = EventLoop::new(
+        LoopConfig {
+            capacity: 1 << 16,
+            ..LoopConfig::default()
+        },
+        move |_, fired: Fired<()>| {
+            let now = clock.now();
+            if let Ok(mut v) = sink.lock() {
+                v.push((now.saturating_sub(fired.due), fired.source));
+            }
+        },
+    )?;
+    let x = clock.resolution_hz() / 1000;
+    let kick: OwnedFd = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
+    ev.cx().register(&kick, Interest::READABLE, 1)?;
+    let compute_ticks = clock.nanos_to_ticks(compute.as_nanos() as u64);
+    let step = clock.nanos_to_ticks(97_000);
+    let mut scheduled = 0usize;
+    ev.run(|cx, _| {
+        let start = clock.now();
+        let mut at = start + step;
+        while at + x < start + compute_ticks {
+            let _ = cx.schedule_at(at, ());
+            at += step;
+            scheduled += 1;
+        }
+        let mut acc = 0u64;
+        while clock.now() < start + compute_ticks {
+            for k in 0..1000u64 {
+                acc = acc.wrapping_mul(6364136223846793005).wrapping_add(k);
+            }
+        }
+        std::hint::black_box(acc);
+        cx.stop();
+    })?;
+    let fired = late.lock().map(|v| v.clone()).unwrap_or_default();
+    let to_us =
+        |ticks: u64| softtimer::ticks_to_nanos(ticks, clock.resolution_hz()) as f64 / 1000.0;
+    let lateness: Vec<f64> = fired.iter().map(|&(t, _)| to_us(t)).collect();
+    let x_us = to_us(x);
+    let share = |limit: f64| {
+        lateness.iter().filter(|&&l| l > limit).count() as f64 / lateness.len().max(1) as f64
+            * 100.0
+    };
+    let by_backstop = fired
+        .iter()
+        .filter(|(_, s)| *s == TriggerSource::Backstop)
+        .count();
+    Ok(BackstopLateness {
+        events: scheduled,
+        x_us,
+        median_us: median(&lateness),
+        p99_us: crate::stats::percentile(&lateness, 99.0),
+        max_us: lateness.iter().copied().fold(0.0, f64::max),
+        pct_over_x: share(x_us),
+        pct_over_x_plus_quarter: share(x_us * 1.25),
+        pct_fired_by_backstop: by_backstop as f64 / fired.len().max(1) as f64 * 100.0,
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Source {
+    None,
+    Soft,
+    Timerfd,
+    Signal,
+}
+
+impl Source {
+    fn name(self) -> &'static str {
+        match self {
+            Source::None => "none",
+            Source::Soft => "soft",
+            Source::Timerfd => "timerfd",
+            Source::Signal => "signal",
+        }
+    }
+}
+
+/// A random cyclic permutation: following `a[i]` visits every element, each step a likely
+/// cache miss.
+fn pointer_chase_array() -> Vec<u32> {
+    let mut order: Vec<u32> = (0..ARRAY_LEN as u32).collect();
+    // Sattolo's algorithm, with a fixed LCG so every run chases the same cycle.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for i in (1..ARRAY_LEN).rev() {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let j = (state >> 33) as usize % i;
+        order.swap(i, j);
+    }
+    let mut next = vec![0u32; ARRAY_LEN];
+    for w in 0..ARRAY_LEN {
+        next[order[w] as usize] = order[(w + 1) % ARRAY_LEN];
+    }
+    next
+}
+
+struct RunResult {
+    elapsed: Duration,
+    fired: u64,
+    triggers: Option<u64>,
+    backstop_realtime: Option<bool>,
+}
+
+/// The null handler: re-arms a periodic event at its own schedule (so that late firings do
+/// not stretch the period), or at the next tick for "every trigger state". It allocates
+/// nothing (the facility has room reserved), so it is async-signal-safe.
+fn null_handler(interval_ticks: u64) -> impl Fn(&mut SoftTimers<()>, Fired<()>) + Send + Sync {
+    move |timers, ev| {
+        let next = if interval_ticks == 0 {
+            ev.now
+        } else {
+            ev.due + interval_ticks
+        };
+        let _ = timers.schedule_at(next, ());
+    }
+}
+
+fn run_once(
+    array: &[u32],
+    source: Source,
+    interval_us: u64,
+    chunks: u64,
+    stats: bool,
+) -> Result<RunResult> {
+    let period = Duration::from_micros(interval_us.max(1));
+    let mode = match source {
+        Source::None | Source::Soft => TimerMode::soft(),
+        Source::Timerfd => TimerMode::timerfd(period)?,
+        // SAFETY: the handler (`null_handler`) only calls `schedule_at` on a facility with
+        // room reserved (`capacity`), which neither allocates nor locks; the payload `()`
+        // has no destructor. That is async-signal-safe.
+        #[allow(unsafe_code)]
+        Source::Signal => unsafe { TimerMode::signal(period)? },
+    };
+    let config = LoopConfig {
+        mode,
+        stats,
+        capacity: 16,
+        ..LoopConfig::default()
+    };
+    let ticks_probe = softtimer::SystemClock::new();
+    let interval_ticks = ticks_probe.nanos_to_ticks(interval_us * 1000);
+    let mut ev: EventLoop<()> = EventLoop::new(config, null_handler(interval_ticks))?;
+    let work: OwnedFd = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
+        .context("eventfd for the workload")?;
+    ev.cx().register(&work, Interest::READABLE, 1)?;
+    if source != Source::None {
+        let first = if interval_us == 0 { 0 } else { interval_ticks };
+        ev.cx().schedule_soft_event(first, ())?;
+    }
+    let mut position = 0u32;
+    let mut remaining = chunks;
+    let start = Instant::now();
+    ev.run(|cx, _ready| {
+        // The eventfd stays readable (it is never read), so `epoll_wait` returns at once
+        // every iteration: one system call per chunk of work.
+        for _ in 0..STEPS_PER_CHUNK {
+            position = array[position as usize];
+        }
+        remaining -= 1;
+        if remaining == 0 {
+            cx.stop();
+        }
+    })?;
+    let elapsed = start.elapsed();
+    std::hint::black_box(position);
+    let triggers = ev.stats().map(|s| s.total_triggers());
+    Ok(RunResult {
+        elapsed,
+        fired: ev.counters().fired_total(),
+        triggers,
+        backstop_realtime: ev.backstop_realtime(),
+    })
+}
+
+/// Runs the benchmark. `progress` is told the fraction done.
+pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result<TimersReport> {
+    let pinned_cpu = pin_to_last_cpu();
+    let array = pointer_chase_array();
+    // The configurations: the baseline, soft at every trigger state, then each source at
+    // each interval.
+    let mut configs = vec![(Source::None, 0), (Source::Soft, 0)];
+    for &us in &config.intervals_us {
+        for source in [Source::Soft, Source::Timerfd, Source::Signal] {
+            configs.push((source, us));
+        }
+    }
+    // Warm up (page in the array, calibrate the clock) and measure the trigger rate.
+    let probe = run_once(&array, Source::None, 0, config.chunks / 4, true)?;
+    let trigger_states_per_s = probe.triggers.unwrap_or(0) as f64 / probe.elapsed.as_secs_f64();
+    let backstop_realtime = probe.backstop_realtime;
+
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    let mut fired: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    let total = (config.runs * configs.len()) as f64;
+    let mut done = 0.0;
+    for round in 0..config.runs {
+        for (i, &(source, us)) in configs.iter().enumerate() {
+            progress(
+                done / total,
+                &format!(
+                    "round {}/{}: {} {us} µs",
+                    round + 1,
+                    config.runs,
+                    source.name()
+                ),
+            );
+            let r = run_once(&array, source, us, config.chunks, false)?;
+            times[i].push(r.elapsed.as_secs_f64());
+            fired[i].push(r.fired as f64 / r.elapsed.as_secs_f64());
+            done += 1.0;
+        }
+    }
+    progress(1.0, "done");
+    let base = median(&times[0]);
+    let mut rows = Vec::new();
+    for (i, &(source, us)) in configs.iter().enumerate().skip(1) {
+        let t = median(&times[i]);
+        let delivered = median(&fired[i]);
+        let events_per_run = delivered * t;
+        // Paired by round: machine noise drifts slowly, so a run is compared with the
+        // baseline run made just before it.
+        let paired: Vec<f64> = times[i]
+            .iter()
+            .zip(&times[0])
+            .map(|(t, b)| (t / b - 1.0) * 100.0)
+            .collect();
+        let slowdown = median(&paired);
+        let cost_us = if events_per_run > 0.0 {
+            slowdown / 100.0 * base / events_per_run * 1e6
+        } else {
+            f64::NAN
+        };
+        let lo = times[i].iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = times[i].iter().copied().fold(0.0, f64::max);
+        rows.push(TimerRow {
+            source: source.name().to_string(),
+            interval_us: us,
+            events_asked_per_s: if us == 0 {
+                trigger_states_per_s
+            } else {
+                1e6 / us as f64
+            },
+            events_delivered_per_s: delivered,
+            slowdown_pct: slowdown,
+            slowdown_range_pct: (
+                paired.iter().copied().fold(f64::INFINITY, f64::min),
+                paired.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            ),
+            cost_per_event_us: cost_us,
+            median_run_s: t,
+            run_range_s: (lo, hi),
+        });
+    }
+    let targets = check_targets(&rows);
+    progress(1.0, "backstop lateness");
+    let backstop = measure_backstop(Duration::from_millis(if config.runs > 3 {
+        2_000
+    } else {
+        300
+    }))?;
+    Ok(TimersReport {
+        trigger_states_per_s,
+        baseline_run_s: base,
+        chunks: config.chunks,
+        runs: config.runs,
+        pinned_cpu,
+        backstop_realtime,
+        rows,
+        targets,
+        backstop,
+    })
+}
+
+fn row<'a>(rows: &'a [TimerRow], source: &str, us: u64) -> Option<&'a TimerRow> {
+    rows.iter()
+        .find(|r| r.source == source && r.interval_us == us)
+}
+
+fn check_targets(rows: &[TimerRow]) -> Vec<TimersTarget> {
+    let mut targets = Vec::new();
+    if let Some(soft) = row(rows, "soft", 0) {
+        targets.push(TimersTarget {
+            figure: "slowdown, soft events at every trigger state".into(),
+            target: "<= 1 %".into(),
+            measured: soft.slowdown_pct,
+            met: soft.slowdown_pct <= 1.0,
+        });
+        // The soft cost per event, from the run with the most events; a cost within noise
+        // of zero (or below it) makes any hardware-timer cost "≥ 10 × cheaper".
+        let soft_cost = soft.cost_per_event_us.max(0.0);
+        for hw in ["timerfd", "signal"] {
+            for r in rows.iter().filter(|r| r.source == hw) {
+                let ratio = if soft_cost > 0.0 {
+                    r.cost_per_event_us / soft_cost
+                } else {
+                    f64::INFINITY
+                };
+                targets.push(TimersTarget {
+                    figure: format!(
+                        "{hw} cost per event / soft cost per event, {} µs",
+                        r.interval_us
+                    ),
+                    target: ">= 10".into(),
+                    measured: ratio,
+                    met: ratio >= 10.0,
+                });
+            }
+        }
+    }
+    if let Some(soft10) = row(rows, "soft", 10) {
+        let share = soft10.events_delivered_per_s / soft10.events_asked_per_s * 100.0;
+        targets.push(TimersTarget {
+            figure: "events delivered at 10 µs, soft".into(),
+            target: ">= 95 % of asked".into(),
+            measured: share,
+            met: share >= 95.0,
+        });
+    }
+    targets
+}
+
+/// The report as Markdown, with the paper's Table I beside it.
+pub fn to_markdown(report: &TimersReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Workload: {} chunks of pointer chasing, one `epoll_wait` per chunk; {:.0} trigger \
+         states/s; median of {} runs without events: {:.3} s. Loop thread {}; backstop \
+         thread real-time: {}.\n",
+        report.chunks,
+        report.trigger_states_per_s,
+        report.runs,
+        report.baseline_run_s,
+        report
+            .pinned_cpu
+            .map_or("not pinned".to_string(), |c| format!("pinned to CPU {c}")),
+        report
+            .backstop_realtime
+            .map_or("no backstop".to_string(), |r| r.to_string()),
+    );
+    let _ = writeln!(
+        out,
+        "| source | interval | events asked/s | delivered/s | delivered % | slowdown %, median [range] | µs per event | run time (s), median [range] |"
+    );
+    let _ = writeln!(
+        out,
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"
+    );
+    for r in &report.rows {
+        let interval = if r.interval_us == 0 {
+            "every trigger state".to_string()
+        } else {
+            format!("{} µs", r.interval_us)
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {interval} | {:.0} | {:.0} | {:.1} | {:.2} [{:.2}, {:.2}] | {:.3} | {:.3} [{:.3}, {:.3}] |",
+            r.source,
+            r.events_asked_per_s,
+            r.events_delivered_per_s,
+            r.events_delivered_per_s / r.events_asked_per_s * 100.0,
+            r.slowdown_pct,
+            r.slowdown_range_pct.0,
+            r.slowdown_range_pct.1,
+            r.cost_per_event_us,
+            r.median_run_s,
+            r.run_range_s.0,
+            r.run_range_s.1,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nThe paper's Table I (per-event cost with a null handler, from a web server's \
+         slowdown): 8253 timer on a 300 MHz PII 4.45 µs, on a 500 MHz PIII 4.36 µs; APIC on \
+         the PIII 0.8 µs; soft timers ≈ 0 (no observable slowdown).\n"
+    );
+    let b = &report.backstop;
+    let _ = writeln!(
+        out,
+        "The backstop while the loop thread computes without system calls ({} events due 97 µs \
+         apart, X = {:.0} µs): {:.1} % fired by the backstop thread; lateness past due median \
+         {:.0} µs, p99 {:.0} µs, max {:.0} µs; {:.2} % later than X (the paper's bound), {:.2} % \
+         later than X + X/4.\n",
+        b.events,
+        b.x_us,
+        b.pct_fired_by_backstop,
+        b.median_us,
+        b.p99_us,
+        b.max_us,
+        b.pct_over_x,
+        b.pct_over_x_plus_quarter
+    );
+    let _ = writeln!(
+        out,
+        "| target | goal | measured | met |\n| --- | --- | ---: | --- |"
+    );
+    for t in &report.targets {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.2} | {} |",
+            t.figure,
+            t.target,
+            t.measured,
+            if t.met { "yes" } else { "**no**" }
+        );
+    }
+    out
+}
