@@ -660,26 +660,13 @@ impl<E> LoopCx<'_, E> {
         interest: Interest,
         token: u64,
     ) -> Result<(), RtError> {
-        if token >= MAX_TOKEN {
-            return Err(RtError::ReservedToken(token));
-        }
-        let raw = fd.as_fd().as_raw_fd();
         if !sys::is_open(fd.as_fd()) {
             return Err(RtError::Register {
-                fd: raw,
+                fd: fd.as_fd().as_raw_fd(),
                 source: io::Error::from_raw_os_error(libc::EBADF),
             });
         }
-        epoll::add(
-            &self.core.epoll,
-            fd,
-            epoll::EventData::new_u64(token),
-            interest.0 | epoll::EventFlags::RDHUP,
-        )
-        .map_err(|e| RtError::Register {
-            fd: raw,
-            source: e.into(),
-        })
+        self.watch(fd, interest, token, true)
     }
 
     /// Changes what a registered `fd` is watched for.
@@ -689,17 +676,30 @@ impl<E> LoopCx<'_, E> {
         interest: Interest,
         token: u64,
     ) -> Result<(), RtError> {
+        self.watch(fd, interest, token, false)
+    }
+
+    fn watch(
+        &mut self,
+        fd: impl AsFd,
+        interest: Interest,
+        token: u64,
+        add: bool,
+    ) -> Result<(), RtError> {
         if token >= MAX_TOKEN {
             return Err(RtError::ReservedToken(token));
         }
         let raw = fd.as_fd().as_raw_fd();
-        epoll::modify(
-            &self.core.epoll,
-            fd,
+        let (data, flags) = (
             epoll::EventData::new_u64(token),
             interest.0 | epoll::EventFlags::RDHUP,
-        )
-        .map_err(|e| RtError::Register {
+        );
+        let result = if add {
+            epoll::add(&self.core.epoll, fd, data, flags)
+        } else {
+            epoll::modify(&self.core.epoll, fd, data, flags)
+        };
+        result.map_err(|e| RtError::Register {
             fd: raw,
             source: e.into(),
         })

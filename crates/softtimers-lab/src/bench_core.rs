@@ -27,7 +27,7 @@ use softtimer::{Clock, SimClock, SystemClock, nanos_to_ticks};
 
 use crate::alloc_count;
 use crate::baselines::{self, TimerQueue};
-use crate::stats::{median, percentile};
+use crate::stats::{TargetCheck, median, percentile, targets_table};
 
 /// How much to measure.
 #[derive(Clone, Debug)]
@@ -87,19 +87,6 @@ pub struct MemoryRow {
     pub bytes_per_event: f64,
 }
 
-/// A target from the issue and whether this run met it.
-#[derive(Clone, Debug, Serialize)]
-pub struct TargetCheck {
-    /// What is measured.
-    pub figure: String,
-    /// The target, in words.
-    pub target: String,
-    /// The measured value.
-    pub measured: f64,
-    /// Whether it was met.
-    pub met: bool,
-}
-
 /// Everything `bench core` produces.
 #[derive(Clone, Debug, Serialize)]
 pub struct CoreReport {
@@ -120,6 +107,15 @@ pub struct CoreReport {
 }
 
 impl CoreReport {
+    /// The lowest median of the baselines (not ours, not the clock) for (pending, op).
+    pub fn best_baseline(&self, pending: usize, op: &str) -> f64 {
+        self.rows
+            .iter()
+            .filter(|b| b.implementation != OURS && b.pending == pending && b.op == op)
+            .map(|b| b.median_ns)
+            .fold(f64::INFINITY, f64::min)
+    }
+
     /// The row for (implementation, pending, op).
     pub fn row(&self, implementation: &str, pending: usize, op: &str) -> Option<&Row> {
         self.rows
@@ -290,47 +286,44 @@ fn bench_structures(
             debug_assert_eq!(q.len(), pending);
         }
         // Schedule then fire: every queue sees the same clock move.
-        let mut fire_start = Vec::with_capacity(n);
-        for (i, q) in queues.iter_mut().enumerate() {
-            let start = Instant::now();
-            for (j, &d) in near.iter().enumerate() {
-                q.schedule(d, j as u64);
-            }
-            fire_start.push((i, start.elapsed()));
-        }
-        // 2 ms: past tokio's 1 ms rounding, so that every queue fires the whole batch.
-        clock.advance(2_000 * micro);
-        for (i, elapsed) in fire_start {
-            let start = Instant::now();
-            let fired = queues[i].poll();
-            let total = elapsed + start.elapsed();
+        let fired = work_then_poll(
+            &mut queues,
+            &clock,
+            2_000 * micro,
+            config.batch,
+            &mut fire,
+            |q| {
+                for (j, &d) in near.iter().enumerate() {
+                    q.schedule(d, j as u64);
+                }
+            },
+        );
+        for (q, n) in queues.iter().zip(fired) {
             assert_eq!(
-                fired,
+                n,
                 config.batch,
                 "{} fired the wrong number at {pending} pending",
-                queues[i].name()
+                q.name()
             );
-            fire[i].push(total.as_nanos() as f64 / config.batch as f64);
         }
         // Cancelled timers, until the clock has passed where they were due.
-        let mut lifecycle_start = Vec::with_capacity(n);
-        for (i, q) in queues.iter_mut().enumerate() {
-            let start = Instant::now();
-            for (h, (j, &d)) in handles.iter_mut().zip(near.iter().enumerate()) {
-                *h = q.schedule(d * 10, j as u64);
-            }
-            for &h in &handles {
-                q.cancel(h);
-            }
-            lifecycle_start.push((i, start.elapsed()));
-        }
-        clock.advance(2_000 * micro);
-        for (i, elapsed) in lifecycle_start {
-            let start = Instant::now();
-            let fired = queues[i].poll();
-            let total = elapsed + start.elapsed();
-            assert_eq!(fired, 0, "{} fired a cancelled event", queues[i].name());
-            lifecycle[i].push(total.as_nanos() as f64 / config.batch as f64);
+        let fired = work_then_poll(
+            &mut queues,
+            &clock,
+            2_000 * micro,
+            config.batch,
+            &mut lifecycle,
+            |q| {
+                for (h, (j, &d)) in handles.iter_mut().zip(near.iter().enumerate()) {
+                    *h = q.schedule(d * 10, j as u64);
+                }
+                for &h in &handles {
+                    q.cancel(h);
+                }
+            },
+        );
+        for (q, n) in queues.iter().zip(fired) {
+            assert_eq!(n, 0, "{} fired a cancelled event", q.name());
         }
     }
     let mut rows = Vec::new();
@@ -346,6 +339,39 @@ fn bench_structures(
         ));
     }
     (rows, memory)
+}
+
+/// Times `work` on every queue, moves the shared clock by `advance` (2 ms: past tokio's 1 ms
+/// rounding, so that every queue fires what is due), then times each queue's poll; pushes
+/// each queue's (work + poll) time per operation onto `samples` and returns what each fired.
+fn work_then_poll(
+    queues: &mut [Box<dyn TimerQueue>],
+    clock: &SimClock,
+    advance: u64,
+    ops: usize,
+    samples: &mut [Vec<f64>],
+    mut work: impl FnMut(&mut dyn TimerQueue),
+) -> Vec<usize> {
+    let spent: Vec<_> = queues
+        .iter_mut()
+        .map(|q| {
+            let start = Instant::now();
+            work(q.as_mut());
+            start.elapsed()
+        })
+        .collect();
+    clock.advance(advance);
+    queues
+        .iter_mut()
+        .zip(spent)
+        .zip(samples)
+        .map(|((q, spent), s)| {
+            let start = Instant::now();
+            let fired = q.poll();
+            s.push((spent + start.elapsed()).as_nanos() as f64 / ops as f64);
+            fired
+        })
+        .collect()
 }
 
 fn row(implementation: &str, pending: usize, op: &str, samples: &[f64]) -> Row {
@@ -396,12 +422,7 @@ fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetChe
                 );
             }
             if n == largest {
-                let best = report
-                    .rows
-                    .iter()
-                    .filter(|b| b.implementation != OURS && b.pending == n && b.op == op)
-                    .map(|b| b.median_ns)
-                    .fold(f64::INFINITY, f64::min);
+                let best = report.best_baseline(n, op);
                 if let Some(r) = report.row(OURS, n, op) {
                     let speedup = best / r.median_ns;
                     check(
@@ -467,12 +488,7 @@ pub fn to_markdown(report: &CoreReport) -> String {
                 })
             };
             let ours = report.row(OURS, n, op).map(|r| r.median_ns);
-            let best = report
-                .rows
-                .iter()
-                .filter(|b| b.implementation != OURS && b.pending == n && b.op == op)
-                .map(|b| b.median_ns)
-                .fold(f64::INFINITY, f64::min);
+            let best = report.best_baseline(n, op);
             let ratio = ours.map_or("–".to_string(), |o| format!("{:.2}×", best / o));
             let _ = writeln!(
                 out,
@@ -508,17 +524,7 @@ pub fn to_markdown(report: &CoreReport) -> String {
             );
         }
     }
-    let _ = writeln!(out, "\n| target | goal | measured | met |");
-    let _ = writeln!(out, "| --- | --- | ---: | --- |");
-    for t in &report.targets {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.2} | {} |",
-            t.figure,
-            t.target,
-            t.measured,
-            if t.met { "yes" } else { "**no**" }
-        );
-    }
+    out += "\n";
+    out += &targets_table(&report.targets);
     out
 }

@@ -20,7 +20,7 @@ use softtimer::{Fired, SoftTimers};
 use softtimer_rt::{EventLoop, Interest, LoopConfig, TimerMode};
 
 use crate::bench_core::pin_to_last_cpu;
-use crate::stats::median;
+use crate::stats::{TargetCheck, median, targets_table};
 
 /// Pointer-chasing steps per chunk (about 3 µs of cache misses on the project's VM).
 const STEPS_PER_CHUNK: usize = 32;
@@ -80,19 +80,6 @@ pub struct TimerRow {
     pub run_range_s: (f64, f64),
 }
 
-/// A target from the issue and whether this run met it.
-#[derive(Clone, Debug, Serialize)]
-pub struct TimersTarget {
-    /// What is measured.
-    pub figure: String,
-    /// The goal.
-    pub target: String,
-    /// The measured value.
-    pub measured: f64,
-    /// Whether it was met.
-    pub met: bool,
-}
-
 /// What `bench timers` produces.
 #[derive(Clone, Debug, Serialize)]
 pub struct TimersReport {
@@ -113,7 +100,7 @@ pub struct TimersReport {
     /// How late the backstop fires events while the loop thread computes.
     pub backstop: BackstopLateness,
     /// The issue's targets against this run.
-    pub targets: Vec<TimersTarget>,
+    pub targets: Vec<TargetCheck>,
 }
 
 /// Lateness of events fired by the backstop thread while the loop thread computes without
@@ -428,10 +415,10 @@ fn row<'a>(rows: &'a [TimerRow], source: &str, us: u64) -> Option<&'a TimerRow> 
         .find(|r| r.source == source && r.interval_us == us)
 }
 
-fn check_targets(rows: &[TimerRow]) -> Vec<TimersTarget> {
+fn check_targets(rows: &[TimerRow]) -> Vec<TargetCheck> {
     let mut targets = Vec::new();
     if let Some(soft) = row(rows, "soft", 0) {
-        targets.push(TimersTarget {
+        targets.push(TargetCheck {
             figure: "slowdown, soft events at every trigger state".into(),
             target: "<= 1 %".into(),
             measured: soft.slowdown_pct,
@@ -447,7 +434,7 @@ fn check_targets(rows: &[TimerRow]) -> Vec<TimersTarget> {
                 } else {
                     f64::INFINITY
                 };
-                targets.push(TimersTarget {
+                targets.push(TargetCheck {
                     figure: format!(
                         "{hw} cost per event / soft cost per event, {} µs",
                         r.interval_us
@@ -461,7 +448,7 @@ fn check_targets(rows: &[TimerRow]) -> Vec<TimersTarget> {
     }
     if let Some(soft10) = row(rows, "soft", 10) {
         let share = soft10.events_delivered_per_s / soft10.events_asked_per_s * 100.0;
-        targets.push(TimersTarget {
+        targets.push(TargetCheck {
             figure: "events delivered at 10 µs, soft".into(),
             target: ">= 95 % of asked".into(),
             measured: share,
@@ -543,19 +530,6 @@ pub fn to_markdown(report: &TimersReport) -> String {
         b.pct_over_x,
         b.pct_over_x_plus_quarter
     );
-    let _ = writeln!(
-        out,
-        "| target | goal | measured | met |\n| --- | --- | ---: | --- |"
-    );
-    for t in &report.targets {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.2} | {} |",
-            t.figure,
-            t.target,
-            t.measured,
-            if t.met { "yes" } else { "**no**" }
-        );
-    }
+    out += &targets_table(&report.targets);
     out
 }

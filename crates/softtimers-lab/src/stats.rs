@@ -1,4 +1,34 @@
-//! Small summary statistics over samples.
+//! Small summary statistics over samples, and the issue-target checks the reports share.
+
+use serde::Serialize;
+
+/// A target from an issue and whether a run met it.
+#[derive(Clone, Debug, Serialize)]
+pub struct TargetCheck {
+    /// What is measured.
+    pub figure: String,
+    /// The target, in words.
+    pub target: String,
+    /// The measured value.
+    pub measured: f64,
+    /// Whether it was met.
+    pub met: bool,
+}
+
+/// The checks as a Markdown table.
+pub fn targets_table(targets: &[TargetCheck]) -> String {
+    let mut out = String::from("| target | goal | measured | met |\n| --- | --- | ---: | --- |\n");
+    for t in targets {
+        out += &format!(
+            "| {} | {} | {:.2} | {} |\n",
+            t.figure,
+            t.target,
+            t.measured,
+            if t.met { "yes" } else { "**no**" }
+        );
+    }
+    out
+}
 
 /// The median (the mean of the middle two for an even count); NaN for no samples.
 pub fn median(samples: &[f64]) -> f64 {
