@@ -20,6 +20,7 @@ pub mod alloc_count;
 pub mod baselines;
 pub mod bench_core;
 pub mod bench_timers;
+pub mod http;
 pub mod info;
 pub mod lab;
 pub mod stats;

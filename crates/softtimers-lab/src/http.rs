@@ -1,0 +1,574 @@
+//! The HTTP workload: an event-driven HTTP/1.1 server in the spirit of the paper's Flash
+//! server, and a load generator in the spirit of its S-client, both on `softtimer-rt`'s
+//! event loop, so that every `accept`, `read` and `write` they make is a trigger state.
+//!
+//! The server serves one cached 6 KB file (at `/` and `/6k`), with and without keep-alive,
+//! answers pipelined requests in order, `HEAD` without a body, `404` for other paths, `501`
+//! for other methods, `400` (and a close) for malformed requests, and closes connections
+//! idle for longer than its timeout.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use rustix::time::{
+    Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
+    timerfd_settime,
+};
+use softtimer_rt::{Interest, LoopCx, Ready};
+
+/// Size of the cached file the server serves.
+pub const FILE_SIZE: usize = 6 * 1024;
+/// A request head larger than this is refused with 400.
+const MAX_HEAD: usize = 16 * 1024;
+const LISTENER: u64 = 0;
+const SWEEP: u64 = 1;
+const FIRST_CONN: u64 = 2;
+
+/// What the server has done, readable from any thread.
+#[derive(Debug, Default)]
+pub struct ServerCounters {
+    /// Responses with status 200 written completely.
+    pub ok: AtomicU64,
+    /// Responses with another status (400, 404, 501).
+    pub errors: AtomicU64,
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Connections closed for being idle.
+    pub idle_closed: AtomicU64,
+}
+
+struct Conn {
+    fd: OwnedFd,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    written: usize,
+    /// Close once `output` is written (HTTP/1.0, `Connection: close`, or an error).
+    close_after: bool,
+    /// Watching for writability (output is waiting).
+    want_write: bool,
+    last_active: Instant,
+}
+
+/// The server's state; drive it with [`HttpServer::on_ready`] from an event loop's `run`.
+pub struct HttpServer {
+    listener: TcpListener,
+    sweep: OwnedFd,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    body: Vec<u8>,
+    idle_timeout: Duration,
+    counters: Arc<ServerCounters>,
+    scratch: Vec<u8>,
+}
+
+fn header(status: &str, length: usize, keep_alive: bool) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\nServer: softtimers\r\nContent-Type: text/plain\r\n\
+         Content-Length: {length}\r\nConnection: {}\r\n\r\n",
+        if keep_alive { "keep-alive" } else { "close" }
+    )
+}
+
+impl HttpServer {
+    /// A server listening on `addr` (port 0: any free port). Connections idle for longer
+    /// than `idle_timeout` are closed.
+    pub fn bind(addr: SocketAddr, idle_timeout: Duration) -> Result<Self> {
+        let listener =
+            TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        listener.set_nonblocking(true)?;
+        let sweep = timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )?;
+        // Sweep for idle connections ten times per timeout (at most every 100 ms).
+        let period =
+            (idle_timeout / 10).clamp(Duration::from_millis(1), Duration::from_millis(100));
+        let ts = Timespec {
+            tv_sec: period.as_secs() as i64,
+            tv_nsec: i64::from(period.subsec_nanos()),
+        };
+        timerfd_settime(
+            &sweep,
+            TimerfdTimerFlags::empty(),
+            &Itimerspec {
+                it_interval: ts,
+                it_value: ts,
+            },
+        )?;
+        let body: Vec<u8> = (0..FILE_SIZE).map(|i| b'a' + (i % 26) as u8).collect();
+        Ok(HttpServer {
+            listener,
+            sweep,
+            conns: Vec::new(),
+            free: Vec::new(),
+            body,
+            idle_timeout,
+            counters: Arc::default(),
+            scratch: vec![0; 64 * 1024],
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Its counters.
+    pub fn counters(&self) -> Arc<ServerCounters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// Open connections.
+    pub fn open_connections(&self) -> usize {
+        self.conns.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// Registers the listener and the idle sweep with the loop.
+    pub fn register<E>(&self, cx: &mut LoopCx<'_, E>) -> Result<()> {
+        cx.register(&self.listener, Interest::READABLE, LISTENER)?;
+        cx.register(&self.sweep, Interest::READABLE, SWEEP)?;
+        Ok(())
+    }
+
+    /// Handles one ready descriptor.
+    pub fn on_ready<E>(&mut self, cx: &mut LoopCx<'_, E>, ready: Ready) {
+        match ready.token {
+            LISTENER => self.accept_all(cx),
+            SWEEP => self.sweep(cx),
+            token => {
+                let slot = (token - FIRST_CONN) as usize;
+                if ready.readable || ready.closed {
+                    self.read(cx, slot);
+                }
+                if ready.writable {
+                    self.flush(cx, slot);
+                }
+            }
+        }
+    }
+
+    fn accept_all<E>(&mut self, cx: &mut LoopCx<'_, E>) {
+        loop {
+            let fd = match cx.accept(&self.listener) {
+                Ok(fd) => fd,
+                Err(_) => return, // WouldBlock, or a connection reset before we took it
+            };
+            let _ = rustix::net::sockopt::set_tcp_nodelay(&fd, true);
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.conns.push(None);
+                self.conns.len() - 1
+            });
+            if cx
+                .register(&fd, Interest::READABLE, FIRST_CONN + slot as u64)
+                .is_err()
+            {
+                self.free.push(slot);
+                continue;
+            }
+            self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+            self.conns[slot] = Some(Conn {
+                fd,
+                input: Vec::new(),
+                output: Vec::new(),
+                written: 0,
+                close_after: false,
+                want_write: false,
+                last_active: Instant::now(),
+            });
+        }
+    }
+
+    fn close<E>(&mut self, cx: &mut LoopCx<'_, E>, slot: usize) {
+        if let Some(conn) = self.conns.get_mut(slot).and_then(Option::take) {
+            let _ = cx.deregister(&conn.fd);
+            self.free.push(slot);
+        }
+    }
+
+    fn sweep<E>(&mut self, cx: &mut LoopCx<'_, E>) {
+        let mut buf = [0u8; 8];
+        let _ = cx.read(&self.sweep, &mut buf);
+        let now = Instant::now();
+        for slot in 0..self.conns.len() {
+            let idle = self.conns[slot]
+                .as_ref()
+                .is_some_and(|c| now.duration_since(c.last_active) > self.idle_timeout);
+            if idle {
+                self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
+                self.close(cx, slot);
+            }
+        }
+    }
+
+    fn read<E>(&mut self, cx: &mut LoopCx<'_, E>, slot: usize) {
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let mut eof = false;
+        loop {
+            match cx.read(&conn.fd, &mut self.scratch) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => conn.input.extend_from_slice(&self.scratch[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        conn.last_active = Instant::now();
+        Self::parse(conn, &self.body, &self.counters);
+        if eof {
+            // The peer is gone (or half-closed): answer nothing more.
+            return self.close(cx, slot);
+        }
+        self.flush(cx, slot);
+    }
+
+    /// Turns every complete request in the input into a response in the output.
+    fn parse(conn: &mut Conn, body: &[u8], counters: &ServerCounters) {
+        let mut consumed = 0;
+        while !conn.close_after {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut request = httparse::Request::new(&mut headers);
+            let input = &conn.input[consumed..];
+            match request.parse(input) {
+                Ok(httparse::Status::Complete(head)) => {
+                    let length = request
+                        .headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                        .map(|h| {
+                            std::str::from_utf8(h.value)
+                                .ok()
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                        });
+                    let length = match length {
+                        None => 0,
+                        Some(Some(n)) => n,
+                        Some(None) => {
+                            Self::respond(
+                                conn,
+                                "400 Bad Request",
+                                b"bad content-length\n",
+                                false,
+                                true,
+                                counters,
+                            );
+                            break;
+                        }
+                    };
+                    if input.len() < head + length {
+                        break; // the body is still coming
+                    }
+                    let version_10 = request.version == Some(0);
+                    let connection = request
+                        .headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case("connection"))
+                        .map(|h| h.value.to_ascii_lowercase());
+                    let keep_alive = match connection.as_deref() {
+                        Some(b"close") => false,
+                        Some(b"keep-alive") => true,
+                        _ => !version_10,
+                    };
+                    let (method, path) = (request.method.unwrap_or(""), request.path.unwrap_or(""));
+                    let path = path.split('?').next().unwrap_or("");
+                    match (method, path) {
+                        ("GET", "/" | "/6k") => {
+                            Self::respond(conn, "200 OK", body, false, !keep_alive, counters)
+                        }
+                        ("HEAD", "/" | "/6k") => {
+                            Self::respond(conn, "200 OK", body, true, !keep_alive, counters)
+                        }
+                        ("GET" | "HEAD", _) => Self::respond(
+                            conn,
+                            "404 Not Found",
+                            b"not found\n",
+                            method == "HEAD",
+                            !keep_alive,
+                            counters,
+                        ),
+                        _ => Self::respond(
+                            conn,
+                            "501 Not Implemented",
+                            b"not implemented\n",
+                            false,
+                            !keep_alive,
+                            counters,
+                        ),
+                    }
+                    consumed += head + length;
+                }
+                Ok(httparse::Status::Partial) => {
+                    if input.len() > MAX_HEAD {
+                        Self::respond(
+                            conn,
+                            "400 Bad Request",
+                            b"request head too large\n",
+                            false,
+                            true,
+                            counters,
+                        );
+                    }
+                    break;
+                }
+                Err(_) => {
+                    Self::respond(
+                        conn,
+                        "400 Bad Request",
+                        b"malformed request\n",
+                        false,
+                        true,
+                        counters,
+                    );
+                    break;
+                }
+            }
+        }
+        if conn.close_after {
+            conn.input.clear();
+        } else {
+            conn.input.drain(..consumed);
+        }
+    }
+
+    fn respond(
+        conn: &mut Conn,
+        status: &str,
+        body: &[u8],
+        head_only: bool,
+        close: bool,
+        counters: &ServerCounters,
+    ) {
+        conn.output
+            .extend_from_slice(header(status, body.len(), !close).as_bytes());
+        if !head_only {
+            conn.output.extend_from_slice(body);
+        }
+        conn.close_after |= close;
+        let counter = if status.starts_with("200") {
+            &counters.ok
+        } else {
+            &counters.errors
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn flush<E>(&mut self, cx: &mut LoopCx<'_, E>, slot: usize) {
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        while conn.written < conn.output.len() {
+            match cx.write(&conn.fd, &conn.output[conn.written..]) {
+                Ok(n) => conn.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return self.close(cx, slot),
+            }
+        }
+        let token = FIRST_CONN + slot as u64;
+        if conn.written == conn.output.len() {
+            conn.output.clear();
+            conn.written = 0;
+            if conn.close_after {
+                return self.close(cx, slot);
+            }
+            if conn.want_write {
+                conn.want_write = false;
+                let _ = cx.reregister(&conn.fd, Interest::READABLE, token);
+            }
+        } else if !conn.want_write {
+            conn.want_write = true;
+            let _ = cx.reregister(&conn.fd, Interest::BOTH, token);
+        }
+    }
+}
+
+/// What a load run measured.
+#[derive(Clone, Debug, Default)]
+pub struct LoadResult {
+    /// Complete responses with status 200.
+    pub responses: u64,
+    /// Responses with another status, and connections that failed.
+    pub errors: u64,
+    /// How long the load ran.
+    pub elapsed: Duration,
+}
+
+impl LoadResult {
+    /// Responses per second.
+    pub fn rate(&self) -> f64 {
+        self.responses as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+struct ClientConn {
+    stream: TcpStream,
+    input: Vec<u8>,
+}
+
+/// The load generator: `connections` concurrent connections to `addr`, each sending the next
+/// `GET` as soon as the previous answer is complete (reconnecting each time unless
+/// `keep_alive`), for `duration`, on an event loop of its own (run this on its own thread).
+pub fn run_load(
+    addr: SocketAddr,
+    connections: usize,
+    keep_alive: bool,
+    duration: Duration,
+) -> Result<LoadResult> {
+    use std::sync::OnceLock;
+
+    use softtimer_rt::{EventLoop, LoopConfig, StopHandle};
+    // The run ends on a soft event at `duration` (a second later if the server has gone
+    // quiet), so a server that stops answering cannot hang the generator.
+    let stopper: Arc<OnceLock<StopHandle>> = Arc::default();
+    let stop_from_handler = Arc::clone(&stopper);
+    let mut ev: EventLoop<()> = EventLoop::new(
+        LoopConfig {
+            backstop: false,
+            idle_spin: false,
+            ..LoopConfig::default()
+        },
+        move |_, _| {
+            if let Some(stop) = stop_from_handler.get() {
+                stop.stop();
+            }
+        },
+    )?;
+    let _ = stopper.set(ev.stop_handle());
+    let limit = ev.micros_to_ticks(duration.as_micros() as u64 + 1_000_000);
+    ev.cx().schedule_soft_event(limit, ())?;
+    let request: &[u8] = if keep_alive {
+        b"GET /6k HTTP/1.1\r\nHost: softtimers\r\n\r\n"
+    } else {
+        b"GET /6k HTTP/1.1\r\nHost: softtimers\r\nConnection: close\r\n\r\n"
+    };
+    let connect = || -> Result<TcpStream> {
+        let stream =
+            TcpStream::connect(addr).with_context(|| format!("cannot connect to {addr}"))?;
+        stream.set_nodelay(true)?;
+        stream.set_nonblocking(true)?;
+        Ok(stream)
+    };
+    let mut conns: Vec<ClientConn> = Vec::with_capacity(connections);
+    for i in 0..connections {
+        let stream = connect()?;
+        ev.cx().register(&stream, Interest::READABLE, i as u64)?;
+        conns.push(ClientConn {
+            stream,
+            input: Vec::with_capacity(8 * 1024),
+        });
+    }
+    let mut result = LoadResult::default();
+    let mut failure: Option<anyhow::Error> = None;
+    let start = Instant::now();
+    for c in &mut conns {
+        let mut cx = ev.cx();
+        cx.write(c.stream.as_fd(), request)?;
+    }
+    let mut buf = vec![0u8; 64 * 1024];
+    ev.run(|cx, ready| {
+        let i = ready.token as usize;
+        let mut closed = false;
+        loop {
+            match cx.read(conns[i].stream.as_fd(), &mut buf) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => conns[i].input.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        // Complete responses in the input.
+        let mut next = false;
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 16];
+            let mut response = httparse::Response::new(&mut headers);
+            match response.parse(&conns[i].input) {
+                Ok(httparse::Status::Complete(head)) => {
+                    let length = response
+                        .headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                        .and_then(|h| {
+                            std::str::from_utf8(h.value)
+                                .ok()?
+                                .trim()
+                                .parse::<usize>()
+                                .ok()
+                        })
+                        .unwrap_or(0);
+                    if conns[i].input.len() < head + length {
+                        break;
+                    }
+                    if response.code == Some(200) && length == FILE_SIZE {
+                        result.responses += 1;
+                    } else {
+                        result.errors += 1;
+                    }
+                    conns[i].input.drain(..head + length);
+                    next = true;
+                }
+                Ok(httparse::Status::Partial) => break,
+                Err(_) => {
+                    result.errors += 1;
+                    conns[i].input.clear();
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        if start.elapsed() >= duration {
+            cx.stop();
+            return;
+        }
+        if next && keep_alive && !closed {
+            if cx.write(conns[i].stream.as_fd(), request).is_err() {
+                closed = true;
+            } else {
+                return;
+            }
+        }
+        if closed || (next && !keep_alive) {
+            // Reconnect and send the next request.
+            let _ = cx.deregister(conns[i].stream.as_fd());
+            match connect() {
+                Ok(stream) => {
+                    conns[i] = ClientConn {
+                        stream,
+                        input: Vec::with_capacity(8 * 1024),
+                    };
+                    let ok = cx
+                        .register(&conns[i].stream, Interest::READABLE, i as u64)
+                        .is_ok()
+                        && cx.write(conns[i].stream.as_fd(), request).is_ok();
+                    if !ok {
+                        result.errors += 1;
+                    }
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    cx.stop();
+                }
+            }
+        }
+    })?;
+    result.elapsed = start.elapsed();
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(result),
+    }
+}
