@@ -115,6 +115,9 @@ pub struct LoopConfig {
     /// Spin on trigger checks when a soft event is due before the next backstop tick
     /// (Section 5.1's idle loop; default on). Off, the loop blocks until the event is due.
     pub idle_spin: bool,
+    /// Record the first this-many trigger states (clock time and source) for later analysis
+    /// (default 0: no trace). Memory is reserved up front; recording is a store.
+    pub trace_capacity: usize,
 }
 
 impl Default for LoopConfig {
@@ -128,6 +131,7 @@ impl Default for LoopConfig {
             capacity: 0,
             max_events: 256,
             idle_spin: true,
+            trace_capacity: 0,
         }
     }
 }
@@ -179,6 +183,7 @@ impl StopHandle {
 struct Core<E> {
     shared: Arc<Shared<E>>,
     stats: Option<Box<Stats>>,
+    trace: Option<Vec<(u64, TriggerSource)>>,
     epoll: OwnedFd,
     stop: Arc<StopInner>,
     soft: bool,
@@ -329,6 +334,8 @@ impl<E: Send + 'static> EventLoop<E> {
             core: Core {
                 shared,
                 stats: config.stats.then(|| Box::new(Stats::new(hz))),
+                trace: (config.trace_capacity > 0)
+                    .then(|| Vec::with_capacity(config.trace_capacity)),
                 epoll,
                 stop: Arc::new(StopInner {
                     flag: AtomicBool::new(false),
@@ -398,6 +405,19 @@ impl<E: Send + 'static> EventLoop<E> {
             stats.merge(facility);
         }
         Some(stats)
+    }
+
+    /// The recorded trigger states (clock time, source), oldest first; empty without
+    /// [`LoopConfig::trace_capacity`].
+    pub fn trace(&self) -> &[(u64, TriggerSource)] {
+        self.core.trace.as_deref().unwrap_or(&[])
+    }
+
+    /// Forgets the recorded trigger states (keeping the reserved memory).
+    pub fn clear_trace(&mut self) {
+        if let Some(trace) = &mut self.core.trace {
+            trace.clear();
+        }
     }
 
     /// Clears the statistics, if they are on.
@@ -581,6 +601,11 @@ impl<E> Core<E> {
         let now = self.shared.clock.now_unordered();
         if let Some(stats) = self.stats.as_deref_mut() {
             stats.record_trigger(source, now);
+        }
+        if let Some(trace) = &mut self.trace
+            && trace.len() < trace.capacity()
+        {
+            trace.push((now, source));
         }
         if self.shared.nothing_due(now) {
             return 0;

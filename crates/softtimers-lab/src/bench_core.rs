@@ -124,16 +124,39 @@ impl CoreReport {
     }
 }
 
-/// Pins the calling thread to the last CPU (the first is busiest with interrupts on small
-/// VMs). Returns the CPU, or `None` if the kernel refused.
-pub fn pin_to_last_cpu() -> Option<usize> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cpu = cpus - 1;
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
-    rustix::thread::sched_setaffinity(None, &set)
-        .ok()
-        .map(|()| cpu)
+/// The calling thread pinned to one CPU until this is dropped, when its previous affinity
+/// comes back (so that a benchmark does not leave the rest of the process on one CPU).
+pub struct Pinned {
+    /// The CPU, or `None` if the kernel refused.
+    pub cpu: Option<usize>,
+    previous: Option<rustix::thread::CpuSet>,
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(set) = &self.previous {
+            let _ = rustix::thread::sched_setaffinity(None, set);
+        }
+    }
+}
+
+/// Pins the calling thread to the last CPU it may run on (the first is busiest with
+/// interrupts on small VMs) until the returned guard is dropped.
+pub fn pin_to_last_cpu() -> Pinned {
+    let previous = rustix::thread::sched_getaffinity(None).ok();
+    let last = previous.as_ref().and_then(|set| {
+        (0..rustix::thread::CpuSet::MAX_CPU)
+            .rev()
+            .find(|&c| set.is_set(c))
+    });
+    let cpu = last.and_then(|cpu| {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(cpu);
+        rustix::thread::sched_setaffinity(None, &set)
+            .ok()
+            .map(|()| cpu)
+    });
+    Pinned { cpu, previous }
 }
 
 /// Median ns of one call of `read`, over `reps` batches of `batch` calls.
@@ -152,7 +175,8 @@ pub fn per_call_ns(reps: usize, batch: usize, mut read: impl FnMut() -> u64) -> 
 
 /// Runs the core benchmark. `progress` is told the fraction done.
 pub fn run(config: &CoreBenchConfig, mut progress: impl FnMut(f64, &str)) -> CoreReport {
-    let pinned_cpu = pin_to_last_cpu();
+    let pin = pin_to_last_cpu();
+    let pinned_cpu = pin.cpu;
     let system = SystemClock::new();
     let hz = system.resolution_hz();
     let info = SystemClock::info();

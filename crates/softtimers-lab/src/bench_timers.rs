@@ -313,7 +313,8 @@ fn run_once(
 
 /// Runs the benchmark. `progress` is told the fraction done.
 pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result<TimersReport> {
-    let pinned_cpu = pin_to_last_cpu();
+    let pin = pin_to_last_cpu();
+    let pinned_cpu = pin.cpu;
     let array = pointer_chase_array();
     // The configurations: the baseline, soft at every trigger state, then each source at
     // each interval.

@@ -8,7 +8,29 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::experiments::{self, ExpOptions, ExpResult};
 use crate::{bench_core, bench_timers, info};
+
+/// Which experiments a lab run does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Step {
+    /// Everything: info, bench core, bench timers, E1–E5, E13, nginx.
+    All,
+    /// E1 (Table I): cost per event, null handler, on the HTTP server.
+    E1,
+    /// E2 (Tables II–III): cost per event, synthetic handler.
+    E2,
+    /// E3 (Table IV, Fig. 2): trigger-state intervals by workload.
+    E3,
+    /// E4 (Fig. 3): interval medians over 1 ms and 10 ms windows.
+    E4,
+    /// E5 (Table V, Fig. 4): trigger states by source.
+    E5,
+    /// E13 (Table XIII): the deadline backstop.
+    E13,
+    /// The HTTP server against nginx with one worker (skipped where nginx is not installed).
+    Nginx,
+}
 
 /// What the lab run does.
 #[derive(Clone, Debug)]
@@ -17,6 +39,8 @@ pub struct LabOptions {
     pub quick: bool,
     /// Where results go.
     pub out: PathBuf,
+    /// Which step(s).
+    pub step: Step,
 }
 
 /// Writes `value` as pretty JSON to `path`.
@@ -56,43 +80,133 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
         fs::write(&path, report).with_context(|| format!("cannot write {}", path.display()))
     };
 
-    eprintln!("[1/3] info: clock source and read cost");
-    let info = info::run();
-    write_json(&options.out.join("info.json"), &info)?;
-    report += "## The measurement clock (`softtimers info`)\n\n";
-    report += &info::to_markdown(&info);
-    save(&report)?;
+    let all = options.step == Step::All;
+    let steps = if all { 10 } else { 1 };
+    let mut n = 0;
+    let mut announce = |what: &str| {
+        n += 1;
+        eprintln!("[{n}/{steps}] {what}");
+    };
+    if all {
+        announce("info: clock source and read cost");
+        let info = info::run();
+        write_json(&options.out.join("info.json"), &info)?;
+        report += "## The measurement clock (`softtimers info`)\n\n";
+        report += &info::to_markdown(&info);
+        save(&report)?;
 
-    eprintln!("[2/3] bench core: the facility against BinaryHeap, BTreeMap, DelayQueue");
-    let bar = progress_bar("bench core");
-    let core = bench_core::run(
-        &bench_core::CoreBenchConfig::new(options.quick),
-        |f, msg| {
+        announce("bench core: the facility against BinaryHeap, BTreeMap, DelayQueue");
+        let bar = progress_bar("bench core");
+        let core = bench_core::run(
+            &bench_core::CoreBenchConfig::new(options.quick),
+            |f, msg| {
+                bar.set_position((f * 1000.0) as u64);
+                bar.set_message(msg.to_string());
+            },
+        );
+        bar.finish_and_clear();
+        write_json(&options.out.join("bench_core.json"), &core)?;
+        report += "\n## The facility's core operations (`softtimers bench core`)\n\n";
+        report += "Median ns per operation (99th percentile of batch means in brackets). \
+                   `schedule`, `cancel` and `schedule_fire` run on a simulated clock so that the \
+                   data structures are compared; `trigger` runs on the real clock.\n\n";
+        report += &bench_core::to_markdown(&core);
+        save(&report)?;
+
+        announce("bench timers: cost per event of soft timers, timerfd and timer signals");
+        let bar = progress_bar("bench timers");
+        let config = bench_timers::TimersConfig::new(options.quick, vec![10, 20, 50])?;
+        let timers = bench_timers::run(&config, |f, msg| {
             bar.set_position((f * 1000.0) as u64);
             bar.set_message(msg.to_string());
-        },
-    );
-    bar.finish_and_clear();
-    write_json(&options.out.join("bench_core.json"), &core)?;
-    report += "\n## The facility's core operations (`softtimers bench core`)\n\n";
-    report += "Median ns per operation (99th percentile of batch means in brackets). \
-               `schedule`, `cancel` and `schedule_fire` run on a simulated clock so that the \
-               data structures are compared; `trigger` runs on the real clock.\n\n";
-    report += &bench_core::to_markdown(&core);
-    save(&report)?;
+        });
+        bar.finish_and_clear();
+        let timers = timers?;
+        write_json(&options.out.join("bench_timers.json"), &timers)?;
+        report += "\n## Cost per timer event, synthetic workload (`softtimers bench timers`)\n\n";
+        report += &bench_timers::to_markdown(&timers);
+        save(&report)?;
+    }
 
-    eprintln!("[3/3] bench timers: cost per event of soft timers, timerfd and timer signals");
-    let bar = progress_bar("bench timers");
-    let config = bench_timers::TimersConfig::new(options.quick, vec![10, 20, 50])?;
-    let timers = bench_timers::run(&config, |f, msg| {
-        bar.set_position((f * 1000.0) as u64);
-        bar.set_message(msg.to_string());
-    });
-    bar.finish_and_clear();
-    let timers = timers?;
-    write_json(&options.out.join("bench_timers.json"), &timers)?;
-    report += "\n## Cost per timer event (`softtimers bench timers`, the paper's Table I)\n\n";
-    report += &bench_timers::to_markdown(&timers);
-    save(&report)?;
+    let exp = ExpOptions {
+        quick: options.quick,
+        out: options.out.clone(),
+    };
+    let section = |report: &mut String, name: &str, result: Result<ExpResult>| -> Result<()> {
+        let result = result.with_context(|| format!("experiment {name}"))?;
+        for plot in &result.plots {
+            if !experiments::nonempty(&options.out.join(plot)) {
+                anyhow::bail!("experiment {name} did not write its plot {plot}");
+            }
+        }
+        *report += "\n";
+        *report += &result.markdown;
+        save(report)
+    };
+    let bar_for = |label: &str| {
+        let bar = progress_bar(label);
+        let b = bar.clone();
+        (bar, move |f: f64, msg: &str| {
+            b.set_position((f * 1000.0) as u64);
+            b.set_message(msg.to_string());
+        })
+    };
+    if all || options.step == Step::E1 {
+        announce("E1: cost per event on the HTTP server, null handler (Table I)");
+        let (bar, mut p) = bar_for("E1");
+        let r = experiments::e1(&exp, &mut p);
+        bar.finish_and_clear();
+        section(&mut report, "e1", r)?;
+    }
+    if all || options.step == Step::E2 {
+        announce("E2: cost per event, synthetic handler (Tables II-III)");
+        let (bar, mut p) = bar_for("E2");
+        let r = experiments::e2(&exp, &mut p);
+        bar.finish_and_clear();
+        section(&mut report, "e2", r)?;
+    }
+    let mut trace = None;
+    if all || options.step == Step::E3 {
+        announce("E3: trigger-state intervals by workload (Table IV, Fig. 2)");
+        let (bar, mut p) = bar_for("E3");
+        let r = experiments::e3(&exp, &mut p);
+        bar.finish_and_clear();
+        let r = r.map(|(result, t)| {
+            trace = Some(t);
+            result
+        });
+        section(&mut report, "e3", r)?;
+    }
+    if all || options.step == Step::E4 {
+        announce("E4: interval medians over time (Fig. 3)");
+        let (bar, mut p) = bar_for("E4");
+        let r = experiments::e4(&exp, &mut p);
+        bar.finish_and_clear();
+        section(&mut report, "e4", r)?;
+    }
+    if all || options.step == Step::E5 {
+        announce("E5: trigger states by source (Table V, Fig. 4)");
+        let r = match &trace {
+            Some(t) => experiments::e5(&exp, &t.points, t.hz),
+            None => {
+                let (bar, mut p) = bar_for("E5");
+                let r = experiments::e5_standalone(&exp, &mut p);
+                bar.finish_and_clear();
+                r
+            }
+        };
+        section(&mut report, "e5", r)?;
+    }
+    if all || options.step == Step::E13 {
+        announce("E13: the deadline backstop (Table XIII)");
+        let (bar, mut p) = bar_for("E13");
+        let r = experiments::e13(&exp, &mut p);
+        bar.finish_and_clear();
+        section(&mut report, "e13", r)?;
+    }
+    if all || options.step == Step::Nginx {
+        announce("the HTTP server against nginx with one worker");
+        section(&mut report, "nginx", crate::nginx::compare(&exp))?;
+    }
     Ok(path)
 }

@@ -35,6 +35,9 @@ enum Command {
     },
     /// The main job: run every experiment and write a report (default into `results/`).
     Lab {
+        /// One experiment only (default: all).
+        #[arg(value_enum, default_value = "all")]
+        step: lab::Step,
         /// A short run (a few seconds per step), as CI does.
         #[arg(long)]
         quick: bool,
@@ -131,8 +134,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 lab::write_json(&path, &report)?;
             }
         }
-        Command::Lab { quick, out } => {
-            let path = lab::run(&lab::LabOptions { quick, out })?;
+        Command::Lab { step, quick, out } => {
+            let path = lab::run(&lab::LabOptions { quick, out, step })?;
             println!("report written to {}", path.display());
         }
     }

@@ -238,3 +238,12 @@ fn a_client_that_cannot_connect_is_an_error() {
     let err = run_load(addr, 1, true, Duration::from_millis(50)).unwrap_err();
     assert!(format!("{err:#}").contains("cannot connect"), "{err:#}");
 }
+
+#[test]
+fn a_port_in_use_is_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let err = HttpServer::bind(taken.local_addr().unwrap(), Duration::from_secs(1))
+        .err()
+        .expect("the port is taken");
+    assert!(format!("{err:#}").contains("cannot listen"), "{err:#}");
+}

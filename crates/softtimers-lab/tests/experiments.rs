@@ -1,0 +1,126 @@
+//! Each experiment's `--quick` run writes its table, its JSON with every field the issue
+//! names, and the plots its report section links.
+
+use std::path::Path;
+use std::process::Command;
+
+fn lab(args: &[&str], out: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_softtimers"))
+        .arg("lab")
+        .args(args)
+        .args(["--quick", "--out", out.to_str().unwrap()])
+        .output()
+        .expect("the binary runs")
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(
+        &std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
+}
+
+fn has_fields(rows: &serde_json::Value, fields: &[&str]) {
+    let rows = rows.as_array().expect("rows is a list");
+    assert!(!rows.is_empty(), "no rows");
+    for row in rows {
+        for f in fields {
+            assert!(!row[f].is_null(), "{f} missing in {row}");
+        }
+    }
+}
+
+/// The report links plots by Markdown image syntax; each must exist and be non-empty.
+fn plots_exist(dir: &Path) -> usize {
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let mut n = 0;
+    for part in report.split("](").skip(1) {
+        let target = part.split(')').next().unwrap();
+        if target.ends_with(".png") {
+            let meta =
+                std::fs::metadata(dir.join(target)).unwrap_or_else(|_| panic!("{target} missing"));
+            assert!(meta.len() > 1000, "{target} is empty");
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn every_experiment_writes_its_table_json_and_plots() {
+    let base = std::env::temp_dir().join(format!("softtimers-exp-{}", std::process::id()));
+    let cases: [(&str, &[&str], usize); 6] = [
+        (
+            "e1",
+            &[
+                "source",
+                "interval_us",
+                "throughput_rps",
+                "slowdown_pct",
+                "cost_per_event_us",
+            ],
+            0,
+        ),
+        (
+            "e2",
+            &[
+                "source",
+                "interval_us",
+                "throughput_rps",
+                "slowdown_pct",
+                "cost_per_event_us",
+            ],
+            0,
+        ),
+        (
+            "e3",
+            &[
+                "workload",
+                "samples",
+                "max_us",
+                "mean_us",
+                "median_us",
+                "stddev_us",
+                "pct_over_100us",
+                "pct_over_150us",
+            ],
+            1,
+        ),
+        ("e4", &["window_ms", "windows", "median_of_medians_us"], 1),
+        ("e5", &["source", "count", "pct"], 1),
+        ("e13", &["deadline_us", "extra_cost_pct", "fired_pct"], 0),
+    ];
+    for (name, fields, plots) in cases {
+        let dir = base.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = lab(&[name], &dir);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(
+            report.contains(&format!("## {}:", name.to_uppercase())),
+            "{name}: no section"
+        );
+        assert!(report.contains("| ---"), "{name}: no table");
+        has_fields(&json(&dir.join(format!("{name}.json")))["rows"], fields);
+        assert_eq!(plots_exist(&dir), plots, "{name}: plots linked");
+    }
+    let _ = std::fs::remove_dir_all(base);
+}
+
+#[test]
+fn unknown_experiments_are_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_softtimers"))
+        .args(["lab", "e99"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid value") && err.contains("e13"),
+        "{err}"
+    );
+}
