@@ -41,6 +41,8 @@ pub struct LabOptions {
     pub out: PathBuf,
     /// Which step(s).
     pub step: Step,
+    /// The HTTP load generator for the experiments.
+    pub client: crate::experiments::Client,
 }
 
 /// Writes `value` as pretty JSON to `path`.
@@ -131,7 +133,13 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
     let exp = ExpOptions {
         quick: options.quick,
         out: options.out.clone(),
+        client: options.client,
     };
+    if options.client == crate::experiments::Client::Wrk
+        && crate::experiments::wrk_binary().is_none()
+    {
+        anyhow::bail!("--client wrk: wrk is not installed (apt-get install wrk)");
+    }
     let section = |report: &mut String, name: &str, result: Result<ExpResult>| -> Result<()> {
         let result = result.with_context(|| format!("experiment {name}"))?;
         for plot in &result.plots {

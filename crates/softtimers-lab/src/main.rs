@@ -44,6 +44,9 @@ enum Command {
         /// Where to write the report, JSON and plots.
         #[arg(long, default_value = "results")]
         out: PathBuf,
+        /// The HTTP load generator: the project's own, or wrk as a cross-check.
+        #[arg(long, value_enum, default_value = "own")]
+        client: softtimers_lab::experiments::Client,
     },
 }
 
@@ -134,8 +137,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 lab::write_json(&path, &report)?;
             }
         }
-        Command::Lab { step, quick, out } => {
-            let path = lab::run(&lab::LabOptions { quick, out, step })?;
+        Command::Lab {
+            step,
+            quick,
+            out,
+            client,
+        } => {
+            let path = lab::run(&lab::LabOptions {
+                quick,
+                out,
+                step,
+                client,
+            })?;
             println!("report written to {}", path.display());
         }
     }

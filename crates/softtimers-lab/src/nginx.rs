@@ -137,6 +137,7 @@ pub fn compare(options: &ExpOptions) -> Result<ExpResult> {
                 stats: false,
                 trace: 0,
                 duration,
+                client: crate::experiments::Client::Own,
             })?;
             ours.push(o.rate);
             let r = std::thread::spawn(move || {

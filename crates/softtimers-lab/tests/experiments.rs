@@ -124,3 +124,27 @@ fn unknown_experiments_are_refused() {
         "{err}"
     );
 }
+
+/// `--client wrk` drives the same server with wrk where it is installed, and is refused with
+/// a clear message where it is not (CI installs it).
+#[test]
+fn wrk_cross_check_or_a_clear_refusal() {
+    let dir = std::env::temp_dir().join(format!("softtimers-wrk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = lab(&["e1", "--client", "wrk"], &dir);
+    if std::path::Path::new("/usr/bin/wrk").exists() {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = &json(&dir.join("e1.json"))["rows"];
+        has_fields(rows, &["source", "throughput_rps", "cost_per_event_us"]);
+        assert!(rows[0]["throughput_rps"].as_f64().unwrap() > 1000.0);
+    } else {
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("wrk is not installed"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
