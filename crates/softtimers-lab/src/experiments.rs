@@ -725,6 +725,21 @@ fn cdf_points(stats: &Stats, max_us: f64) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// A CDF of trigger-state intervals from 0 to `x_max` µs.
+fn cdf_chart(path: &Path, title: &str, x_max: f64, series: Vec<Series>) -> Result<()> {
+    line_chart(
+        path,
+        &LineChart {
+            title,
+            x_label: "interval between trigger states (µs)",
+            y_label: "fraction of intervals ≤ x",
+            x_range: (0.0, x_max),
+            y_range: (0.0, 1.0),
+            series,
+        },
+    )
+}
+
 fn sorted_intervals_us(
     trace: &[(u64, TriggerSource)],
     hz: u64,
@@ -802,16 +817,11 @@ pub fn e3(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<(
         }
     }
     let plot = "e3_cdf.png";
-    line_chart(
+    cdf_chart(
         &options.out.join(plot),
-        &LineChart {
-            title: "Trigger-state intervals (CDF), by workload",
-            x_label: "interval between trigger states (µs)",
-            y_label: "fraction of intervals ≤ x",
-            x_range: (0.0, 200.0),
-            y_range: (0.0, 1.0),
-            series,
-        },
+        "Trigger-state intervals (CDF), by workload",
+        200.0,
+        series,
     )?;
     let http = rows
         .iter()
@@ -1020,16 +1030,11 @@ pub fn e5(options: &ExpOptions, trace: &[(u64, TriggerSource)], hz: u64) -> Resu
         });
     }
     let plot = "e5_sources.png";
-    line_chart(
+    cdf_chart(
         &options.out.join(plot),
-        &LineChart {
-            title: "Trigger-state intervals with one source left out (http-keepalive)",
-            x_label: "interval between trigger states (µs)",
-            y_label: "fraction of intervals ≤ x",
-            x_range: (0.0, 40.0),
-            y_range: (0.0, 1.0),
-            series,
-        },
+        "Trigger-state intervals with one source left out (http-keepalive)",
+        40.0,
+        series,
     )?;
     write_json(
         &options.out.join("e5.json"),

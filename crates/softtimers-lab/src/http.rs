@@ -392,6 +392,33 @@ impl HttpServer {
     }
 }
 
+/// An event loop for a load generator that stops itself `stop_after` from now (a soft event
+/// whose handler stops the loop), with no backstop thread and no idle spinning: a client
+/// should not compete with the server it loads.
+pub fn client_loop(stop_after: Duration) -> Result<softtimer_rt::EventLoop<()>> {
+    use std::sync::OnceLock;
+
+    use softtimer_rt::{EventLoop, LoopConfig, StopHandle};
+    let stopper: Arc<OnceLock<StopHandle>> = Arc::default();
+    let stop = Arc::clone(&stopper);
+    let mut ev: EventLoop<()> = EventLoop::new(
+        LoopConfig {
+            backstop: false,
+            idle_spin: false,
+            ..LoopConfig::default()
+        },
+        move |_, _| {
+            if let Some(s) = stop.get() {
+                s.stop();
+            }
+        },
+    )?;
+    let _ = stopper.set(ev.stop_handle());
+    let limit = ev.micros_to_ticks(stop_after.as_micros() as u64);
+    ev.cx().schedule_soft_event(limit, ())?;
+    Ok(ev)
+}
+
 /// What a load run measured.
 #[derive(Clone, Debug, Default)]
 pub struct LoadResult {
@@ -424,28 +451,9 @@ pub fn run_load(
     keep_alive: bool,
     duration: Duration,
 ) -> Result<LoadResult> {
-    use std::sync::OnceLock;
-
-    use softtimer_rt::{EventLoop, LoopConfig, StopHandle};
-    // The run ends on a soft event at `duration` (a second later if the server has gone
-    // quiet), so a server that stops answering cannot hang the generator.
-    let stopper: Arc<OnceLock<StopHandle>> = Arc::default();
-    let stop_from_handler = Arc::clone(&stopper);
-    let mut ev: EventLoop<()> = EventLoop::new(
-        LoopConfig {
-            backstop: false,
-            idle_spin: false,
-            ..LoopConfig::default()
-        },
-        move |_, _| {
-            if let Some(stop) = stop_from_handler.get() {
-                stop.stop();
-            }
-        },
-    )?;
-    let _ = stopper.set(ev.stop_handle());
-    let limit = ev.micros_to_ticks(duration.as_micros() as u64 + 1_000_000);
-    ev.cx().schedule_soft_event(limit, ())?;
+    // The run ends on a soft event a second after `duration` if the server has gone quiet,
+    // so a server that stops answering cannot hang the generator.
+    let mut ev = client_loop(duration + Duration::from_secs(1))?;
     let request: &[u8] = if keep_alive {
         b"GET /6k HTTP/1.1\r\nHost: softtimers\r\n\r\n"
     } else {

@@ -4,12 +4,11 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use softtimer_rt::{EventLoop, Interest, LoopConfig, LoopCx, Ready, RecvBatch, StopHandle};
+use softtimer_rt::{Interest, LoopCx, Ready, RecvBatch};
 
 /// Bytes in a reply.
 pub const REPLY_SIZE: usize = 1024;
@@ -102,29 +101,13 @@ impl RpcResult {
 /// The window is small enough (32 × 64 B requests, 32 × 1 KB replies) for loopback socket
 /// buffers, so nothing is lost.
 pub fn run_rpc_load(addr: SocketAddr, window: usize, duration: Duration) -> Result<RpcResult> {
-    let stopper: Arc<OnceLock<StopHandle>> = Arc::default();
-    let stop = Arc::clone(&stopper);
-    let mut ev: EventLoop<()> = EventLoop::new(
-        LoopConfig {
-            backstop: false,
-            idle_spin: false,
-            ..LoopConfig::default()
-        },
-        move |_, _| {
-            if let Some(s) = stop.get() {
-                s.stop();
-            }
-        },
-    )?;
-    let _ = stopper.set(ev.stop_handle());
+    let mut ev = crate::http::client_loop(duration)?;
     let socket = UdpSocket::bind("127.0.0.1:0").context("cannot bind the RPC client")?;
     socket
         .connect(addr)
         .with_context(|| format!("cannot connect to {addr}"))?;
     socket.set_nonblocking(true)?;
     ev.cx().register(&socket, Interest::READABLE, 0)?;
-    let t = ev.micros_to_ticks(duration.as_micros() as u64);
-    ev.cx().schedule_soft_event(t, ())?;
     let mut xid = 0u64;
     let mut request = [0u8; REQUEST_SIZE];
     let mut send = |cx: &mut LoopCx<'_, ()>, xid: &mut u64| {
