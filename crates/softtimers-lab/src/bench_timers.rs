@@ -20,7 +20,7 @@ use softtimer::{Fired, SoftTimers};
 use softtimer_rt::{EventLoop, Interest, LoopConfig, TimerMode};
 
 use crate::bench_core::pin_to_last_cpu;
-use crate::stats::{TargetCheck, median, targets_table};
+use crate::stats::{TargetCheck, median, soft_vs_hardware_targets, targets_table};
 
 /// Pointer-chasing steps per chunk (about 3 µs of cache misses on the project's VM).
 const STEPS_PER_CHUNK: usize = 32;
@@ -419,33 +419,15 @@ fn row<'a>(rows: &'a [TimerRow], source: &str, us: u64) -> Option<&'a TimerRow> 
 fn check_targets(rows: &[TimerRow]) -> Vec<TargetCheck> {
     let mut targets = Vec::new();
     if let Some(soft) = row(rows, "soft", 0) {
-        targets.push(TargetCheck {
-            figure: "slowdown, soft events at every trigger state".into(),
-            target: "<= 1 %".into(),
-            measured: soft.slowdown_pct,
-            met: soft.slowdown_pct <= 1.0,
-        });
-        // The soft cost per event, from the run with the most events; a cost within noise
-        // of zero (or below it) makes any hardware-timer cost "≥ 10 × cheaper".
-        let soft_cost = soft.cost_per_event_us.max(0.0);
-        for hw in ["timerfd", "signal"] {
-            for r in rows.iter().filter(|r| r.source == hw) {
-                let ratio = if soft_cost > 0.0 {
-                    r.cost_per_event_us / soft_cost
-                } else {
-                    f64::INFINITY
-                };
-                targets.push(TargetCheck {
-                    figure: format!(
-                        "{hw} cost per event / soft cost per event, {} µs",
-                        r.interval_us
-                    ),
-                    target: ">= 10".into(),
-                    measured: ratio,
-                    met: ratio >= 10.0,
-                });
-            }
-        }
+        // The soft cost per event comes from the run with the most events.
+        targets = soft_vs_hardware_targets(
+            "slowdown, soft events at every trigger state",
+            soft.slowdown_pct,
+            soft.cost_per_event_us,
+            rows.iter()
+                .filter(|r| r.source == "timerfd" || r.source == "signal")
+                .map(|r| (r.source.clone(), r.interval_us, r.cost_per_event_us)),
+        );
     }
     if let Some(soft10) = row(rows, "soft", 10) {
         let share = soft10.events_delivered_per_s / soft10.events_asked_per_s * 100.0;

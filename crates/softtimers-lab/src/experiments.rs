@@ -21,7 +21,7 @@ use crate::http::{HttpServer, run_load};
 use crate::lab::write_json;
 use crate::plot::{LineChart, Series, line_chart};
 use crate::rpc::{RpcServer, run_rpc_load};
-use crate::stats::{TargetCheck, median, percentile, targets_table};
+use crate::stats::{TargetCheck, median, percentile, soft_vs_hardware_targets, targets_table};
 
 /// The server workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -550,36 +550,20 @@ pub struct ExpResult {
 }
 
 fn ratio_checks(rows: &[CostRow]) -> Vec<TargetCheck> {
-    let mut checks = Vec::new();
-    let soft = rows
+    let Some(soft) = rows
         .iter()
-        .find(|r| r.source == "soft" && r.interval_us == 0);
-    if let Some(soft) = soft {
-        checks.push(TargetCheck {
-            figure: "throughput loss, soft timers at every trigger state".into(),
-            target: "<= 1 %".into(),
-            measured: soft.slowdown_pct,
-            met: soft.slowdown_pct <= 1.0,
-        });
-        let soft_cost = soft.cost_per_event_us.max(0.0);
-        for r in rows
-            .iter()
+        .find(|r| r.source == "soft" && r.interval_us == 0)
+    else {
+        return Vec::new();
+    };
+    soft_vs_hardware_targets(
+        "throughput loss, soft timers at every trigger state",
+        soft.slowdown_pct,
+        soft.cost_per_event_us,
+        rows.iter()
             .filter(|r| r.source == "timerfd" || r.source == "signal")
-        {
-            let ratio = if soft_cost > 0.0 {
-                r.cost_per_event_us / soft_cost
-            } else {
-                f64::INFINITY
-            };
-            checks.push(TargetCheck {
-                figure: format!("{} {} µs cost per event / soft", r.source, r.interval_us),
-                target: ">= 10".into(),
-                measured: ratio,
-                met: ratio >= 10.0,
-            });
-        }
-    }
-    checks
+            .map(|r| (r.source.clone(), r.interval_us, r.cost_per_event_us)),
+    )
 }
 
 /// E1 (Table I): cost per event with a null handler, from the saturated HTTP server's loss.
