@@ -214,7 +214,21 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
     }
     if all || options.step == Step::Nginx {
         announce("the HTTP server against nginx with one worker");
-        section(&mut report, "nginx", crate::nginx::compare(&exp))?;
+        let result = match crate::nginx::compare(&exp) {
+            // Part of the whole lab, the comparison is optional: a failure is reported, not
+            // fatal. Run alone (`lab nginx`), it is an error.
+            Err(e) if all => {
+                eprintln!("the nginx comparison failed: {e:#}");
+                Ok(ExpResult {
+                    markdown: format!(
+                        "## The HTTP server against nginx (one worker)\n\nNot measured: {e:#}\n"
+                    ),
+                    plots: vec![],
+                })
+            }
+            other => other,
+        };
+        section(&mut report, "nginx", result)?;
     }
     Ok(path)
 }
