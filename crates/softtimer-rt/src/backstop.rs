@@ -17,15 +17,12 @@ use std::time::Duration;
 
 use rustix::event::epoll;
 use rustix::event::{EventfdFlags, eventfd};
-use rustix::time::{
-    Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
-    timerfd_settime,
-};
 use softtimer::{Clock, TriggerSource};
 
 use crate::error::RtError;
 use crate::shared::Shared;
 use crate::sys;
+use crate::timerfd::periodic_timerfd;
 
 const TICK: u64 = 0;
 const DEADLINE: u64 = 1;
@@ -40,34 +37,13 @@ pub(crate) struct Backstop {
     stop: Arc<OwnedFd>,
 }
 
-fn timespec(d: Duration) -> Timespec {
-    Timespec {
-        tv_sec: d.as_secs() as i64,
-        tv_nsec: i64::from(d.subsec_nanos()),
-    }
-}
-
 impl Backstop {
     pub(crate) fn spawn<E: Send + 'static>(
         shared: Arc<Shared<E>>,
         interval: Duration,
         realtime: bool,
     ) -> Result<Self, RtError> {
-        let tick = timerfd_create(
-            TimerfdClockId::Monotonic,
-            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
-        )
-        .map_err(|e| RtError::from(("timerfd_create", e)))?;
-        let period = timespec(interval);
-        timerfd_settime(
-            &tick,
-            TimerfdTimerFlags::empty(),
-            &Itimerspec {
-                it_interval: period,
-                it_value: period,
-            },
-        )
-        .map_err(|e| RtError::from(("timerfd_settime", e)))?;
+        let tick = periodic_timerfd(interval).map_err(RtError::io("the backstop's timerfd"))?;
         let stop = Arc::new(
             eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
                 .map_err(|e| RtError::from(("eventfd", e)))?,

@@ -8,13 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::timerfd::{periodic_timerfd, timespec};
 use rustix::event::epoll;
 use rustix::event::{EventfdFlags, eventfd};
 use rustix::net::{RecvFlags, SendFlags, SocketAddrAny};
-use rustix::time::{
-    Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
-    timerfd_settime,
-};
 use softtimer::{
     Clock, Config, EventId, Fired, SoftTimers, Stats, SystemClock, TriggerSource, nanos_to_ticks,
     ticks_to_nanos,
@@ -180,10 +177,16 @@ impl StopHandle {
 }
 
 /// The loop's state that callbacks reach through [`LoopCx`].
+/// What the loop records at each trigger state, when asked: statistics, a trace, or both. One
+/// option, so that with nothing recorded the trigger check pays a single branch.
+struct Recording {
+    stats: Option<Stats>,
+    trace: Option<Vec<(u64, TriggerSource)>>,
+}
+
 struct Core<E> {
     shared: Arc<Shared<E>>,
-    stats: Option<Box<Stats>>,
-    trace: Option<Vec<(u64, TriggerSource)>>,
+    recording: Option<Box<Recording>>,
     epoll: OwnedFd,
     stop: Arc<StopInner>,
     soft: bool,
@@ -275,24 +278,7 @@ impl<E: Send + 'static> EventLoop<E> {
         match config.mode.0 {
             Mode::Soft => {}
             Mode::Timerfd(period) => {
-                let fd = timerfd_create(
-                    TimerfdClockId::Monotonic,
-                    TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
-                )
-                .map_err(|e| RtError::from(("timerfd_create", e)))?;
-                let ts = Timespec {
-                    tv_sec: period.as_secs() as i64,
-                    tv_nsec: i64::from(period.subsec_nanos()),
-                };
-                timerfd_settime(
-                    &fd,
-                    TimerfdTimerFlags::empty(),
-                    &Itimerspec {
-                        it_interval: ts,
-                        it_value: ts,
-                    },
-                )
-                .map_err(|e| RtError::from(("timerfd_settime", e)))?;
+                let fd = periodic_timerfd(period).map_err(RtError::io("the baseline's timerfd"))?;
                 epoll::add(
                     &epoll,
                     &fd,
@@ -333,9 +319,13 @@ impl<E: Send + 'static> EventLoop<E> {
         Ok(EventLoop {
             core: Core {
                 shared,
-                stats: config.stats.then(|| Box::new(Stats::new(hz))),
-                trace: (config.trace_capacity > 0)
-                    .then(|| Vec::with_capacity(config.trace_capacity)),
+                recording: (config.stats || config.trace_capacity > 0).then(|| {
+                    Box::new(Recording {
+                        stats: config.stats.then(|| Stats::new(hz)),
+                        trace: (config.trace_capacity > 0)
+                            .then(|| Vec::with_capacity(config.trace_capacity)),
+                    })
+                }),
                 epoll,
                 stop: Arc::new(StopInner {
                     flag: AtomicBool::new(false),
@@ -398,7 +388,7 @@ impl<E: Send + 'static> EventLoop<E> {
     /// Trigger-state statistics of the loop thread, with the facility's firing delays merged
     /// in, if statistics are on.
     pub fn stats(&self) -> Option<Stats> {
-        let mut stats = (**self.core.stats.as_ref()?).clone();
+        let mut stats = self.core.recording.as_ref()?.stats.clone()?;
         if let Some(facility) = self.core.shared.lock().stats() {
             // The facility saw no trigger states (the loop counts those); it adds the delays
             // and the fired count.
@@ -410,19 +400,23 @@ impl<E: Send + 'static> EventLoop<E> {
     /// The recorded trigger states (clock time, source), oldest first; empty without
     /// [`LoopConfig::trace_capacity`].
     pub fn trace(&self) -> &[(u64, TriggerSource)] {
-        self.core.trace.as_deref().unwrap_or(&[])
+        self.core
+            .recording
+            .as_ref()
+            .and_then(|r| r.trace.as_deref())
+            .unwrap_or(&[])
     }
 
     /// Forgets the recorded trigger states (keeping the reserved memory).
     pub fn clear_trace(&mut self) {
-        if let Some(trace) = &mut self.core.trace {
+        if let Some(trace) = self.core.recording.as_mut().and_then(|r| r.trace.as_mut()) {
             trace.clear();
         }
     }
 
     /// Clears the statistics, if they are on.
     pub fn reset_stats(&mut self) {
-        if let Some(stats) = self.core.stats.as_deref_mut() {
+        if let Some(stats) = self.core.recording.as_mut().and_then(|r| r.stats.as_mut()) {
             stats.reset();
         }
         self.core.shared.lock().reset_stats();
@@ -535,10 +529,7 @@ impl<E: Send + 'static> EventLoop<E> {
     /// One `epoll_wait` into `self.events`; an interrupted wait returns no events.
     fn wait(&mut self, timeout: Option<Duration>) -> Result<(), RtError> {
         self.events.clear();
-        let ts = timeout.map(|d| Timespec {
-            tv_sec: d.as_secs() as i64,
-            tv_nsec: i64::from(d.subsec_nanos()),
-        });
+        let ts = timeout.map(timespec);
         match epoll::wait(
             &self.core.epoll,
             rustix::buffer::spare_capacity(&mut self.events),
@@ -594,18 +585,27 @@ impl<E: Send + 'static> Drop for EventLoop<E> {
     }
 }
 
-impl<E> Core<E> {
-    /// A trigger state: one clock read and one compare when nothing is due.
-    #[inline(always)]
-    fn trigger(&mut self, source: TriggerSource) -> usize {
-        let now = self.shared.clock.now_unordered();
-        if let Some(stats) = self.stats.as_deref_mut() {
+impl Recording {
+    #[inline(never)]
+    fn record(&mut self, source: TriggerSource, now: u64) {
+        if let Some(stats) = &mut self.stats {
             stats.record_trigger(source, now);
         }
         if let Some(trace) = &mut self.trace
             && trace.len() < trace.capacity()
         {
             trace.push((now, source));
+        }
+    }
+}
+
+impl<E> Core<E> {
+    /// A trigger state: one clock read and one compare when nothing is due.
+    #[inline(always)]
+    fn trigger(&mut self, source: TriggerSource) -> usize {
+        let now = self.shared.clock.now_unordered();
+        if let Some(recording) = self.recording.as_deref_mut() {
+            recording.record(source, now);
         }
         if self.shared.nothing_due(now) {
             return 0;

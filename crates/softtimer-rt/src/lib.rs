@@ -56,6 +56,7 @@ mod event_loop;
 mod shared;
 mod signal;
 mod sys;
+mod timerfd;
 
 pub use error::RtError;
 pub use event_loop::{
@@ -63,6 +64,7 @@ pub use event_loop::{
 };
 pub use shared::{Counters, Handler};
 pub use sys::RecvBatch;
+pub use timerfd::periodic_timerfd;
 
 /// The README's examples, compiled (and, where they end, run) as doctests so that they cannot
 /// rot. They live here because this crate depends on both `softtimer` and itself.

@@ -360,13 +360,18 @@ fn a_handler_can_stop_the_loop_from_any_thread() {
     let mut ev: EventLoop<()> = EventLoop::new(config(), |_, _| {}).unwrap();
     let stop = ev.stop_handle();
     let mut ev2: EventLoop<()> = EventLoop::new(config(), move |_, _| stop.stop()).unwrap();
-    drop(ev2.cx().schedule_soft_event(0, ()));
+    ev2.cx().schedule_soft_event(0, ()).unwrap();
     // `ev2`'s handler stops `ev`; run `ev2` briefly to fire it.
     stop_after(&ev2, Duration::from_millis(20));
     ev2.run(|_, _| {}).unwrap();
+    // A safety stop at 10 s turns a broken cross-loop stop into a failure, not a hang.
+    stop_after(&ev, Duration::from_secs(10));
     let start = Instant::now();
     ev.run(|_, _| {}).unwrap();
-    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "the stop requested from another loop's handler was lost"
+    );
 }
 
 /// Soft timers and both baselines fire the same events in the same order. The handler only

@@ -34,7 +34,7 @@ fn trigger(c: &mut Criterion) {
     let mut group = c.benchmark_group("trigger_nothing_due");
     group.bench_function("clock_read", |b| b.iter(|| system.now_unordered()));
     for n in SIZES {
-        for mut q in baselines::real(system) {
+        for mut q in baselines::real(system, None) {
             prefill(q.as_mut(), n, system.resolution_hz());
             group.bench_with_input(BenchmarkId::new(q.name(), n), &n, |b, _| {
                 b.iter(|| black_box(q.poll()))
@@ -49,7 +49,7 @@ fn schedule_cancel(c: &mut Criterion) {
     let clock = SimClock::new(2_000_000_000);
     let ds = delays(clock.resolution_hz());
     for n in SIZES {
-        for mut q in baselines::simulated(&clock) {
+        for mut q in baselines::simulated(&clock, None) {
             prefill(q.as_mut(), n, clock.resolution_hz());
             let mut i = 0;
             group.bench_with_input(BenchmarkId::new(q.name(), n), &n, |b, _| {
@@ -69,7 +69,7 @@ fn schedule_fire(c: &mut Criterion) {
     let clock = SimClock::new(2_000_000_000);
     let micro = nanos_to_ticks(1_000, clock.resolution_hz());
     for n in SIZES {
-        for mut q in baselines::simulated(&clock) {
+        for mut q in baselines::simulated(&clock, None) {
             prefill(q.as_mut(), n, clock.resolution_hz());
             group.bench_with_input(BenchmarkId::new(q.name(), n), &n, |b, _| {
                 b.iter_custom(|iters| {

@@ -45,9 +45,14 @@ pub struct SoftQueue<C: Clock> {
 }
 
 impl<C: Clock> SoftQueue<C> {
-    /// An empty facility on `clock`.
-    pub fn new(clock: C) -> Self {
-        let timers = SoftTimers::new(clock).expect("valid default config");
+    /// An empty facility on `clock`, with finest wheel slots of `slot_ticks` clock ticks
+    /// (`None`: the facility's default).
+    pub fn new(clock: C, slot_ticks: Option<u64>) -> Self {
+        let config = softtimer::Config {
+            slot_ticks,
+            ..softtimer::Config::default()
+        };
+        let timers = SoftTimers::with_config(clock, config).expect("valid config");
         SoftQueue { timers, sink: 0 }
     }
 }
@@ -389,9 +394,9 @@ impl TimerQueue for DelayQueueBench {
 }
 
 /// Every implementation on one shared simulated clock.
-pub fn simulated(clock: &SimClock) -> Vec<Box<dyn TimerQueue>> {
+pub fn simulated(clock: &SimClock, slot_ticks: Option<u64>) -> Vec<Box<dyn TimerQueue>> {
     vec![
-        Box::new(SoftQueue::new(clock.clone())),
+        Box::new(SoftQueue::new(clock.clone(), slot_ticks)),
         Box::new(HeapQueue::new(clock.clone())),
         Box::new(BTreeQueue::new(clock.clone())),
         Box::new(DelayQueueBench::simulated(clock.clone())),
@@ -400,9 +405,9 @@ pub fn simulated(clock: &SimClock) -> Vec<Box<dyn TimerQueue>> {
 
 /// Every implementation on the real clock (`clock` for ours and the hand-rolled queues,
 /// tokio's own for `DelayQueue`).
-pub fn real(clock: SystemClock) -> Vec<Box<dyn TimerQueue>> {
+pub fn real(clock: SystemClock, slot_ticks: Option<u64>) -> Vec<Box<dyn TimerQueue>> {
     vec![
-        Box::new(SoftQueue::new(clock)),
+        Box::new(SoftQueue::new(clock, slot_ticks)),
         Box::new(HeapQueue::new(clock)),
         Box::new(BTreeQueue::new(clock)),
         Box::new(DelayQueueBench::real(clock.resolution_hz())),
@@ -417,7 +422,7 @@ mod tests {
     #[test]
     fn baselines_agree_on_what_fires() {
         let clock = SimClock::new(1_000_000); // 1 tick = 1 µs; DelayQueue rounds to 1 ms
-        for mut q in simulated(&clock) {
+        for mut q in simulated(&clock, None) {
             clock.set(0);
             let a = q.schedule(500, 1);
             q.schedule(1_500, 2);

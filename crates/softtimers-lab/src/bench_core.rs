@@ -40,6 +40,9 @@ pub struct CoreBenchConfig {
     pub batch: usize,
     /// Trigger checks per batch.
     pub trigger_batch: usize,
+    /// The facility's finest slot width in clock ticks (`None`: its default), for comparing
+    /// widths.
+    pub slot_ticks: Option<u64>,
 }
 
 impl CoreBenchConfig {
@@ -50,6 +53,7 @@ impl CoreBenchConfig {
             reps: if quick { 15 } else { 151 },
             batch: 1_000,
             trigger_batch: if quick { 2_000 } else { 20_000 },
+            slot_ticks: None,
         }
     }
 }
@@ -228,7 +232,7 @@ fn prefill(queue: &mut dyn TimerQueue, n: usize, hz: u64, rng: &mut SmallRng) {
 fn bench_trigger(system: SystemClock, pending: usize, config: &CoreBenchConfig) -> Vec<Row> {
     let hz = system.resolution_hz();
     let mut rng = SmallRng::seed_from_u64(7);
-    let mut queues = baselines::real(system);
+    let mut queues = baselines::real(system, config.slot_ticks);
     for q in &mut queues {
         prefill(q.as_mut(), pending, hz, &mut rng);
     }
@@ -267,7 +271,7 @@ fn bench_structures(
 ) -> (Vec<Row>, Vec<MemoryRow>) {
     let clock = SimClock::new(hz);
     let mut rng = SmallRng::seed_from_u64(11);
-    let mut queues = baselines::simulated(&clock);
+    let mut queues = baselines::simulated(&clock, config.slot_ticks);
     let mut memory = Vec::new();
     for q in &mut queues {
         let before = alloc_count::live_bytes();

@@ -15,10 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use rustix::time::{
-    Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
-    timerfd_settime,
-};
 use softtimer_rt::{Interest, LoopCx, Ready};
 
 /// Size of the cached file the server serves.
@@ -81,25 +77,10 @@ impl HttpServer {
         let listener =
             TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
         listener.set_nonblocking(true)?;
-        let sweep = timerfd_create(
-            TimerfdClockId::Monotonic,
-            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
-        )?;
         // Sweep for idle connections ten times per timeout (at most every 100 ms).
         let period =
             (idle_timeout / 10).clamp(Duration::from_millis(1), Duration::from_millis(100));
-        let ts = Timespec {
-            tv_sec: period.as_secs() as i64,
-            tv_nsec: i64::from(period.subsec_nanos()),
-        };
-        timerfd_settime(
-            &sweep,
-            TimerfdTimerFlags::empty(),
-            &Itimerspec {
-                it_interval: ts,
-                it_value: ts,
-            },
-        )?;
+        let sweep = softtimer_rt::periodic_timerfd(period)?;
         let body: Vec<u8> = (0..FILE_SIZE).map(|i| b'a' + (i % 26) as u8).collect();
         Ok(HttpServer {
             listener,

@@ -51,8 +51,19 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
-pub fn progress_bar(label: &str) -> ProgressBar {
+/// Runs `work` with a progress bar labelled `label` on stderr (hidden when stderr is not a
+/// terminal): `work` reports the fraction done and what it is doing; the bar is cleared after.
+pub fn with_progress<T>(label: &str, work: impl FnOnce(&mut dyn FnMut(f64, &str)) -> T) -> T {
+    let bar = progress_bar(label);
+    let result = work(&mut |fraction, message| {
+        bar.set_position((fraction * 1000.0) as u64);
+        bar.set_message(message.to_string());
+    });
+    bar.finish_and_clear();
+    result
+}
+
+fn progress_bar(label: &str) -> ProgressBar {
     let bar = ProgressBar::new(1000);
     bar.set_style(
         ProgressStyle::with_template("{prefix:>12} [{bar:30}] {percent:>3}% {msg}")
@@ -98,15 +109,9 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
         save(&report)?;
 
         announce("bench core: the facility against BinaryHeap, BTreeMap, DelayQueue");
-        let bar = progress_bar("bench core");
-        let core = bench_core::run(
-            &bench_core::CoreBenchConfig::new(options.quick),
-            |f, msg| {
-                bar.set_position((f * 1000.0) as u64);
-                bar.set_message(msg.to_string());
-            },
-        );
-        bar.finish_and_clear();
+        let core = with_progress("bench core", |p| {
+            bench_core::run(&bench_core::CoreBenchConfig::new(options.quick), p)
+        });
         write_json(&options.out.join("bench_core.json"), &core)?;
         report += "\n## The facility's core operations (`softtimers bench core`)\n\n";
         report += "Median ns per operation (99th percentile of batch means in brackets). \
@@ -116,14 +121,8 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
         save(&report)?;
 
         announce("bench timers: cost per event of soft timers, timerfd and timer signals");
-        let bar = progress_bar("bench timers");
         let config = bench_timers::TimersConfig::new(options.quick, vec![10, 20, 50])?;
-        let timers = bench_timers::run(&config, |f, msg| {
-            bar.set_position((f * 1000.0) as u64);
-            bar.set_message(msg.to_string());
-        });
-        bar.finish_and_clear();
-        let timers = timers?;
+        let timers = with_progress("bench timers", |p| bench_timers::run(&config, p))?;
         write_json(&options.out.join("bench_timers.json"), &timers)?;
         report += "\n## Cost per timer event, synthetic workload (`softtimers bench timers`)\n\n";
         report += &bench_timers::to_markdown(&timers);
@@ -151,34 +150,20 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
         *report += &result.markdown;
         save(report)
     };
-    let bar_for = |label: &str| {
-        let bar = progress_bar(label);
-        let b = bar.clone();
-        (bar, move |f: f64, msg: &str| {
-            b.set_position((f * 1000.0) as u64);
-            b.set_message(msg.to_string());
-        })
-    };
     if all || options.step == Step::E1 {
         announce("E1: cost per event on the HTTP server, null handler (Table I)");
-        let (bar, mut p) = bar_for("E1");
-        let r = experiments::e1(&exp, &mut p);
-        bar.finish_and_clear();
+        let r = with_progress("E1", |p| experiments::e1(&exp, p));
         section(&mut report, "e1", r)?;
     }
     if all || options.step == Step::E2 {
         announce("E2: cost per event, synthetic handler (Tables II-III)");
-        let (bar, mut p) = bar_for("E2");
-        let r = experiments::e2(&exp, &mut p);
-        bar.finish_and_clear();
+        let r = with_progress("E2", |p| experiments::e2(&exp, p));
         section(&mut report, "e2", r)?;
     }
     let mut trace = None;
     if all || options.step == Step::E3 {
         announce("E3: trigger-state intervals by workload (Table IV, Fig. 2)");
-        let (bar, mut p) = bar_for("E3");
-        let r = experiments::e3(&exp, &mut p);
-        bar.finish_and_clear();
+        let r = with_progress("E3", |p| experiments::e3(&exp, p));
         let r = r.map(|(result, t)| {
             trace = Some(t);
             result
@@ -187,29 +172,20 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
     }
     if all || options.step == Step::E4 {
         announce("E4: interval medians over time (Fig. 3)");
-        let (bar, mut p) = bar_for("E4");
-        let r = experiments::e4(&exp, &mut p);
-        bar.finish_and_clear();
+        let r = with_progress("E4", |p| experiments::e4(&exp, p));
         section(&mut report, "e4", r)?;
     }
     if all || options.step == Step::E5 {
         announce("E5: trigger states by source (Table V, Fig. 4)");
         let r = match &trace {
             Some(t) => experiments::e5(&exp, &t.points, t.hz),
-            None => {
-                let (bar, mut p) = bar_for("E5");
-                let r = experiments::e5_standalone(&exp, &mut p);
-                bar.finish_and_clear();
-                r
-            }
+            None => with_progress("E5", |p| experiments::e5_standalone(&exp, p)),
         };
         section(&mut report, "e5", r)?;
     }
     if all || options.step == Step::E13 {
         announce("E13: the deadline backstop (Table XIII)");
-        let (bar, mut p) = bar_for("E13");
-        let r = experiments::e13(&exp, &mut p);
-        bar.finish_and_clear();
+        let r = with_progress("E13", |p| experiments::e13(&exp, p));
         section(&mut report, "e13", r)?;
     }
     if all || options.step == Step::Nginx {

@@ -58,6 +58,10 @@ enum Bench {
         /// Fewer repetitions (a few seconds).
         #[arg(long)]
         quick: bool,
+        /// The facility's finest wheel-slot width in clock ticks, rounded down to a power of
+        /// two (default: about 30 ns); for comparing widths.
+        #[arg(long, value_name = "TICKS", value_parser = clap::value_parser!(u64).range(1..=(1u64 << 40)))]
+        slot_ticks: Option<u64>,
         /// Also write the result as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -98,14 +102,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Bench {
-            which: Bench::Core { quick, json },
+            which:
+                Bench::Core {
+                    quick,
+                    slot_ticks,
+                    json,
+                },
         } => {
-            let bar = lab::progress_bar("bench core");
-            let report = bench_core::run(&bench_core::CoreBenchConfig::new(quick), |f, msg| {
-                bar.set_position((f * 1000.0) as u64);
-                bar.set_message(msg.to_string());
-            });
-            bar.finish_and_clear();
+            let config = bench_core::CoreBenchConfig {
+                slot_ticks,
+                ..bench_core::CoreBenchConfig::new(quick)
+            };
+            let report = lab::with_progress("bench core", |p| bench_core::run(&config, p));
             print!("{}", bench_core::to_markdown(&report));
             if let Some(path) = json {
                 lab::write_json(&path, &report)?;
@@ -125,13 +133,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 intervals
             };
             let config = bench_timers::TimersConfig::new(quick, intervals)?;
-            let bar = lab::progress_bar("bench timers");
-            let report = bench_timers::run(&config, |f, msg| {
-                bar.set_position((f * 1000.0) as u64);
-                bar.set_message(msg.to_string());
-            });
-            bar.finish_and_clear();
-            let report = report?;
+            let report = lab::with_progress("bench timers", |p| bench_timers::run(&config, p))?;
             print!("{}", bench_timers::to_markdown(&report));
             if let Some(path) = json {
                 lab::write_json(&path, &report)?;

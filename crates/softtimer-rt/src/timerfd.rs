@@ -1,0 +1,44 @@
+//! Periodic kernel timers as file descriptors: the backstop's tick, the timerfd baseline, and
+//! any periodic housekeeping a program wants in its event loop.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use rustix::time::{
+    Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
+    timerfd_settime,
+};
+
+/// `d` as a `Timespec`.
+pub(crate) fn timespec(d: Duration) -> Timespec {
+    Timespec {
+        tv_sec: d.as_secs() as i64,
+        tv_nsec: i64::from(d.subsec_nanos()),
+    }
+}
+
+/// A non-blocking, close-on-exec timerfd on `CLOCK_MONOTONIC` that expires every `period`,
+/// the first time one period from now. Register it with an event loop and read it (8 bytes,
+/// the expirations since the last read) when it is readable.
+///
+/// ```
+/// let tick = softtimer_rt::periodic_timerfd(std::time::Duration::from_millis(10)).unwrap();
+/// # drop(tick);
+/// ```
+pub fn periodic_timerfd(period: Duration) -> io::Result<OwnedFd> {
+    let fd = timerfd_create(
+        TimerfdClockId::Monotonic,
+        TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+    )?;
+    let ts = timespec(period);
+    timerfd_settime(
+        &fd,
+        TimerfdTimerFlags::empty(),
+        &Itimerspec {
+            it_interval: ts,
+            it_value: ts,
+        },
+    )?;
+    Ok(fd)
+}
