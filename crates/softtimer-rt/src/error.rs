@@ -28,9 +28,20 @@ pub enum RtError {
     /// This thread already runs a loop with the timer-signal baseline.
     #[error("a loop with the timer-signal baseline already exists on this thread")]
     SignalLoopExists,
-    /// A soft-event handler panicked on the backstop thread.
-    #[error("a soft-event handler panicked on the backstop thread")]
+    /// A soft-event handler panicked on a helper thread (backstop or deadline watcher).
+    #[error("a soft-event handler panicked on a helper thread (backstop or deadline watcher)")]
     HandlerPanicked,
+    /// A deadline was asked for where nothing would enforce it (a timer baseline, or timers
+    /// off).
+    #[error(
+        "deadlines are enforced only in soft-timer mode; this loop runs a timer baseline or no timers"
+    )]
+    DeadlinesNotEnforced,
+    /// An event was scheduled on a loop built with timers off (the "no timers" reference).
+    #[error(
+        "this loop runs with timers off (the reference without timers): nothing can be scheduled"
+    )]
+    TimersOff,
     /// A system call failed.
     #[error("{what}: {source}")]
     Io {

@@ -1,167 +1,39 @@
-//! The event loop: epoll, trigger states at every system-call return, the idle policy of
-//! Section 5.1, and the choice of timer source.
+//! The event loop: epoll, trigger states at every system-call return, the idle policy, and
+//! the timer source.
 
-use std::io;
-use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::marker::PhantomData;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::timerfd::{periodic_timerfd, timespec};
 use rustix::event::epoll;
 use rustix::event::{EventfdFlags, eventfd};
-use rustix::net::{RecvFlags, SendFlags, SocketAddrAny};
 use softtimer::{
-    Clock, Config, EventId, Fired, SoftTimers, Stats, SystemClock, TriggerSource, nanos_to_ticks,
-    ticks_to_nanos,
+    Clock, Config, Fired, Instant, SoftTimers, Span, SystemClock, TriggerSource, TriggerStats,
 };
 
-use crate::backstop::Backstop;
+use crate::backstop::{Helper, spawn_backstop, spawn_watcher};
+use crate::config::{LoopConfig, SpinWindow, TimerMode, check_period};
+use crate::cx::{Core, LoopCx, Ready};
 use crate::error::RtError;
+use crate::policy::{IdleAction, IdlePolicy};
 use crate::shared::{Counters, Handler, Shared};
-use crate::sys::{self, RecvBatch, ThreadSignalTimer};
-use crate::{signal, sys::send_batch};
+use crate::sys::{self, ThreadSignalTimer};
+use crate::timerfd::{periodic_timerfd, timespec};
+use crate::{calibrate, signal};
 
 /// Tokens from here up are the loop's own.
 pub const MAX_TOKEN: u64 = u64::MAX - 16;
-const STOP_TOKEN: u64 = u64::MAX;
+pub(crate) const STOP_TOKEN: u64 = u64::MAX;
 const TIMERFD_TOKEN: u64 = u64::MAX - 1;
 
-/// How long the idle loop spins on trigger checks before it looks at the descriptors again.
+/// How long the idle loop spins at most before it looks at the descriptors again.
 const SPIN_SLICE: Duration = Duration::from_micros(20);
 
-/// What fires soft events.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TimerMode(Mode);
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Mode {
-    Soft,
-    Timerfd(Duration),
-    Signal(Duration),
-}
-
-fn check_period(period: Duration) -> Result<Duration, RtError> {
-    if period < Duration::from_micros(1) || period > Duration::from_secs(3600) {
-        return Err(RtError::Period(period));
-    }
-    Ok(period)
-}
-
-impl TimerMode {
-    /// Soft timers: events fire at trigger states, with the periodic backstop (the
-    /// default).
-    pub fn soft() -> Self {
-        TimerMode(Mode::Soft)
-    }
-
-    /// Baseline: a periodic `timerfd` in the loop's epoll set fires due events when it
-    /// expires; trigger states fire nothing. `period` must be 1 µs ..= 1 hour.
-    pub fn timerfd(period: Duration) -> Result<Self, RtError> {
-        Ok(TimerMode(Mode::Timerfd(check_period(period)?)))
-    }
-
-    /// Baseline: a POSIX timer signal, delivered to the loop thread every `period`,
-    /// interrupts whatever it is doing and fires due events from the signal handler.
-    ///
-    /// # Safety
-    ///
-    /// The handler and the payload's `Drop` then run in signal context, on the loop thread,
-    /// at an arbitrary point of its execution, like a hardware interrupt handler. They must
-    /// be async-signal-safe: no allocation or freeing (reserve [`LoopConfig::capacity`] so
-    /// that scheduling from the handler does not grow the slab either), no locks, no
-    /// buffered I/O, no panics (a panic aborts). The facility itself is protected: a signal
-    /// that interrupts the loop inside the facility fires nothing and is counted as busy.
-    // `unsafe` here declares the contract above; the function itself does nothing unsafe.
-    #[allow(unsafe_code)]
-    pub unsafe fn signal(period: Duration) -> Result<Self, RtError> {
-        Ok(TimerMode(Mode::Signal(check_period(period)?)))
-    }
-
-    /// `soft`, `timerfd` or `signal`.
-    pub fn name(&self) -> &'static str {
-        match self.0 {
-            Mode::Soft => "soft",
-            Mode::Timerfd(_) => "timerfd",
-            Mode::Signal(_) => "signal",
-        }
-    }
-}
-
-/// Settings of an [`EventLoop`].
-#[derive(Clone, Debug)]
-pub struct LoopConfig {
-    /// Backstop frequency in Hz (1 ..= 100 000; default 1000).
-    pub interrupt_clock_hz: u64,
-    /// What fires soft events (default: soft timers).
-    pub mode: TimerMode,
-    /// Run the backstop thread (soft mode only; default on). Without it the delay bound
-    /// holds only while the loop keeps reaching trigger states, and deadlines are not
-    /// enforced.
-    pub backstop: bool,
-    /// Ask for `SCHED_FIFO` priority for the backstop thread so that it preempts a computing
-    /// loop thread like an interrupt (default on; silently normal priority where refused).
-    pub realtime_backstop: bool,
-    /// Keep trigger-state and delay statistics (default off).
-    pub stats: bool,
-    /// Events to make room for up front.
-    pub capacity: usize,
-    /// Readiness events taken per `epoll_wait` (default 256).
-    pub max_events: usize,
-    /// Spin on trigger checks when a soft event is due before the next backstop tick
-    /// (Section 5.1's idle loop; default on). Off, the loop blocks until the event is due.
-    pub idle_spin: bool,
-    /// Record the first this-many trigger states (clock time and source) for later analysis
-    /// (default 0: no trace). Memory is reserved up front; recording is a store.
-    pub trace_capacity: usize,
-}
-
-impl Default for LoopConfig {
-    fn default() -> Self {
-        LoopConfig {
-            interrupt_clock_hz: 1000,
-            mode: TimerMode::soft(),
-            backstop: true,
-            realtime_backstop: true,
-            stats: false,
-            capacity: 0,
-            max_events: 256,
-            idle_spin: true,
-            trace_capacity: 0,
-        }
-    }
-}
-
-/// What a descriptor is watched for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Interest(epoll::EventFlags);
-
-impl Interest {
-    /// Readable (level-triggered).
-    pub const READABLE: Interest = Interest(epoll::EventFlags::IN);
-    /// Writable (level-triggered).
-    pub const WRITABLE: Interest = Interest(epoll::EventFlags::OUT);
-    /// Readable or writable.
-    pub const BOTH: Interest = Interest(epoll::EventFlags::IN.union(epoll::EventFlags::OUT));
-}
-
-/// A descriptor that became ready.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ready {
-    /// The token it was registered with.
-    pub token: u64,
-    /// Data can be read (or a connection accepted).
-    pub readable: bool,
-    /// Data can be written.
-    pub writable: bool,
-    /// The peer hung up or an error is pending.
-    pub closed: bool,
-}
-
-struct StopInner {
-    flag: AtomicBool,
-    fd: OwnedFd,
+pub(crate) struct StopInner {
+    pub flag: AtomicBool,
+    pub fd: OwnedFd,
 }
 
 /// Stops a running [`EventLoop`] from any thread.
@@ -176,51 +48,40 @@ impl StopHandle {
     }
 }
 
-/// The loop's state that callbacks reach through [`LoopCx`].
-/// What the loop records at each trigger state, when asked: statistics, a trace, or both. One
-/// option, so that with nothing recorded the trigger check pays a single branch.
-struct Recording {
-    stats: Option<Stats>,
-    trace: Option<Vec<(u64, TriggerSource)>>,
-}
-
-struct Core<E> {
-    shared: Arc<Shared<E>>,
-    recording: Option<Box<Recording>>,
-    epoll: OwnedFd,
-    stop: Arc<StopInner>,
-    soft: bool,
-}
-
-/// What an I/O callback gets: the loop's I/O helpers (each return from the system call is a
-/// trigger state), the timers, and stop.
-pub struct LoopCx<'a, E> {
-    core: &'a mut Core<E>,
+/// CPU time used by the loop's helper threads, known once they have stopped
+/// ([`EventLoop::stop_helpers`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HelperCpu {
+    /// The backstop thread (on the loop's CPU), ns.
+    pub backstop_ns: u64,
+    /// The deadline watcher (on another CPU), ns.
+    pub watcher_ns: u64,
 }
 
 /// The event loop. One per thread, made on the thread that runs it (it is not `Send`); see
-/// the crate documentation.
-pub struct EventLoop<E: Send + 'static> {
-    core: Core<E>,
+/// the crate documentation. Generic over the measurement [`Clock`] so that tests can run it
+/// on a [`softtimer::SimClock`].
+pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static = SystemClock> {
+    core: Core<E, C>,
     events: Vec<epoll::Event>,
-    x: Duration,
-    x_ticks: u64,
-    idle_spin: bool,
-    mode: Mode,
+    idle: IdlePolicy,
+    mode: &'static str,
     timerfd: Option<OwnedFd>,
     signal_timer: Option<ThreadSignalTimer>,
-    backstop: Option<Backstop>,
+    backstop: Option<Helper>,
+    watcher: Option<Helper>,
     /// A loop belongs to the thread that made it (its timer signal is addressed to that
     /// thread), so it is neither `Send` nor `Sync`.
-    _thread_bound: std::marker::PhantomData<*const ()>,
+    _thread_bound: PhantomData<*const ()>,
 }
 
-impl<E: Send + 'static> EventLoop<E> {
-    /// A loop whose soft events are handled by `handler`.
+impl<E: Send + 'static> EventLoop<E, SystemClock> {
+    /// A loop on the system clock whose soft events are handled by `handler`.
     ///
     /// ```
     /// use std::sync::Arc;
     /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::time::Duration;
     /// use softtimer_rt::{EventLoop, LoopConfig};
     ///
     /// let fired = Arc::new(AtomicU32::new(0));
@@ -230,12 +91,11 @@ impl<E: Send + 'static> EventLoop<E> {
     /// })
     /// .unwrap();
     /// let stop = ev.stop_handle();
-    /// // 50 µs from now, in ticks of the measurement clock.
-    /// let t = ev.micros_to_ticks(50);
+    /// // 50 µs from now.
+    /// let t = ev.span(Duration::from_micros(50));
     /// ev.cx().schedule_soft_event(t, ()).unwrap();
-    /// // A second event stops the loop once the first has fired.
     /// std::thread::spawn(move || {
-    ///     std::thread::sleep(std::time::Duration::from_millis(20));
+    ///     std::thread::sleep(Duration::from_millis(20));
     ///     stop.stop();
     /// });
     /// ev.run(|_cx, _ready| {}).unwrap();
@@ -245,9 +105,53 @@ impl<E: Send + 'static> EventLoop<E> {
     where
         H: Fn(&mut SoftTimers<E>, Fired<E>) + Send + Sync + 'static,
     {
-        let clock = SystemClock::new();
+        Self::with_clock(config, SystemClock::new(), handler)
+    }
+
+    /// The timer-signal baseline: a POSIX timer signal, delivered to the loop thread every
+    /// `period` (1 µs ..= 1 hour), interrupts whatever it is doing and fires due events from
+    /// the signal handler; trigger states fire nothing. `config.mode` is ignored.
+    ///
+    /// # Safety
+    ///
+    /// `handler`, and the `Drop` of the payloads it receives, run in signal context, on the
+    /// loop thread, at an arbitrary point of its execution, like a hardware interrupt
+    /// handler. They must be async-signal-safe: no allocation or freeing (reserve
+    /// [`LoopConfig::capacity`] so that scheduling from the handler does not grow the slab
+    /// either), no locks, no buffered I/O, no panics (a panic aborts). The facility itself is
+    /// protected: a signal that interrupts the loop inside the facility fires nothing and is
+    /// counted as busy ([`Counters::signal_busy`]).
+    #[allow(unsafe_code)]
+    pub unsafe fn with_timer_signal<H>(
+        config: LoopConfig,
+        period: Duration,
+        handler: H,
+    ) -> Result<Self, RtError>
+    where
+        H: Fn(&mut SoftTimers<E>, Fired<E>) + Send + Sync + 'static,
+    {
+        let period = check_period(period)?;
+        Self::build(config, SystemClock::new(), Box::new(handler), Some(period))
+    }
+}
+
+impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C> {
+    /// A loop on `clock` (a [`softtimer::SimClock`] in tests).
+    pub fn with_clock<H>(config: LoopConfig, clock: C, handler: H) -> Result<Self, RtError>
+    where
+        H: Fn(&mut SoftTimers<E, C>, Fired<E>) + Send + Sync + 'static,
+    {
+        Self::build(config, clock, Box::new(handler), None)
+    }
+
+    fn build(
+        config: LoopConfig,
+        clock: C,
+        handler: Box<Handler<E, C>>,
+        signal_period: Option<Duration>,
+    ) -> Result<Self, RtError> {
         let facility = SoftTimers::with_config(
-            clock,
+            clock.clone(),
             Config {
                 interrupt_clock_hz: config.interrupt_clock_hz,
                 stats: config.stats,
@@ -255,11 +159,20 @@ impl<E: Send + 'static> EventLoop<E> {
                 slot_ticks: None,
             },
         )?;
-        let x_ticks = facility.backstop_interval_ticks();
-        let x = Duration::from_nanos(1_000_000_000 / config.interrupt_clock_hz);
-        let soft = config.mode.0 == Mode::Soft;
-        let handler: Box<Handler<E>> = Box::new(handler);
-        let shared = Arc::new(Shared::new(facility, handler, soft)?);
+        let mode = if signal_period.is_some() {
+            "signal"
+        } else {
+            config.mode.name()
+        };
+        let soft = signal_period.is_none() && config.mode == TimerMode::Soft;
+        let deadlines = soft.then_some(config.deadlines);
+        let shared = Arc::new(Shared::new(
+            facility,
+            handler,
+            soft,
+            config.backstop,
+            deadlines,
+        )?);
 
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)
             .map_err(|e| RtError::from(("epoll_create", e)))?;
@@ -274,74 +187,72 @@ impl<E: Send + 'static> EventLoop<E> {
         .map_err(|e| RtError::from(("epoll_ctl", e)))?;
 
         let mut timerfd = None;
-        let mut signal_timer = None;
-        match config.mode.0 {
-            Mode::Soft => {}
-            Mode::Timerfd(period) => {
-                let fd = periodic_timerfd(period).map_err(RtError::io("the baseline's timerfd"))?;
-                epoll::add(
-                    &epoll,
-                    &fd,
-                    epoll::EventData::new_u64(TIMERFD_TOKEN),
-                    epoll::EventFlags::IN,
-                )
-                .map_err(|e| RtError::from(("epoll_ctl", e)))?;
-                timerfd = Some(fd);
-            }
-            Mode::Signal(period) => {
-                sys::install_signal_handler(signal::handle_signal)
-                    .map_err(RtError::io("sigaction"))?;
-                // The timer is created disarmed, so no signal comes before the target is set;
-                // a failure after the target is set clears it again.
-                let timer = ThreadSignalTimer::new(sys::gettid(), sys::timer_signal())
-                    .map_err(RtError::io("timer_create"))?;
-                if !signal::set_target(&shared) {
-                    return Err(RtError::SignalLoopExists);
-                }
-                if let Err(e) = timer.set_periodic(period) {
-                    drop(timer);
-                    signal::clear_target();
-                    return Err(RtError::io("timer_settime")(e));
-                }
-                signal_timer = Some(timer);
-            }
+        if let (None, TimerMode::Timerfd(period)) = (signal_period, config.mode) {
+            let period = check_period(period)?;
+            let fd = periodic_timerfd(period).map_err(RtError::io("the baseline's timerfd"))?;
+            epoll::add(
+                &epoll,
+                &fd,
+                epoll::EventData::new_u64(TIMERFD_TOKEN),
+                epoll::EventFlags::IN,
+            )
+            .map_err(|e| RtError::from(("epoll_ctl", e)))?;
+            timerfd = Some(fd);
         }
-        let backstop = if soft && config.backstop {
-            Some(Backstop::spawn(
-                Arc::clone(&shared),
-                x,
-                config.realtime_backstop,
-            )?)
-        } else {
-            None
+        let mut signal_timer = None;
+        if let Some(period) = signal_period {
+            sys::install_signal_handler(signal::handle_signal).map_err(RtError::io("sigaction"))?;
+            // The timer is created disarmed, so no signal comes before the target is set; a
+            // failure after the target is set clears it again.
+            let timer = ThreadSignalTimer::new(sys::gettid(), sys::timer_signal())
+                .map_err(RtError::io("timer_create"))?;
+            if !signal::set_target(&shared) {
+                return Err(RtError::SignalLoopExists);
+            }
+            if let Err(e) = timer.set_periodic(period) {
+                drop(timer);
+                signal::clear_target();
+                return Err(RtError::io("timer_settime")(e));
+            }
+            signal_timer = Some(timer);
+        }
+        // The loop's own blocking timeouts carry due times: no slack on top of them.
+        if soft {
+            let _ = sys::minimal_timer_slack();
+        }
+        let backstop = spawn_backstop(&shared, config.realtime_backstop)?;
+        let watcher = spawn_watcher(&shared, config.watcher_cpu.or_else(watcher_cpu))?;
+        let spin_window = match config.spin_window {
+            SpinWindow::Calibrated if soft => calibrate::wakeup_lateness(),
+            SpinWindow::Calibrated => Duration::ZERO,
+            SpinWindow::Fixed(d) => d,
         };
-        let hz = clock.resolution_hz();
+        let idle = IdlePolicy {
+            spin_window: clock.span(spin_window),
+            spin_slice: clock.span(SPIN_SLICE),
+        };
+        let off = config.mode == TimerMode::Off && signal_period.is_none();
+        let core = Core::new(
+            shared,
+            epoll,
+            Arc::new(StopInner {
+                flag: AtomicBool::new(false),
+                fd: stop_fd,
+            }),
+            off,
+            config.stats,
+            config.trace_capacity,
+        );
         Ok(EventLoop {
-            core: Core {
-                shared,
-                recording: (config.stats || config.trace_capacity > 0).then(|| {
-                    Box::new(Recording {
-                        stats: config.stats.then(|| Stats::new(hz)),
-                        trace: (config.trace_capacity > 0)
-                            .then(|| Vec::with_capacity(config.trace_capacity)),
-                    })
-                }),
-                epoll,
-                stop: Arc::new(StopInner {
-                    flag: AtomicBool::new(false),
-                    fd: stop_fd,
-                }),
-                soft,
-            },
+            core,
             events: Vec::with_capacity(config.max_events.max(1)),
-            x,
-            x_ticks,
-            idle_spin: config.idle_spin,
-            mode: config.mode.0,
+            idle,
+            mode,
             timerfd,
             signal_timer,
             backstop,
-            _thread_bound: std::marker::PhantomData,
+            watcher,
+            _thread_bound: PhantomData,
         })
     }
 
@@ -352,44 +263,40 @@ impl<E: Send + 'static> EventLoop<E> {
 
     /// The loop's helpers and timers outside [`EventLoop::run`] (to register descriptors
     /// and schedule the first events).
-    pub fn cx(&mut self) -> LoopCx<'_, E> {
-        LoopCx {
-            core: &mut self.core,
-        }
+    pub fn cx(&mut self) -> LoopCx<'_, E, C> {
+        LoopCx::new(&mut self.core)
     }
 
-    /// Converts microseconds to ticks of the measurement clock.
-    pub fn micros_to_ticks(&self, us: u64) -> u64 {
-        nanos_to_ticks(
-            us.saturating_mul(1000),
-            self.core.shared.clock.resolution_hz(),
-        )
+    /// `duration` in ticks of the measurement clock (rounded up).
+    pub fn span(&self, duration: Duration) -> Span {
+        self.core.shared.clock.span(duration)
     }
 
     /// The measurement clock.
-    pub fn clock(&self) -> SystemClock {
-        self.core.shared.clock
+    pub fn clock(&self) -> &C {
+        &self.core.shared.clock
     }
 
-    /// `soft`, `timerfd` or `signal`.
+    /// `soft`, `timerfd`, `signal` or `off`.
     pub fn mode_name(&self) -> &'static str {
-        match self.mode {
-            Mode::Soft => "soft",
-            Mode::Timerfd(_) => "timerfd",
-            Mode::Signal(_) => "signal",
-        }
+        self.mode
     }
 
-    /// Runtime counters (events fired by source, backstop and deadline timer activity).
-    pub fn counters(&self) -> &Counters {
-        &self.core.shared.counters
+    /// The idle policy in force (its spin window is calibrated to this machine by default).
+    pub fn idle_policy(&self) -> IdlePolicy {
+        self.idle
+    }
+
+    /// A snapshot of the runtime's counters.
+    pub fn counters(&self) -> Counters {
+        self.core.shared.counters()
     }
 
     /// Trigger-state statistics of the loop thread, with the facility's firing delays merged
     /// in, if statistics are on.
-    pub fn stats(&self) -> Option<Stats> {
-        let mut stats = self.core.recording.as_ref()?.stats.clone()?;
-        if let Some(facility) = self.core.shared.lock().stats() {
+    pub fn stats(&self) -> Option<TriggerStats> {
+        let mut stats = self.core.recorded_stats()?;
+        if let Some(facility) = self.core.shared.lock().facility.stats() {
             // The facility saw no trigger states (the loop counts those); it adds the delays
             // and the fired count.
             stats.merge(facility);
@@ -399,51 +306,40 @@ impl<E: Send + 'static> EventLoop<E> {
 
     /// The recorded trigger states (clock time, source), oldest first; empty without
     /// [`LoopConfig::trace_capacity`].
-    pub fn trace(&self) -> &[(u64, TriggerSource)] {
-        self.core
-            .recording
-            .as_ref()
-            .and_then(|r| r.trace.as_deref())
-            .unwrap_or(&[])
-    }
-
-    /// Forgets the recorded trigger states (keeping the reserved memory).
-    pub fn clear_trace(&mut self) {
-        if let Some(trace) = self.core.recording.as_mut().and_then(|r| r.trace.as_mut()) {
-            trace.clear();
-        }
+    pub fn trace(&self) -> &[(Instant, TriggerSource)] {
+        self.core.trace()
     }
 
     /// Clears the statistics, if they are on.
     pub fn reset_stats(&mut self) {
-        if let Some(stats) = self.core.recording.as_mut().and_then(|r| r.stats.as_mut()) {
-            stats.reset();
-        }
-        self.core.shared.lock().reset_stats();
+        self.core.reset_stats();
+        self.core.shared.lock().facility.reset_stats();
     }
 
     /// Whether the backstop thread got real-time priority (`None`: no backstop thread).
     pub fn backstop_realtime(&self) -> Option<bool> {
-        self.backstop.as_ref().map(|_| {
-            self.core
-                .shared
-                .counters
-                .backstop_realtime
-                .load(Ordering::Relaxed)
-        })
+        self.backstop
+            .as_ref()
+            .map(|_| self.core.shared.backstop_realtime.load(Ordering::Relaxed))
     }
 
-    /// Timer-signal expirations the kernel merged because the previous signal was still
-    /// pending (signal mode only).
-    pub fn signal_overruns(&self) -> Option<u64> {
-        self.signal_timer.as_ref().map(ThreadSignalTimer::overrun)
+    /// Stops and joins the helper threads (backstop, deadline watcher) and returns the CPU
+    /// time they used. After this the loop has no backstop and enforces no deadline; call it
+    /// when a run is over, to account for the helpers' cost.
+    pub fn stop_helpers(&mut self) -> HelperCpu {
+        self.backstop.take();
+        self.watcher.take();
+        HelperCpu {
+            backstop_ns: self.core.shared.backstop_cpu_ns.load(Ordering::Relaxed),
+            watcher_ns: self.core.shared.watcher_cpu_ns.load(Ordering::Relaxed),
+        }
     }
 
     /// Runs until stopped (by [`LoopCx::stop`] or a [`StopHandle`]). `on_ready` is called
     /// for each ready descriptor with the loop's helpers.
     pub fn run<F>(&mut self, mut on_ready: F) -> Result<(), RtError>
     where
-        F: FnMut(&mut LoopCx<'_, E>, Ready),
+        F: FnMut(&mut LoopCx<'_, E, C>, Ready),
     {
         let result = self.run_inner(&mut on_ready);
         self.core.stop.flag.store(false, Ordering::Release);
@@ -452,21 +348,10 @@ impl<E: Send + 'static> EventLoop<E> {
 
     fn run_inner<F>(&mut self, on_ready: &mut F) -> Result<(), RtError>
     where
-        F: FnMut(&mut LoopCx<'_, E>, Ready),
+        F: FnMut(&mut LoopCx<'_, E, C>, Ready),
     {
-        let spin_ticks = nanos_to_ticks(
-            SPIN_SLICE.as_nanos() as u64,
-            self.core.shared.clock.resolution_hz(),
-        );
         while !self.core.stop.flag.load(Ordering::Acquire) {
-            if self
-                .core
-                .shared
-                .counters
-                .handler_panics
-                .load(Ordering::Relaxed)
-                > 0
-            {
+            if self.core.shared.handler_panics.load(Ordering::Relaxed) > 0 {
                 return Err(RtError::HandlerPanicked);
             }
             // Look at the descriptors first, without blocking: the loop is idle only when
@@ -474,56 +359,32 @@ impl<E: Send + 'static> EventLoop<E> {
             self.wait(Some(Duration::ZERO))?;
             self.core.trigger(TriggerSource::Syscall);
             if self.events.is_empty() {
-                let timeout = self.idle(spin_ticks);
-                if timeout != Some(Duration::ZERO) {
-                    self.wait(timeout)?;
-                    self.core.trigger(TriggerSource::Syscall);
-                }
-            }
-            if self.events.is_empty() {
-                continue;
+                self.idle()?;
             }
             for i in 0..self.events.len() {
                 let event = self.events[i];
-                let flags = event.flags;
                 match event.data.u64() {
                     STOP_TOKEN => {
                         let _ = sys::read_counter(self.core.stop.fd.as_fd());
                     }
-                    TIMERFD_TOKEN => {
-                        if let Some(fd) = &self.timerfd {
-                            let expirations = sys::read_counter(fd.as_fd()).unwrap_or(0);
-                            let shared = &self.core.shared;
-                            shared
-                                .counters
-                                .timer_expirations
-                                .fetch_add(expirations, Ordering::Relaxed);
-                            shared.fire(shared.clock.now(), TriggerSource::Timer);
-                        }
-                    }
-                    token => {
-                        let ready = Ready {
-                            token,
-                            readable: flags.contains(epoll::EventFlags::IN),
-                            writable: flags.contains(epoll::EventFlags::OUT),
-                            closed: flags.intersects(
-                                epoll::EventFlags::HUP
-                                    | epoll::EventFlags::ERR
-                                    | epoll::EventFlags::RDHUP,
-                            ),
-                        };
-                        on_ready(
-                            &mut LoopCx {
-                                core: &mut self.core,
-                            },
-                            ready,
-                        );
-                    }
+                    TIMERFD_TOKEN => self.on_baseline_timer(),
+                    token => on_ready(&mut LoopCx::new(&mut self.core), Ready::new(token, event)),
                 }
             }
             self.core.trigger(TriggerSource::Loop);
         }
         Ok(())
+    }
+
+    fn on_baseline_timer(&mut self) {
+        if let Some(fd) = &self.timerfd {
+            let expirations = sys::read_counter(fd.as_fd()).unwrap_or(0);
+            let shared = &self.core.shared;
+            let mut locked = shared.lock();
+            locked.counters.timer_expirations += expirations;
+            let now = shared.clock.now();
+            shared.fire_locked(&mut locked, now, TriggerSource::Timer);
+        }
     }
 
     /// One `epoll_wait` into `self.events`; an interrupted wait returns no events.
@@ -540,287 +401,62 @@ impl<E: Send + 'static> EventLoop<E> {
         }
     }
 
-    /// The idle policy (Section 5.1), applied when no descriptor is ready. Returns the `epoll_wait` timeout: `Some(0)` to poll,
-    /// a duration to block at most that long, `None` to block until something is ready.
-    ///
-    /// When a soft event is due before the next backstop tick, spin on trigger checks for
-    /// up to a slice (then look at the descriptors without blocking); otherwise block until
-    /// the event is due or a backstop period has passed, whichever is sooner.
-    fn idle(&mut self, spin_ticks: u64) -> Option<Duration> {
-        if !self.core.soft {
-            return None;
-        }
-        let clock = self.core.shared.clock;
-        let next = self.core.shared.next_check()?;
+    /// The idle policy, carried out: no descriptor is ready, so fire, spin for the last
+    /// stretch before a due time, or block (with a precise timeout) until then.
+    fn idle(&mut self) -> Result<(), RtError> {
+        let shared = Arc::clone(&self.core.shared);
+        let clock = &shared.clock;
         let mut now = clock.now_unordered();
-        if next <= now {
-            return Some(Duration::ZERO);
+        let mut action = self.idle.decide(now, shared.next_check());
+        if let IdleAction::Block { timeout: Some(t) } = action {
+            // The loop will wake by itself at `now + t`: move the backstop past that, then
+            // decide again in case that changed when a trigger state next has work.
+            shared.before_block(now + t);
+            action = self.idle.decide(now, shared.next_check());
         }
-        let until_due = next - now;
-        if self.idle_spin && until_due < self.x_ticks {
-            let end = now.saturating_add(spin_ticks.min(until_due));
-            while now < end {
-                if self.core.trigger(TriggerSource::Idle) > 0
-                    || self.core.stop.flag.load(Ordering::Relaxed)
-                {
-                    break;
-                }
-                now = clock.now_unordered();
+        match action {
+            IdleAction::Fire => {
+                self.core.trigger(TriggerSource::Idle);
             }
-            return Some(Duration::ZERO);
+            IdleAction::Spin { until } => {
+                while now < until {
+                    if self.core.trigger(TriggerSource::Idle) > 0
+                        || self.core.stop.flag.load(Ordering::Relaxed)
+                    {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                    now = clock.now_unordered();
+                }
+            }
+            IdleAction::Block { timeout } => {
+                self.wait(timeout.map(|t| clock.duration(t)))?;
+                self.core.trigger(TriggerSource::Syscall);
+            }
         }
-        let wait_ns = ticks_to_nanos(until_due, clock.resolution_hz());
-        Some(Duration::from_nanos(wait_ns).min(self.x))
+        Ok(())
     }
 }
 
-impl<E: Send + 'static> Drop for EventLoop<E> {
+/// Where the deadline watcher runs by default: the lowest online CPU the loop thread may not
+/// run on, when the loop thread is pinned to one CPU; otherwise wherever the kernel puts it.
+fn watcher_cpu() -> Option<usize> {
+    let allowed = sys::allowed_cpus();
+    if allowed.len() != 1 {
+        return None;
+    }
+    sys::online_cpus()
+        .into_iter()
+        .find(|c| !allowed.contains(c))
+}
+
+impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> Drop for EventLoop<E, C> {
     fn drop(&mut self) {
         // Signal mode: delete the timer first, then stop signals from reaching the facility.
         if self.signal_timer.take().is_some() {
             signal::clear_target();
         }
-        // Joins the backstop thread.
-        self.backstop.take();
-    }
-}
-
-impl Recording {
-    #[inline(never)]
-    fn record(&mut self, source: TriggerSource, now: u64) {
-        if let Some(stats) = &mut self.stats {
-            stats.record_trigger(source, now);
-        }
-        if let Some(trace) = &mut self.trace
-            && trace.len() < trace.capacity()
-        {
-            trace.push((now, source));
-        }
-    }
-}
-
-impl<E> Core<E> {
-    /// A trigger state: one clock read and one compare when nothing is due.
-    #[inline(always)]
-    fn trigger(&mut self, source: TriggerSource) -> usize {
-        let now = self.shared.clock.now_unordered();
-        if let Some(recording) = self.recording.as_deref_mut() {
-            recording.record(source, now);
-        }
-        if self.shared.nothing_due(now) {
-            return 0;
-        }
-        self.shared.fire(now, source)
-    }
-}
-
-fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> io::Result<T> {
-    loop {
-        match f() {
-            Err(rustix::io::Errno::INTR) => continue,
-            other => return other.map_err(io::Error::from),
-        }
-    }
-}
-
-impl<E> LoopCx<'_, E> {
-    /// The measurement clock's time (`measure_time()`).
-    pub fn now(&self) -> u64 {
-        self.core.shared.clock.now()
-    }
-
-    /// Schedules `event` `t` ticks ahead (see [`SoftTimers::schedule_soft_event`]).
-    pub fn schedule_soft_event(&mut self, t: u64, event: E) -> Result<EventId, RtError> {
-        Ok(self.core.shared.with(|f| f.schedule_soft_event(t, event))?)
-    }
-
-    /// Schedules `event` at the clock time `at` (see [`SoftTimers::schedule_at`]).
-    pub fn schedule_at(&mut self, at: u64, event: E) -> Result<EventId, RtError> {
-        Ok(self.core.shared.with(|f| f.schedule_at(at, event))?)
-    }
-
-    /// Schedules `event` `t` ticks ahead, to fire no later than `deadline` ticks ahead: the
-    /// backstop thread's one-shot timer enforces it when no trigger state comes in time.
-    pub fn schedule_with_deadline(
-        &mut self,
-        t: u64,
-        deadline: u64,
-        event: E,
-    ) -> Result<EventId, RtError> {
-        self.core.shared.schedule_with_deadline(t, deadline, event)
-    }
-
-    /// Cancels an event; its payload if it was pending.
-    pub fn cancel(&mut self, id: EventId) -> Option<E> {
-        self.core.shared.with(|f| f.cancel(id))
-    }
-
-    /// Events pending.
-    pub fn pending(&self) -> usize {
-        self.core.shared.lock().pending()
-    }
-
-    /// Declares a trigger state of the application's own (a loop it knows to be frequent).
-    pub fn trigger(&mut self, source: TriggerSource) -> usize {
-        self.core.trigger(source)
-    }
-
-    /// Runs `call` (any system call) and then a trigger state tagged `syscall`.
-    pub fn syscall<R>(&mut self, call: impl FnOnce() -> R) -> R {
-        let result = call();
-        self.core.trigger(TriggerSource::Syscall);
-        result
-    }
-
-    /// Asks the loop to return from [`EventLoop::run`] after this batch.
-    pub fn stop(&mut self) {
-        self.core.stop.flag.store(true, Ordering::Release);
-    }
-
-    /// Watches `fd` for `interest`; `token` (below [`MAX_TOKEN`]) comes back in [`Ready`].
-    /// A closed descriptor, or one epoll cannot watch (a regular file), is an error.
-    pub fn register(
-        &mut self,
-        fd: impl AsFd,
-        interest: Interest,
-        token: u64,
-    ) -> Result<(), RtError> {
-        if !sys::is_open(fd.as_fd()) {
-            return Err(RtError::Register {
-                fd: fd.as_fd().as_raw_fd(),
-                source: io::Error::from_raw_os_error(libc::EBADF),
-            });
-        }
-        self.watch(fd, interest, token, true)
-    }
-
-    /// Changes what a registered `fd` is watched for.
-    pub fn reregister(
-        &mut self,
-        fd: impl AsFd,
-        interest: Interest,
-        token: u64,
-    ) -> Result<(), RtError> {
-        self.watch(fd, interest, token, false)
-    }
-
-    fn watch(
-        &mut self,
-        fd: impl AsFd,
-        interest: Interest,
-        token: u64,
-        add: bool,
-    ) -> Result<(), RtError> {
-        if token >= MAX_TOKEN {
-            return Err(RtError::ReservedToken(token));
-        }
-        let raw = fd.as_fd().as_raw_fd();
-        let (data, flags) = (
-            epoll::EventData::new_u64(token),
-            interest.0 | epoll::EventFlags::RDHUP,
-        );
-        let result = if add {
-            epoll::add(&self.core.epoll, fd, data, flags)
-        } else {
-            epoll::modify(&self.core.epoll, fd, data, flags)
-        };
-        result.map_err(|e| RtError::Register {
-            fd: raw,
-            source: e.into(),
-        })
-    }
-
-    /// Stops watching `fd`.
-    pub fn deregister(&mut self, fd: impl AsFd) -> Result<(), RtError> {
-        epoll::delete(&self.core.epoll, fd).map_err(|e| RtError::from(("epoll_ctl", e)))
-    }
-
-    /// `recv` (non-blocking); a trigger state tagged `recv` follows. `WouldBlock` when
-    /// nothing is waiting.
-    pub fn recv(&mut self, fd: impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
-        let result = retry(|| rustix::net::recv(&fd, &mut *buf, RecvFlags::DONTWAIT));
-        self.core.trigger(TriggerSource::Recv);
-        result.map(|(n, _)| n)
-    }
-
-    /// `recvfrom` (non-blocking), with the sender; a trigger state tagged `recv` follows.
-    pub fn recv_from(
-        &mut self,
-        fd: impl AsFd,
-        buf: &mut [u8],
-    ) -> io::Result<(usize, Option<SocketAddr>)> {
-        let result = retry(|| rustix::net::recvfrom(&fd, &mut *buf, RecvFlags::DONTWAIT));
-        self.core.trigger(TriggerSource::Recv);
-        result.map(|(n, _, addr)| (n, addr.and_then(|a: SocketAddrAny| a.try_into().ok())))
-    }
-
-    /// `recvmmsg` (non-blocking) into `batch`; a trigger state tagged `recv` follows.
-    /// `Ok(0)` when nothing is waiting.
-    pub fn recvmmsg(&mut self, fd: impl AsFd, batch: &mut RecvBatch) -> io::Result<usize> {
-        let result = loop {
-            match batch.recv_from(fd.as_fd()) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other,
-            }
-        };
-        self.core.trigger(TriggerSource::Recv);
-        result
-    }
-
-    /// `send` (non-blocking); a trigger state tagged `send` follows.
-    pub fn send(&mut self, fd: impl AsFd, buf: &[u8]) -> io::Result<usize> {
-        let result = retry(|| rustix::net::send(&fd, buf, SendFlags::DONTWAIT));
-        self.core.trigger(TriggerSource::Send);
-        result
-    }
-
-    /// `sendto` (non-blocking); a trigger state tagged `send` follows.
-    pub fn send_to(&mut self, fd: impl AsFd, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
-        let result = retry(|| rustix::net::sendto(&fd, buf, SendFlags::DONTWAIT, &to));
-        self.core.trigger(TriggerSource::Send);
-        result
-    }
-
-    /// `sendmmsg` (non-blocking) of `(payload, destination)` pairs; returns how many were
-    /// sent. A trigger state tagged `send` follows.
-    pub fn sendmmsg(
-        &mut self,
-        fd: impl AsFd,
-        messages: &[(&[u8], SocketAddr)],
-    ) -> io::Result<usize> {
-        let result = loop {
-            match send_batch(fd.as_fd(), messages) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other,
-            }
-        };
-        self.core.trigger(TriggerSource::Send);
-        result
-    }
-
-    /// `accept4` (non-blocking, close-on-exec); a trigger state tagged `accept` follows.
-    pub fn accept(&mut self, listener: impl AsFd) -> io::Result<OwnedFd> {
-        let result = retry(|| {
-            rustix::net::accept_with(
-                &listener,
-                rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC,
-            )
-        });
-        self.core.trigger(TriggerSource::Accept);
-        result
-    }
-
-    /// `read`; a trigger state tagged `recv` follows.
-    pub fn read(&mut self, fd: impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
-        let result = retry(|| rustix::io::read(&fd, &mut *buf));
-        self.core.trigger(TriggerSource::Recv);
-        result
-    }
-
-    /// `write`; a trigger state tagged `send` follows.
-    pub fn write(&mut self, fd: impl AsFd, buf: &[u8]) -> io::Result<usize> {
-        let result = retry(|| rustix::io::write(&fd, buf));
-        self.core.trigger(TriggerSource::Send);
-        result
+        // Joins the helper threads.
+        self.stop_helpers();
     }
 }

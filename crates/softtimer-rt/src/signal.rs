@@ -21,20 +21,21 @@ pub(crate) trait SignalTarget {
     fn on_signal(&self);
 }
 
-impl<E> SignalTarget for Shared<E> {
+impl<E, C: Clock> SignalTarget for Shared<E, C> {
     fn on_signal(&self) {
-        self.counters
-            .timer_expirations
-            .fetch_add(1, Ordering::Relaxed);
         // `try_lock`: the signal may have interrupted this very thread inside the facility;
-        // waiting for the lock would wait forever. A busy facility is a missed interrupt.
+        // waiting for the lock would wait forever. A busy facility is a missed interrupt,
+        // counted by the atomic below (the counters live under the very lock we failed to
+        // take).
         match self.try_lock() {
-            Some(mut facility) => {
+            Some(mut locked) => {
+                locked.counters.timer_expirations += 1;
+                locked.counters.signal_busy += self.signal_busy.swap(0, Ordering::Relaxed);
                 let now = self.clock.now();
-                self.fire_locked(&mut facility, now, TriggerSource::Timer);
+                self.fire_locked(&mut locked, now, TriggerSource::Timer);
             }
             None => {
-                self.counters.signal_busy.fetch_add(1, Ordering::Relaxed);
+                self.signal_busy.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -47,8 +48,10 @@ thread_local! {
 /// Makes `shared` the target of timer signals delivered to the calling thread, until
 /// [`clear_target`]. The caller keeps `shared` alive until then. `false` (and nothing
 /// changes) if the thread already has a target: one signal-mode loop per thread.
-pub(crate) fn set_target<E: Send + 'static>(shared: &Arc<Shared<E>>) -> bool {
-    let concrete: *const Shared<E> = Arc::as_ptr(shared);
+pub(crate) fn set_target<E: Send + 'static, C: Clock + 'static>(
+    shared: &Arc<Shared<E, C>>,
+) -> bool {
+    let concrete: *const Shared<E, C> = Arc::as_ptr(shared);
     let ptr: *const dyn SignalTarget = concrete;
     TARGET.with(|t| {
         if t.get().is_some() {

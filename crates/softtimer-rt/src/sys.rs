@@ -102,13 +102,6 @@ impl ThreadSignalTimer {
         let rc = unsafe { libc::timer_settime(self.id, 0, &spec, std::ptr::null_mut()) };
         if rc == 0 { Ok(()) } else { Err(last_error()) }
     }
-
-    /// Expirations missed since the last delivered signal.
-    pub(crate) fn overrun(&self) -> u64 {
-        // SAFETY: `self.id` is a live timer; the call only reads kernel state.
-        let n = unsafe { libc::timer_getoverrun(self.id) };
-        n.max(0) as u64
-    }
 }
 
 impl Drop for ThreadSignalTimer {
@@ -352,4 +345,54 @@ pub(crate) fn read_counter(fd: BorrowedFd<'_>) -> io::Result<u64> {
         Err(rustix::io::Errno::AGAIN) => Ok(0),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Sets the calling thread's timer slack to its minimum (1 ns). Linux adds the slack (50 µs
+/// by default) to every blocking timeout, which would make a precise timeout that late.
+pub(crate) fn minimal_timer_slack() -> io::Result<()> {
+    rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1)).map_err(io::Error::from)
+}
+
+/// The calling thread's timer slack in ns.
+pub(crate) fn timer_slack() -> io::Result<u64> {
+    rustix::thread::current_timer_slack().map_err(io::Error::from)
+}
+
+/// Pins the calling thread to `cpu` (ignored if the CPU does not exist or is not allowed).
+pub(crate) fn pin_current_thread(cpu: usize) {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    let _ = rustix::thread::sched_setaffinity(None, &set);
+}
+
+/// The CPUs the calling thread may run on.
+pub(crate) fn allowed_cpus() -> Vec<usize> {
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&c| set.is_set(c))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// CPUs online in the system (not only this thread's affinity).
+pub(crate) fn online_cpus() -> Vec<usize> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let mut ends = part.split('-').filter_map(|x| x.parse::<usize>().ok());
+        if let Some(a) = ends.next() {
+            let b = ends.next().unwrap_or(a);
+            cpus.extend(a..=b);
+        }
+    }
+    cpus
+}
+
+/// CPU time the calling thread has used, in ns.
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }

@@ -42,3 +42,18 @@ pub fn periodic_timerfd(period: Duration) -> io::Result<OwnedFd> {
     )?;
     Ok(fd)
 }
+
+/// Arms the one-shot timer `fd` to expire `after` ticks of a clock at `hz` from now (at least
+/// 1 ns: a zero time would disarm it). Arming can only fail on a bad descriptor, which the
+/// runtime's own are not, so a failure is ignored.
+pub(crate) fn arm_oneshot(fd: &OwnedFd, after: softtimer::Span, hz: u64) {
+    let d = after.to_duration(hz).max(Duration::from_nanos(1));
+    let _ = timerfd_settime(
+        fd,
+        TimerfdTimerFlags::empty(),
+        &Itimerspec {
+            it_interval: timespec(Duration::ZERO),
+            it_value: timespec(d),
+        },
+    );
+}

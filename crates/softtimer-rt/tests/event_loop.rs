@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use softtimer::{Clock, Fired, SoftTimers, SystemClock, TriggerSource};
-use softtimer_rt::{EventLoop, Interest, LoopConfig, RecvBatch, RtError, TimerMode};
+use softtimer::{Clock, Fired, SoftTimers, Span, SystemClock, TriggerSource};
+use softtimer_rt::{
+    DeadlineDesign, EventLoop, Interest, LoopConfig, RecvBatch, RtError, TimerMode,
+};
 
 fn config() -> LoopConfig {
     LoopConfig {
@@ -101,7 +103,7 @@ fn a_blocked_loop_wakes_for_a_soft_event_and_never_fires_early() {
     let record = Arc::clone(&fired_at);
     let clock = SystemClock::new();
     let mut ev: EventLoop<u64> = EventLoop::new(config(), move |_, ev: Fired<u64>| {
-        record.store(clock.now(), Ordering::SeqCst);
+        record.store(clock.now().ticks(), Ordering::SeqCst);
         assert!(ev.now >= ev.due);
     })
     .unwrap();
@@ -115,13 +117,13 @@ fn a_blocked_loop_wakes_for_a_soft_event_and_never_fires_early() {
         }
         stop.stop();
     });
-    let t = ev.micros_to_ticks(5_000);
-    let scheduled = clock.now();
+    let t = ev.span(Duration::from_micros(5_000));
+    let scheduled = clock.now().ticks();
     ev.cx().schedule_soft_event(t, 1).unwrap();
     ev.run(|_, _| {}).unwrap();
     let at = fired_at.load(Ordering::SeqCst);
     assert!(at > 0, "the event never fired");
-    assert!(at - scheduled > t, "fired early");
+    assert!(at - scheduled > t.ticks(), "fired early");
     assert_eq!(ev.counters().fired_total(), 1);
 }
 
@@ -136,11 +138,11 @@ fn due_events_fire_in_order() {
         .unwrap();
     // Due times from one base 100 ms ahead (so that none is due before all are scheduled,
     // even on a slow, loaded machine), in a scrambled schedule order.
-    let base = ev.clock().now() + ev.micros_to_ticks(100_000);
+    let base = ev.clock().now() + ev.span(Duration::from_micros(100_000));
     let mut expected = Vec::new();
     for i in 0..200u32 {
         let us = u64::from((i * 7_919) % 2_000);
-        let at = base + ev.micros_to_ticks(us);
+        let at = base + ev.span(Duration::from_micros(us));
         ev.cx().schedule_at(at, (us, i)).unwrap();
         expected.push((us, i));
     }
@@ -166,7 +168,7 @@ fn a_handler_sends_on_a_socket_and_reschedules_itself() {
     let tx = Arc::clone(&sender);
     let sent = Arc::new(AtomicU32::new(0));
     let count = Arc::clone(&sent);
-    let period = SystemClock::new().nanos_to_ticks(100_000);
+    let period = SystemClock::new().span(Duration::from_micros(100));
     let mut ev: EventLoop<u32> = EventLoop::new(
         config(),
         move |timers: &mut SoftTimers<u32>, ev: Fired<u32>| {
@@ -207,8 +209,8 @@ fn the_backstop_keeps_the_bound_while_the_loop_computes() {
     let sink = Arc::clone(&lateness);
     let mut ev: EventLoop<()> = EventLoop::new(config(), move |_, ev: Fired<()>| {
         sink.lock().unwrap().push((
-            ev.due,
-            clock.now(),
+            ev.due.ticks(),
+            clock.now().ticks(),
             std::thread::current().name().map(str::to_owned),
         ));
     })
@@ -229,11 +231,11 @@ fn the_backstop_keeps_the_bound_while_the_loop_computes() {
         // 40 events due 1 … 40 ms from now, then 50 ms of arithmetic: no system call.
         for i in 1..=40u64 {
             let t = i * x;
-            let now = clock.now();
-            cx.schedule_soft_event(t, ()).unwrap();
+            let now = clock.now().ticks();
+            cx.schedule_soft_event(Span::from_ticks(t), ()).unwrap();
             scheduled.push((now, t));
         }
-        let end = clock.now() + 50 * x;
+        let end = clock.now() + Span::from_ticks(50 * x);
         let mut acc = 0u64;
         while clock.now() < end {
             for k in 0..1000u64 {
@@ -276,12 +278,19 @@ fn the_backstop_keeps_the_bound_while_the_loop_computes() {
 
 #[test]
 fn the_deadline_timer_fires_when_no_trigger_state_comes() {
+    for design in DeadlineDesign::ALL {
+        deadline_fires_when_no_trigger_state_comes(design);
+    }
+}
+
+fn deadline_fires_when_no_trigger_state_comes(design: DeadlineDesign) {
     let clock = SystemClock::new();
     let fired_by = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&fired_by);
     // A 10 Hz periodic backstop, so that only the deadline timer can fire within 100 ms.
     let cfg = LoopConfig {
         interrupt_clock_hz: 10,
+        deadlines: design,
         ..config()
     };
     let mut ev: EventLoop<()> = EventLoop::new(cfg, move |_, ev: Fired<()>| {
@@ -299,8 +308,9 @@ fn the_deadline_timer_fires_when_no_trigger_state_comes() {
     ev.run(|cx, _| {
         let mut buf = [0u8; 8];
         let _ = cx.recv(&kick, &mut buf);
-        cx.schedule_with_deadline(ms / 10, 2 * ms, ()).unwrap();
-        let end = clock.now() + 30 * ms;
+        cx.schedule_with_deadline(Span::from_ticks(ms / 10), Span::from_ticks(2 * ms), ())
+            .unwrap();
+        let end = clock.now() + Span::from_ticks(30 * ms);
         while clock.now() < end {
             std::hint::spin_loop();
         }
@@ -311,43 +321,68 @@ fn the_deadline_timer_fires_when_no_trigger_state_comes() {
     assert_eq!(fired.len(), 1);
     assert_eq!(fired[0].0, TriggerSource::Deadline);
     assert!(
-        fired[0].1 < 30 * ms,
+        fired[0].1 < Span::from_ticks(30 * ms),
         "fired by the deadline, not at the end of the computation"
     );
     let c = ev.counters();
-    assert_eq!(c.deadline_arms.load(Ordering::Relaxed), 1);
-    assert_eq!(c.deadline_real.load(Ordering::Relaxed), 1);
+    if design == DeadlineDesign::LazyTimerfd {
+        assert_eq!(c.deadline_arms, 1, "{design:?}");
+    }
+    assert_eq!(c.deadline_enforced, 1, "{design:?}");
 }
 
 /// When trigger states come first, deadlines cost no arming beyond the first: each new
 /// deadline is later than the armed one, so the timer is left alone (lazily).
 #[test]
 fn deadlines_met_by_trigger_states_cost_no_rearming_on_the_loop() {
+    for design in DeadlineDesign::ALL {
+        met_deadlines_cost_nothing(design);
+    }
+}
+
+fn met_deadlines_cost_nothing(design: DeadlineDesign) {
     let fired = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&fired);
     let stop_at = 100;
-    let mut ev: EventLoop<u32> = EventLoop::new(config(), move |timers, ev: Fired<u32>| {
+    let cfg = LoopConfig {
+        deadlines: design,
+        ..config()
+    };
+    let mut ev: EventLoop<u32> = EventLoop::new(cfg, move |timers, ev: Fired<u32>| {
         count.fetch_add(1, Ordering::Relaxed);
         if ev.event < stop_at {
             let us = timers.measure_resolution() / 1_000_000;
             // 50 µs ahead, deadline 50 ms: the idle loop's trigger states come far sooner
             // (the margin covers being descheduled on a busy machine).
             timers
-                .schedule_with_deadline_from(ev.now, 50 * us, 50_000 * us, ev.event + 1)
+                .schedule_with_deadline_from(
+                    ev.now,
+                    Span::from_ticks(50 * us),
+                    Span::from_ticks(50_000 * us),
+                    ev.event + 1,
+                )
                 .unwrap();
         }
     })
     .unwrap();
-    let us = ev.micros_to_ticks(1);
-    ev.cx()
-        .schedule_with_deadline(50 * us, 50_000 * us, 0)
-        .unwrap();
+    let (t, deadline) = (
+        ev.span(Duration::from_micros(50)),
+        ev.span(Duration::from_millis(50)),
+    );
+    ev.cx().schedule_with_deadline(t, deadline, 0).unwrap();
     stop_after(&ev, Duration::from_millis(300));
     ev.run(|_, _| {}).unwrap();
     assert_eq!(fired.load(Ordering::Relaxed), stop_at as usize + 1);
     let c = ev.counters();
-    // Every later deadline was later than the armed one: one arm in all.
-    assert_eq!(c.deadline_arms.load(Ordering::Relaxed), 1);
+    match design {
+        // Every later deadline was later than the armed one: one arm in all.
+        DeadlineDesign::LazyTimerfd => assert_eq!(c.deadline_arms, 1),
+        // The first deadline wakes a watcher that had none; every later one is later than
+        // the one it sleeps until: one nudge in all, as the lazy timer has one arm in all.
+        DeadlineDesign::Watcher => assert_eq!(c.watcher_nudges, 1, "{design:?}"),
+        DeadlineDesign::WatcherSpin => assert_eq!(c.watcher_nudges, 0, "{design:?}"),
+    }
+    assert_eq!(c.deadline_enforced, 0, "{design:?}");
     assert_eq!(
         c.fired(TriggerSource::Deadline),
         0,
@@ -360,7 +395,7 @@ fn a_handler_can_stop_the_loop_from_any_thread() {
     let mut ev: EventLoop<()> = EventLoop::new(config(), |_, _| {}).unwrap();
     let stop = ev.stop_handle();
     let mut ev2: EventLoop<()> = EventLoop::new(config(), move |_, _| stop.stop()).unwrap();
-    ev2.cx().schedule_soft_event(0, ()).unwrap();
+    ev2.cx().schedule_soft_event(Span::ZERO, ()).unwrap();
     // `ev2`'s handler stops `ev`; run `ev2` briefly to fire it.
     stop_after(&ev2, Duration::from_millis(20));
     ev2.run(|_, _| {}).unwrap();
@@ -380,28 +415,36 @@ fn a_handler_can_stop_the_loop_from_any_thread() {
 #[test]
 fn baselines_fire_the_same_events_in_the_same_order() {
     const N: usize = 60;
-    let run = |mode: TimerMode| -> Vec<u32> {
+    let run = |mode: Option<TimerMode>| -> Vec<u32> {
         let slots: Arc<Vec<AtomicU32>> =
             Arc::new((0..N).map(|_| AtomicU32::new(u32::MAX)).collect());
         let next = Arc::new(AtomicUsize::new(0));
         let (s, n) = (Arc::clone(&slots), Arc::clone(&next));
         let cfg = LoopConfig {
-            mode,
+            mode: mode.unwrap_or_default(),
             capacity: 2 * N,
             ..LoopConfig::default()
         };
-        let mut ev: EventLoop<u32> = EventLoop::new(cfg, move |_, ev: Fired<u32>| {
+        let handler = move |_: &mut SoftTimers<u32>, ev: Fired<u32>| {
             let i = n.fetch_add(1, Ordering::Relaxed);
             if i < N {
                 s[i].store(ev.event, Ordering::Relaxed);
             }
-        })
-        .unwrap();
+        };
+        let mut ev: EventLoop<u32> = match mode {
+            Some(_) => EventLoop::new(cfg, handler).unwrap(),
+            // SAFETY: the handler only does atomic stores into preallocated memory, and the
+            // facility has room for every event (no allocation), so it is async-signal-safe.
+            #[allow(unsafe_code)]
+            None => unsafe {
+                EventLoop::with_timer_signal(cfg, Duration::from_micros(50), handler).unwrap()
+            },
+        };
         let base = ev.clock().now();
         for i in 0..N as u32 {
             // Due 1 … 12 ms from `base`, 200 µs apart, scheduled out of order.
             let k = (i * 37) % N as u32;
-            let at = base + ev.micros_to_ticks(1_000 + u64::from(k) * 200);
+            let at = base + ev.span(Duration::from_micros(1_000 + u64::from(k) * 200));
             ev.cx().schedule_at(at, k).unwrap();
         }
         let watched = Arc::clone(&next);
@@ -416,15 +459,11 @@ fn baselines_fire_the_same_events_in_the_same_order() {
         ev.run(|_, _| {}).unwrap();
         slots.iter().map(|s| s.load(Ordering::Relaxed)).collect()
     };
-    let soft = run(TimerMode::soft());
+    let soft = run(Some(TimerMode::Soft));
     assert_eq!(soft, (0..N as u32).collect::<Vec<_>>());
-    let timerfd = run(TimerMode::timerfd(Duration::from_micros(50)).unwrap());
+    let timerfd = run(Some(TimerMode::timerfd(Duration::from_micros(50)).unwrap()));
     assert_eq!(timerfd, soft, "timerfd baseline");
-    // SAFETY: the handler only does atomic stores into preallocated memory, and the
-    // facility has room for every event (no allocation), so it is async-signal-safe.
-    #[allow(unsafe_code)]
-    let signal_mode = unsafe { TimerMode::signal(Duration::from_micros(50)) }.unwrap();
-    let signal = run(signal_mode);
+    let signal = run(None);
     assert_eq!(signal, soft, "signal baseline");
 }
 
@@ -459,37 +498,48 @@ fn bad_input_is_a_clear_error() {
     // Registering twice is epoll's EEXIST, reported, not a panic.
     ev.cx().register(&sock, Interest::READABLE, 1).unwrap();
     assert!(ev.cx().register(&sock, Interest::READABLE, 2).is_err());
-    assert!(ev.cx().schedule_soft_event(u64::MAX, ()).is_err());
+    assert!(ev.cx().schedule_soft_event(Span::MAX, ()).is_err());
     // One signal-mode loop per thread: the signal is addressed to the thread.
     // SAFETY: the handlers do nothing, which is async-signal-safe.
     #[allow(unsafe_code)]
-    let mode = || unsafe { TimerMode::signal(Duration::from_millis(1)) }.unwrap();
-    let first: EventLoop<()> = EventLoop::new(
+    let signal_loop = || unsafe {
+        EventLoop::<()>::with_timer_signal(
+            LoopConfig::default(),
+            Duration::from_millis(1),
+            |_, _| {},
+        )
+    };
+    let first = signal_loop().unwrap();
+    assert!(matches!(signal_loop(), Err(RtError::SignalLoopExists)));
+    drop(first);
+    // Once the first is gone, the thread may have another.
+    assert!(signal_loop().is_ok());
+    // A deadline nobody would enforce is refused, not silently ignored.
+    let mut baseline: EventLoop<()> = EventLoop::new(
         LoopConfig {
-            mode: mode(),
+            mode: TimerMode::timerfd(Duration::from_millis(1)).unwrap(),
             ..LoopConfig::default()
         },
         |_, _| {},
     )
     .unwrap();
-    let second = EventLoop::<()>::new(
+    assert!(matches!(
+        baseline
+            .cx()
+            .schedule_with_deadline(Span::from_ticks(10), Span::from_ticks(20), ()),
+        Err(RtError::DeadlinesNotEnforced)
+    ));
+    // The reference without timers schedules nothing.
+    let mut off: EventLoop<()> = EventLoop::new(
         LoopConfig {
-            mode: mode(),
+            mode: TimerMode::Off,
             ..LoopConfig::default()
         },
         |_, _| {},
-    );
-    assert!(matches!(second, Err(RtError::SignalLoopExists)));
-    drop(first);
-    // Once the first is gone, the thread may have another.
-    assert!(
-        EventLoop::<()>::new(
-            LoopConfig {
-                mode: mode(),
-                ..LoopConfig::default()
-            },
-            |_, _| {}
-        )
-        .is_ok()
-    );
+    )
+    .unwrap();
+    assert!(matches!(
+        off.cx().schedule_soft_event(Span::from_ticks(10), ()),
+        Err(RtError::TimersOff)
+    ));
 }

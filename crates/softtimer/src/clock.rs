@@ -13,6 +13,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::time::{Instant, Span};
+
 /// A source of time for the facility: ticks of a fixed, known frequency.
 ///
 /// Implementations must be monotonic (never go backwards as observed by one thread) and
@@ -21,17 +23,25 @@ pub trait Clock {
     /// The current time in ticks. Need not relate to any wall-clock epoch. Ordered: a read
     /// made after observing another thread's write is not smaller than a read that thread
     /// made before writing.
-    fn now(&self) -> u64;
+    fn now(&self) -> Instant;
     /// The current time, possibly read a little before earlier instructions finished. Used
     /// by the trigger-state check, which only compares against this thread's own due times:
     /// a read can only be *earlier* than program order, never later, so an event still
     /// never fires early. Defaults to [`Clock::now`].
     #[inline(always)]
-    fn now_unordered(&self) -> u64 {
+    fn now_unordered(&self) -> Instant {
         self.now()
     }
     /// Ticks per second.
     fn resolution_hz(&self) -> u64;
+    /// `duration` in ticks of this clock, rounded up (so a delay is never shortened).
+    fn span(&self, duration: Duration) -> Span {
+        Span::from_duration(duration, self.resolution_hz())
+    }
+    /// `span` ticks of this clock as a `Duration` (rounded down).
+    fn duration(&self, span: Span) -> Duration {
+        span.to_duration(self.resolution_hz())
+    }
 }
 
 /// Where the system clock gets its ticks from.
@@ -115,17 +125,6 @@ impl SystemClock {
     pub fn source(&self) -> ClockSource {
         self.source
     }
-
-    /// Converts a number of ticks of this clock to nanoseconds (saturating).
-    pub fn ticks_to_nanos(&self, ticks: u64) -> u64 {
-        ticks_to_nanos(ticks, self.hz)
-    }
-
-    /// Converts nanoseconds to ticks of this clock (saturating, rounding up so that a delay of
-    /// at least `nanos` stays at least `nanos`).
-    pub fn nanos_to_ticks(&self, nanos: u64) -> u64 {
-        nanos_to_ticks(nanos, self.hz)
-    }
 }
 
 impl Default for SystemClock {
@@ -136,19 +135,19 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     #[inline(always)]
-    fn now(&self) -> u64 {
-        match self.source {
+    fn now(&self) -> Instant {
+        Instant::from_ticks(match self.source {
             ClockSource::Tsc => tsc::read_ordered(),
             ClockSource::Monotonic => monotonic_nanos(),
-        }
+        })
     }
 
     #[inline(always)]
-    fn now_unordered(&self) -> u64 {
-        match self.source {
+    fn now_unordered(&self) -> Instant {
+        Instant::from_ticks(match self.source {
             ClockSource::Tsc => tsc::read_unordered(),
             ClockSource::Monotonic => monotonic_nanos(),
-        }
+        })
     }
 
     #[inline(always)]
@@ -158,13 +157,13 @@ impl Clock for SystemClock {
 }
 
 /// `ticks` of a clock at `hz`, in nanoseconds (saturating at `u64::MAX`).
-pub fn ticks_to_nanos(ticks: u64, hz: u64) -> u64 {
+pub(crate) fn ticks_to_nanos(ticks: u64, hz: u64) -> u64 {
     let ns = u128::from(ticks) * 1_000_000_000 / u128::from(hz.max(1));
     u64::try_from(ns).unwrap_or(u64::MAX)
 }
 
 /// `nanos` in ticks of a clock at `hz`, rounded up (saturating at `u64::MAX`).
-pub fn nanos_to_ticks(nanos: u64, hz: u64) -> u64 {
+pub(crate) fn nanos_to_ticks(nanos: u64, hz: u64) -> u64 {
     let ticks = (u128::from(nanos) * u128::from(hz)).div_ceil(1_000_000_000);
     u64::try_from(ticks).unwrap_or(u64::MAX)
 }
@@ -186,7 +185,7 @@ pub fn monotonic_nanos() -> u64 {
 /// let clock = SimClock::new(1_000_000); // 1 MHz: one tick is a microsecond
 /// let shared = clock.clone();
 /// clock.advance(5);
-/// assert_eq!(shared.now(), 5);
+/// assert_eq!(shared.now().ticks(), 5);
 /// ```
 #[derive(Clone, Debug)]
 pub struct SimClock {
@@ -209,9 +208,9 @@ impl SimClock {
     }
 
     /// Moves the clock forward by `ticks` (wrapping at `u64::MAX`, like a real counter).
+    /// Atomic: clones advancing at once from several threads lose no ticks.
     pub fn advance(&self, ticks: u64) {
-        let now = self.now.load(Ordering::Relaxed);
-        self.now.store(now.wrapping_add(ticks), Ordering::Relaxed);
+        self.now.fetch_add(ticks, Ordering::Relaxed);
     }
 
     /// Sets the clock to `ticks`.
@@ -222,8 +221,8 @@ impl SimClock {
 
 impl Clock for SimClock {
     #[inline]
-    fn now(&self) -> u64 {
-        self.now.load(Ordering::Relaxed)
+    fn now(&self) -> Instant {
+        Instant::from_ticks(self.now.load(Ordering::Relaxed))
     }
     fn resolution_hz(&self) -> u64 {
         self.hz
@@ -232,11 +231,11 @@ impl Clock for SimClock {
 
 impl<C: Clock + ?Sized> Clock for &C {
     #[inline(always)]
-    fn now(&self) -> u64 {
+    fn now(&self) -> Instant {
         (**self).now()
     }
     #[inline(always)]
-    fn now_unordered(&self) -> u64 {
+    fn now_unordered(&self) -> Instant {
         (**self).now_unordered()
     }
     fn resolution_hz(&self) -> u64 {
@@ -385,17 +384,6 @@ mod tsc {
     }
 }
 
-/// Reads the TSC with an ordered read, whether or not the system clock uses it. Meant for
-/// benchmarks that compare clock sources; use [`SystemClock`] for time keeping.
-pub fn read_tsc_ordered() -> u64 {
-    tsc::read_ordered()
-}
-
-/// Reads the TSC with a plain `rdtsc`. For benchmarks, like [`read_tsc_ordered`].
-pub fn read_tsc_unordered() -> u64 {
-    tsc::read_unordered()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +403,22 @@ mod tests {
     fn sim_clock_wraps_like_a_counter() {
         let c = SimClock::starting_at(u64::MAX - 1, 1000);
         c.advance(3);
-        assert_eq!(c.now(), 1);
+        assert_eq!(c.now().ticks(), 1);
+    }
+
+    #[test]
+    fn sim_clock_advances_atomically_from_many_threads() {
+        let c = SimClock::new(1000);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                let c = c.clone();
+                s.spawn(move || {
+                    for _ in 0..10_000 {
+                        c.advance(1);
+                    }
+                });
+            }
+        });
+        assert_eq!(c.now().ticks(), 40_000);
     }
 }

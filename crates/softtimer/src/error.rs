@@ -24,6 +24,12 @@ pub enum ConfigError {
         /// The measurement clock's frequency.
         measure_hz: u64,
     },
+    /// The finest wheel-slot width is not a power of two from 1 to 2^32 ticks.
+    #[error("wheel slot width {ticks} ticks is not a power of two from 1 to 2^32")]
+    SlotWidth {
+        /// The width asked for.
+        ticks: u64,
+    },
 }
 
 /// Why an event could not be scheduled.

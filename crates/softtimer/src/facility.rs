@@ -3,12 +3,16 @@
 use crate::clock::{Clock, SystemClock};
 use crate::error::{ConfigError, ScheduleError};
 use crate::source::TriggerSource;
-use crate::stats::Stats;
+use crate::time::{Instant, Span};
+use crate::trigger_stats::TriggerStats;
 use crate::wheel::{Link, NIL, NO_LOC, Node, Wheel};
 
 /// The highest backstop frequency a facility accepts (100 kHz): faster than that a periodic
 /// kernel timer costs more than it saves, which defeats the point of soft timers.
 pub const MAX_INTERRUPT_CLOCK_HZ: u64 = 100_000;
+
+/// The widest finest-level wheel slot a facility accepts, in ticks (2^32).
+pub const MAX_SLOT_TICKS: u64 = 1 << 32;
 
 const DUE: usize = 0;
 const DEADLINE: usize = 1;
@@ -19,14 +23,15 @@ pub struct Config {
     /// Frequency of the backstop clock in Hz (the paper's `interrupt_clock_resolution`).
     /// 1 ..= 100 000; default 1000.
     pub interrupt_clock_hz: u64,
-    /// Keep [`Stats`] from the start. Default off.
+    /// Keep [`TriggerStats`] from the start. Default off.
     pub stats: bool,
     /// Events to make room for up front, so that the first ones do not grow the slab.
     pub capacity: usize,
-    /// Width of the timing wheel's finest slots in measurement ticks (rounded down to a
-    /// power of two). Events inside one slot are still fired in exact due-time order; wider
-    /// slots mean fewer cascades for near events and longer ordered inserts when many events
-    /// share a slot. Default (`None`): about 30 ns.
+    /// Width of the timing wheel's finest slots in measurement ticks: a power of two from 1
+    /// to 2^32 (anything else is refused). Events inside one slot are still fired in exact
+    /// due-time order; wider slots mean fewer cascades for near events and longer ordered
+    /// inserts when many events share a slot. Default (`None`): the power of two closest
+    /// below 30 ns (64 ticks on a 2 GHz TSC).
     pub slot_ticks: Option<u64>,
 }
 
@@ -71,18 +76,18 @@ pub struct Fired<E> {
     pub id: EventId,
     /// The payload given at scheduling.
     pub event: E,
-    /// When it was due, in measurement ticks (`scheduled_at + T + 1`).
-    pub due: u64,
-    /// The time of the trigger state that fired it, in measurement ticks.
-    pub now: u64,
+    /// When it was due (`scheduled_at + T + 1`).
+    pub due: Instant,
+    /// The time of the trigger state that fired it.
+    pub now: Instant,
     /// What kind of trigger state fired it.
     pub source: TriggerSource,
 }
 
 impl<E> Fired<E> {
-    /// How late it fired past its due time, in measurement ticks.
-    pub fn late_ticks(&self) -> u64 {
-        self.now.wrapping_sub(self.due)
+    /// How late it fired past its due time.
+    pub fn late(&self) -> Span {
+        self.now.saturating_since(self.due)
     }
 }
 
@@ -99,7 +104,7 @@ impl<E> Fired<E> {
 /// once the slab has grown to the largest number pending.
 ///
 /// ```
-/// use softtimer::{SimClock, SoftTimers, TriggerSource};
+/// use softtimer::{SimClock, SoftTimers, Span, TriggerSource};
 ///
 /// // A 1 MHz simulated clock: one tick is a microsecond.
 /// let clock = SimClock::new(1_000_000);
@@ -108,7 +113,8 @@ impl<E> Fired<E> {
 /// #[derive(Debug, PartialEq)]
 /// enum Event { Transmit(u32) }
 ///
-/// timers.schedule_soft_event(20, Event::Transmit(1)).unwrap();
+/// let t = Span::from_ticks(20);
+/// timers.schedule_soft_event(t, Event::Transmit(1)).unwrap();
 /// clock.advance(20);
 /// let mut sent = vec![];
 /// // At T ticks the event is not due yet: it fires once T + 1 ticks have passed.
@@ -117,8 +123,8 @@ impl<E> Fired<E> {
 /// clock.advance(1);
 /// timers.trigger(TriggerSource::Send, |timers, fired| {
 ///     sent.push(fired.event);
-///     // Handlers may schedule the next event.
-///     timers.schedule_soft_event(20, Event::Transmit(2)).unwrap();
+///     // Handlers may schedule the next event (measured from the trigger's clock read).
+///     timers.schedule_from(fired.now, t, Event::Transmit(2)).unwrap();
 /// });
 /// assert_eq!(sent, vec![Event::Transmit(1)]);
 /// assert_eq!(timers.pending(), 1);
@@ -138,7 +144,7 @@ pub struct SoftTimers<E, C: Clock = SystemClock> {
     due: Wheel,
     deadlines: Wheel,
     interrupt_hz: u64,
-    stats: Option<Box<Stats>>,
+    stats: Option<Box<TriggerStats>>,
 }
 
 impl<E, C: Clock> SoftTimers<E, C> {
@@ -167,12 +173,13 @@ impl<E, C: Clock> SoftTimers<E, C> {
             });
         }
         let shift = match config.slot_ticks {
-            Some(ticks) => ticks.max(1).ilog2(),
+            Some(ticks) if ticks.is_power_of_two() && ticks <= MAX_SLOT_TICKS => ticks.ilog2(),
+            Some(ticks) => return Err(ConfigError::SlotWidth { ticks }),
             // About 30 ns: the largest power of two ≤ measure_hz / 30 MHz (64 ticks on a
             // 2 GHz TSC). Measured best of 1, 64, 256 and 1024 ticks (docs/RESULTS.md).
             None => (measure_hz / 30_000_000).max(1).ilog2(),
         };
-        let epoch = clock.now();
+        let epoch = clock.now().ticks();
         Ok(SoftTimers {
             clock,
             epoch,
@@ -183,13 +190,15 @@ impl<E, C: Clock> SoftTimers<E, C> {
             due: Wheel::new(DUE, shift, 0),
             deadlines: Wheel::new(DEADLINE, shift, 0),
             interrupt_hz: hz,
-            stats: config.stats.then(|| Box::new(Stats::new(measure_hz))),
+            stats: config
+                .stats
+                .then(|| Box::new(TriggerStats::new(measure_hz))),
         })
     }
 
-    /// The current time in ticks of the measurement clock (`measure_time()`).
+    /// The current time on the measurement clock (`measure_time()`).
     #[inline(always)]
-    pub fn measure_time(&self) -> u64 {
+    pub fn measure_time(&self) -> Instant {
         self.clock.now()
     }
 
@@ -203,10 +212,9 @@ impl<E, C: Clock> SoftTimers<E, C> {
         self.interrupt_hz
     }
 
-    /// `X`: measurement ticks between two backstop ticks. The delay bound is
-    /// `T < actual < T + X + 1`.
-    pub fn backstop_interval_ticks(&self) -> u64 {
-        self.clock.resolution_hz() / self.interrupt_hz
+    /// `X`: the time between two backstop ticks. The delay bound is `T < actual < T + X + 1`.
+    pub fn backstop_interval(&self) -> Span {
+        Span::from_ticks(self.clock.resolution_hz() / self.interrupt_hz)
     }
 
     /// The clock the facility reads.
@@ -222,7 +230,7 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// Schedules `event` to fire at the first trigger state at least `T + 1` ticks from now
     /// (`schedule_soft_event(T, handler)`).
     #[inline]
-    pub fn schedule_soft_event(&mut self, t: u64, event: E) -> Result<EventId, ScheduleError> {
+    pub fn schedule_soft_event(&mut self, t: Span, event: E) -> Result<EventId, ScheduleError> {
         let now = self.clock.now();
         self.schedule_from(now, t, event)
     }
@@ -231,18 +239,23 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// [`SoftTimers::measure_time`] the caller already holds, such as [`Fired::now`]), which
     /// saves a clock read. A `now` from the past makes the event due that much sooner.
     #[inline]
-    pub fn schedule_from(&mut self, now: u64, t: u64, event: E) -> Result<EventId, ScheduleError> {
+    pub fn schedule_from(
+        &mut self,
+        now: Instant,
+        t: Span,
+        event: E,
+    ) -> Result<EventId, ScheduleError> {
         let due = self.due_time(now, t)?;
         self.insert(due, None, event)
     }
 
-    /// Schedules `event` at the absolute measurement time `due` (it fires at the first
-    /// trigger state that reads a time ≥ `due`). A time already passed is due one tick after
-    /// the latest trigger pass, so it fires at the next trigger state that reads a later time,
-    /// and a handler that schedules into the past cannot make one pass loop forever.
+    /// Schedules `event` at the clock time `due` (it fires at the first trigger state that
+    /// reads a time ≥ `due`). A time already passed is due one tick after the latest trigger
+    /// pass, so it fires at the next trigger state that reads a later time, and a handler
+    /// that schedules into the past cannot make one pass loop forever.
     #[inline]
-    pub fn schedule_at(&mut self, due: u64, event: E) -> Result<EventId, ScheduleError> {
-        let rel = due.wrapping_sub(self.epoch);
+    pub fn schedule_at(&mut self, due: Instant, event: E) -> Result<EventId, ScheduleError> {
+        let rel = due.ticks().wrapping_sub(self.epoch);
         // Clock values compare on a circle: more than 2^63 ticks "ahead" means behind.
         if rel.wrapping_sub(self.floor) > i64::MAX as u64 {
             return self.insert(self.floor + 1, None, event);
@@ -258,8 +271,8 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// [`SoftTimers::next_deadline`] fires it no later than the deadline (Section 5.9).
     pub fn schedule_with_deadline(
         &mut self,
-        t: u64,
-        deadline: u64,
+        t: Span,
+        deadline: Span,
         event: E,
     ) -> Result<EventId, ScheduleError> {
         let now = self.clock.now();
@@ -270,13 +283,16 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// the deadline's clock time is then `now + deadline + 1`.
     pub fn schedule_with_deadline_from(
         &mut self,
-        now: u64,
-        t: u64,
-        deadline: u64,
+        now: Instant,
+        t: Span,
+        deadline: Span,
         event: E,
     ) -> Result<EventId, ScheduleError> {
         if deadline < t {
-            return Err(ScheduleError::DeadlineBeforeDelay { delay: t, deadline });
+            return Err(ScheduleError::DeadlineBeforeDelay {
+                delay: t.ticks(),
+                deadline: deadline.ticks(),
+            });
         }
         let due = self.due_time(now, t)?;
         let deadline_due = self.due_time(now, deadline)?;
@@ -320,14 +336,14 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// [`SoftTimers::trigger`] with a clock value the caller already read. The facility's
     /// time is monotonic even if `now` is a little behind the last one seen.
     #[inline(always)]
-    pub fn trigger_at<F>(&mut self, now: u64, source: TriggerSource, dispatch: F) -> usize
+    pub fn trigger_at<F>(&mut self, now: Instant, source: TriggerSource, dispatch: F) -> usize
     where
         F: FnMut(&mut Self, Fired<E>),
     {
         if let Some(stats) = self.stats.as_deref_mut() {
             stats.record_trigger(source, now);
         }
-        if now.wrapping_sub(self.epoch) < self.next_check {
+        if now.ticks().wrapping_sub(self.epoch) < self.next_check {
             return 0;
         }
         self.run_due(now, source, dispatch)
@@ -337,11 +353,11 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// checks the fast path itself (against [`SoftTimers::next_trigger_time`]) and keeps its
     /// own trigger statistics. Firing delays are still recorded.
     #[inline]
-    pub fn fire_due<F>(&mut self, now: u64, source: TriggerSource, dispatch: F) -> usize
+    pub fn fire_due<F>(&mut self, now: Instant, source: TriggerSource, dispatch: F) -> usize
     where
         F: FnMut(&mut Self, Fired<E>),
     {
-        if now.wrapping_sub(self.epoch) < self.next_check {
+        if now.ticks().wrapping_sub(self.epoch) < self.next_check {
             return 0;
         }
         self.run_due(now, source, dispatch)
@@ -350,8 +366,8 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// The clock time before which no trigger state has anything to do: a lower bound on
     /// the earliest due time, exact when that event is in the wheel's finest level. `None`
     /// when nothing is pending. This is what the trigger fast path compares against.
-    pub fn next_trigger_time(&self) -> Option<u64> {
-        (self.next_check != u64::MAX).then(|| self.next_check.wrapping_add(self.epoch))
+    pub fn next_trigger_time(&self) -> Option<Instant> {
+        (self.next_check != u64::MAX).then(|| self.instant(self.next_check))
     }
 
     /// What the periodic backstop calls every `X` ticks: runs every overdue event.
@@ -363,12 +379,9 @@ impl<E, C: Clock> SoftTimers<E, C> {
         self.trigger(TriggerSource::Backstop, dispatch)
     }
 
-    /// When the earliest pending event is due, in measurement ticks; `None` when nothing is
-    /// pending.
-    pub fn next_expiry(&self) -> Option<u64> {
-        self.due
-            .earliest(&self.nodes)
-            .map(|t| t.wrapping_add(self.epoch))
+    /// When the earliest pending event is due; `None` when nothing is pending.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.due.earliest(&self.nodes).map(|t| self.instant(t))
     }
 
     /// Events pending that have a deadline.
@@ -381,64 +394,100 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// due but within their deadline wait for a trigger state). Returns how many fired.
     pub fn fire_expired_deadlines<F>(
         &mut self,
-        now: u64,
+        now: Instant,
         source: TriggerSource,
         mut dispatch: F,
     ) -> usize
     where
         F: FnMut(&mut Self, Fired<E>),
     {
-        let rel_now = now.wrapping_sub(self.epoch);
-        self.floor = self.floor.max(rel_now);
         let mut fired = 0;
-        while let Some(index) = self.deadlines.pop_due(&mut self.nodes, rel_now) {
-            let node = &self.nodes[index as usize];
-            let id = EventId {
-                index,
-                generation: node.generation,
-            };
-            let due = node.links[DUE].when;
-            self.due.remove(&mut self.nodes, index);
-            let event = self.release(index);
-            if let Some(stats) = self.stats.as_deref_mut() {
-                stats.on_fire(rel_now.saturating_sub(due));
-            }
+        while let Some(event) = self.pop_expired_deadline(now, source) {
             fired += 1;
-            dispatch(
-                self,
-                Fired {
-                    id,
-                    event,
-                    due: due.wrapping_add(self.epoch),
-                    now,
-                    source,
-                },
-            );
+            dispatch(self, event);
         }
-        // The due wheel lost events; its cached lower bound stays valid, but refresh it.
-        self.next_check = self.due.next_check(&self.nodes);
         fired
     }
 
-    /// The earliest deadline among pending events that have one, in measurement ticks.
-    pub fn next_deadline(&mut self) -> Option<u64> {
-        // Deadlines at or before `floor` belong to events that have fired (their due time
-        // is no later than their deadline), so the wheel may move up to it first.
-        self.deadlines.advance(&mut self.nodes, self.floor);
+    /// The pull form of a trigger state: removes and returns the earliest event due at
+    /// `now`, or `None` when nothing is (as tokio's `DelayQueue::poll_expired` does). Calling
+    /// it until `None` fires the same events in the same order as [`SoftTimers::fire_due`].
+    ///
+    /// ```
+    /// use softtimer::{SimClock, SoftTimers, Span, TriggerSource};
+    /// let clock = SimClock::new(1_000_000);
+    /// let mut timers = SoftTimers::new(clock.clone()).unwrap();
+    /// timers.schedule_soft_event(Span::from_ticks(5), 'a').unwrap();
+    /// timers.schedule_soft_event(Span::from_ticks(2), 'b').unwrap();
+    /// clock.advance(10);
+    /// let now = clock.now();
+    /// let mut order = vec![];
+    /// while let Some(fired) = timers.pop_due(now, TriggerSource::User) {
+    ///     order.push(fired.event);
+    /// }
+    /// assert_eq!(order, ['b', 'a']);
+    /// # use softtimer::Clock;
+    /// ```
+    #[inline]
+    pub fn pop_due(&mut self, now: Instant, source: TriggerSource) -> Option<Fired<E>> {
+        let rel_now = now.ticks().wrapping_sub(self.epoch);
+        if rel_now < self.next_check {
+            return None;
+        }
+        self.floor = self.floor.max(rel_now);
+        let index = match self.due.pop_due_or_next(&mut self.nodes, rel_now) {
+            Ok(index) => index,
+            Err(next_check) => {
+                self.next_check = next_check;
+                // Deadlines at or before `floor` belong to events that have fired (an event
+                // is due no later than its deadline), so the deadline wheel may move up too:
+                // that keeps `next_deadline` a look at one near slot.
+                if self.deadlines.len() > 0 {
+                    self.deadlines.advance(&mut self.nodes, rel_now);
+                }
+                return None;
+            }
+        };
+        if self.nodes[index as usize].loc[DEADLINE] != NO_LOC {
+            self.deadlines.remove(&mut self.nodes, index);
+        }
+        Some(self.fired(index, rel_now, now, source))
+    }
+
+    /// Removes and returns the event with the earliest deadline at or before `now`, whether
+    /// or not other events are due (the pull form of [`SoftTimers::fire_expired_deadlines`]).
+    pub fn pop_expired_deadline(
+        &mut self,
+        now: Instant,
+        source: TriggerSource,
+    ) -> Option<Fired<E>> {
+        let rel_now = now.ticks().wrapping_sub(self.epoch);
+        self.floor = self.floor.max(rel_now);
+        let index = self.deadlines.pop_due(&mut self.nodes, rel_now)?;
+        self.due.remove(&mut self.nodes, index);
+        // The due wheel lost an event: its cached lower bound stays valid, but refresh it.
+        self.next_check = self.due.next_check(&self.nodes);
+        Some(self.fired(index, rel_now, now, source))
+    }
+
+    /// The earliest deadline among pending events that have one.
+    pub fn next_deadline(&self) -> Option<Instant> {
         self.deadlines
             .earliest(&self.nodes)
-            .map(|t| t.wrapping_add(self.epoch))
+            .map(|t| self.instant(t))
     }
 
     /// Statistics, if they are on.
-    pub fn stats(&self) -> Option<&Stats> {
+    pub fn stats(&self) -> Option<&TriggerStats> {
         self.stats.as_deref()
     }
 
     /// Turns statistics on (keeping what was counted) or off (dropping it).
     pub fn set_stats(&mut self, on: bool) {
         match (on, self.stats.is_some()) {
-            (true, false) => self.stats = Some(Box::new(Stats::new(self.clock.resolution_hz()))),
+            (true, false) => {
+                self.stats = Some(Box::new(TriggerStats::new(self.clock.resolution_hz())))
+            }
             (false, true) => self.stats = None,
             _ => {}
         }
@@ -451,13 +500,20 @@ impl<E, C: Clock> SoftTimers<E, C> {
         }
     }
 
+    /// Facility time (ticks since the epoch) to clock time.
     #[inline(always)]
-    fn due_time(&self, now: u64, t: u64) -> Result<u64, ScheduleError> {
-        now.wrapping_sub(self.epoch)
-            .checked_add(t)
+    fn instant(&self, rel: u64) -> Instant {
+        Instant::from_ticks(rel.wrapping_add(self.epoch))
+    }
+
+    #[inline(always)]
+    fn due_time(&self, now: Instant, t: Span) -> Result<u64, ScheduleError> {
+        now.ticks()
+            .wrapping_sub(self.epoch)
+            .checked_add(t.ticks())
             .and_then(|x| x.checked_add(1))
             .filter(|&x| x != u64::MAX)
-            .ok_or(ScheduleError::DelayOverflow { ticks: t })
+            .ok_or(ScheduleError::DelayOverflow { ticks: t.ticks() })
     }
 
     #[inline]
@@ -527,45 +583,39 @@ impl<E, C: Clock> SoftTimers<E, C> {
         node.payload.take().expect("a pending node has a payload")
     }
 
+    /// Frees a node just removed from the wheels and describes it as fired.
+    #[inline]
+    fn fired(&mut self, index: u32, rel_now: u64, now: Instant, source: TriggerSource) -> Fired<E> {
+        let node = &self.nodes[index as usize];
+        let id = EventId {
+            index,
+            generation: node.generation,
+        };
+        let due = node.links[DUE].when;
+        let event = self.release(index);
+        if let Some(stats) = self.stats.as_deref_mut() {
+            stats.on_fire(Span::from_ticks(rel_now.saturating_sub(due)));
+        }
+        Fired {
+            id,
+            event,
+            due: self.instant(due),
+            now,
+            source,
+        }
+    }
+
     #[inline(never)]
-    fn run_due<F>(&mut self, now: u64, source: TriggerSource, mut dispatch: F) -> usize
+    fn run_due<F>(&mut self, now: Instant, source: TriggerSource, mut dispatch: F) -> usize
     where
         F: FnMut(&mut Self, Fired<E>),
     {
-        let rel_now = now.wrapping_sub(self.epoch);
-        self.floor = self.floor.max(rel_now);
         let mut fired = 0;
-        loop {
-            let index = match self.due.pop_due_or_next(&mut self.nodes, rel_now) {
-                Ok(index) => index,
-                Err(next_check) => {
-                    self.next_check = next_check;
-                    return fired;
-                }
-            };
-            let node = &self.nodes[index as usize];
-            let id = EventId {
-                index,
-                generation: node.generation,
-            };
-            let due = node.links[DUE].when;
-            if node.loc[DEADLINE] != NO_LOC {
-                self.deadlines.remove(&mut self.nodes, index);
-            }
-            let event = self.release(index);
-            if let Some(stats) = self.stats.as_deref_mut() {
-                stats.on_fire(rel_now.saturating_sub(due));
-            }
+        while let Some(event) = self.pop_due(now, source) {
             fired += 1;
-            let fired_event = Fired {
-                id,
-                event,
-                due: due.wrapping_add(self.epoch),
-                now,
-                source,
-            };
-            dispatch(self, fired_event);
+            dispatch(self, event);
         }
+        fired
     }
 }
 

@@ -18,15 +18,16 @@
 //! | [`SystemClock`] | the measurement clock: invariant TSC, or `CLOCK_MONOTONIC` |
 //! | [`SimClock`] | a simulated clock for deterministic tests |
 //! | [`SoftTimers`] | the facility: schedule, cancel, trigger, backstop, deadlines |
-//! | [`Stats`] | trigger states by source, trigger intervals, firing delays |
+//! | [`Instant`], [`Span`] | typed time: a clock reading (compared on a circle) and a length in ticks |
+//! | [`TriggerStats`] | trigger states by source, trigger intervals, firing delays |
 //!
 //! ```
-//! use softtimer::{SimClock, SoftTimers, TriggerSource};
+//! use softtimer::{SimClock, SoftTimers, Span, TriggerSource};
 //!
 //! let clock = SimClock::new(1_000_000); // 1 tick = 1 µs
 //! let mut timers = SoftTimers::new(clock.clone()).unwrap();
-//! let id = timers.schedule_soft_event(50, "retransmit").unwrap();
-//! timers.schedule_soft_event(10, "send next packet").unwrap();
+//! let id = timers.schedule_soft_event(Span::from_ticks(50), "retransmit").unwrap();
+//! timers.schedule_soft_event(Span::from_ticks(10), "send next packet").unwrap();
 //! timers.cancel(id);
 //!
 //! clock.advance(11);
@@ -42,14 +43,13 @@ mod clock;
 mod error;
 mod facility;
 mod source;
-mod stats;
+mod time;
+mod trigger_stats;
 mod wheel;
 
-pub use clock::{
-    Clock, ClockInfo, ClockSource, SimClock, SystemClock, monotonic_nanos, nanos_to_ticks,
-    read_tsc_ordered, read_tsc_unordered, ticks_to_nanos,
-};
+pub use clock::{Clock, ClockInfo, ClockSource, SimClock, SystemClock, monotonic_nanos};
 pub use error::{ConfigError, ScheduleError};
-pub use facility::{Config, EventId, Fired, MAX_INTERRUPT_CLOCK_HZ, SoftTimers};
+pub use facility::{Config, EventId, Fired, MAX_INTERRUPT_CLOCK_HZ, MAX_SLOT_TICKS, SoftTimers};
 pub use source::TriggerSource;
-pub use stats::Stats;
+pub use time::{Instant, Span};
+pub use trigger_stats::TriggerStats;

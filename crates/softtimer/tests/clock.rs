@@ -6,6 +6,19 @@ use std::time::Duration;
 
 use softtimer::{Clock, ClockSource, SystemClock, monotonic_nanos};
 
+#[allow(dead_code)]
+fn sp(t: u64) -> softtimer::Span {
+    softtimer::Span::from_ticks(t)
+}
+#[allow(dead_code)]
+fn at(t: u64) -> softtimer::Instant {
+    softtimer::Instant::from_ticks(t)
+}
+#[allow(dead_code)]
+fn ticks(i: softtimer::Instant) -> u64 {
+    i.ticks()
+}
+
 /// Threads publish the largest clock value they have read; any read made after observing a
 /// published value must not be smaller. Counts violations instead of stopping at the first,
 /// so a failure says how often.
@@ -20,7 +33,7 @@ fn monotonic_across_threads() {
                 let mut violations = 0u64;
                 for _ in 0..200_000 {
                     let seen = published.load(Ordering::Acquire);
-                    let now = clock.now();
+                    let now = clock.now().ticks();
                     if now < seen {
                         violations += 1;
                     }
@@ -46,7 +59,7 @@ fn resolution_consistent_with_clock_monotonic() {
     let (t0, n0) = (clock.now(), monotonic_nanos());
     std::thread::sleep(Duration::from_millis(100));
     let (t1, n1) = (clock.now(), monotonic_nanos());
-    let measured_ns = clock.ticks_to_nanos(t1 - t0) as f64;
+    let measured_ns = clock.duration(t1 - t0).as_nanos() as f64;
     let reference_ns = (n1 - n0) as f64;
     let error = (measured_ns - reference_ns).abs() / reference_ns;
     assert!(

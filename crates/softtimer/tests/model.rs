@@ -9,6 +9,19 @@ use std::collections::{BTreeMap, HashMap};
 use proptest::prelude::*;
 use softtimer::{Config, EventId, SimClock, SoftTimers, TriggerSource};
 
+#[allow(dead_code)]
+fn sp(t: u64) -> softtimer::Span {
+    softtimer::Span::from_ticks(t)
+}
+#[allow(dead_code)]
+fn at(t: u64) -> softtimer::Instant {
+    softtimer::Instant::from_ticks(t)
+}
+#[allow(dead_code)]
+fn ticks(i: softtimer::Instant) -> u64 {
+    i.ticks()
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Schedule(u64),
@@ -104,10 +117,10 @@ fn run_model(start: u64, slot_ticks: u64, ops: Vec<Op>) -> Result<(), TestCaseEr
             Op::Schedule(t) | Op::ScheduleWithDeadline(t, _) => {
                 let name = events.len();
                 let id = match op {
-                    Op::ScheduleWithDeadline(_, extra) => {
-                        timers.schedule_with_deadline(t, t + extra, name).unwrap()
-                    }
-                    _ => timers.schedule_soft_event(t, name).unwrap(),
+                    Op::ScheduleWithDeadline(_, extra) => timers
+                        .schedule_with_deadline(sp(t), sp(t + extra), name)
+                        .unwrap(),
+                    _ => timers.schedule_soft_event(sp(t), name).unwrap(),
                 };
                 prop_assert!(timers.is_pending(id));
                 events.push((id, now, t));
@@ -154,17 +167,17 @@ fn run_model(start: u64, slot_ticks: u64, ops: Vec<Op>) -> Result<(), TestCaseEr
                         return;
                     };
                     expected.push(name);
-                    fired.push((ev.event, ev.due));
-                    if ev.due.wrapping_sub(start) != due {
+                    fired.push((ev.event, ev.due.ticks()));
+                    if ev.due.ticks().wrapping_sub(start) != due {
                         failure = Some(format!(
                             "due {} vs reference {}",
-                            ev.due.wrapping_sub(start),
+                            ev.due.ticks().wrapping_sub(start),
                             due
                         ));
                     }
                     if let Some(t) = reschedule {
                         let new_name = events.len();
-                        let id = timers.schedule_from(ev.now, t, new_name).unwrap();
+                        let id = timers.schedule_from(ev.now, sp(t), new_name).unwrap();
                         events.push((id, now, t));
                         reference.schedule(rel_now + t + 1, new_name);
                     }
@@ -199,7 +212,7 @@ fn run_model(start: u64, slot_ticks: u64, ops: Vec<Op>) -> Result<(), TestCaseEr
             .keys()
             .next()
             .map(|k| k.0.wrapping_add(start));
-        prop_assert_eq!(timers.next_expiry(), expected_next);
+        prop_assert_eq!(timers.next_expiry().map(ticks), expected_next);
     }
     Ok(())
 }
@@ -238,7 +251,7 @@ proptest! {
             clock.clone(),
             Config { interrupt_clock_hz: hz, slot_ticks: Some(slot_ticks), ..Config::default() },
         ).unwrap();
-        let x = timers.backstop_interval_ticks();
+        let x = timers.backstop_interval().ticks();
         let mut next_backstop = x;
         let mut elapsed = 0u64; // since start
         let mut violations = Vec::new();
@@ -253,7 +266,7 @@ proptest! {
                 let now = elapsed;
                 timers.trigger(TriggerSource::Syscall, |_, ev| check(now, ev.event));
             }
-            timers.schedule_soft_event(t, (elapsed, t)).unwrap();
+            timers.schedule_soft_event(sp(t), (elapsed, t)).unwrap();
             // Advance, stopping at every backstop tick on the way.
             let target = elapsed + advance;
             while next_backstop <= target {

@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use softtimer::{Clock, SimClock, SoftTimers, SystemClock, TriggerSource, nanos_to_ticks};
+use softtimer::{Clock, SimClock, SoftTimers, Span, SystemClock, TriggerSource};
 use softtimers_lab::baselines::{self, TimerQueue};
 
 const SIZES: [usize; 2] = [1_000, 1_000_000];
@@ -23,7 +23,7 @@ fn prefill(q: &mut dyn TimerQueue, n: usize, hz: u64) {
 
 /// Delays log-spread over 1 µs … 1 s, cycled through by the benchmarks.
 fn delays(hz: u64) -> Vec<u64> {
-    let micro = nanos_to_ticks(1_000, hz);
+    let micro = Span::from_micros(1, hz).ticks();
     (0..4096u64)
         .map(|i| micro << ((i * 2_654_435_761) % 20))
         .collect()
@@ -67,7 +67,7 @@ fn schedule_cancel(c: &mut Criterion) {
 fn schedule_fire(c: &mut Criterion) {
     let mut group = c.benchmark_group("schedule_fire");
     let clock = SimClock::new(2_000_000_000);
-    let micro = nanos_to_ticks(1_000, clock.resolution_hz());
+    let micro = Span::from_micros(1, clock.resolution_hz()).ticks();
     for n in SIZES {
         for mut q in baselines::simulated(&clock, None) {
             prefill(q.as_mut(), n, clock.resolution_hz());
@@ -100,7 +100,7 @@ fn schedule_fire(c: &mut Criterion) {
 fn handler(c: &mut Criterion) {
     let mut group = c.benchmark_group("handler_schedule_fire");
     let clock = SimClock::new(2_000_000_000);
-    let micro = nanos_to_ticks(1_000, clock.resolution_hz());
+    let micro = Span::from_micros(1, clock.resolution_hz()).ticks();
 
     #[derive(Clone, Copy)]
     enum Payload {
@@ -176,7 +176,7 @@ fn fire_batches<E>(
         let start = Instant::now();
         for j in 0..batch {
             timers
-                .schedule_soft_event(micro + (j * 97) % (100 * micro), make(j))
+                .schedule_soft_event(Span::from_ticks(micro + (j * 97) % (100 * micro)), make(j))
                 .unwrap();
         }
         clock.advance(101 * micro);

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use softtimer::{Clock, EventId, SimClock, SoftTimers, SystemClock, TriggerSource};
+use softtimer::{Clock, EventId, SimClock, SoftTimers, Span, SystemClock, TriggerSource};
 use tokio_util::time::{DelayQueue, delay_queue};
 
 /// The operations the core benchmark times.
@@ -64,7 +64,7 @@ impl<C: Clock> TimerQueue for SoftQueue<C> {
     #[inline]
     fn schedule(&mut self, delay: u64, payload: u64) -> u64 {
         self.timers
-            .schedule_soft_event(delay, payload)
+            .schedule_soft_event(Span::from_ticks(delay), payload)
             .expect("delay fits")
             .to_u64()
     }
@@ -124,7 +124,7 @@ impl<C: Clock> TimerQueue for HeapQueue<C> {
     }
     #[inline]
     fn schedule(&mut self, delay: u64, payload: u64) -> u64 {
-        let due = self.clock.now() + delay + 1;
+        let due = self.clock.now().ticks() + delay + 1;
         let slot = self.free.pop().unwrap_or_else(|| {
             self.generation.push(0);
             self.live.push(false);
@@ -153,7 +153,7 @@ impl<C: Clock> TimerQueue for HeapQueue<C> {
     }
     #[inline]
     fn poll(&mut self) -> usize {
-        let now = self.clock.now_unordered();
+        let now = self.clock.now_unordered().ticks();
         let mut fired = 0;
         while let Some(&Reverse((due, slot, generation))) = self.heap.peek() {
             if due > now {
@@ -177,8 +177,9 @@ impl<C: Clock> TimerQueue for HeapQueue<C> {
 pub struct BTreeQueue<C: Clock> {
     clock: C,
     map: BTreeMap<(u64, u64), u64>,
-    /// Handle slot → key, so that cancel can find the entry.
-    keys: Vec<Option<(u64, u64)>>,
+    /// Handle slot → (generation, key), so that cancel can find the entry and tell a stale
+    /// handle (whose slot was reused) from a live one, as the facility and the heap do.
+    keys: Vec<(u32, Option<(u64, u64)>)>,
     free: Vec<u32>,
     seq: u64,
     sink: u64,
@@ -204,27 +205,33 @@ impl<C: Clock> TimerQueue for BTreeQueue<C> {
     }
     #[inline]
     fn schedule(&mut self, delay: u64, payload: u64) -> u64 {
-        let due = self.clock.now() + delay + 1;
+        let due = self.clock.now().ticks() + delay + 1;
         self.seq += 1;
         let slot = self.free.pop().unwrap_or_else(|| {
-            self.keys.push(None);
+            self.keys.push((0, None));
             (self.keys.len() - 1) as u32
         });
-        self.keys[slot as usize] = Some((due, self.seq));
+        let entry = &mut self.keys[slot as usize];
+        entry.1 = Some((due, self.seq));
         self.map
             .insert((due, self.seq), (payload << 32) | u64::from(slot));
-        u64::from(slot)
+        handle(entry.0, slot)
     }
     #[inline]
     fn cancel(&mut self, handle: u64) {
-        if let Some(key) = self.keys.get_mut(handle as usize).and_then(Option::take) {
+        let (generation, slot) = split_handle(handle);
+        if let Some(entry) = self.keys.get_mut(slot as usize)
+            && entry.0 == generation
+            && let Some(key) = entry.1.take()
+        {
+            entry.0 = entry.0.wrapping_add(1);
             self.map.remove(&key);
-            self.free.push(handle as u32);
+            self.free.push(slot);
         }
     }
     #[inline]
     fn poll(&mut self) -> usize {
-        let now = self.clock.now_unordered();
+        let now = self.clock.now_unordered().ticks();
         let mut fired = 0;
         while let Some(entry) = self.map.first_entry() {
             if entry.key().0 > now {
@@ -232,7 +239,9 @@ impl<C: Clock> TimerQueue for BTreeQueue<C> {
             }
             let value = entry.remove();
             let slot = value as u32;
-            self.keys[slot as usize] = None;
+            let key = &mut self.keys[slot as usize];
+            key.0 = key.0.wrapping_add(1);
+            key.1 = None;
             self.free.push(slot);
             self.sink = self.sink.wrapping_add(value >> 32);
             fired += 1;
@@ -253,7 +262,8 @@ pub struct DelayQueueBench {
     runtime: tokio::runtime::Runtime,
     /// Payload and the handle slot, so that expiry can retire the handle.
     queue: DelayQueue<(u64, u32)>,
-    keys: Vec<Option<delay_queue::Key>>,
+    /// Handle slot → (generation, key): a stale handle cancels nothing.
+    keys: Vec<(u32, Option<delay_queue::Key>)>,
     free: Vec<u32>,
     hz: u64,
     /// On a simulated clock: the clock, its value when tokio's time was last moved, and
@@ -271,7 +281,7 @@ impl DelayQueueBench {
             let _guard = queue.runtime.enter();
             tokio::time::Instant::now()
         };
-        let start = clock.now();
+        let start = clock.now().ticks();
         queue.sim = Some((clock, start, base, start));
         queue
     }
@@ -314,7 +324,9 @@ impl DelayQueueBench {
         let mut fired = 0;
         while let Poll::Ready(Some(expired)) = self.queue.poll_expired(&mut cx) {
             let (payload, slot) = expired.into_inner();
-            self.keys[slot as usize] = None;
+            let entry = &mut self.keys[slot as usize];
+            entry.0 = entry.0.wrapping_add(1);
+            entry.1 = None;
             self.free.push(slot);
             self.sink = self.sink.wrapping_add(payload);
             fired += 1;
@@ -329,9 +341,9 @@ impl TimerQueue for DelayQueueBench {
     }
     #[inline]
     fn schedule(&mut self, delay: u64, payload: u64) -> u64 {
-        let nanos = softtimer::ticks_to_nanos(delay + 1, self.hz);
+        let nanos = Span::from_ticks(delay + 1).as_nanos(self.hz);
         let slot = self.free.pop().unwrap_or_else(|| {
-            self.keys.push(None);
+            self.keys.push((0, None));
             (self.keys.len() - 1) as u32
         });
         // Only the insert that creates the queue's timer needs the runtime context; entering
@@ -341,7 +353,7 @@ impl TimerQueue for DelayQueueBench {
             // Outside a runtime context tokio's `Instant::now()` is the real clock, not the
             // paused one, so on a simulated clock the deadline is computed from it.
             Some((clock, _, base, start)) => {
-                let since_start = softtimer::ticks_to_nanos(clock.now() - start, self.hz);
+                let since_start = Span::from_ticks(clock.now().ticks() - start).as_nanos(self.hz);
                 let when = *base + Duration::from_nanos(since_start + nanos);
                 self.queue.insert_at((payload, slot), when)
             }
@@ -349,14 +361,20 @@ impl TimerQueue for DelayQueueBench {
                 .queue
                 .insert((payload, slot), Duration::from_nanos(nanos)),
         };
-        self.keys[slot as usize] = Some(key);
-        u64::from(slot)
+        let entry = &mut self.keys[slot as usize];
+        entry.1 = Some(key);
+        handle(entry.0, slot)
     }
     #[inline]
     fn cancel(&mut self, handle: u64) {
-        if let Some(key) = self.keys.get_mut(handle as usize).and_then(Option::take) {
+        let (generation, slot) = split_handle(handle);
+        if let Some(entry) = self.keys.get_mut(slot as usize)
+            && entry.0 == generation
+            && let Some(key) = entry.1.take()
+        {
+            entry.0 = entry.0.wrapping_add(1);
             self.queue.remove(&key);
-            self.free.push(handle as u32);
+            self.free.push(slot);
         }
     }
     fn poll(&mut self) -> usize {
@@ -366,8 +384,8 @@ impl TimerQueue for DelayQueueBench {
         let Some((clock, seen, _, _)) = &mut self.sim else {
             return self.drain();
         };
-        let now = clock.now();
-        let moved = softtimer::ticks_to_nanos(now - *seen, self.hz);
+        let now = clock.now().ticks();
+        let moved = Span::from_ticks(now - *seen).as_nanos(self.hz);
         *seen = now;
         if moved > 0 {
             // `advance` would not let the driver process the timers it jumps past;
@@ -391,6 +409,15 @@ impl TimerQueue for DelayQueueBench {
     fn len(&self) -> usize {
         self.queue.len()
     }
+}
+
+/// A handle: the slot's generation above its index, as [`EventId::to_u64`] packs them.
+fn handle(generation: u32, slot: u32) -> u64 {
+    (u64::from(generation) << 32) | u64::from(slot)
+}
+
+fn split_handle(handle: u64) -> (u32, u32) {
+    ((handle >> 32) as u32, handle as u32)
 }
 
 /// Every implementation on one shared simulated clock.
@@ -438,6 +465,39 @@ mod tests {
             clock.advance(5_000_000);
             assert_eq!(q.poll(), 1, "{}", q.name());
             assert!(q.is_empty(), "{}", q.name());
+        }
+    }
+
+    /// A stale handle (its event fired or was cancelled, and its slot reused) cancels
+    /// nothing, in every implementation: the same contract for all.
+    #[test]
+    fn stale_handles_cancel_nothing() {
+        let clock = SimClock::new(1_000_000);
+        for mut q in simulated(&clock, None) {
+            clock.set(0);
+            let cancelled = q.schedule(10_000, 1);
+            q.cancel(cancelled);
+            let reused = q.schedule(20_000, 2);
+            q.cancel(cancelled);
+            assert_eq!(
+                q.len(),
+                1,
+                "{}: a stale handle cancelled a new event",
+                q.name()
+            );
+            let fired = q.schedule(500, 3);
+            clock.advance(3_000);
+            assert_eq!(q.poll(), 1, "{}", q.name());
+            let _after = q.schedule(30_000, 4);
+            q.cancel(fired);
+            assert_eq!(
+                q.len(),
+                2,
+                "{}: a fired handle cancelled a new event",
+                q.name()
+            );
+            q.cancel(reused);
+            assert_eq!(q.len(), 1, "{}", q.name());
         }
     }
 }

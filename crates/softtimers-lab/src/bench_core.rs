@@ -23,7 +23,7 @@ use std::time::Instant;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use softtimer::{Clock, SimClock, SystemClock, nanos_to_ticks};
+use softtimer::{Clock, SimClock, Span, SystemClock};
 
 use crate::alloc_count;
 use crate::baselines::{self, TimerQueue};
@@ -187,7 +187,9 @@ pub fn run(config: &CoreBenchConfig, mut progress: impl FnMut(f64, &str)) -> Cor
     let mut rows = Vec::new();
     let mut memory = Vec::new();
     // The read the trigger check makes.
-    let clock_read = per_call_ns(config.reps, config.trigger_batch, || system.now_unordered());
+    let clock_read = per_call_ns(config.reps, config.trigger_batch, || {
+        system.now_unordered().ticks()
+    });
 
     let total_steps = config.sizes.len() * 2;
     let mut step = 0;
@@ -242,7 +244,7 @@ fn bench_trigger(system: SystemClock, pending: usize, config: &CoreBenchConfig) 
         // The clock read the trigger makes, measured between the queues' samples so that
         // the ratio is taken under the same machine conditions.
         reads.push(per_call_ns(1, config.trigger_batch, || {
-            system.now_unordered()
+            system.now_unordered().ticks()
         }));
         for (q, s) in queues.iter_mut().zip(&mut samples) {
             let start = Instant::now();
@@ -287,7 +289,7 @@ fn bench_structures(
     let n = queues.len();
     let (mut sched, mut cancel, mut fire) = (vec![vec![]; n], vec![vec![]; n], vec![vec![]; n]);
     let mut lifecycle = vec![vec![]; n];
-    let micro = nanos_to_ticks(1_000, hz);
+    let micro = Span::from_micros(1, hz).ticks();
     let log_lo = (micro as f64).ln();
     let log_hi = (hz as f64).ln();
     let mut handles = vec![0u64; config.batch];

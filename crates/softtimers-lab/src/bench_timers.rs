@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use rustix::event::{EventfdFlags, eventfd};
 use serde::Serialize;
-use softtimer::{Fired, SoftTimers};
+use softtimer::{Clock, Fired, SoftTimers, Span};
 use softtimer_rt::{EventLoop, Interest, LoopConfig, TimerMode};
 
 use crate::bench_core::pin_to_last_cpu;
@@ -99,8 +99,50 @@ pub struct TimersReport {
     pub rows: Vec<TimerRow>,
     /// How late the backstop fires events while the loop thread computes.
     pub backstop: BackstopLateness,
-    /// The targets against this run.
+    /// Backstop timer wake-ups per second: idle, busy with events, computing.
+    pub backstop_wakeups_per_s: Vec<WakeupRow>,
+    /// A loop whose only work is one periodic event: lateness and CPU, by spin window.
+    pub idle_policy: Vec<IdlePolicyRow>,
+    /// The targets against this run.
     pub targets: Vec<TargetCheck>,
+}
+
+/// Backstop wake-ups per second in one state of the loop.
+#[derive(Clone, Debug, Serialize)]
+pub struct WakeupRow {
+    /// `idle` (nothing pending), `busy` (an event every 100 µs, trigger states keep up) or
+    /// `computing` (an event pending while the loop thread computes without system calls).
+    pub state: String,
+    /// Backstop timer wake-ups per second.
+    pub backstop_wakeups_per_s: f64,
+    /// Backstop timer arms (system calls) per second.
+    pub backstop_arms_per_s: f64,
+    /// Events fired per second.
+    pub events_per_s: f64,
+}
+
+/// A loop whose only work is one event re-armed every `period_us`, pinned, for a while.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdlePolicyRow {
+    /// The event's period, µs.
+    pub period_us: u64,
+    /// The idle policy: `calibrated` (block, then spin the measured wake-up lateness),
+    /// `block` (never spin), `block-default-slack` (never spin, the kernel's default 50 µs
+    /// timer slack: the loop before the slack was set), `spin` (spin whenever an event is due
+    /// within a backstop period: the paper's idle loop).
+    pub policy: String,
+    /// The spin window, µs.
+    pub spin_window_us: f64,
+    /// Lateness past the due time, µs: median and 99th percentile.
+    pub late_p50_us: f64,
+    /// 99th percentile of lateness, µs.
+    pub late_p99_us: f64,
+    /// CPU time of the loop thread over wall time, %.
+    pub cpu_pct: f64,
+    /// Events fired.
+    pub events: usize,
+    /// Backstop wake-ups.
+    pub backstop_wakeups: u64,
 }
 
 /// Lateness of events fired by the backstop thread while the loop thread computes without
@@ -141,15 +183,15 @@ pub fn measure_backstop(compute: Duration) -> Result<BackstopLateness> {
         move |_, fired: Fired<()>| {
             let now = clock.now();
             if let Ok(mut v) = sink.lock() {
-                v.push((now.saturating_sub(fired.due), fired.source));
+                v.push((now.saturating_since(fired.due).ticks(), fired.source));
             }
         },
     )?;
-    let x = clock.resolution_hz() / 1000;
+    let x = Span::from_ticks(clock.resolution_hz() / 1000);
     let kick: OwnedFd = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
     ev.cx().register(&kick, Interest::READABLE, 1)?;
-    let compute_ticks = clock.nanos_to_ticks(compute.as_nanos() as u64);
-    let step = clock.nanos_to_ticks(97_000);
+    let compute_ticks = clock.span(compute);
+    let step = Span::from_micros(97, clock.resolution_hz());
     let mut scheduled = 0usize;
     ev.run(|cx, _| {
         let start = clock.now();
@@ -170,9 +212,9 @@ pub fn measure_backstop(compute: Duration) -> Result<BackstopLateness> {
     })?;
     let fired = late.lock().map(|v| v.clone()).unwrap_or_default();
     let to_us =
-        |ticks: u64| softtimer::ticks_to_nanos(ticks, clock.resolution_hz()) as f64 / 1000.0;
+        |ticks: u64| Span::from_ticks(ticks).as_nanos(clock.resolution_hz()) as f64 / 1000.0;
     let lateness: Vec<f64> = fired.iter().map(|&(t, _)| to_us(t)).collect();
-    let x_us = to_us(x);
+    let x_us = to_us(x.ticks());
     let share = |limit: f64| {
         lateness.iter().filter(|&&l| l > limit).count() as f64 / lateness.len().max(1) as f64
             * 100.0
@@ -195,7 +237,10 @@ pub fn measure_backstop(compute: Duration) -> Result<BackstopLateness> {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Source {
+    /// No timer machinery at all (`TimerMode::Off`): the reference.
     None,
+    /// Soft mode with nothing scheduled: the cost of the trigger checks and the backstop.
+    BackstopOnly,
     Soft,
     Timerfd,
     Signal,
@@ -205,6 +250,7 @@ impl Source {
     fn name(self) -> &'static str {
         match self {
             Source::None => "none",
+            Source::BackstopOnly => "soft-no-events",
             Source::Soft => "soft",
             Source::Timerfd => "timerfd",
             Source::Signal => "signal",
@@ -242,12 +288,12 @@ struct RunResult {
 /// The null handler: re-arms a periodic event at its own schedule (so that late firings do
 /// not stretch the period), or at the next tick for "every trigger state". It allocates
 /// nothing (the facility has room reserved), so it is async-signal-safe.
-fn null_handler(interval_ticks: u64) -> impl Fn(&mut SoftTimers<()>, Fired<()>) + Send + Sync {
+fn null_handler(interval: Span) -> impl Fn(&mut SoftTimers<()>, Fired<()>) + Send + Sync {
     move |timers, ev| {
-        let next = if interval_ticks == 0 {
+        let next = if interval.is_zero() {
             ev.now
         } else {
-            ev.due + interval_ticks
+            ev.due + interval
         };
         let _ = timers.schedule_at(next, ());
     }
@@ -262,13 +308,10 @@ fn run_once(
 ) -> Result<RunResult> {
     let period = Duration::from_micros(interval_us.max(1));
     let mode = match source {
-        Source::None | Source::Soft => TimerMode::soft(),
+        // The reference runs no timer machinery: no facility consulted, no backstop.
+        Source::None => TimerMode::Off,
+        Source::Soft | Source::BackstopOnly | Source::Signal => TimerMode::Soft,
         Source::Timerfd => TimerMode::timerfd(period)?,
-        // SAFETY: the handler (`null_handler`) only calls `schedule_at` on a facility with
-        // room reserved (`capacity`), which neither allocates nor locks; the payload `()`
-        // has no destructor. That is async-signal-safe.
-        #[allow(unsafe_code)]
-        Source::Signal => unsafe { TimerMode::signal(period)? },
     };
     let config = LoopConfig {
         mode,
@@ -276,15 +319,23 @@ fn run_once(
         capacity: 16,
         ..LoopConfig::default()
     };
-    let ticks_probe = softtimer::SystemClock::new();
-    let interval_ticks = ticks_probe.nanos_to_ticks(interval_us * 1000);
-    let mut ev: EventLoop<()> = EventLoop::new(config, null_handler(interval_ticks))?;
+    let interval = Span::from_micros(interval_us, softtimer::SystemClock::new().resolution_hz());
+    let mut ev: EventLoop<()> = if source == Source::Signal {
+        // SAFETY: the handler (`null_handler`) only calls `schedule_at` on a facility with
+        // room reserved (`capacity`), which neither allocates nor locks; the payload `()`
+        // has no destructor. That is async-signal-safe.
+        #[allow(unsafe_code)]
+        unsafe {
+            EventLoop::with_timer_signal(config, period, null_handler(interval))?
+        }
+    } else {
+        EventLoop::new(config, null_handler(interval))?
+    };
     let work: OwnedFd = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
         .context("eventfd for the workload")?;
     ev.cx().register(&work, Interest::READABLE, 1)?;
-    if source != Source::None {
-        let first = if interval_us == 0 { 0 } else { interval_ticks };
-        ev.cx().schedule_soft_event(first, ())?;
+    if !matches!(source, Source::None | Source::BackstopOnly) {
+        ev.cx().schedule_soft_event(interval, ())?;
     }
     let mut position = 0u32;
     let mut remaining = chunks;
@@ -318,14 +369,18 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
     let array = pointer_chase_array();
     // The configurations: the baseline, soft at every trigger state, then each source at
     // each interval.
-    let mut configs = vec![(Source::None, 0), (Source::Soft, 0)];
+    let mut configs = vec![
+        (Source::None, 0),
+        (Source::BackstopOnly, 0),
+        (Source::Soft, 0),
+    ];
     for &us in &config.intervals_us {
         for source in [Source::Soft, Source::Timerfd, Source::Signal] {
             configs.push((source, us));
         }
     }
     // Warm up (page in the array, calibrate the clock) and measure the trigger rate.
-    let probe = run_once(&array, Source::None, 0, config.chunks / 4, true)?;
+    let probe = run_once(&array, Source::BackstopOnly, 0, config.chunks / 4, true)?;
     let trigger_states_per_s = probe.triggers.unwrap_or(0) as f64 / probe.elapsed.as_secs_f64();
     let backstop_realtime = probe.backstop_realtime;
 
@@ -398,6 +453,25 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
     } else {
         300
     }))?;
+    progress(1.0, "backstop wake-ups");
+    let quick = config.runs <= 3;
+    let state_time = Duration::from_millis(if quick { 300 } else { 2_000 });
+    let backstop_wakeups_per_s = ["idle", "busy", "computing"]
+        .into_iter()
+        .map(|state| measure_wakeups(state, state_time))
+        .collect::<Result<Vec<_>>>()?;
+    progress(1.0, "idle policy");
+    let mut idle_policy = Vec::new();
+    for period_us in [100, 1000] {
+        for policy in ["calibrated", "block", "block-default-slack", "spin"] {
+            idle_policy.push(measure_idle_policy(period_us, policy, state_time)?);
+        }
+    }
+    let mut targets = targets;
+    targets.extend(wakeup_and_idle_targets(
+        &backstop_wakeups_per_s,
+        &idle_policy,
+    ));
     Ok(TimersReport {
         trigger_states_per_s,
         baseline_run_s: base,
@@ -408,7 +482,160 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         rows,
         targets,
         backstop,
+        backstop_wakeups_per_s,
+        idle_policy,
     })
+}
+
+fn thread_cpu_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Runs a loop in one `state` for `time` and counts the backstop's wake-ups and arms.
+fn measure_wakeups(state: &str, time: Duration) -> Result<WakeupRow> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let hz = softtimer::SystemClock::new().resolution_hz();
+    let period = Span::from_micros(100, hz);
+    let fired = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&fired);
+    let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), move |t, f| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        let _ = t.schedule_at(f.due + period, ());
+    })?;
+    let start = Instant::now();
+    match state {
+        "idle" => {
+            let stop = ev.stop_handle();
+            std::thread::spawn(move || {
+                std::thread::sleep(time);
+                stop.stop();
+            });
+            ev.run(|_, _| {})?;
+        }
+        "busy" => {
+            ev.cx().schedule_soft_event(period, ())?;
+            let stop = ev.stop_handle();
+            std::thread::spawn(move || {
+                std::thread::sleep(time);
+                stop.stop();
+            });
+            ev.run(|_, _| {})?;
+        }
+        _ => {
+            // One callback that computes for `time` without a system call, an event pending.
+            let kick: OwnedFd = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
+            ev.cx().register(&kick, Interest::READABLE, 1)?;
+            ev.cx().schedule_soft_event(period, ())?;
+            ev.run(|cx, _| {
+                let mut acc = 0u64;
+                while start.elapsed() < time {
+                    for k in 0..1000u64 {
+                        acc = acc.wrapping_mul(6364136223846793005).wrapping_add(k);
+                    }
+                }
+                std::hint::black_box(acc);
+                cx.stop();
+            })?;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let c = ev.counters();
+    Ok(WakeupRow {
+        state: state.into(),
+        backstop_wakeups_per_s: c.backstop_wakeups as f64 / secs,
+        backstop_arms_per_s: c.backstop_arms as f64 / secs,
+        events_per_s: fired.load(Ordering::Relaxed) as f64 / secs,
+    })
+}
+
+/// A loop whose only work is one event re-armed every `period_us`, under an idle `policy`.
+fn measure_idle_policy(period_us: u64, policy: &str, time: Duration) -> Result<IdlePolicyRow> {
+    use softtimer_rt::SpinWindow;
+    use std::sync::{Arc, Mutex};
+    let hz = softtimer::SystemClock::new().resolution_hz();
+    let period = Span::from_micros(period_us, hz);
+    let spin_window = match policy {
+        "calibrated" => SpinWindow::Calibrated,
+        "spin" => SpinWindow::Fixed(Duration::from_millis(1)),
+        _ => SpinWindow::Fixed(Duration::ZERO),
+    };
+    let late = Arc::new(Mutex::new(Vec::with_capacity(
+        (time.as_micros() as usize / period_us as usize) + 16,
+    )));
+    let sink = Arc::clone(&late);
+    let mut ev: EventLoop<()> = EventLoop::new(
+        LoopConfig {
+            spin_window,
+            ..LoopConfig::default()
+        },
+        move |t, f| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(f.late().as_nanos(hz) as f64 / 1000.0);
+            }
+            let _ = t.schedule_at(f.due + period, ());
+        },
+    )?;
+    if policy == "block-default-slack" {
+        // The kernel's default slack (50 µs), as the loop had before it set its own.
+        let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(50_000));
+    }
+    ev.cx().schedule_soft_event(period, ())?;
+    let stop = ev.stop_handle();
+    std::thread::spawn(move || {
+        std::thread::sleep(time);
+        stop.stop();
+    });
+    let (cpu0, start) = (thread_cpu_ns(), Instant::now());
+    ev.run(|_, _| {})?;
+    let cpu_pct = (thread_cpu_ns() - cpu0) as f64 / start.elapsed().as_nanos() as f64 * 100.0;
+    let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
+    let v = late.lock().map(|v| v.clone()).unwrap_or_default();
+    Ok(IdlePolicyRow {
+        period_us,
+        policy: policy.into(),
+        spin_window_us: ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0,
+        late_p50_us: median(&v),
+        late_p99_us: crate::stats::percentile(&v, 99.0),
+        cpu_pct,
+        events: v.len(),
+        backstop_wakeups: ev.counters().backstop_wakeups,
+    })
+}
+
+fn wakeup_and_idle_targets(wakeups: &[WakeupRow], idle: &[IdlePolicyRow]) -> Vec<TargetCheck> {
+    let mut targets = Vec::new();
+    if let Some(w) = wakeups.iter().find(|w| w.state == "idle") {
+        targets.push(TargetCheck {
+            figure: "backstop wake-ups per second, idle with nothing pending".into(),
+            target: "0".into(),
+            measured: w.backstop_wakeups_per_s,
+            met: w.backstop_wakeups_per_s == 0.0,
+        });
+    }
+    for (period, cpu_goal) in [(100, 15.0), (1000, 3.0)] {
+        if let Some(r) = idle
+            .iter()
+            .find(|r| r.period_us == period && r.policy == "calibrated")
+        {
+            targets.push(TargetCheck {
+                figure: format!(
+                    "an event every {period} µs: lateness p99, µs (calibrated idle policy)"
+                ),
+                target: "<= 5".into(),
+                measured: r.late_p99_us,
+                met: r.late_p99_us <= 5.0,
+            });
+            targets.push(TargetCheck {
+                figure: format!("an event every {period} µs: CPU of the loop, %"),
+                target: format!("<= {cpu_goal}"),
+                measured: r.cpu_pct,
+                met: r.cpu_pct <= cpu_goal,
+            });
+        }
+    }
+    targets
 }
 
 fn row<'a>(rows: &'a [TimerRow], source: &str, us: u64) -> Option<&'a TimerRow> {

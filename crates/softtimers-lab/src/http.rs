@@ -385,7 +385,7 @@ pub fn client_loop(stop_after: Duration) -> Result<softtimer_rt::EventLoop<()>> 
     let mut ev: EventLoop<()> = EventLoop::new(
         LoopConfig {
             backstop: false,
-            idle_spin: false,
+            spin_window: softtimer_rt::SpinWindow::Fixed(Duration::ZERO),
             ..LoopConfig::default()
         },
         move |_, _| {
@@ -395,7 +395,7 @@ pub fn client_loop(stop_after: Duration) -> Result<softtimer_rt::EventLoop<()>> 
         },
     )?;
     let _ = stopper.set(ev.stop_handle());
-    let limit = ev.micros_to_ticks(stop_after.as_micros() as u64);
+    let limit = ev.span(stop_after);
     ev.cx().schedule_soft_event(limit, ())?;
     Ok(ev)
 }

@@ -6,9 +6,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use serde::Serialize;
-use softtimer::{
-    Clock, Config, SystemClock, monotonic_nanos, read_tsc_ordered, read_tsc_unordered,
-};
+use softtimer::{Clock, Config, SystemClock, monotonic_nanos};
 
 use crate::bench_core::per_call_ns;
 
@@ -69,13 +67,19 @@ pub fn run() -> Info {
     let quanta_clock = quanta::Clock::new();
     let candidates = vec![
         ClockCost {
-            clock: "softtimer tsc (lfence; rdtsc)".into(),
-            read_ns: per_call_ns(reps, batch, read_tsc_ordered),
+            clock: format!(
+                "softtimer {} now() (tsc: lfence; rdtsc)",
+                detected.source.name()
+            ),
+            read_ns: per_call_ns(reps, batch, || clock.now().ticks()),
             ordered: true,
         },
         ClockCost {
-            clock: "softtimer tsc (rdtsc), the trigger check's read".into(),
-            read_ns: per_call_ns(reps, batch, read_tsc_unordered),
+            clock: format!(
+                "softtimer {} now_unordered() (tsc: rdtsc), the trigger check's read",
+                detected.source.name()
+            ),
+            read_ns: per_call_ns(reps, batch, || clock.now_unordered().ticks()),
             ordered: false,
         },
         ClockCost {
@@ -111,9 +115,9 @@ pub fn run() -> Info {
         reason: detected.reason.clone(),
         measure_resolution_hz: timers.measure_resolution(),
         interrupt_clock_resolution_hz: timers.interrupt_clock_resolution(),
-        backstop_interval_ticks: timers.backstop_interval_ticks(),
-        clock_read_ns: per_call_ns(reps, batch, || clock.now()),
-        trigger_read_ns: per_call_ns(reps, batch, || clock.now_unordered()),
+        backstop_interval_ticks: timers.backstop_interval().ticks(),
+        clock_read_ns: per_call_ns(reps, batch, || clock.now().ticks()),
+        trigger_read_ns: per_call_ns(reps, batch, || clock.now_unordered().ticks()),
         candidates,
         kernel_hz: kernel_hz(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),

@@ -134,6 +134,7 @@ pub fn compare(options: &ExpOptions) -> Result<ExpResult> {
                 source: Source::None,
                 handler: HandlerKind::Null,
                 deadline_us: None,
+                deadline_design: softtimer_rt::DeadlineDesign::default(),
                 stats: false,
                 trace: 0,
                 duration,

@@ -9,7 +9,9 @@ fn main() {
         .unwrap_or(1_000_000);
     let clock = SimClock::new(2_000_000_000);
     let mut timers: SoftTimers<(), SimClock> = SoftTimers::new(clock.clone()).unwrap();
-    timers.schedule_soft_event(0, ()).unwrap();
+    timers
+        .schedule_soft_event(softtimer::Span::ZERO, ())
+        .unwrap();
     let mut fired = 0;
     for _ in 0..n {
         clock.advance(200);

@@ -5,6 +5,7 @@ use hdrhistogram::Histogram;
 
 use crate::clock::ticks_to_nanos;
 use crate::source::TriggerSource;
+use crate::time::{Instant, Span};
 
 /// The longest interval or delay the histograms hold exactly (one hour, in ns); longer
 /// values are recorded as this.
@@ -27,21 +28,21 @@ const MAX_NS: u64 = 3_600_000_000_000;
 /// assert!((7_000..7_010).contains(&max), "{max}");
 /// ```
 #[derive(Debug, Clone)]
-pub struct Stats {
+pub struct TriggerStats {
     hz: u64,
     counts: [u64; TriggerSource::COUNT],
-    last_trigger: Option<u64>,
+    last_trigger: Option<Instant>,
     intervals_ns: Histogram<u64>,
     delays_ns: Histogram<u64>,
     fired: u64,
 }
 
-impl Stats {
+impl TriggerStats {
     /// Empty statistics for a clock at `hz`. A runtime that checks the trigger fast path
-    /// outside the facility keeps its own and calls [`Stats::record_trigger`].
+    /// outside the facility keeps its own and calls [`TriggerStats::record_trigger`].
     pub fn new(hz: u64) -> Self {
         let hist = || Histogram::new_with_bounds(1, MAX_NS, 3).expect("static bounds are valid");
-        Stats {
+        TriggerStats {
             hz,
             counts: [0; TriggerSource::COUNT],
             last_trigger: None,
@@ -53,12 +54,11 @@ impl Stats {
 
     /// Counts a trigger state from `source` at clock time `now`.
     #[inline]
-    pub fn record_trigger(&mut self, source: TriggerSource, now: u64) {
+    pub fn record_trigger(&mut self, source: TriggerSource, now: Instant) {
         self.counts[source.index()] += 1;
         if let Some(last) = self.last_trigger {
             // An unordered read may be a few ticks behind the last one: count that as 0.
-            let ticks = now.wrapping_sub(last);
-            let ticks = if ticks > i64::MAX as u64 { 0 } else { ticks };
+            let ticks = now.saturating_since(last).ticks();
             let ns = ticks_to_nanos(ticks, self.hz);
             self.intervals_ns.saturating_record(ns.min(MAX_NS));
         }
@@ -66,9 +66,9 @@ impl Stats {
     }
 
     #[inline]
-    pub(crate) fn on_fire(&mut self, late_ticks: u64) {
+    pub(crate) fn on_fire(&mut self, late: Span) {
         self.fired += 1;
-        let ns = ticks_to_nanos(late_ticks, self.hz);
+        let ns = late.as_nanos(self.hz);
         self.delays_ns.saturating_record(ns.min(MAX_NS));
     }
 
@@ -99,7 +99,7 @@ impl Stats {
     }
 
     /// Adds another's counts and histograms to these.
-    pub fn merge(&mut self, other: &Stats) {
+    pub fn merge(&mut self, other: &TriggerStats) {
         for (a, b) in self.counts.iter_mut().zip(other.counts) {
             *a += b;
         }
@@ -111,6 +111,6 @@ impl Stats {
 
     /// Forgets everything counted so far.
     pub fn reset(&mut self) {
-        *self = Stats::new(self.hz);
+        *self = TriggerStats::new(self.hz);
     }
 }

@@ -1,0 +1,143 @@
+//! How an [`EventLoop`](crate::EventLoop) is set up: what fires soft events, the backstop,
+//! the deadline service and the idle policy.
+
+use std::time::Duration;
+
+use crate::error::RtError;
+
+/// What fires soft events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TimerMode {
+    /// Soft timers: events fire at trigger states, with the adaptive backstop (the default).
+    #[default]
+    Soft,
+    /// Baseline: a periodic `timerfd` in the loop's epoll set fires due events when it
+    /// expires; trigger states fire nothing. Build it with [`TimerMode::timerfd`].
+    Timerfd(Duration),
+    /// The reference for "no timers": no facility is consulted, trigger states do nothing
+    /// (not even a clock read), and no backstop or deadline thread runs. Scheduling fails.
+    Off,
+}
+
+impl TimerMode {
+    /// The periodic-timerfd baseline, checking its period (1 µs ..= 1 hour).
+    pub fn timerfd(period: Duration) -> Result<Self, RtError> {
+        Ok(TimerMode::Timerfd(check_period(period)?))
+    }
+
+    /// `soft`, `timerfd` or `off`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TimerMode::Soft => "soft",
+            TimerMode::Timerfd(_) => "timerfd",
+            TimerMode::Off => "off",
+        }
+    }
+}
+
+pub(crate) fn check_period(period: Duration) -> Result<Duration, RtError> {
+    if period < Duration::from_micros(1) || period > Duration::from_secs(3600) {
+        return Err(RtError::Period(period));
+    }
+    Ok(period)
+}
+
+/// What enforces deadlines (Section 5.9) when no trigger state comes in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeadlineDesign {
+    /// A watcher thread on another CPU (a housekeeping core) that sleeps, with a precise
+    /// timeout, until the earliest deadline the loop has published, and fires an event only
+    /// when its deadline has really passed. Met deadlines cost the loop's core nothing but a
+    /// store; the watcher's wake-ups land on the other core. The default.
+    #[default]
+    Watcher,
+    /// The same watcher, spinning on the published deadline instead of sleeping: no wake-up
+    /// latency and no system call anywhere, for a whole other core.
+    WatcherSpin,
+    /// A one-shot kernel timer on the loop's CPU, served by the backstop thread and re-armed
+    /// lazily (the first design): every met deadline still costs an expiry and a wake-up on
+    /// the loop's core.
+    LazyTimerfd,
+}
+
+impl DeadlineDesign {
+    /// Every design, for experiments that compare them.
+    pub const ALL: [DeadlineDesign; 3] = [
+        DeadlineDesign::Watcher,
+        DeadlineDesign::WatcherSpin,
+        DeadlineDesign::LazyTimerfd,
+    ];
+
+    /// `watcher`, `watcher-spin` or `lazy-timerfd`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeadlineDesign::Watcher => "watcher",
+            DeadlineDesign::WatcherSpin => "watcher-spin",
+            DeadlineDesign::LazyTimerfd => "lazy-timerfd",
+        }
+    }
+}
+
+/// How long the idle loop spins before a due time instead of blocking through it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SpinWindow {
+    /// The measured wake-up lateness of this machine (a blocked thread whose timeout expires
+    /// runs again that much later), calibrated once per process. The default.
+    #[default]
+    Calibrated,
+    /// A fixed window; `Duration::ZERO` never spins (cheapest, but late by the wake-up
+    /// latency), a window of `X` or more spins whenever an event is due before the next
+    /// backstop tick (the paper's idle loop: most precise, a whole core while waiting).
+    Fixed(Duration),
+}
+
+/// Settings of an [`EventLoop`](crate::EventLoop).
+#[derive(Clone, Debug)]
+pub struct LoopConfig {
+    /// Backstop frequency in Hz, `1 / X` (1 ..= 100 000; default 1000).
+    pub interrupt_clock_hz: u64,
+    /// What fires soft events (default: soft timers).
+    pub mode: TimerMode,
+    /// Run the backstop (soft mode only; default on). Without it the delay bound holds only
+    /// while the loop keeps reaching trigger states.
+    pub backstop: bool,
+    /// Ask for `SCHED_FIFO` priority for the backstop thread so that it preempts a computing
+    /// loop thread like an interrupt (default on; normal priority where refused, reported by
+    /// [`EventLoop::backstop_realtime`](crate::EventLoop::backstop_realtime)).
+    pub realtime_backstop: bool,
+    /// What enforces deadlines (soft mode only; default: a watcher on another CPU).
+    pub deadlines: DeadlineDesign,
+    /// The CPU the deadline watcher runs on (default: the lowest CPU the loop thread may not
+    /// use, or any other allowed CPU; the loop's own when it has only one).
+    pub watcher_cpu: Option<usize>,
+    /// Keep trigger-state and delay statistics (default off).
+    pub stats: bool,
+    /// Events to make room for up front.
+    pub capacity: usize,
+    /// Readiness events taken per `epoll_wait` (default 256).
+    pub max_events: usize,
+    /// The idle loop's spin window (default: calibrated to this machine's wake-up lateness).
+    pub spin_window: SpinWindow,
+    /// Record the first this-many trigger states (clock time and source) for later analysis
+    /// (default 0: no trace). Memory is reserved up front; recording is a store.
+    pub trace_capacity: usize,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig {
+            interrupt_clock_hz: 1000,
+            mode: TimerMode::Soft,
+            backstop: true,
+            realtime_backstop: true,
+            deadlines: DeadlineDesign::default(),
+            watcher_cpu: None,
+            stats: false,
+            capacity: 0,
+            max_events: 256,
+            spin_window: SpinWindow::default(),
+            trace_capacity: 0,
+        }
+    }
+}

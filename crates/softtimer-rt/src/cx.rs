@@ -1,0 +1,400 @@
+//! What I/O callbacks get: [`LoopCx`], whose helpers make every return from a system call a
+//! trigger state, and the loop's trigger-state check itself.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use rustix::event::epoll;
+use rustix::net::{RecvFlags, SendFlags, SocketAddrAny};
+use softtimer::{Clock, EventId, Instant, Span, TriggerSource, TriggerStats};
+
+use crate::error::RtError;
+use crate::event_loop::{MAX_TOKEN, StopInner};
+use crate::shared::Shared;
+use crate::sys::{self, RecvBatch, send_batch};
+
+/// What a descriptor is watched for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interest(epoll::EventFlags);
+
+impl Interest {
+    /// Readable (level-triggered).
+    pub const READABLE: Interest = Interest(epoll::EventFlags::IN);
+    /// Writable (level-triggered).
+    pub const WRITABLE: Interest = Interest(epoll::EventFlags::OUT);
+    /// Readable or writable.
+    pub const BOTH: Interest = Interest(epoll::EventFlags::IN.union(epoll::EventFlags::OUT));
+}
+
+/// A descriptor that became ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ready {
+    /// The token it was registered with.
+    pub token: u64,
+    /// Data can be read (or a connection accepted).
+    pub readable: bool,
+    /// Data can be written.
+    pub writable: bool,
+    /// The peer hung up or an error is pending.
+    pub closed: bool,
+}
+
+impl Ready {
+    pub(crate) fn new(token: u64, event: epoll::Event) -> Self {
+        let flags = event.flags;
+        Ready {
+            token,
+            readable: flags.contains(epoll::EventFlags::IN),
+            writable: flags.contains(epoll::EventFlags::OUT),
+            closed: flags.intersects(
+                epoll::EventFlags::HUP | epoll::EventFlags::ERR | epoll::EventFlags::RDHUP,
+            ),
+        }
+    }
+}
+
+/// What the loop does at a trigger state besides the check, when asked: record statistics
+/// or a trace, or (timers off) nothing at all. One option, so that with nothing to do the
+/// check pays a single branch.
+struct Extras {
+    off: bool,
+    stats: Option<TriggerStats>,
+    trace: Option<Vec<(Instant, TriggerSource)>>,
+}
+
+impl Extras {
+    fn record(&mut self, source: TriggerSource, now: Instant) {
+        if let Some(stats) = &mut self.stats {
+            stats.record_trigger(source, now);
+        }
+        if let Some(trace) = &mut self.trace
+            && trace.len() < trace.capacity()
+        {
+            trace.push((now, source));
+        }
+    }
+}
+
+/// The loop's state that callbacks reach through [`LoopCx`].
+pub(crate) struct Core<E, C: Clock> {
+    pub shared: Arc<Shared<E, C>>,
+    extras: Option<Box<Extras>>,
+    pub epoll: OwnedFd,
+    pub stop: Arc<StopInner>,
+}
+
+impl<E, C: Clock> Core<E, C> {
+    pub(crate) fn new(
+        shared: Arc<Shared<E, C>>,
+        epoll: OwnedFd,
+        stop: Arc<StopInner>,
+        off: bool,
+        stats: bool,
+        trace_capacity: usize,
+    ) -> Self {
+        let hz = shared.clock.resolution_hz();
+        let extras = (off || stats || trace_capacity > 0).then(|| {
+            Box::new(Extras {
+                off,
+                stats: (stats && !off).then(|| TriggerStats::new(hz)),
+                trace: (trace_capacity > 0 && !off).then(|| Vec::with_capacity(trace_capacity)),
+            })
+        });
+        Core {
+            shared,
+            extras,
+            epoll,
+            stop,
+        }
+    }
+
+    /// A trigger state: one clock read and one compare when nothing is due (and nothing is
+    /// recorded).
+    #[inline(always)]
+    pub(crate) fn trigger(&mut self, source: TriggerSource) -> usize {
+        if self.extras.is_some() {
+            return self.trigger_with_extras(source);
+        }
+        let now = self.shared.clock.now_unordered();
+        if self.shared.nothing_due(now) {
+            return 0;
+        }
+        self.shared.fire(now, source)
+    }
+
+    #[inline(never)]
+    fn trigger_with_extras(&mut self, source: TriggerSource) -> usize {
+        let Some(extras) = self.extras.as_deref_mut() else {
+            return 0;
+        };
+        if extras.off {
+            return 0;
+        }
+        let now = self.shared.clock.now_unordered();
+        extras.record(source, now);
+        if self.shared.nothing_due(now) {
+            return 0;
+        }
+        self.shared.fire(now, source)
+    }
+
+    pub(crate) fn check_timers_on(&self) -> Result<(), RtError> {
+        match &self.extras {
+            Some(extras) if extras.off => Err(RtError::TimersOff),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn recorded_stats(&self) -> Option<TriggerStats> {
+        self.extras.as_ref()?.stats.clone()
+    }
+
+    pub(crate) fn trace(&self) -> &[(Instant, TriggerSource)] {
+        self.extras
+            .as_ref()
+            .and_then(|r| r.trace.as_deref())
+            .unwrap_or(&[])
+    }
+
+    pub(crate) fn reset_stats(&mut self) {
+        if let Some(stats) = self.extras.as_mut().and_then(|r| r.stats.as_mut()) {
+            stats.reset();
+        }
+    }
+}
+
+/// What an I/O callback gets: the loop's I/O helpers (each return from the system call is a
+/// trigger state), the timers, and stop.
+pub struct LoopCx<'a, E, C: Clock = softtimer::SystemClock> {
+    core: &'a mut Core<E, C>,
+}
+
+impl<'a, E, C: Clock> LoopCx<'a, E, C> {
+    pub(crate) fn new(core: &'a mut Core<E, C>) -> Self {
+        LoopCx { core }
+    }
+}
+
+fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> io::Result<T> {
+    loop {
+        match f() {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => return other.map_err(io::Error::from),
+        }
+    }
+}
+
+impl<E, C: Clock> LoopCx<'_, E, C> {
+    /// The measurement clock's time (`measure_time()`).
+    pub fn now(&self) -> Instant {
+        self.core.shared.clock.now()
+    }
+
+    /// `duration` in ticks of the measurement clock (rounded up).
+    pub fn span(&self, duration: std::time::Duration) -> Span {
+        self.core.shared.clock.span(duration)
+    }
+
+    /// Schedules `event` `t` ahead (see [`softtimer::SoftTimers::schedule_soft_event`]).
+    pub fn schedule_soft_event(&mut self, t: Span, event: E) -> Result<EventId, RtError> {
+        self.core.check_timers_on()?;
+        Ok(self.core.shared.with(|f| f.schedule_soft_event(t, event))?)
+    }
+
+    /// Schedules `event` at the clock time `at` (see [`softtimer::SoftTimers::schedule_at`]).
+    pub fn schedule_at(&mut self, at: Instant, event: E) -> Result<EventId, RtError> {
+        self.core.check_timers_on()?;
+        Ok(self.core.shared.with(|f| f.schedule_at(at, event))?)
+    }
+
+    /// Schedules `event` `t` ahead, to fire no later than `deadline` ahead: the deadline
+    /// service ([`LoopConfig::deadlines`](crate::LoopConfig::deadlines)) enforces it when no
+    /// trigger state comes in time. Refused ([`RtError::DeadlinesNotEnforced`]) where nothing
+    /// would enforce it: under a timer baseline or with timers off.
+    pub fn schedule_with_deadline(
+        &mut self,
+        t: Span,
+        deadline: Span,
+        event: E,
+    ) -> Result<EventId, RtError> {
+        self.core.check_timers_on()?;
+        self.core.shared.schedule_with_deadline(t, deadline, event)
+    }
+
+    /// Cancels an event; its payload if it was pending.
+    pub fn cancel(&mut self, id: EventId) -> Option<E> {
+        self.core.shared.with(|f| f.cancel(id))
+    }
+
+    /// Events pending.
+    pub fn pending(&self) -> usize {
+        self.core.shared.lock().facility.pending()
+    }
+
+    /// Declares a trigger state of the application's own (a loop it knows to be frequent).
+    pub fn trigger(&mut self, source: TriggerSource) -> usize {
+        self.core.trigger(source)
+    }
+
+    /// Runs `call` (any system call) and then a trigger state tagged `syscall`.
+    pub fn syscall<R>(&mut self, call: impl FnOnce() -> R) -> R {
+        let result = call();
+        self.core.trigger(TriggerSource::Syscall);
+        result
+    }
+
+    /// Asks the loop to return from [`EventLoop::run`] after this batch.
+    pub fn stop(&mut self) {
+        self.core.stop.flag.store(true, Ordering::Release);
+    }
+
+    /// Watches `fd` for `interest`; `token` (below [`MAX_TOKEN`]) comes back in [`Ready`].
+    /// A closed descriptor, or one epoll cannot watch (a regular file), is an error.
+    pub fn register(
+        &mut self,
+        fd: impl AsFd,
+        interest: Interest,
+        token: u64,
+    ) -> Result<(), RtError> {
+        if !sys::is_open(fd.as_fd()) {
+            return Err(RtError::Register {
+                fd: fd.as_fd().as_raw_fd(),
+                source: io::Error::from_raw_os_error(libc::EBADF),
+            });
+        }
+        self.watch(fd, interest, token, true)
+    }
+
+    /// Changes what a registered `fd` is watched for.
+    pub fn reregister(
+        &mut self,
+        fd: impl AsFd,
+        interest: Interest,
+        token: u64,
+    ) -> Result<(), RtError> {
+        self.watch(fd, interest, token, false)
+    }
+
+    fn watch(
+        &mut self,
+        fd: impl AsFd,
+        interest: Interest,
+        token: u64,
+        add: bool,
+    ) -> Result<(), RtError> {
+        if token >= MAX_TOKEN {
+            return Err(RtError::ReservedToken(token));
+        }
+        let raw = fd.as_fd().as_raw_fd();
+        let (data, flags) = (
+            epoll::EventData::new_u64(token),
+            interest.0 | epoll::EventFlags::RDHUP,
+        );
+        let result = if add {
+            epoll::add(&self.core.epoll, fd, data, flags)
+        } else {
+            epoll::modify(&self.core.epoll, fd, data, flags)
+        };
+        result.map_err(|e| RtError::Register {
+            fd: raw,
+            source: e.into(),
+        })
+    }
+
+    /// Stops watching `fd`.
+    pub fn deregister(&mut self, fd: impl AsFd) -> Result<(), RtError> {
+        epoll::delete(&self.core.epoll, fd).map_err(|e| RtError::from(("epoll_ctl", e)))
+    }
+
+    /// `recv` (non-blocking); a trigger state tagged `recv` follows. `WouldBlock` when
+    /// nothing is waiting.
+    pub fn recv(&mut self, fd: impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
+        let result = retry(|| rustix::net::recv(&fd, &mut *buf, RecvFlags::DONTWAIT));
+        self.core.trigger(TriggerSource::Recv);
+        result.map(|(n, _)| n)
+    }
+
+    /// `recvfrom` (non-blocking), with the sender; a trigger state tagged `recv` follows.
+    pub fn recv_from(
+        &mut self,
+        fd: impl AsFd,
+        buf: &mut [u8],
+    ) -> io::Result<(usize, Option<SocketAddr>)> {
+        let result = retry(|| rustix::net::recvfrom(&fd, &mut *buf, RecvFlags::DONTWAIT));
+        self.core.trigger(TriggerSource::Recv);
+        result.map(|(n, _, addr)| (n, addr.and_then(|a: SocketAddrAny| a.try_into().ok())))
+    }
+
+    /// `recvmmsg` (non-blocking) into `batch`; a trigger state tagged `recv` follows.
+    /// `Ok(0)` when nothing is waiting.
+    pub fn recvmmsg(&mut self, fd: impl AsFd, batch: &mut RecvBatch) -> io::Result<usize> {
+        let result = loop {
+            match batch.recv_from(fd.as_fd()) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        self.core.trigger(TriggerSource::Recv);
+        result
+    }
+
+    /// `send` (non-blocking); a trigger state tagged `send` follows.
+    pub fn send(&mut self, fd: impl AsFd, buf: &[u8]) -> io::Result<usize> {
+        let result = retry(|| rustix::net::send(&fd, buf, SendFlags::DONTWAIT));
+        self.core.trigger(TriggerSource::Send);
+        result
+    }
+
+    /// `sendto` (non-blocking); a trigger state tagged `send` follows.
+    pub fn send_to(&mut self, fd: impl AsFd, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
+        let result = retry(|| rustix::net::sendto(&fd, buf, SendFlags::DONTWAIT, &to));
+        self.core.trigger(TriggerSource::Send);
+        result
+    }
+
+    /// `sendmmsg` (non-blocking) of `(payload, destination)` pairs; returns how many were
+    /// sent. A trigger state tagged `send` follows.
+    pub fn sendmmsg(
+        &mut self,
+        fd: impl AsFd,
+        messages: &[(&[u8], SocketAddr)],
+    ) -> io::Result<usize> {
+        let result = loop {
+            match send_batch(fd.as_fd(), messages) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        self.core.trigger(TriggerSource::Send);
+        result
+    }
+
+    /// `accept4` (non-blocking, close-on-exec); a trigger state tagged `accept` follows.
+    pub fn accept(&mut self, listener: impl AsFd) -> io::Result<OwnedFd> {
+        let result = retry(|| {
+            rustix::net::accept_with(
+                &listener,
+                rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC,
+            )
+        });
+        self.core.trigger(TriggerSource::Accept);
+        result
+    }
+
+    /// `read`; a trigger state tagged `recv` follows.
+    pub fn read(&mut self, fd: impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
+        let result = retry(|| rustix::io::read(&fd, &mut *buf));
+        self.core.trigger(TriggerSource::Recv);
+        result
+    }
+
+    /// `write`; a trigger state tagged `send` follows.
+    pub fn write(&mut self, fd: impl AsFd, buf: &[u8]) -> io::Result<usize> {
+        let result = retry(|| rustix::io::write(&fd, buf));
+        self.core.trigger(TriggerSource::Send);
+        result
+    }
+}
