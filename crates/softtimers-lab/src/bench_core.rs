@@ -106,7 +106,7 @@ pub struct CoreReport {
     pub rows: Vec<Row>,
     /// Memory per pending event (absent where the counting allocator is not installed).
     pub memory: Vec<MemoryRow>,
-    /// The targets against this run.
+    /// The targets against this run.
     pub targets: Vec<TargetCheck>,
 }
 
