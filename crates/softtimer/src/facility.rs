@@ -430,7 +430,7 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// ```
     #[inline]
     pub fn pop_due(&mut self, now: Instant, source: TriggerSource) -> Option<Fired<E>> {
-        let rel_now = now.ticks().wrapping_sub(self.epoch);
+        let rel_now = self.facility_time(now);
         if rel_now < self.next_check {
             return None;
         }
@@ -461,7 +461,7 @@ impl<E, C: Clock> SoftTimers<E, C> {
         now: Instant,
         source: TriggerSource,
     ) -> Option<Fired<E>> {
-        let rel_now = now.ticks().wrapping_sub(self.epoch);
+        let rel_now = self.facility_time(now);
         self.floor = self.floor.max(rel_now);
         let index = self.deadlines.pop_due(&mut self.nodes, rel_now)?;
         self.due.remove(&mut self.nodes, index);
@@ -504,6 +504,20 @@ impl<E, C: Clock> SoftTimers<E, C> {
     #[inline(always)]
     fn instant(&self, rel: u64) -> Instant {
         Instant::from_ticks(rel.wrapping_add(self.epoch))
+    }
+
+    /// The facility time of a clock value given to a pop. A value from before the facility
+    /// was built (behind the latest pass on the circle, yet numerically beyond it once the
+    /// epoch is taken off) would otherwise read as a time about 2^64 ticks ahead, at which
+    /// every event is due: it is read as the facility's start, at which nothing is.
+    #[inline(always)]
+    fn facility_time(&self, now: Instant) -> u64 {
+        let rel = now.ticks().wrapping_sub(self.epoch);
+        if rel > self.floor && rel - self.floor > i64::MAX as u64 {
+            0
+        } else {
+            rel
+        }
     }
 
     #[inline(always)]

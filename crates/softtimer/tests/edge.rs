@@ -334,7 +334,18 @@ fn slot_widths_the_wheel_cannot_do_are_refused() {
         slot_ticks: Some(ticks),
         ..Config::default()
     };
-    for bad in [0, 3, 1000, 1 << 33] {
+    for bad in [
+        0,
+        3,
+        6,
+        1000,
+        (1 << 32) - 1,
+        (1 << 32) + 1,
+        3 << 31,
+        1 << 33,
+        1 << 63,
+        u64::MAX,
+    ] {
         assert!(
             matches!(
                 SoftTimers::<(), _>::with_config(SimClock::new(1_000_000), cfg(bad)),
@@ -343,7 +354,7 @@ fn slot_widths_the_wheel_cannot_do_are_refused() {
             "{bad}"
         );
     }
-    for good in [1, 64, 1 << 32] {
+    for good in [1, 2, 64, 1 << 31, 1 << 32] {
         assert!(SoftTimers::<(), _>::with_config(SimClock::new(1_000_000), cfg(good)).is_ok());
     }
 }
@@ -352,21 +363,61 @@ fn slot_widths_the_wheel_cannot_do_are_refused() {
 fn pop_expired_deadline_takes_only_expired_deadlines_in_order() {
     let clock = SimClock::new(1_000_000);
     let mut timers = SoftTimers::new(clock.clone()).unwrap();
-    timers.schedule_with_deadline(sp(10), sp(500), 'a').unwrap(); // deadline 501
-    timers.schedule_with_deadline(sp(20), sp(100), 'b').unwrap(); // deadline 101
-    timers.schedule_soft_event(sp(5), 'c').unwrap();
+    timers.schedule_with_deadline(sp(10), sp(500), 'a').unwrap(); // due 11, deadline 501
+    timers.schedule_with_deadline(sp(20), sp(100), 'b').unwrap(); // due 21, deadline 101
+    timers.schedule_soft_event(sp(5), 'c').unwrap(); // due 6, no deadline
+    // Due 31, deadline 1001: due at 600 but within its deadline.
+    timers
+        .schedule_with_deadline(sp(30), sp(1_000), 'd')
+        .unwrap();
+    // Due 701, deadline 801: not even due at 600.
+    timers
+        .schedule_with_deadline(sp(700), sp(800), 'e')
+        .unwrap();
+    assert_eq!(timers.next_deadline().map(ticks), Some(101));
+    // Every event but 'e' is due at 100, but no deadline has passed: nothing is taken.
+    assert!(
+        timers
+            .pop_expired_deadline(at(100), TriggerSource::Deadline)
+            .is_none()
+    );
+    assert_eq!(timers.pending(), 5);
+    // A deadline at `now` has expired.
+    let b = timers
+        .pop_expired_deadline(at(101), TriggerSource::Deadline)
+        .unwrap();
+    assert_eq!(
+        (b.event, b.due, b.now, b.source, b.late()),
+        ('b', at(21), at(101), TriggerSource::Deadline, sp(80))
+    );
+    assert!(
+        timers
+            .pop_expired_deadline(at(101), TriggerSource::Deadline)
+            .is_none()
+    );
     clock.advance(600);
     let now = clock_instant(&clock);
     let mut order = vec![];
     while let Some(f) = timers.pop_expired_deadline(now, TriggerSource::Deadline) {
         order.push(f.event);
     }
-    assert_eq!(order, ['b', 'a']);
-    let mut rest = vec![];
-    while let Some(f) = timers.pop_due(now, TriggerSource::User) {
-        rest.push(f.event);
-    }
-    assert_eq!(rest, ['c']);
+    assert_eq!(order, ['a']);
+    assert_eq!(timers.pending(), 3);
+    assert_eq!(timers.pending_deadlines(), 2);
+    assert_eq!(timers.next_deadline().map(ticks), Some(801));
+    assert_eq!(timers.next_expiry().map(ticks), Some(6));
+    // The events due but within their deadline are left for a trigger state, in due order.
+    assert_eq!(fire_all(&mut timers), ['c', 'd']);
+    assert_eq!(timers.pending_deadlines(), 1);
+    assert_eq!(timers.next_deadline().map(ticks), Some(801));
+    // 'e' is due at 701 but nothing triggers; its deadline timer takes it at 801.
+    clock.advance(201);
+    let e = timers
+        .pop_expired_deadline(clock_instant(&clock), TriggerSource::Deadline)
+        .unwrap();
+    assert_eq!((e.event, e.due, e.late()), ('e', at(701), sp(100)));
+    assert_eq!(timers.pending(), 0);
+    assert_eq!(timers.next_deadline(), None);
 }
 
 #[test]
@@ -381,6 +432,200 @@ fn schedule_at_across_the_wrap_fires_in_order() {
     let mut fired = vec![];
     timers.trigger(TriggerSource::User, |_, ev| fired.push(ev.event));
     assert_eq!(fired, [1, 2, 3]);
+}
+
+/// Events placed with `schedule_at` on both sides of the counter's wrap (and exactly at
+/// `u64::MAX` and 0), mixed with relative ones: with a trigger state at every tick, each
+/// fires at exactly its instant, in order, and `next_expiry` names it beforehand.
+#[test]
+fn schedule_at_across_the_wrap_fires_each_event_at_its_instant() {
+    for slot_ticks in [1, 16, 1 << 32] {
+        for pull in [false, true] {
+            let clock = SimClock::starting_at(u64::MAX - 20, HZ);
+            let mut timers = SoftTimers::with_config(
+                clock.clone(),
+                Config {
+                    slot_ticks: Some(slot_ticks),
+                    ..Config::default()
+                },
+            )
+            .unwrap();
+            let base = clock_instant(&clock);
+            timers.schedule_at(at(8), "after the wrap").unwrap();
+            timers.schedule_at(at(u64::MAX), "at u64::MAX").unwrap();
+            timers
+                .schedule_at(base + sp(10), "before the wrap")
+                .unwrap();
+            timers.schedule_at(at(0), "at 0").unwrap();
+            timers
+                .schedule_soft_event(sp(24), "relative, at 4")
+                .unwrap();
+            timers
+                .schedule_at(at(u64::MAX - 1), "at u64::MAX - 1")
+                .unwrap();
+            timers.schedule_at(at(8), "after the wrap, second").unwrap();
+            let expected = [
+                (base + sp(10), "before the wrap"),
+                (at(u64::MAX - 1), "at u64::MAX - 1"),
+                (at(u64::MAX), "at u64::MAX"),
+                (at(0), "at 0"),
+                (at(4), "relative, at 4"),
+                (at(8), "after the wrap"),
+                (at(8), "after the wrap, second"),
+            ];
+            let mut fired = vec![];
+            for _ in 0..40 {
+                let next = timers.next_expiry();
+                let expect_next = expected.get(fired.len()).map(|e| e.0);
+                assert_eq!(next, expect_next, "slot {slot_ticks}, pull {pull}");
+                clock.advance(1);
+                let now = clock_instant(&clock);
+                if pull {
+                    while let Some(ev) = timers.pop_due(now, TriggerSource::User) {
+                        fired.push((ev.due, ev.event, ev.now));
+                    }
+                } else {
+                    timers.trigger(TriggerSource::User, |_, ev| {
+                        fired.push((ev.due, ev.event, ev.now))
+                    });
+                }
+            }
+            let got: Vec<_> = fired.iter().map(|&(due, name, _)| (due, name)).collect();
+            assert_eq!(got, expected, "slot {slot_ticks}, pull {pull}");
+            for (due, name, now) in fired {
+                assert_eq!(now, due, "{name} did not fire at its instant");
+            }
+            assert_eq!(timers.pending(), 0);
+        }
+    }
+}
+
+/// After the wrap, an instant just before it is in the past (not 2^64 ticks ahead), and one
+/// far ahead of it is in the future.
+#[test]
+fn schedule_at_an_instant_before_the_wrap_from_after_it() {
+    let clock = SimClock::starting_at(u64::MAX - 5, HZ);
+    let mut timers = SoftTimers::new(clock.clone()).unwrap();
+    timers.schedule_soft_event(sp(8), 0u8).unwrap(); // due at 3, after the wrap
+    clock.advance(10); // now 4
+    assert_eq!(fire_all(&mut timers), [0]);
+    timers.schedule_at(at(u64::MAX - 2), 1).unwrap();
+    // Due one tick after the latest trigger pass.
+    assert_eq!(timers.next_expiry(), Some(at(5)));
+    let far = clock_instant(&clock) + sp(1 << 62);
+    timers.schedule_at(far, 2).unwrap();
+    clock.advance(1);
+    assert_eq!(fire_all(&mut timers), [1]);
+    assert_eq!(timers.next_expiry(), Some(far));
+    clock.set(far.ticks() - 1);
+    assert!(fire_all(&mut timers).is_empty());
+    clock.advance(1);
+    assert_eq!(fire_all(&mut timers), [2]);
+}
+
+/// Deadlines on both sides of the wrap are tracked and expire in deadline order.
+#[test]
+fn deadlines_across_the_wrap() {
+    let clock = SimClock::starting_at(u64::MAX - 10, HZ);
+    let mut timers = SoftTimers::new(clock.clone()).unwrap();
+    timers.schedule_with_deadline(sp(2), sp(15), 'a').unwrap(); // due MAX - 7, deadline 5
+    timers.schedule_with_deadline(sp(1), sp(5), 'b').unwrap(); // due MAX - 8, deadline MAX - 4
+    assert_eq!(timers.next_deadline(), Some(at(u64::MAX - 4)));
+    clock.advance(20); // now 9
+    let now = clock_instant(&clock);
+    let mut order = vec![];
+    while let Some(f) = timers.pop_expired_deadline(now, TriggerSource::Deadline) {
+        order.push((f.event, f.due));
+    }
+    assert_eq!(order, [('b', at(u64::MAX - 8)), ('a', at(u64::MAX - 7))]);
+    assert_eq!(timers.next_deadline(), None);
+}
+
+/// A clock value read before the facility was built (an unordered read, a value cached by
+/// the caller) is behind every event: it fires nothing and leaves the facility usable. On
+/// the raw counter it is about 2^64 ticks after the facility's start.
+#[test]
+fn a_clock_value_from_before_the_facility_fires_nothing() {
+    for start in [1_000, 3, u64::MAX - 2] {
+        let clock = SimClock::starting_at(start, HZ);
+        let mut timers = SoftTimers::new(clock.clone()).unwrap();
+        let before = clock_instant(&clock) - sp(5);
+        timers.schedule_soft_event(sp(100), 'a').unwrap();
+        timers.schedule_with_deadline(sp(10), sp(20), 'b').unwrap();
+        let n = timers.trigger_at(before, TriggerSource::User, |_, ev| {
+            panic!("{} fired at {before:?}, before it was scheduled", ev.event)
+        });
+        assert_eq!(n, 0);
+        assert_eq!(timers.fire_due(before, TriggerSource::User, |_, _| {}), 0);
+        assert!(timers.pop_due(before, TriggerSource::User).is_none());
+        assert!(
+            timers
+                .pop_expired_deadline(before, TriggerSource::Deadline)
+                .is_none()
+        );
+        assert_eq!(timers.pending(), 2);
+        // Still usable: scheduling works and events fire at their time.
+        timers.schedule_soft_event(sp(0), 'c').unwrap();
+        clock.advance(1);
+        assert_eq!(fire_all(&mut timers), ['c']);
+        clock.advance(10);
+        assert_eq!(fire_all(&mut timers), ['b']);
+        clock.advance(90);
+        assert_eq!(fire_all(&mut timers), ['a']);
+    }
+}
+
+/// The narrowest and the widest slots still fire every event at exactly its tick.
+#[test]
+fn extreme_slot_widths_fire_at_the_exact_tick() {
+    for slot_ticks in [1, 1 << 32] {
+        for start in [0, u64::MAX - 1_000] {
+            let clock = SimClock::starting_at(start, HZ);
+            let mut timers = SoftTimers::with_config(
+                clock.clone(),
+                Config {
+                    slot_ticks: Some(slot_ticks),
+                    ..Config::default()
+                },
+            )
+            .unwrap();
+            let delays = [
+                70,
+                5,
+                (1 << 32) + 7,
+                0,
+                (1 << 32) - 1,
+                1 << 33,
+                5,
+                1 << 32,
+                3 << 40,
+            ];
+            for (i, &t) in delays.iter().enumerate() {
+                timers.schedule_soft_event(sp(t), i).unwrap();
+            }
+            let mut dues: Vec<u64> = delays.iter().map(|t| t + 1).collect();
+            dues.sort();
+            dues.dedup();
+            for due in dues {
+                clock.set(start.wrapping_add(due - 1));
+                assert!(
+                    fire_all(&mut timers).is_empty(),
+                    "slot {slot_ticks}: fired before {due}"
+                );
+                assert_eq!(timers.next_expiry(), Some(at(start.wrapping_add(due))));
+                clock.set(start.wrapping_add(due));
+                let expected: Vec<usize> = (0..delays.len())
+                    .filter(|&i| delays[i] + 1 == due)
+                    .collect();
+                assert_eq!(
+                    fire_all(&mut timers),
+                    expected,
+                    "slot {slot_ticks}, due {due}"
+                );
+            }
+            assert_eq!(timers.pending(), 0);
+        }
+    }
 }
 
 fn clock_instant(c: &SimClock) -> softtimer::Instant {
