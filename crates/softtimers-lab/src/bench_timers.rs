@@ -15,12 +15,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use rustix::event::{EventfdFlags, eventfd};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use softtimer::{Fired, SoftTimers};
-use softtimer_rt::{EventLoop, Interest, LoopConfig, TimerMode};
+use softtimer_rt::{EventLoop, Interest, LoopConfig};
 
-use crate::bench_core::pin_to_last_cpu;
-use crate::stats::{TargetCheck, median, soft_vs_hardware_targets, targets_table};
+use crate::exp::cost::PAPER_TABLE_I;
+use crate::harness::{RunLength, TimerSource, interleaved, interval_label, pin_to_last_cpu};
+use crate::report::{Rendered, Section};
+use crate::summary::{median, paired_ratios, percentile, range};
+use crate::targets::{TargetCheck, soft_vs_hardware_targets, targets_table};
 
 /// Pointer-chasing steps per chunk (about 3 µs of cache misses on the project's VM).
 const STEPS_PER_CHUNK: usize = 32;
@@ -36,6 +39,9 @@ pub struct TimersConfig {
     pub chunks: u64,
     /// Runs per configuration (the median is reported).
     pub runs: usize,
+    /// How long the loop thread computes without system calls while the backstop's
+    /// lateness is measured.
+    pub backstop_compute: Duration,
 }
 
 impl TimersConfig {
@@ -46,46 +52,57 @@ impl TimersConfig {
                 bail!("interval {us} µs is out of range (1 ..= 3600000000 µs, one hour)");
             }
         }
+        let length = RunLength::new(quick);
         Ok(TimersConfig {
             intervals_us,
             // Many short interleaved rounds: the median of paired ratios tightens with the
             // number of rounds, while long runs only average the machine's drift in.
             chunks: 100_000,
-            runs: if quick { 3 } else { 21 },
+            runs: length.timers_rounds(),
+            backstop_compute: length.backstop_compute(),
         })
     }
 }
 
 /// One (source, interval) result.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TimerRow {
     /// `soft`, `timerfd` or `signal`.
-    pub source: String,
+    pub source: TimerSource,
     /// Event interval, µs; 0 means "at every trigger state" (soft only).
     pub interval_us: u64,
     /// Events per second asked for (for interval 0: the trigger-state rate).
+    #[serde(deserialize_with = "crate::summary::num")]
     pub events_asked_per_s: f64,
     /// Events per second delivered (handler calls).
+    #[serde(deserialize_with = "crate::summary::num")]
     pub events_delivered_per_s: f64,
     /// Workload slowdown against the run without events, %: the median over rounds of
     /// this run's time against the baseline run of the same round.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub slowdown_pct: f64,
     /// Smallest and largest per-round slowdown, %.
+    #[serde(deserialize_with = "crate::summary::num_pair")]
     pub slowdown_range_pct: (f64, f64),
     /// Slowdown divided by events delivered, µs per event.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub cost_per_event_us: f64,
     /// Median run time, s.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub median_run_s: f64,
     /// Smallest and largest run time, s.
+    #[serde(deserialize_with = "crate::summary::num_pair")]
     pub run_range_s: (f64, f64),
 }
 
 /// What `bench timers` produces.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TimersReport {
     /// Trigger states per second of the workload (from a run with statistics on).
+    #[serde(deserialize_with = "crate::summary::num")]
     pub trigger_states_per_s: f64,
     /// Median run time without events, s.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub baseline_run_s: f64,
     /// Workload chunks per run.
     pub chunks: u64,
@@ -99,29 +116,36 @@ pub struct TimersReport {
     pub rows: Vec<TimerRow>,
     /// How late the backstop fires events while the loop thread computes.
     pub backstop: BackstopLateness,
-    /// The issue's targets against this run.
+    /// The targets against this run.
     pub targets: Vec<TargetCheck>,
 }
 
 /// Lateness of events fired by the backstop thread while the loop thread computes without
 /// system calls: the measured `ε` in `T < actual < T + X + 1 + ε`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BackstopLateness {
     /// Events measured.
     pub events: usize,
     /// Backstop period X, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub x_us: f64,
     /// Median lateness past the due time, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub median_us: f64,
     /// 99th percentile, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub p99_us: f64,
     /// Largest, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub max_us: f64,
     /// Share of events later than X past due (the paper's bound), %.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub pct_over_x: f64,
     /// Share of events later than X + X/4 past due, %.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub pct_over_x_plus_quarter: f64,
     /// Share fired by the backstop thread (the rest by a trigger state at the end), %.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub pct_fired_by_backstop: f64,
 }
 
@@ -185,31 +209,12 @@ pub fn measure_backstop(compute: Duration) -> Result<BackstopLateness> {
         events: scheduled,
         x_us,
         median_us: median(&lateness),
-        p99_us: crate::stats::percentile(&lateness, 99.0),
+        p99_us: percentile(&lateness, 99.0),
         max_us: lateness.iter().copied().fold(0.0, f64::max),
         pct_over_x: share(x_us),
         pct_over_x_plus_quarter: share(x_us * 1.25),
         pct_fired_by_backstop: by_backstop as f64 / fired.len().max(1) as f64 * 100.0,
     })
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Source {
-    None,
-    Soft,
-    Timerfd,
-    Signal,
-}
-
-impl Source {
-    fn name(self) -> &'static str {
-        match self {
-            Source::None => "none",
-            Source::Soft => "soft",
-            Source::Timerfd => "timerfd",
-            Source::Signal => "signal",
-        }
-    }
 }
 
 /// A random cyclic permutation: following `a[i]` visits every element, each step a likely
@@ -255,21 +260,17 @@ fn null_handler(interval_ticks: u64) -> impl Fn(&mut SoftTimers<()>, Fired<()>) 
 
 fn run_once(
     array: &[u32],
-    source: Source,
+    source: TimerSource,
     interval_us: u64,
     chunks: u64,
     stats: bool,
 ) -> Result<RunResult> {
     let period = Duration::from_micros(interval_us.max(1));
-    let mode = match source {
-        Source::None | Source::Soft => TimerMode::soft(),
-        Source::Timerfd => TimerMode::timerfd(period)?,
-        // SAFETY: the handler (`null_handler`) only calls `schedule_at` on a facility with
-        // room reserved (`capacity`), which neither allocates nor locks; the payload `()`
-        // has no destructor. That is async-signal-safe.
-        #[allow(unsafe_code)]
-        Source::Signal => unsafe { TimerMode::signal(period)? },
-    };
+    // SAFETY: the handler (`null_handler`) only calls `schedule_at` on a facility with room
+    // reserved (`capacity`), which neither allocates nor locks; the payload `()` has no
+    // destructor. That is async-signal-safe.
+    #[allow(unsafe_code)]
+    let mode = unsafe { source.loop_mode(period)? };
     let config = LoopConfig {
         mode,
         stats,
@@ -282,7 +283,7 @@ fn run_once(
     let work: OwnedFd = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
         .context("eventfd for the workload")?;
     ev.cx().register(&work, Interest::READABLE, 1)?;
-    if source != Source::None {
+    if source != TimerSource::None {
         let first = if interval_us == 0 { 0 } else { interval_ticks };
         ev.cx().schedule_soft_event(first, ())?;
     }
@@ -318,51 +319,44 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
     let array = pointer_chase_array();
     // The configurations: the baseline, soft at every trigger state, then each source at
     // each interval.
-    let mut configs = vec![(Source::None, 0), (Source::Soft, 0)];
+    let mut configs = vec![(TimerSource::None, 0), (TimerSource::Soft, 0)];
     for &us in &config.intervals_us {
-        for source in [Source::Soft, Source::Timerfd, Source::Signal] {
+        for source in [TimerSource::Soft, TimerSource::Timerfd, TimerSource::Signal] {
             configs.push((source, us));
         }
     }
     // Warm up (page in the array, calibrate the clock) and measure the trigger rate.
-    let probe = run_once(&array, Source::None, 0, config.chunks / 4, true)?;
+    let probe = run_once(&array, TimerSource::None, 0, config.chunks / 4, true)?;
     let trigger_states_per_s = probe.triggers.unwrap_or(0) as f64 / probe.elapsed.as_secs_f64();
     let backstop_realtime = probe.backstop_realtime;
 
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
-    let mut fired: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
-    let total = (config.runs * configs.len()) as f64;
-    let mut done = 0.0;
-    for round in 0..config.runs {
-        for (i, &(source, us)) in configs.iter().enumerate() {
-            progress(
-                done / total,
-                &format!(
-                    "round {}/{}: {} {us} µs",
-                    round + 1,
-                    config.runs,
-                    source.name()
-                ),
-            );
-            let r = run_once(&array, source, us, config.chunks, false)?;
-            times[i].push(r.elapsed.as_secs_f64());
-            fired[i].push(r.fired as f64 / r.elapsed.as_secs_f64());
-            done += 1.0;
-        }
-    }
-    progress(1.0, "done");
+    let runs = interleaved(
+        config.runs,
+        &configs,
+        &mut progress,
+        |&(source, us)| format!("{} {}", source.name(), interval_label(source, us)),
+        |&(source, us)| run_once(&array, source, us, config.chunks, false),
+    )?;
+    let times: Vec<Vec<f64>> = runs
+        .iter()
+        .map(|c| c.iter().map(|r| r.elapsed.as_secs_f64()).collect())
+        .collect();
     let base = median(&times[0]);
     let mut rows = Vec::new();
     for (i, &(source, us)) in configs.iter().enumerate().skip(1) {
         let t = median(&times[i]);
-        let delivered = median(&fired[i]);
+        let delivered = median(
+            &runs[i]
+                .iter()
+                .map(|r| r.fired as f64 / r.elapsed.as_secs_f64())
+                .collect::<Vec<_>>(),
+        );
         let events_per_run = delivered * t;
         // Paired by round: machine noise drifts slowly, so a run is compared with the
         // baseline run made just before it.
-        let paired: Vec<f64> = times[i]
-            .iter()
-            .zip(&times[0])
-            .map(|(t, b)| (t / b - 1.0) * 100.0)
+        let paired: Vec<f64> = paired_ratios(&times[i], &times[0])
+            .into_iter()
+            .map(|r| (r - 1.0) * 100.0)
             .collect();
         let slowdown = median(&paired);
         let cost_us = if events_per_run > 0.0 {
@@ -370,10 +364,8 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         } else {
             f64::NAN
         };
-        let lo = times[i].iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = times[i].iter().copied().fold(0.0, f64::max);
         rows.push(TimerRow {
-            source: source.name().to_string(),
+            source,
             interval_us: us,
             events_asked_per_s: if us == 0 {
                 trigger_states_per_s
@@ -382,22 +374,15 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
             },
             events_delivered_per_s: delivered,
             slowdown_pct: slowdown,
-            slowdown_range_pct: (
-                paired.iter().copied().fold(f64::INFINITY, f64::min),
-                paired.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            ),
+            slowdown_range_pct: range(&paired),
             cost_per_event_us: cost_us,
             median_run_s: t,
-            run_range_s: (lo, hi),
+            run_range_s: range(&times[i]),
         });
     }
     let targets = check_targets(&rows);
     progress(1.0, "backstop lateness");
-    let backstop = measure_backstop(Duration::from_millis(if config.runs > 3 {
-        2_000
-    } else {
-        300
-    }))?;
+    let backstop = measure_backstop(config.backstop_compute)?;
     Ok(TimersReport {
         trigger_states_per_s,
         baseline_run_s: base,
@@ -411,34 +396,49 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
     })
 }
 
-fn row<'a>(rows: &'a [TimerRow], source: &str, us: u64) -> Option<&'a TimerRow> {
+fn row(rows: &[TimerRow], source: TimerSource, us: u64) -> Option<&TimerRow> {
     rows.iter()
         .find(|r| r.source == source && r.interval_us == us)
 }
 
 fn check_targets(rows: &[TimerRow]) -> Vec<TargetCheck> {
     let mut targets = Vec::new();
-    if let Some(soft) = row(rows, "soft", 0) {
+    if let Some(soft) = row(rows, TimerSource::Soft, 0) {
         // The soft cost per event comes from the run with the most events.
         targets = soft_vs_hardware_targets(
             "slowdown, soft events at every trigger state",
             soft.slowdown_pct,
             soft.cost_per_event_us,
-            rows.iter()
-                .filter(|r| r.source == "timerfd" || r.source == "signal")
-                .map(|r| (r.source.clone(), r.interval_us, r.cost_per_event_us)),
+            rows.iter().filter(|r| r.source.is_hardware()).map(|r| {
+                (
+                    r.source.name().to_string(),
+                    r.interval_us,
+                    r.cost_per_event_us,
+                )
+            }),
         );
     }
-    if let Some(soft10) = row(rows, "soft", 10) {
+    if let Some(soft10) = row(rows, TimerSource::Soft, 10) {
         let share = soft10.events_delivered_per_s / soft10.events_asked_per_s * 100.0;
-        targets.push(TargetCheck {
-            figure: "events delivered at 10 µs, soft".into(),
-            target: ">= 95 % of asked".into(),
-            measured: share,
-            met: share >= 95.0,
-        });
+        targets.push(TargetCheck::new(
+            "events delivered at 10 µs, soft",
+            ">= 95 % of asked",
+            share,
+            share >= 95.0,
+        ));
     }
     targets
+}
+
+impl Section for TimersReport {
+    const FILE: &'static str = "bench_timers.json";
+    fn render(&self, _dir: &std::path::Path) -> Result<Rendered> {
+        let mut md = String::from(
+            "## Cost per timer event, synthetic workload (`softtimers bench timers`)\n\n",
+        );
+        md += &to_markdown(self);
+        Ok(Rendered::text(md))
+    }
 }
 
 /// The report as Markdown, with the paper's Table I beside it.
@@ -470,15 +470,11 @@ pub fn to_markdown(report: &TimersReport) -> String {
         "| --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"
     );
     for r in &report.rows {
-        let interval = if r.interval_us == 0 {
-            "every trigger state".to_string()
-        } else {
-            format!("{} µs", r.interval_us)
-        };
+        let interval = interval_label(r.source, r.interval_us);
         let _ = writeln!(
             out,
             "| {} | {interval} | {:.0} | {:.0} | {:.1} | {:.2} [{:.2}, {:.2}] | {:.3} | {:.3} [{:.3}, {:.3}] |",
-            r.source,
+            r.source.name(),
             r.events_asked_per_s,
             r.events_delivered_per_s,
             r.events_delivered_per_s / r.events_asked_per_s * 100.0,
@@ -491,12 +487,7 @@ pub fn to_markdown(report: &TimersReport) -> String {
             r.run_range_s.1,
         );
     }
-    let _ = writeln!(
-        out,
-        "\nThe paper's Table I (per-event cost with a null handler, from a web server's \
-         slowdown): 8253 timer on a 300 MHz PII 4.45 µs, on a 500 MHz PIII 4.36 µs; APIC on \
-         the PIII 0.8 µs; soft timers ≈ 0 (no observable slowdown).\n"
-    );
+    let _ = writeln!(out, "\n{PAPER_TABLE_I}\n");
     let b = &report.backstop;
     let _ = writeln!(
         out,
