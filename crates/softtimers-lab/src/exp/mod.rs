@@ -63,6 +63,11 @@ pub struct Carry {
 /// Time a server run takes beyond its load (start, connect, stop, join).
 const RUN_OVERHEAD: Duration = Duration::from_millis(150);
 
+/// About how long one `bench timers` run (100,000 chunks) takes.
+const TIMERS_RUN: Duration = Duration::from_millis(400);
+/// `bench timers`' configurations per round at intervals 10, 20 and 50 µs.
+const TIMERS_CONFIGS: usize = 11;
+
 fn runs(n: usize, each: Duration) -> Duration {
     (each + RUN_OVERHEAD) * n as u32
 }
@@ -141,7 +146,7 @@ impl Step {
             Step::Info => Duration::from_secs(1),
             Step::BenchCore => Duration::from_secs(if length.quick { 8 } else { 90 }),
             Step::BenchTimers => {
-                Duration::from_millis(400) * (length.timers_rounds() * 11) as u32
+                TIMERS_RUN * (length.timers_rounds() * TIMERS_CONFIGS) as u32
                     + length.backstop_compute()
                     + Duration::from_secs(1)
             }
