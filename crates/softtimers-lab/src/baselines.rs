@@ -8,6 +8,11 @@
 //!   resolution, the one user-space networking uses today.
 //! * [`SoftQueue`]: ours, [`softtimer::SoftTimers`].
 //!
+//! All keep the same contract on cancel: a handle names one scheduled event, and a stale
+//! handle (its event already fired or cancelled, its slot perhaps reused) cancels nothing.
+//! Handles carry the slot's generation, as the facility's ids do, so every queue pays for
+//! the same check.
+//!
 //! Each runs on a clock of the caller's choosing: a shared [`SimClock`] for the
 //! data-structure benchmarks (so that firing needs no waiting), the [`SystemClock`] for the
 //! trigger-state check. All carry a `u64` payload.
@@ -26,7 +31,8 @@ pub trait TimerQueue {
     fn name(&self) -> &'static str;
     /// Schedules an event `delay` ticks from the clock's now; returns a handle for cancel.
     fn schedule(&mut self, delay: u64, payload: u64) -> u64;
-    /// Cancels by handle (a no-op for a handle no longer pending).
+    /// Cancels by handle (a no-op for a handle no longer pending, even if its slot has been
+    /// reused by a later event).
     fn cancel(&mut self, handle: u64);
     /// The trigger-state check: reads the clock and fires everything due; returns how many.
     fn poll(&mut self) -> usize;
@@ -173,14 +179,64 @@ impl<C: Clock> TimerQueue for HeapQueue<C> {
     }
 }
 
+/// Handle slots with generations, shared by the hand-rolled queues: a handle is
+/// `generation << 32 | slot`, and a slot's generation moves on when it is released, so a
+/// stale handle no longer matches.
+struct Slots<T> {
+    entries: Vec<(u32, Option<T>)>,
+    free: Vec<u32>,
+}
+
+impl<T> Slots<T> {
+    fn new() -> Self {
+        Slots {
+            entries: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    /// Takes a free slot for `value`; returns its handle.
+    #[inline]
+    fn insert(&mut self, value: T) -> u64 {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.entries.push((0, None));
+            (self.entries.len() - 1) as u32
+        });
+        let entry = &mut self.entries[slot as usize];
+        entry.1 = Some(value);
+        (u64::from(entry.0) << 32) | u64::from(slot)
+    }
+
+    /// Takes the value out of the slot `handle` names, if the handle is current.
+    #[inline]
+    fn remove(&mut self, handle: u64) -> Option<T> {
+        let (slot, generation) = (handle as u32, (handle >> 32) as u32);
+        let entry = self.entries.get_mut(slot as usize)?;
+        if entry.0 != generation {
+            return None;
+        }
+        let value = entry.1.take()?;
+        self.release(slot);
+        Some(value)
+    }
+
+    /// Frees `slot` (whose value the caller took) for reuse under a new generation.
+    #[inline]
+    fn release(&mut self, slot: u32) {
+        let entry = &mut self.entries[slot as usize];
+        entry.0 = entry.0.wrapping_add(1);
+        entry.1 = None;
+        self.free.push(slot);
+    }
+}
+
 /// `BTreeMap` keyed by (due, sequence).
 pub struct BTreeQueue<C: Clock> {
     clock: C,
+    /// (due, sequence) → payload << 32 | slot.
     map: BTreeMap<(u64, u64), u64>,
-    /// Handle slot → (generation, key), so that cancel can find the entry and tell a stale
-    /// handle (whose slot was reused) from a live one, as the facility and the heap do.
-    keys: Vec<(u32, Option<(u64, u64)>)>,
-    free: Vec<u32>,
+    /// Handle slot → key, so that cancel can find the entry.
+    keys: Slots<(u64, u64)>,
     seq: u64,
     sink: u64,
 }
@@ -191,8 +247,7 @@ impl<C: Clock> BTreeQueue<C> {
         BTreeQueue {
             clock,
             map: BTreeMap::new(),
-            keys: Vec::new(),
-            free: Vec::new(),
+            keys: Slots::new(),
             seq: 0,
             sink: 0,
         }
@@ -207,26 +262,16 @@ impl<C: Clock> TimerQueue for BTreeQueue<C> {
     fn schedule(&mut self, delay: u64, payload: u64) -> u64 {
         let due = self.clock.now().ticks() + delay + 1;
         self.seq += 1;
-        let slot = self.free.pop().unwrap_or_else(|| {
-            self.keys.push((0, None));
-            (self.keys.len() - 1) as u32
-        });
-        let entry = &mut self.keys[slot as usize];
-        entry.1 = Some((due, self.seq));
+        let key = (due, self.seq);
+        let handle = self.keys.insert(key);
         self.map
-            .insert((due, self.seq), (payload << 32) | u64::from(slot));
-        handle(entry.0, slot)
+            .insert(key, (payload << 32) | (handle & 0xffff_ffff));
+        handle
     }
     #[inline]
     fn cancel(&mut self, handle: u64) {
-        let (generation, slot) = split_handle(handle);
-        if let Some(entry) = self.keys.get_mut(slot as usize)
-            && entry.0 == generation
-            && let Some(key) = entry.1.take()
-        {
-            entry.0 = entry.0.wrapping_add(1);
+        if let Some(key) = self.keys.remove(handle) {
             self.map.remove(&key);
-            self.free.push(slot);
         }
     }
     #[inline]
@@ -238,11 +283,7 @@ impl<C: Clock> TimerQueue for BTreeQueue<C> {
                 break;
             }
             let value = entry.remove();
-            let slot = value as u32;
-            let key = &mut self.keys[slot as usize];
-            key.0 = key.0.wrapping_add(1);
-            key.1 = None;
-            self.free.push(slot);
+            self.keys.release(value as u32);
             self.sink = self.sink.wrapping_add(value >> 32);
             fired += 1;
         }
@@ -262,9 +303,7 @@ pub struct DelayQueueBench {
     runtime: tokio::runtime::Runtime,
     /// Payload and the handle slot, so that expiry can retire the handle.
     queue: DelayQueue<(u64, u32)>,
-    /// Handle slot → (generation, key): a stale handle cancels nothing.
-    keys: Vec<(u32, Option<delay_queue::Key>)>,
-    free: Vec<u32>,
+    keys: Slots<delay_queue::Key>,
     hz: u64,
     /// On a simulated clock: the clock, its value when tokio's time was last moved, and
     /// tokio's paused `Instant` at the simulated clock's start.
@@ -308,8 +347,7 @@ impl DelayQueueBench {
         DelayQueueBench {
             runtime,
             queue,
-            keys: Vec::new(),
-            free: Vec::new(),
+            keys: Slots::new(),
             hz,
             sim,
             sink: 0,
@@ -324,10 +362,7 @@ impl DelayQueueBench {
         let mut fired = 0;
         while let Poll::Ready(Some(expired)) = self.queue.poll_expired(&mut cx) {
             let (payload, slot) = expired.into_inner();
-            let entry = &mut self.keys[slot as usize];
-            entry.0 = entry.0.wrapping_add(1);
-            entry.1 = None;
-            self.free.push(slot);
+            self.keys.release(slot);
             self.sink = self.sink.wrapping_add(payload);
             fired += 1;
         }
@@ -342,10 +377,13 @@ impl TimerQueue for DelayQueueBench {
     #[inline]
     fn schedule(&mut self, delay: u64, payload: u64) -> u64 {
         let nanos = Span::from_ticks(delay + 1).as_nanos(self.hz);
-        let slot = self.free.pop().unwrap_or_else(|| {
-            self.keys.push((0, None));
-            (self.keys.len() - 1) as u32
-        });
+        // The slot the handle will name; the key is known only after the insert.
+        let slot = self
+            .keys
+            .free
+            .last()
+            .copied()
+            .unwrap_or(self.keys.entries.len() as u32);
         // Only the insert that creates the queue's timer needs the runtime context; entering
         // it on every insert would charge the baseline for work it does not need.
         let _guard = self.queue.is_empty().then(|| self.runtime.enter());
@@ -361,20 +399,14 @@ impl TimerQueue for DelayQueueBench {
                 .queue
                 .insert((payload, slot), Duration::from_nanos(nanos)),
         };
-        let entry = &mut self.keys[slot as usize];
-        entry.1 = Some(key);
-        handle(entry.0, slot)
+        let handle = self.keys.insert(key);
+        debug_assert_eq!(handle as u32, slot);
+        handle
     }
     #[inline]
     fn cancel(&mut self, handle: u64) {
-        let (generation, slot) = split_handle(handle);
-        if let Some(entry) = self.keys.get_mut(slot as usize)
-            && entry.0 == generation
-            && let Some(key) = entry.1.take()
-        {
-            entry.0 = entry.0.wrapping_add(1);
+        if let Some(key) = self.keys.remove(handle) {
             self.queue.remove(&key);
-            self.free.push(slot);
         }
     }
     fn poll(&mut self) -> usize {
@@ -409,15 +441,6 @@ impl TimerQueue for DelayQueueBench {
     fn len(&self) -> usize {
         self.queue.len()
     }
-}
-
-/// A handle: the slot's generation above its index, as [`EventId::to_u64`] packs them.
-fn handle(generation: u32, slot: u32) -> u64 {
-    (u64::from(generation) << 32) | u64::from(slot)
-}
-
-fn split_handle(handle: u64) -> (u32, u32) {
-    ((handle >> 32) as u32, handle as u32)
 }
 
 /// Every implementation on one shared simulated clock.
@@ -468,36 +491,69 @@ mod tests {
         }
     }
 
-    /// A stale handle (its event fired or was cancelled, and its slot reused) cancels
-    /// nothing, in every implementation: the same contract for all.
-    #[test]
-    fn stale_handles_cancel_nothing() {
+    /// A stale handle (its event fired, or cancelled) cancels nothing, even when a new
+    /// event has taken its slot.
+    fn stale_handles_cancel_nothing(mut q: Box<dyn TimerQueue>, clock: &SimClock) {
+        let name = q.name();
+        clock.set(0);
+        // Fired, then its slot reused.
+        let fired = q.schedule(500, 1);
+        clock.advance(3_000);
+        assert_eq!(q.poll(), 1, "{name}");
+        let fresh = q.schedule(2_000, 2);
+        q.cancel(fired);
+        assert_eq!(
+            q.len(),
+            1,
+            "{name}: a fired event's handle cancelled a new event"
+        );
+        // Cancelled, then its slot reused.
+        q.cancel(fresh);
+        assert!(q.is_empty(), "{name}");
+        let newest = q.schedule(2_000, 3);
+        q.cancel(fresh);
+        q.cancel(fired);
+        assert_eq!(
+            q.len(),
+            1,
+            "{name}: a cancelled event's handle cancelled a new event"
+        );
+        clock.advance(5_000);
+        assert_eq!(q.poll(), 1, "{name}: the new event fires");
+        q.cancel(newest);
+        assert!(q.is_empty(), "{name}");
+    }
+
+    fn queue(name: &str) -> (Box<dyn TimerQueue>, SimClock) {
         let clock = SimClock::new(1_000_000);
-        for mut q in simulated(&clock, None) {
-            clock.set(0);
-            let cancelled = q.schedule(10_000, 1);
-            q.cancel(cancelled);
-            let reused = q.schedule(20_000, 2);
-            q.cancel(cancelled);
-            assert_eq!(
-                q.len(),
-                1,
-                "{}: a stale handle cancelled a new event",
-                q.name()
-            );
-            let fired = q.schedule(500, 3);
-            clock.advance(3_000);
-            assert_eq!(q.poll(), 1, "{}", q.name());
-            let _after = q.schedule(30_000, 4);
-            q.cancel(fired);
-            assert_eq!(
-                q.len(),
-                2,
-                "{}: a fired handle cancelled a new event",
-                q.name()
-            );
-            q.cancel(reused);
-            assert_eq!(q.len(), 1, "{}", q.name());
-        }
+        let q = simulated(&clock, None)
+            .into_iter()
+            .find(|q| q.name() == name)
+            .expect("a queue of that name");
+        (q, clock)
+    }
+
+    #[test]
+    fn softtimer_ignores_stale_handles() {
+        let (q, clock) = queue("softtimer");
+        stale_handles_cancel_nothing(q, &clock);
+    }
+
+    #[test]
+    fn binary_heap_ignores_stale_handles() {
+        let (q, clock) = queue("binary_heap");
+        stale_handles_cancel_nothing(q, &clock);
+    }
+
+    #[test]
+    fn btree_map_ignores_stale_handles() {
+        let (q, clock) = queue("btree_map");
+        stale_handles_cancel_nothing(q, &clock);
+    }
+
+    #[test]
+    fn tokio_delay_queue_ignores_stale_handles() {
+        let (q, clock) = queue("tokio_delay_queue");
+        stale_handles_cancel_nothing(q, &clock);
     }
 }

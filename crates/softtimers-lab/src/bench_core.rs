@@ -22,12 +22,15 @@ use std::time::Instant;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use softtimer::{Clock, SimClock, Span, SystemClock};
 
 use crate::alloc_count;
 use crate::baselines::{self, TimerQueue};
-use crate::stats::{TargetCheck, median, percentile, targets_table};
+use crate::harness::{RunLength, pin_to_last_cpu};
+use crate::report::{Rendered, Section};
+use crate::summary::{median, percentile};
+use crate::targets::{TargetCheck, targets_table};
 
 /// How much to measure.
 #[derive(Clone, Debug)]
@@ -48,18 +51,19 @@ pub struct CoreBenchConfig {
 impl CoreBenchConfig {
     /// The full run (about a minute) or the quick one (a few seconds, for CI).
     pub fn new(quick: bool) -> Self {
+        let length = RunLength::new(quick);
         CoreBenchConfig {
             sizes: vec![1_000, 1_000_000],
-            reps: if quick { 15 } else { 151 },
+            reps: length.core_reps(),
             batch: 1_000,
-            trigger_batch: if quick { 2_000 } else { 20_000 },
+            trigger_batch: length.core_trigger_batch(),
             slot_ticks: None,
         }
     }
 }
 
 /// One measured (implementation, pending, operation).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Row {
     /// Implementation (`softtimer`, `binary_heap`, `btree_map`, `tokio_delay_queue`).
     #[serde(rename = "impl")]
@@ -70,17 +74,20 @@ pub struct Row {
     /// `clock_read` (implementation `clock`: the read the trigger makes).
     pub op: String,
     /// Median over samples of the mean cost per operation, ns.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub median_ns: f64,
     /// 99th percentile over samples, ns.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub p99_ns: f64,
     /// Smallest sample, ns.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub min_ns: f64,
     /// Number of samples.
     pub samples: usize,
 }
 
 /// Memory per pending event, from a counting allocator.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MemoryRow {
     /// Implementation.
     #[serde(rename = "impl")]
@@ -88,13 +95,15 @@ pub struct MemoryRow {
     /// Events pending.
     pub pending: usize,
     /// Heap bytes held per pending event (including growth slack).
+    #[serde(deserialize_with = "crate::summary::num")]
     pub bytes_per_event: f64,
 }
 
 /// Everything `bench core` produces.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CoreReport {
     /// Median cost of the clock read the trigger check makes (`now_unordered`), ns.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub clock_read_ns: f64,
     /// `tsc` or `monotonic`.
     pub clock_source: String,
@@ -126,41 +135,6 @@ impl CoreReport {
             .iter()
             .find(|r| r.implementation == implementation && r.pending == pending && r.op == op)
     }
-}
-
-/// The calling thread pinned to one CPU until this is dropped, when its previous affinity
-/// comes back (so that a benchmark does not leave the rest of the process on one CPU).
-pub struct Pinned {
-    /// The CPU, or `None` if the kernel refused.
-    pub cpu: Option<usize>,
-    previous: Option<rustix::thread::CpuSet>,
-}
-
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        if let Some(set) = &self.previous {
-            let _ = rustix::thread::sched_setaffinity(None, set);
-        }
-    }
-}
-
-/// Pins the calling thread to the last CPU it may run on (the first is busiest with
-/// interrupts on small VMs) until the returned guard is dropped.
-pub fn pin_to_last_cpu() -> Pinned {
-    let previous = rustix::thread::sched_getaffinity(None).ok();
-    let last = previous.as_ref().and_then(|set| {
-        (0..rustix::thread::CpuSet::MAX_CPU)
-            .rev()
-            .find(|&c| set.is_set(c))
-    });
-    let cpu = last.and_then(|cpu| {
-        let mut set = rustix::thread::CpuSet::new();
-        set.set(cpu);
-        rustix::thread::sched_setaffinity(None, &set)
-            .ok()
-            .map(|()| cpu)
-    });
-    Pinned { cpu, previous }
 }
 
 /// Median ns of one call of `read`, over `reps` batches of `batch` calls.
@@ -482,6 +456,20 @@ fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetChe
         );
     }
     checks
+}
+
+impl Section for CoreReport {
+    const FILE: &'static str = "bench_core.json";
+    fn render(&self, _dir: &std::path::Path) -> anyhow::Result<Rendered> {
+        let mut md = String::from(
+            "## The facility's core operations (`softtimers bench core`)\n\n\
+             Median ns per operation (99th percentile of batch means in brackets). \
+             `schedule`, `cancel` and `schedule_fire` run on a simulated clock so that the \
+             data structures are compared; `trigger` runs on the real clock.\n\n",
+        );
+        md += &to_markdown(self);
+        Ok(Rendered::text(md))
+    }
 }
 
 /// The report as a Markdown table.

@@ -15,12 +15,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use rustix::event::{EventfdFlags, eventfd};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Fired, SoftTimers, Span};
-use softtimer_rt::{EventLoop, Interest, LoopConfig, TimerMode};
+use softtimer_rt::{EventLoop, Interest, LoopConfig, SpinWindow};
 
-use crate::bench_core::pin_to_last_cpu;
-use crate::stats::{TargetCheck, median, soft_vs_hardware_targets, targets_table};
+use crate::exp::cost::PAPER_TABLE_I;
+use crate::harness::{RunLength, TimerSource, interleaved, interval_label, pin_to_last_cpu};
+use crate::report::{Rendered, Section};
+use crate::summary::{median, paired_ratios, percentile, range};
+use crate::targets::{TargetCheck, soft_vs_hardware_targets, targets_table};
 
 /// Pointer-chasing steps per chunk (about 3 µs of cache misses on the project's VM).
 const STEPS_PER_CHUNK: usize = 32;
@@ -36,6 +39,11 @@ pub struct TimersConfig {
     pub chunks: u64,
     /// Runs per configuration (the median is reported).
     pub runs: usize,
+    /// How long the loop thread computes without system calls while the backstop's
+    /// lateness is measured.
+    pub backstop_compute: Duration,
+    /// How long each backstop wake-up state and each idle-policy row runs.
+    pub state_time: Duration,
 }
 
 impl TimersConfig {
@@ -46,46 +54,58 @@ impl TimersConfig {
                 bail!("interval {us} µs is out of range (1 ..= 3600000000 µs, one hour)");
             }
         }
+        let length = RunLength::new(quick);
         Ok(TimersConfig {
             intervals_us,
             // Many short interleaved rounds: the median of paired ratios tightens with the
             // number of rounds, while long runs only average the machine's drift in.
             chunks: 100_000,
-            runs: if quick { 3 } else { 21 },
+            runs: length.timers_rounds(),
+            backstop_compute: length.backstop_compute(),
+            state_time: length.state_time(),
         })
     }
 }
 
 /// One (source, interval) result.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TimerRow {
     /// `soft`, `timerfd` or `signal`.
-    pub source: String,
+    pub source: TimerSource,
     /// Event interval, µs; 0 means "at every trigger state" (soft only).
     pub interval_us: u64,
     /// Events per second asked for (for interval 0: the trigger-state rate).
+    #[serde(deserialize_with = "crate::summary::num")]
     pub events_asked_per_s: f64,
     /// Events per second delivered (handler calls).
+    #[serde(deserialize_with = "crate::summary::num")]
     pub events_delivered_per_s: f64,
     /// Workload slowdown against the run without events, %: the median over rounds of
     /// this run's time against the baseline run of the same round.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub slowdown_pct: f64,
     /// Smallest and largest per-round slowdown, %.
+    #[serde(deserialize_with = "crate::summary::num_pair")]
     pub slowdown_range_pct: (f64, f64),
     /// Slowdown divided by events delivered, µs per event.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub cost_per_event_us: f64,
     /// Median run time, s.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub median_run_s: f64,
     /// Smallest and largest run time, s.
+    #[serde(deserialize_with = "crate::summary::num_pair")]
     pub run_range_s: (f64, f64),
 }
 
 /// What `bench timers` produces.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TimersReport {
     /// Trigger states per second of the workload (from a run with statistics on).
+    #[serde(deserialize_with = "crate::summary::num")]
     pub trigger_states_per_s: f64,
     /// Median run time without events, s.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub baseline_run_s: f64,
     /// Workload chunks per run.
     pub chunks: u64,
@@ -101,43 +121,105 @@ pub struct TimersReport {
     pub backstop: BackstopLateness,
     /// Backstop timer wake-ups per second: idle, busy with events, computing.
     pub backstop_wakeups_per_s: Vec<WakeupRow>,
-    /// A loop whose only work is one periodic event: lateness and CPU, by spin window.
+    /// A loop whose only work is one periodic event: lateness and CPU, by idle policy.
     pub idle_policy: Vec<IdlePolicyRow>,
     /// The targets against this run.
     pub targets: Vec<TargetCheck>,
 }
 
+/// What the loop is doing while its backstop's wake-ups are counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoopState {
+    /// Nothing pending, blocked in `epoll_wait`.
+    Idle,
+    /// An event every 100 µs, and trigger states keep up.
+    Busy,
+    /// An event pending while the loop thread computes without system calls.
+    Computing,
+}
+
+impl LoopState {
+    /// Every state, in report order.
+    pub const ALL: [LoopState; 3] = [LoopState::Idle, LoopState::Busy, LoopState::Computing];
+    /// The name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoopState::Idle => "idle",
+            LoopState::Busy => "busy",
+            LoopState::Computing => "computing",
+        }
+    }
+}
+
 /// Backstop wake-ups per second in one state of the loop.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WakeupRow {
-    /// `idle` (nothing pending), `busy` (an event every 100 µs, trigger states keep up) or
-    /// `computing` (an event pending while the loop thread computes without system calls).
-    pub state: String,
+    /// What the loop was doing.
+    pub state: LoopState,
     /// Backstop timer wake-ups per second.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub backstop_wakeups_per_s: f64,
     /// Backstop timer arms (system calls) per second.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub backstop_arms_per_s: f64,
     /// Events fired per second.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub events_per_s: f64,
 }
 
+/// How a loop whose only work is a periodic event waits for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdlePolicyKind {
+    /// Block with a precise timeout, then spin the measured wake-up lateness (the default).
+    Calibrated,
+    /// Never spin (timer slack 1 ns).
+    Block,
+    /// Never spin, with the kernel's default 50 µs timer slack: the loop before it set its
+    /// own.
+    BlockDefaultSlack,
+    /// Spin whenever an event is due within a backstop period: the paper's idle loop.
+    Spin,
+}
+
+impl IdlePolicyKind {
+    /// Every policy, in report order.
+    pub const ALL: [IdlePolicyKind; 4] = [
+        IdlePolicyKind::Calibrated,
+        IdlePolicyKind::Block,
+        IdlePolicyKind::BlockDefaultSlack,
+        IdlePolicyKind::Spin,
+    ];
+    /// The name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            IdlePolicyKind::Calibrated => "calibrated",
+            IdlePolicyKind::Block => "block",
+            IdlePolicyKind::BlockDefaultSlack => "block-default-slack",
+            IdlePolicyKind::Spin => "spin",
+        }
+    }
+}
+
 /// A loop whose only work is one event re-armed every `period_us`, pinned, for a while.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct IdlePolicyRow {
     /// The event's period, µs.
     pub period_us: u64,
-    /// The idle policy: `calibrated` (block, then spin the measured wake-up lateness),
-    /// `block` (never spin), `block-default-slack` (never spin, the kernel's default 50 µs
-    /// timer slack: the loop before the slack was set), `spin` (spin whenever an event is due
-    /// within a backstop period: the paper's idle loop).
-    pub policy: String,
+    /// How the loop waits.
+    pub policy: IdlePolicyKind,
     /// The spin window, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub spin_window_us: f64,
-    /// Lateness past the due time, µs: median and 99th percentile.
+    /// Median lateness past the due time, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub late_p50_us: f64,
     /// 99th percentile of lateness, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub late_p99_us: f64,
     /// CPU time of the loop thread over wall time, %.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub cpu_pct: f64,
     /// Events fired.
     pub events: usize,
@@ -147,23 +229,30 @@ pub struct IdlePolicyRow {
 
 /// Lateness of events fired by the backstop thread while the loop thread computes without
 /// system calls: the measured `ε` in `T < actual < T + X + 1 + ε`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BackstopLateness {
     /// Events measured.
     pub events: usize,
     /// Backstop period X, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub x_us: f64,
     /// Median lateness past the due time, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub median_us: f64,
     /// 99th percentile, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub p99_us: f64,
     /// Largest, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub max_us: f64,
     /// Share of events later than X past due (the paper's bound), %.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub pct_over_x: f64,
     /// Share of events later than X + X/4 past due, %.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub pct_over_x_plus_quarter: f64,
     /// Share fired by the backstop thread (the rest by a trigger state at the end), %.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub pct_fired_by_backstop: f64,
 }
 
@@ -227,35 +316,12 @@ pub fn measure_backstop(compute: Duration) -> Result<BackstopLateness> {
         events: scheduled,
         x_us,
         median_us: median(&lateness),
-        p99_us: crate::stats::percentile(&lateness, 99.0),
+        p99_us: percentile(&lateness, 99.0),
         max_us: lateness.iter().copied().fold(0.0, f64::max),
         pct_over_x: share(x_us),
         pct_over_x_plus_quarter: share(x_us * 1.25),
         pct_fired_by_backstop: by_backstop as f64 / fired.len().max(1) as f64 * 100.0,
     })
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Source {
-    /// No timer machinery at all (`TimerMode::Off`): the reference.
-    None,
-    /// Soft mode with nothing scheduled: the cost of the trigger checks and the backstop.
-    BackstopOnly,
-    Soft,
-    Timerfd,
-    Signal,
-}
-
-impl Source {
-    fn name(self) -> &'static str {
-        match self {
-            Source::None => "none",
-            Source::BackstopOnly => "soft-no-events",
-            Source::Soft => "soft",
-            Source::Timerfd => "timerfd",
-            Source::Signal => "signal",
-        }
-    }
 }
 
 /// A random cyclic permutation: following `a[i]` visits every element, each step a likely
@@ -301,40 +367,27 @@ fn null_handler(interval: Span) -> impl Fn(&mut SoftTimers<()>, Fired<()>) + Sen
 
 fn run_once(
     array: &[u32],
-    source: Source,
+    source: TimerSource,
     interval_us: u64,
     chunks: u64,
     stats: bool,
 ) -> Result<RunResult> {
     let period = Duration::from_micros(interval_us.max(1));
-    let mode = match source {
-        // The reference runs no timer machinery: no facility consulted, no backstop.
-        Source::None => TimerMode::Off,
-        Source::Soft | Source::BackstopOnly | Source::Signal => TimerMode::Soft,
-        Source::Timerfd => TimerMode::timerfd(period)?,
-    };
     let config = LoopConfig {
-        mode,
         stats,
         capacity: 16,
         ..LoopConfig::default()
     };
     let interval = Span::from_micros(interval_us, softtimer::SystemClock::new().resolution_hz());
-    let mut ev: EventLoop<()> = if source == Source::Signal {
-        // SAFETY: the handler (`null_handler`) only calls `schedule_at` on a facility with
-        // room reserved (`capacity`), which neither allocates nor locks; the payload `()`
-        // has no destructor. That is async-signal-safe.
-        #[allow(unsafe_code)]
-        unsafe {
-            EventLoop::with_timer_signal(config, period, null_handler(interval))?
-        }
-    } else {
-        EventLoop::new(config, null_handler(interval))?
-    };
+    // SAFETY: the handler (`null_handler`) only calls `schedule_at` on a facility with room
+    // reserved (`capacity`), which neither allocates nor locks; the payload `()` has no
+    // destructor. That is async-signal-safe.
+    #[allow(unsafe_code)]
+    let mut ev = unsafe { source.new_loop(config, period, null_handler(interval))? };
     let work: OwnedFd = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
         .context("eventfd for the workload")?;
     ev.cx().register(&work, Interest::READABLE, 1)?;
-    if !matches!(source, Source::None | Source::BackstopOnly) {
+    if source.has_events() {
         ev.cx().schedule_soft_event(interval, ())?;
     }
     let mut position = 0u32;
@@ -370,54 +423,53 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
     // The configurations: the baseline, soft at every trigger state, then each source at
     // each interval.
     let mut configs = vec![
-        (Source::None, 0),
-        (Source::BackstopOnly, 0),
-        (Source::Soft, 0),
+        (TimerSource::None, 0),
+        (TimerSource::BackstopOnly, 0),
+        (TimerSource::Soft, 0),
     ];
     for &us in &config.intervals_us {
-        for source in [Source::Soft, Source::Timerfd, Source::Signal] {
+        for source in [TimerSource::Soft, TimerSource::Timerfd, TimerSource::Signal] {
             configs.push((source, us));
         }
     }
     // Warm up (page in the array, calibrate the clock) and measure the trigger rate.
-    let probe = run_once(&array, Source::BackstopOnly, 0, config.chunks / 4, true)?;
+    let probe = run_once(
+        &array,
+        TimerSource::BackstopOnly,
+        0,
+        config.chunks / 4,
+        true,
+    )?;
     let trigger_states_per_s = probe.triggers.unwrap_or(0) as f64 / probe.elapsed.as_secs_f64();
     let backstop_realtime = probe.backstop_realtime;
 
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
-    let mut fired: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
-    let total = (config.runs * configs.len()) as f64;
-    let mut done = 0.0;
-    for round in 0..config.runs {
-        for (i, &(source, us)) in configs.iter().enumerate() {
-            progress(
-                done / total,
-                &format!(
-                    "round {}/{}: {} {us} µs",
-                    round + 1,
-                    config.runs,
-                    source.name()
-                ),
-            );
-            let r = run_once(&array, source, us, config.chunks, false)?;
-            times[i].push(r.elapsed.as_secs_f64());
-            fired[i].push(r.fired as f64 / r.elapsed.as_secs_f64());
-            done += 1.0;
-        }
-    }
-    progress(1.0, "done");
+    let runs = interleaved(
+        config.runs,
+        &configs,
+        &mut progress,
+        |&(source, us)| format!("{} {}", source.name(), interval_label(source, us)),
+        |&(source, us)| run_once(&array, source, us, config.chunks, false),
+    )?;
+    let times: Vec<Vec<f64>> = runs
+        .iter()
+        .map(|c| c.iter().map(|r| r.elapsed.as_secs_f64()).collect())
+        .collect();
     let base = median(&times[0]);
     let mut rows = Vec::new();
     for (i, &(source, us)) in configs.iter().enumerate().skip(1) {
         let t = median(&times[i]);
-        let delivered = median(&fired[i]);
+        let delivered = median(
+            &runs[i]
+                .iter()
+                .map(|r| r.fired as f64 / r.elapsed.as_secs_f64())
+                .collect::<Vec<_>>(),
+        );
         let events_per_run = delivered * t;
         // Paired by round: machine noise drifts slowly, so a run is compared with the
         // baseline run made just before it.
-        let paired: Vec<f64> = times[i]
-            .iter()
-            .zip(&times[0])
-            .map(|(t, b)| (t / b - 1.0) * 100.0)
+        let paired: Vec<f64> = paired_ratios(&times[i], &times[0])
+            .into_iter()
+            .map(|r| (r - 1.0) * 100.0)
             .collect();
         let slowdown = median(&paired);
         let cost_us = if events_per_run > 0.0 {
@@ -425,10 +477,8 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         } else {
             f64::NAN
         };
-        let lo = times[i].iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = times[i].iter().copied().fold(0.0, f64::max);
         rows.push(TimerRow {
-            source: source.name().to_string(),
+            source,
             interval_us: us,
             events_asked_per_s: if us == 0 {
                 trigger_states_per_s
@@ -437,37 +487,27 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
             },
             events_delivered_per_s: delivered,
             slowdown_pct: slowdown,
-            slowdown_range_pct: (
-                paired.iter().copied().fold(f64::INFINITY, f64::min),
-                paired.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            ),
+            slowdown_range_pct: range(&paired),
             cost_per_event_us: cost_us,
             median_run_s: t,
-            run_range_s: (lo, hi),
+            run_range_s: range(&times[i]),
         });
     }
-    let targets = check_targets(&rows);
+    let mut targets = check_targets(&rows);
     progress(1.0, "backstop lateness");
-    let backstop = measure_backstop(Duration::from_millis(if config.runs > 3 {
-        2_000
-    } else {
-        300
-    }))?;
+    let backstop = measure_backstop(config.backstop_compute)?;
     progress(1.0, "backstop wake-ups");
-    let quick = config.runs <= 3;
-    let state_time = Duration::from_millis(if quick { 300 } else { 2_000 });
-    let backstop_wakeups_per_s = ["idle", "busy", "computing"]
+    let backstop_wakeups_per_s = LoopState::ALL
         .into_iter()
-        .map(|state| measure_wakeups(state, state_time))
+        .map(|state| measure_wakeups(state, config.state_time))
         .collect::<Result<Vec<_>>>()?;
     progress(1.0, "idle policy");
     let mut idle_policy = Vec::new();
     for period_us in [100, 1000] {
-        for policy in ["calibrated", "block", "block-default-slack", "spin"] {
-            idle_policy.push(measure_idle_policy(period_us, policy, state_time)?);
+        for policy in IdlePolicyKind::ALL {
+            idle_policy.push(measure_idle_policy(period_us, policy, config.state_time)?);
         }
     }
-    let mut targets = targets;
     targets.extend(wakeup_and_idle_targets(
         &backstop_wakeups_per_s,
         &idle_policy,
@@ -492,8 +532,17 @@ fn thread_cpu_ns() -> u64 {
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Stops `ev` after `time`, from another thread.
+fn stop_after(ev: &EventLoop<()>, time: Duration) {
+    let stop = ev.stop_handle();
+    std::thread::spawn(move || {
+        std::thread::sleep(time);
+        stop.stop();
+    });
+}
+
 /// Runs a loop in one `state` for `time` and counts the backstop's wake-ups and arms.
-fn measure_wakeups(state: &str, time: Duration) -> Result<WakeupRow> {
+fn measure_wakeups(state: LoopState, time: Duration) -> Result<WakeupRow> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
     let hz = softtimer::SystemClock::new().resolution_hz();
@@ -506,24 +555,16 @@ fn measure_wakeups(state: &str, time: Duration) -> Result<WakeupRow> {
     })?;
     let start = Instant::now();
     match state {
-        "idle" => {
-            let stop = ev.stop_handle();
-            std::thread::spawn(move || {
-                std::thread::sleep(time);
-                stop.stop();
-            });
+        LoopState::Idle => {
+            stop_after(&ev, time);
             ev.run(|_, _| {})?;
         }
-        "busy" => {
+        LoopState::Busy => {
             ev.cx().schedule_soft_event(period, ())?;
-            let stop = ev.stop_handle();
-            std::thread::spawn(move || {
-                std::thread::sleep(time);
-                stop.stop();
-            });
+            stop_after(&ev, time);
             ev.run(|_, _| {})?;
         }
-        _ => {
+        LoopState::Computing => {
             // One callback that computes for `time` without a system call, an event pending.
             let kick: OwnedFd = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
             ev.cx().register(&kick, Interest::READABLE, 1)?;
@@ -543,23 +584,28 @@ fn measure_wakeups(state: &str, time: Duration) -> Result<WakeupRow> {
     let secs = start.elapsed().as_secs_f64();
     let c = ev.counters();
     Ok(WakeupRow {
-        state: state.into(),
+        state,
         backstop_wakeups_per_s: c.backstop_wakeups as f64 / secs,
         backstop_arms_per_s: c.backstop_arms as f64 / secs,
         events_per_s: fired.load(Ordering::Relaxed) as f64 / secs,
     })
 }
 
-/// A loop whose only work is one event re-armed every `period_us`, under an idle `policy`.
-fn measure_idle_policy(period_us: u64, policy: &str, time: Duration) -> Result<IdlePolicyRow> {
-    use softtimer_rt::SpinWindow;
+/// A loop whose only work is one event re-armed every `period_us`, waiting under `policy`.
+fn measure_idle_policy(
+    period_us: u64,
+    policy: IdlePolicyKind,
+    time: Duration,
+) -> Result<IdlePolicyRow> {
     use std::sync::{Arc, Mutex};
     let hz = softtimer::SystemClock::new().resolution_hz();
     let period = Span::from_micros(period_us, hz);
     let spin_window = match policy {
-        "calibrated" => SpinWindow::Calibrated,
-        "spin" => SpinWindow::Fixed(Duration::from_millis(1)),
-        _ => SpinWindow::Fixed(Duration::ZERO),
+        IdlePolicyKind::Calibrated => SpinWindow::Calibrated,
+        IdlePolicyKind::Spin => SpinWindow::Fixed(Duration::from_millis(1)),
+        IdlePolicyKind::Block | IdlePolicyKind::BlockDefaultSlack => {
+            SpinWindow::Fixed(Duration::ZERO)
+        }
     };
     let late = Arc::new(Mutex::new(Vec::with_capacity(
         (time.as_micros() as usize / period_us as usize) + 16,
@@ -577,16 +623,12 @@ fn measure_idle_policy(period_us: u64, policy: &str, time: Duration) -> Result<I
             let _ = t.schedule_at(f.due + period, ());
         },
     )?;
-    if policy == "block-default-slack" {
+    if policy == IdlePolicyKind::BlockDefaultSlack {
         // The kernel's default slack (50 µs), as the loop had before it set its own.
         let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(50_000));
     }
     ev.cx().schedule_soft_event(period, ())?;
-    let stop = ev.stop_handle();
-    std::thread::spawn(move || {
-        std::thread::sleep(time);
-        stop.stop();
-    });
+    stop_after(&ev, time);
     let (cpu0, start) = (thread_cpu_ns(), Instant::now());
     ev.run(|_, _| {})?;
     let cpu_pct = (thread_cpu_ns() - cpu0) as f64 / start.elapsed().as_nanos() as f64 * 100.0;
@@ -594,10 +636,10 @@ fn measure_idle_policy(period_us: u64, policy: &str, time: Duration) -> Result<I
     let v = late.lock().map(|v| v.clone()).unwrap_or_default();
     Ok(IdlePolicyRow {
         period_us,
-        policy: policy.into(),
+        policy,
         spin_window_us: ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0,
         late_p50_us: median(&v),
-        late_p99_us: crate::stats::percentile(&v, 99.0),
+        late_p99_us: percentile(&v, 99.0),
         cpu_pct,
         events: v.len(),
         backstop_wakeups: ev.counters().backstop_wakeups,
@@ -606,66 +648,79 @@ fn measure_idle_policy(period_us: u64, policy: &str, time: Duration) -> Result<I
 
 fn wakeup_and_idle_targets(wakeups: &[WakeupRow], idle: &[IdlePolicyRow]) -> Vec<TargetCheck> {
     let mut targets = Vec::new();
-    if let Some(w) = wakeups.iter().find(|w| w.state == "idle") {
-        targets.push(TargetCheck {
-            figure: "backstop wake-ups per second, idle with nothing pending".into(),
-            target: "0".into(),
-            measured: w.backstop_wakeups_per_s,
-            met: w.backstop_wakeups_per_s == 0.0,
-        });
+    if let Some(w) = wakeups.iter().find(|w| w.state == LoopState::Idle) {
+        targets.push(TargetCheck::new(
+            "backstop wake-ups per second, idle with nothing pending",
+            "0",
+            w.backstop_wakeups_per_s,
+            w.backstop_wakeups_per_s == 0.0,
+        ));
     }
     for (period, cpu_goal) in [(100, 15.0), (1000, 3.0)] {
         if let Some(r) = idle
             .iter()
-            .find(|r| r.period_us == period && r.policy == "calibrated")
+            .find(|r| r.period_us == period && r.policy == IdlePolicyKind::Calibrated)
         {
-            targets.push(TargetCheck {
-                figure: format!(
-                    "an event every {period} µs: lateness p99, µs (calibrated idle policy)"
-                ),
-                target: "<= 5".into(),
-                measured: r.late_p99_us,
-                met: r.late_p99_us <= 5.0,
-            });
-            targets.push(TargetCheck {
-                figure: format!("an event every {period} µs: CPU of the loop, %"),
-                target: format!("<= {cpu_goal}"),
-                measured: r.cpu_pct,
-                met: r.cpu_pct <= cpu_goal,
-            });
+            targets.push(TargetCheck::new(
+                format!("an event every {period} µs: lateness p99, µs (calibrated idle policy)"),
+                "<= 5",
+                r.late_p99_us,
+                r.late_p99_us <= 5.0,
+            ));
+            targets.push(TargetCheck::new(
+                format!("an event every {period} µs: CPU of the loop, %"),
+                &format!("<= {cpu_goal}"),
+                r.cpu_pct,
+                r.cpu_pct <= cpu_goal,
+            ));
         }
     }
     targets
 }
 
-fn row<'a>(rows: &'a [TimerRow], source: &str, us: u64) -> Option<&'a TimerRow> {
+fn row(rows: &[TimerRow], source: TimerSource, us: u64) -> Option<&TimerRow> {
     rows.iter()
         .find(|r| r.source == source && r.interval_us == us)
 }
 
 fn check_targets(rows: &[TimerRow]) -> Vec<TargetCheck> {
     let mut targets = Vec::new();
-    if let Some(soft) = row(rows, "soft", 0) {
+    if let Some(soft) = row(rows, TimerSource::Soft, 0) {
         // The soft cost per event comes from the run with the most events.
         targets = soft_vs_hardware_targets(
             "slowdown, soft events at every trigger state",
             soft.slowdown_pct,
             soft.cost_per_event_us,
-            rows.iter()
-                .filter(|r| r.source == "timerfd" || r.source == "signal")
-                .map(|r| (r.source.clone(), r.interval_us, r.cost_per_event_us)),
+            rows.iter().filter(|r| r.source.is_hardware()).map(|r| {
+                (
+                    r.source.name().to_string(),
+                    r.interval_us,
+                    r.cost_per_event_us,
+                )
+            }),
         );
     }
-    if let Some(soft10) = row(rows, "soft", 10) {
+    if let Some(soft10) = row(rows, TimerSource::Soft, 10) {
         let share = soft10.events_delivered_per_s / soft10.events_asked_per_s * 100.0;
-        targets.push(TargetCheck {
-            figure: "events delivered at 10 µs, soft".into(),
-            target: ">= 95 % of asked".into(),
-            measured: share,
-            met: share >= 95.0,
-        });
+        targets.push(TargetCheck::new(
+            "events delivered at 10 µs, soft",
+            ">= 95 % of asked",
+            share,
+            share >= 95.0,
+        ));
     }
     targets
+}
+
+impl Section for TimersReport {
+    const FILE: &'static str = "bench_timers.json";
+    fn render(&self, _dir: &std::path::Path) -> Result<Rendered> {
+        let mut md = String::from(
+            "## Cost per timer event, synthetic workload (`softtimers bench timers`)\n\n",
+        );
+        md += &to_markdown(self);
+        Ok(Rendered::text(md))
+    }
 }
 
 /// The report as Markdown, with the paper's Table I beside it.
@@ -697,15 +752,11 @@ pub fn to_markdown(report: &TimersReport) -> String {
         "| --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"
     );
     for r in &report.rows {
-        let interval = if r.interval_us == 0 {
-            "every trigger state".to_string()
-        } else {
-            format!("{} µs", r.interval_us)
-        };
+        let interval = interval_label(r.source, r.interval_us);
         let _ = writeln!(
             out,
             "| {} | {interval} | {:.0} | {:.0} | {:.1} | {:.2} [{:.2}, {:.2}] | {:.3} | {:.3} [{:.3}, {:.3}] |",
-            r.source,
+            r.source.name(),
             r.events_asked_per_s,
             r.events_delivered_per_s,
             r.events_delivered_per_s / r.events_asked_per_s * 100.0,
@@ -718,12 +769,7 @@ pub fn to_markdown(report: &TimersReport) -> String {
             r.run_range_s.1,
         );
     }
-    let _ = writeln!(
-        out,
-        "\nThe paper's Table I (per-event cost with a null handler, from a web server's \
-         slowdown): 8253 timer on a 300 MHz PII 4.45 µs, on a 500 MHz PIII 4.36 µs; APIC on \
-         the PIII 0.8 µs; soft timers ≈ 0 (no observable slowdown).\n"
-    );
+    let _ = writeln!(out, "\n{PAPER_TABLE_I}\n");
     let b = &report.backstop;
     let _ = writeln!(
         out,
@@ -740,6 +786,39 @@ pub fn to_markdown(report: &TimersReport) -> String {
         b.pct_over_x,
         b.pct_over_x_plus_quarter
     );
+    let _ = writeln!(
+        out,
+        "Backstop timer wake-ups (the adaptive one-shot backstop):\n\n| loop state | wake-ups/s | arms (timerfd_settime)/s | events/s |\n| --- | ---: | ---: | ---: |"
+    );
+    for w in &report.backstop_wakeups_per_s {
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.0} | {:.0} |",
+            w.state.name(),
+            w.backstop_wakeups_per_s,
+            w.backstop_arms_per_s,
+            w.events_per_s
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nA loop whose only work is one periodic event, by idle policy:\n\n| period | policy | spin window (µs) | lateness p50 (µs) | p99 (µs) | loop CPU (%) | events | backstop wake-ups |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for r in &report.idle_policy {
+        let _ = writeln!(
+            out,
+            "| {} µs | {} | {:.1} | {:.2} | {:.1} | {:.1} | {} | {} |",
+            r.period_us,
+            r.policy.name(),
+            r.spin_window_us,
+            r.late_p50_us,
+            r.late_p99_us,
+            r.cpu_pct,
+            r.events,
+            r.backstop_wakeups
+        );
+    }
+    out += "\n";
     out += &targets_table(&report.targets);
     out
 }

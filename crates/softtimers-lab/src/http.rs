@@ -19,6 +19,10 @@ use softtimer_rt::{Interest, LoopCx, Ready};
 
 /// Size of the cached file the server serves.
 pub const FILE_SIZE: usize = 6 * 1024;
+/// The file's contents (the lab writes the same bytes for nginx to serve).
+pub fn file_body() -> Vec<u8> {
+    (0..FILE_SIZE).map(|i| b'a' + (i % 26) as u8).collect()
+}
 /// A request head larger than this is refused with 400.
 const MAX_HEAD: usize = 16 * 1024;
 const LISTENER: u64 = 0;
@@ -81,7 +85,7 @@ impl HttpServer {
         let period =
             (idle_timeout / 10).clamp(Duration::from_millis(1), Duration::from_millis(100));
         let sweep = softtimer_rt::periodic_timerfd(period)?;
-        let body: Vec<u8> = (0..FILE_SIZE).map(|i| b'a' + (i % 26) as u8).collect();
+        let body = file_body();
         Ok(HttpServer {
             listener,
             sweep,

@@ -5,24 +5,25 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Config, SystemClock, monotonic_nanos};
 
 use crate::bench_core::per_call_ns;
 
 /// The cost of one read of a candidate clock.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClockCost {
     /// What was read.
     pub clock: String,
     /// Median ns per read.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub read_ns: f64,
     /// Whether a read is ordered after earlier loads (needed for monotonicity across threads).
     pub ordered: bool,
 }
 
 /// What `info` reports.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Info {
     /// `tsc` or `monotonic`.
     pub clock_source: String,
@@ -35,8 +36,10 @@ pub struct Info {
     /// X = measure / interrupt resolution: ticks between backstop ticks.
     pub backstop_interval_ticks: u64,
     /// Median cost of one ordered read of the facility's clock (`measure_time()`), ns.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub clock_read_ns: f64,
     /// Median cost of the read the trigger check makes (`now_unordered`), ns.
+    #[serde(deserialize_with = "crate::summary::num")]
     pub trigger_read_ns: f64,
     /// The candidates, measured in the same run.
     pub candidates: Vec<ClockCost>,
@@ -121,6 +124,15 @@ pub fn run() -> Info {
         candidates,
         kernel_hz: kernel_hz(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
+impl crate::report::Section for Info {
+    const FILE: &'static str = "info.json";
+    fn render(&self, _dir: &std::path::Path) -> anyhow::Result<crate::report::Rendered> {
+        let mut md = String::from("## The measurement clock (`softtimers info`)\n\n");
+        md += &to_markdown(self);
+        Ok(crate::report::Rendered::text(md))
     }
 }
 

@@ -1,19 +1,23 @@
-//! `softtimers lab`: runs every step and writes the report.
+//! `softtimers lab`: runs the steps of [`crate::exp`] in order and writes the report.
+//!
+//! Each step writes its JSON; its report section is then rendered from that JSON (the same
+//! path as `softtimers report`), and `report.md` is rewritten after every step, so an
+//! interrupted run keeps what finished. A progress line for the whole run estimates the time
+//! left from each step's expected duration, corrected by how long the finished steps took.
 
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use crate::experiments::{self, ExpOptions, ExpResult};
-use crate::{bench_core, bench_timers, info};
+use crate::exp::{Carry, Step};
+use crate::harness::{Client, ExpOptions, RunLength, check_client, human_duration, progress_bar};
+use crate::report::{TITLE, assemble, write_report};
 
 /// Which experiments a lab run does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Step {
+pub enum Which {
     /// Everything: info, bench core, bench timers, E1–E5, E13, nginx.
     All,
     /// E1 (Table I): cost per event, null handler, on the HTTP server.
@@ -32,6 +36,35 @@ pub enum Step {
     Nginx,
 }
 
+impl Which {
+    /// The steps, in order.
+    pub fn steps(self) -> Vec<Step> {
+        match self {
+            Which::All => Step::ALL.to_vec(),
+            Which::E1 => vec![Step::E1],
+            Which::E2 => vec![Step::E2],
+            Which::E3 => vec![Step::E3],
+            Which::E4 => vec![Step::E4],
+            Which::E5 => vec![Step::E5],
+            Which::E13 => vec![Step::E13],
+            Which::Nginx => vec![Step::Nginx],
+        }
+    }
+
+    fn arg(self) -> Option<&'static str> {
+        match self {
+            Which::All => None,
+            Which::E1 => Some("e1"),
+            Which::E2 => Some("e2"),
+            Which::E3 => Some("e3"),
+            Which::E4 => Some("e4"),
+            Which::E5 => Some("e5"),
+            Which::E13 => Some("e13"),
+            Which::Nginx => Some("nginx"),
+        }
+    }
+}
+
 /// What the lab run does.
 #[derive(Clone, Debug)]
 pub struct LabOptions {
@@ -40,171 +73,196 @@ pub struct LabOptions {
     /// Where results go.
     pub out: PathBuf,
     /// Which step(s).
-    pub step: Step,
+    pub step: Which,
     /// The HTTP load generator for the experiments.
-    pub client: crate::experiments::Client,
+    pub client: Client,
 }
 
-/// Writes `value` as pretty JSON to `path`.
-pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
-    let text = serde_json::to_string_pretty(value)?;
-    fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+/// The whole run's progress: a bar over the expected durations of all steps, with the time
+/// left, above each step's own bar.
+struct Overall {
+    multi: MultiProgress,
+    bar: ProgressBar,
+    expected: Vec<Duration>,
+    /// Expected and actual durations of the finished steps.
+    done_expected: Duration,
+    done_actual: Duration,
 }
 
-/// Runs `work` with a progress bar labelled `label` on stderr (hidden when stderr is not a
-/// terminal): `work` reports the fraction done and what it is doing; the bar is cleared after.
-pub fn with_progress<T>(label: &str, work: impl FnOnce(&mut dyn FnMut(f64, &str)) -> T) -> T {
-    let bar = progress_bar(label);
-    let result = work(&mut |fraction, message| {
-        bar.set_position((fraction * 1000.0) as u64);
-        bar.set_message(message.to_string());
-    });
-    bar.finish_and_clear();
-    result
+impl Overall {
+    fn new(expected: Vec<Duration>) -> Self {
+        let multi = MultiProgress::new();
+        let total: Duration = expected.iter().sum();
+        let bar = multi.add(ProgressBar::new(total.as_millis().max(1) as u64));
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>12} [{bar:30}] {percent:>3}% {msg}")
+                .expect("static template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix("lab");
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Overall {
+            multi,
+            bar,
+            expected,
+            done_expected: Duration::ZERO,
+            done_actual: Duration::ZERO,
+        }
+    }
+
+    /// The time left while step `i` is `fraction` done after `elapsed`.
+    fn remaining(&self, i: usize, fraction: f64, elapsed: Duration) -> Duration {
+        // How much slower (or faster) than expected this machine has been so far.
+        let scale = if self.done_expected >= Duration::from_secs(1) {
+            (self.done_actual.as_secs_f64() / self.done_expected.as_secs_f64()).clamp(0.5, 4.0)
+        } else {
+            1.0
+        };
+        let later: Duration = self.expected[i + 1..].iter().sum();
+        let current = if fraction >= 0.2 {
+            elapsed.mul_f64((1.0 - fraction) / fraction)
+        } else {
+            self.expected[i].mul_f64((1.0 - fraction) * scale)
+        };
+        current + later.mul_f64(scale)
+    }
+
+    fn show(&self, i: usize, fraction: f64, elapsed: Duration) {
+        let fraction = fraction.clamp(0.0, 1.0);
+        let position = self.done_expected + self.expected[i].mul_f64(fraction);
+        self.bar.set_position(position.as_millis() as u64);
+        self.bar.set_message(format!(
+            "step {}/{}, about {} left",
+            i + 1,
+            self.expected.len(),
+            human_duration(self.remaining(i, fraction, elapsed))
+        ));
+    }
+
+    /// Runs step `i` with a bar of its own under the overall one.
+    fn step<T>(
+        &mut self,
+        i: usize,
+        label: &str,
+        work: impl FnOnce(&mut dyn FnMut(f64, &str)) -> T,
+    ) -> T {
+        let bar = self.multi.add(progress_bar(label));
+        let start = Instant::now();
+        self.show(i, 0.0, Duration::ZERO);
+        let result = {
+            let this = &*self;
+            work(&mut |fraction, message| {
+                bar.set_position((fraction.clamp(0.0, 1.0) * 1000.0) as u64);
+                bar.set_message(message.to_string());
+                this.show(i, fraction, start.elapsed());
+            })
+        };
+        bar.finish_and_clear();
+        self.multi.remove(&bar);
+        self.done_expected += self.expected[i];
+        self.done_actual += start.elapsed();
+        result
+    }
 }
 
-fn progress_bar(label: &str) -> ProgressBar {
-    let bar = ProgressBar::new(1000);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix:>12} [{bar:30}] {percent:>3}% {msg}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    bar.set_prefix(label.to_string());
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar
+impl Drop for Overall {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
 }
 
 /// Runs the lab and returns the path of the report.
 pub fn run(options: &LabOptions) -> Result<PathBuf> {
-    fs::create_dir_all(&options.out)
+    std::fs::create_dir_all(&options.out)
         .with_context(|| format!("cannot create {}", options.out.display()))?;
-    let mode = if options.quick { "quick" } else { "full" };
-    let mut report = format!(
-        "# softtimers lab report\n\nMode: {mode}. Command: `softtimers lab{}`.\n\
-         Every figure below was measured in this run, on this machine; compare ratios, not \
-         absolute times.\n\n",
-        if options.quick { " --quick" } else { "" }
-    );
-
-    let path = options.out.join("report.md");
-    // The report is rewritten after every step, so an interrupted run keeps what finished.
-    let save = |report: &str| {
-        fs::write(&path, report).with_context(|| format!("cannot write {}", path.display()))
-    };
-
-    let all = options.step == Step::All;
-    let steps = if all { 10 } else { 1 };
-    let mut n = 0;
-    let mut announce = |what: &str| {
-        n += 1;
-        eprintln!("[{n}/{steps}] {what}");
-    };
-    if all {
-        announce("info: clock source and read cost");
-        let info = info::run();
-        write_json(&options.out.join("info.json"), &info)?;
-        report += "## The measurement clock (`softtimers info`)\n\n";
-        report += &info::to_markdown(&info);
-        save(&report)?;
-
-        announce("bench core: the facility against BinaryHeap, BTreeMap, DelayQueue");
-        let core = with_progress("bench core", |p| {
-            bench_core::run(&bench_core::CoreBenchConfig::new(options.quick), p)
-        });
-        write_json(&options.out.join("bench_core.json"), &core)?;
-        report += "\n## The facility's core operations (`softtimers bench core`)\n\n";
-        report += "Median ns per operation (99th percentile of batch means in brackets). \
-                   `schedule`, `cancel` and `schedule_fire` run on a simulated clock so that the \
-                   data structures are compared; `trigger` runs on the real clock.\n\n";
-        report += &bench_core::to_markdown(&core);
-        save(&report)?;
-
-        announce("bench timers: cost per event of soft timers, timerfd and timer signals");
-        let config = bench_timers::TimersConfig::new(options.quick, vec![10, 20, 50])?;
-        let timers = with_progress("bench timers", |p| bench_timers::run(&config, p))?;
-        write_json(&options.out.join("bench_timers.json"), &timers)?;
-        report += "\n## Cost per timer event, synthetic workload (`softtimers bench timers`)\n\n";
-        report += &bench_timers::to_markdown(&timers);
-        save(&report)?;
-    }
-
+    check_client(options.client)?;
+    let length = RunLength::new(options.quick);
     let exp = ExpOptions {
-        quick: options.quick,
+        length,
         out: options.out.clone(),
         client: options.client,
     };
-    if options.client == crate::experiments::Client::Wrk
-        && crate::experiments::wrk_binary().is_none()
-    {
-        anyhow::bail!("--client wrk: wrk is not installed (apt-get install wrk)");
+    let all = options.step == Which::All;
+    let steps = options.step.steps();
+    let expected: Vec<Duration> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| s.expected(length, steps[..i].contains(&Step::E3)))
+        .collect();
+
+    let mut command = String::from("softtimers lab");
+    if let Some(arg) = options.step.arg() {
+        command += " ";
+        command += arg;
     }
-    let section = |report: &mut String, name: &str, result: Result<ExpResult>| -> Result<()> {
-        let result = result.with_context(|| format!("experiment {name}"))?;
-        for plot in &result.plots {
-            if !experiments::nonempty(&options.out.join(plot)) {
-                anyhow::bail!("experiment {name} did not write its plot {plot}");
-            }
-        }
-        *report += "\n";
-        *report += &result.markdown;
-        save(report)
-    };
-    if all || options.step == Step::E1 {
-        announce("E1: cost per event on the HTTP server, null handler (Table I)");
-        let r = with_progress("E1", |p| experiments::e1(&exp, p));
-        section(&mut report, "e1", r)?;
+    if options.quick {
+        command += " --quick";
     }
-    if all || options.step == Step::E2 {
-        announce("E2: cost per event, synthetic handler (Tables II-III)");
-        let r = with_progress("E2", |p| experiments::e2(&exp, p));
-        section(&mut report, "e2", r)?;
+    if options.client == Client::Wrk {
+        command += " --client wrk";
     }
-    let mut trace = None;
-    if all || options.step == Step::E3 {
-        announce("E3: trigger-state intervals by workload (Table IV, Fig. 2)");
-        let r = with_progress("E3", |p| experiments::e3(&exp, p));
-        let r = r.map(|(result, t)| {
-            trace = Some(t);
-            result
+    let header = format!(
+        "{TITLE}Mode: {}. Command: `{command}`.\nEvery figure below was measured in this run, \
+         on this machine; compare ratios, not absolute times.\n",
+        length.mode()
+    );
+    let path = write_report(&options.out, &header)?;
+
+    let mut overall = Overall::new(expected);
+    let mut carry = Carry::default();
+    let mut sections = Vec::new();
+    for (i, &step) in steps.iter().enumerate() {
+        let left = overall.remaining(i, 0.0, Duration::ZERO);
+        overall.multi.suspend(|| {
+            eprintln!(
+                "[{}/{}] {} (about {} left in all)",
+                i + 1,
+                steps.len(),
+                step.title(),
+                human_duration(left)
+            )
         });
-        section(&mut report, "e3", r)?;
-    }
-    if all || options.step == Step::E4 {
-        announce("E4: interval medians over time (Fig. 3)");
-        let r = with_progress("E4", |p| experiments::e4(&exp, p));
-        section(&mut report, "e4", r)?;
-    }
-    if all || options.step == Step::E5 {
-        announce("E5: trigger states by source (Table V, Fig. 4)");
-        let r = match &trace {
-            Some(t) => experiments::e5(&exp, &t.points, t.hz),
-            None => with_progress("E5", |p| experiments::e5_standalone(&exp, p)),
-        };
-        section(&mut report, "e5", r)?;
-    }
-    if all || options.step == Step::E13 {
-        announce("E13: the deadline backstop (Table XIII)");
-        let r = with_progress("E13", |p| experiments::e13(&exp, p));
-        section(&mut report, "e13", r)?;
-    }
-    if all || options.step == Step::Nginx {
-        announce("the HTTP server against nginx with one worker");
-        let result = match crate::nginx::compare(&exp) {
-            // Part of the whole lab, the comparison is optional: a failure is reported, not
-            // fatal. Run alone (`lab nginx`), it is an error.
-            Err(e) if all => {
-                eprintln!("the nginx comparison failed: {e:#}");
-                Ok(ExpResult {
-                    markdown: format!(
-                        "## The HTTP server against nginx (one worker)\n\nNot measured: {e:#}\n"
-                    ),
-                    plots: vec![],
-                })
+        let result = overall.step(i, step.label(), |p| step.run(&exp, &mut carry, p));
+        match result {
+            Ok(()) => {}
+            // Part of the whole lab, an optional step's failure is reported in its section,
+            // not fatal. Run alone, it is an error.
+            Err(e) if all && step.optional() => {
+                overall
+                    .multi
+                    .suspend(|| eprintln!("{} failed: {e:#}", step.label()));
+                step.save_failure(&options.out, &e)?;
             }
-            other => other,
-        };
-        section(&mut report, "nginx", result)?;
+            Err(e) => return Err(e.context(format!("experiment {}", step.label()))),
+        }
+        let section = step
+            .render(&options.out)
+            .with_context(|| format!("{} wrote no {}", step.label(), step.file()))?
+            .with_context(|| format!("experiment {}: rendering its section", step.label()))?;
+        sections.push(section);
+        write_report(&options.out, &assemble(&header, &sections))?;
     }
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_counts_down_and_learns_from_finished_steps() {
+        let mut o = Overall::new(vec![Duration::from_secs(10), Duration::from_secs(20)]);
+        o.bar
+            .set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        assert_eq!(o.remaining(0, 0.0, Duration::ZERO), Duration::from_secs(30));
+        // Half of the first step done in 10 s: 10 s more for it, 20 s for the next.
+        assert_eq!(
+            o.remaining(0, 0.5, Duration::from_secs(10)),
+            Duration::from_secs(30)
+        );
+        // The first step took twice as long as expected: the next one is expected to, too.
+        o.done_expected = Duration::from_secs(10);
+        o.done_actual = Duration::from_secs(20);
+        assert_eq!(o.remaining(1, 0.0, Duration::ZERO), Duration::from_secs(40));
+    }
 }

@@ -11,8 +11,24 @@
 //!   timer signal, from a workload's slowdown (the paper's Table I method), on the event
 //!   loop of `softtimer-rt`;
 //! * `softtimers lab [e1|e2|e3|e4|e5|e13|nginx]`: everything above plus the papers'
-//!   experiments on the HTTP and UDP RPC workloads (`http`, `rpc`, `experiments`), and the
-//!   HTTP server against nginx, written to `results/report.md` with tables, JSON and plots.
+//!   experiments on the HTTP and UDP RPC workloads, and the HTTP server against nginx; each
+//!   step writes `DIR/<step>.json`, and `DIR/report.md` with its plots is rendered from it;
+//! * `softtimers report DIR`: renders `DIR/report.md` and the plots again from the JSON
+//!   files in `DIR`, running nothing.
+//!
+//! Where things are:
+//!
+//! | module | holds |
+//! | --- | --- |
+//! | [`harness`] | one server run with its load generator, pinning, run lengths, interleaved rounds, progress, JSON files |
+//! | [`exp`] | the lab's steps, one module per experiment family, and their registry |
+//! | [`report`] | rendering report sections and plots from the steps' JSON; `softtimers report` |
+//! | [`lab`] | `softtimers lab`: the steps in order, the overall progress line |
+//! | [`bench_core`], [`bench_timers`], [`info`] | `softtimers bench core`, `bench timers`, `info` (also lab steps) |
+//! | [`baselines`] | the timer queues `bench core` compares the facility with |
+//! | [`http`], [`rpc`] | the workloads: HTTP server and load generator, UDP RPC server and client |
+//! | [`targets`], [`summary`] | target checks; medians, percentiles, per-round ratios |
+//! | [`plot`], [`tools`], [`alloc_count`] | PNG line charts; finding curl, wrk, nginx on `PATH`; the counting allocator |
 //!
 //! The modules are public so that the criterion benchmarks and the tests use the same code
 //! as the command.
@@ -22,11 +38,14 @@ pub mod alloc_count;
 pub mod baselines;
 pub mod bench_core;
 pub mod bench_timers;
-pub mod experiments;
+pub mod exp;
+pub mod harness;
 pub mod http;
 pub mod info;
 pub mod lab;
-pub mod nginx;
 pub mod plot;
+pub mod report;
 pub mod rpc;
-pub mod stats;
+pub mod summary;
+pub mod targets;
+pub mod tools;

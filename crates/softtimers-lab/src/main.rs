@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use softtimers_lab::alloc_count::CountingAlloc;
-use softtimers_lab::{bench_core, bench_timers, info, lab};
+use softtimers_lab::harness::{Client, with_progress, write_json};
+use softtimers_lab::{bench_core, bench_timers, info, lab, report};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -37,7 +38,7 @@ enum Command {
     Lab {
         /// One experiment only (default: all).
         #[arg(value_enum, default_value = "all")]
-        step: lab::Step,
+        step: lab::Which,
         /// A short run (a few seconds per step), as CI does.
         #[arg(long)]
         quick: bool,
@@ -46,7 +47,13 @@ enum Command {
         out: PathBuf,
         /// The HTTP load generator: the project's own, or wrk as a cross-check.
         #[arg(long, value_enum, default_value = "own")]
-        client: softtimers_lab::experiments::Client,
+        client: Client,
+    },
+    /// Rewrite DIR/report.md and its plots from the JSON files a lab run left in DIR,
+    /// without running anything (sections whose JSON is missing are skipped, with a note).
+    Report {
+        /// The directory a lab run wrote (`results/` by default).
+        dir: PathBuf,
     },
 }
 
@@ -98,7 +105,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let info = info::run();
             print!("{}", info::to_markdown(&info));
             if let Some(path) = json {
-                lab::write_json(&path, &info)?;
+                write_json(&path, &info)?;
             }
         }
         Command::Bench {
@@ -113,10 +120,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 slot_ticks,
                 ..bench_core::CoreBenchConfig::new(quick)
             };
-            let report = lab::with_progress("bench core", |p| bench_core::run(&config, p));
+            let report = with_progress("bench core", |p| bench_core::run(&config, p));
             print!("{}", bench_core::to_markdown(&report));
             if let Some(path) = json {
-                lab::write_json(&path, &report)?;
+                write_json(&path, &report)?;
             }
         }
         Command::Bench {
@@ -133,10 +140,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 intervals
             };
             let config = bench_timers::TimersConfig::new(quick, intervals)?;
-            let report = lab::with_progress("bench timers", |p| bench_timers::run(&config, p))?;
+            let report = with_progress("bench timers", |p| bench_timers::run(&config, p))?;
             print!("{}", bench_timers::to_markdown(&report));
             if let Some(path) = json {
-                lab::write_json(&path, &report)?;
+                write_json(&path, &report)?;
             }
         }
         Command::Lab {
@@ -151,6 +158,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 step,
                 client,
             })?;
+            println!("report written to {}", path.display());
+        }
+        Command::Report { dir } => {
+            let path = report::rewrite(&dir)?;
             println!("report written to {}", path.display());
         }
     }

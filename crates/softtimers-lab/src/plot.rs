@@ -6,6 +6,7 @@ use std::sync::Once;
 
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
 
 /// DejaVu Sans (Bitstream Vera license, `assets/DejaVuSans-LICENSE.txt`).
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
@@ -18,7 +19,8 @@ fn register_font() {
     });
 }
 
-/// One line of a plot.
+/// One line of a plot (kept in the experiments' JSON, so that plots are drawn from it).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Series {
     /// Legend label.
     pub label: String,

@@ -52,7 +52,7 @@ fn info_reports_the_clock() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// `bench core --quick` writes the table and a JSON with every field the issue names, for
+/// `bench core --quick` writes the table and a JSON with every field the report reads, for
 /// every implementation, pending count and operation.
 #[test]
 fn bench_core_quick_writes_every_column() {
@@ -108,7 +108,7 @@ fn bench_timers_rejects_bad_intervals() {
 }
 
 /// `bench timers --quick` (one interval, to keep the test short) writes every field the
-/// issue names, for every source.
+/// report reads, for every source.
 #[test]
 fn bench_timers_quick_writes_every_column() {
     let dir = std::env::temp_dir().join(format!("softtimers-timers-{}", std::process::id()));

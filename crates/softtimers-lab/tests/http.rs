@@ -1,5 +1,7 @@
 //! The HTTP server and the load generator, over real sockets on loopback.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -166,17 +168,12 @@ fn idle_connections_are_closed() {
 
 #[test]
 fn curl_gets_the_file() {
-    if std::process::Command::new("curl")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("curl is not installed; skipped (CI installs it)");
+    let Some(curl) = common::tool(softtimers_lab::tools::CURL) else {
         return;
-    }
+    };
     let srv = server(Duration::from_secs(10));
     let url = format!("http://{}/6k", srv.addr);
-    let out = std::process::Command::new("curl")
+    let out = std::process::Command::new(&curl)
         .args(["-s", "-S", "-f", "--max-time", "5", &url, &url])
         .output()
         .unwrap();
@@ -190,7 +187,7 @@ fn curl_gets_the_file() {
         2 * FILE_SIZE,
         "two transfers over one connection"
     );
-    let out = std::process::Command::new("curl")
+    let out = std::process::Command::new(&curl)
         .args([
             "-s",
             "-o",

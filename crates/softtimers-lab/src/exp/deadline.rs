@@ -1,0 +1,219 @@
+//! Deadlines: E13 (the paper's Table XIII). Soft events every 20 µs on the saturated HTTP
+//! server, each with a deadline past its due time, enforced by each of the runtime's deadline
+//! designs in turn, against plain soft timers in the same rounds.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use softtimer_rt::DeadlineDesign;
+
+use crate::harness::{ExpOptions, RunInfo, Setup, TimerSource, Workload, interleaved, run};
+use crate::report::{Rendered, Section};
+use crate::summary::{median, median_ratio};
+use crate::targets::{TargetCheck, targets_table};
+
+/// The paper's Table XIII, beside which E13 puts its figures.
+pub const PAPER_TABLE_XIII: &str = "The paper (Table XIII, PIII-500, Flash): 1000 µs: 1 % \
+    overhead, 0 % fired; 100 µs: 1.1 %, 0.006 %; 50 µs: 1.3 %, 0.4 %; 20 µs: 2.1 %, 10 %; \
+    10 µs: 4.6 %, 26.3 %.";
+
+/// The soft events' interval, µs.
+const INTERVAL_US: u64 = 20;
+/// The deadlines measured, µs past each event's due time.
+const DEADLINES_US: [u64; 5] = [10, 20, 50, 100, 1000];
+
+/// One row of E13: one design at one deadline.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeadlineRow {
+    /// What enforces the deadlines: `watcher`, `watcher-spin` or `lazy-timerfd`.
+    pub design: DeadlineDesign,
+    /// Deadline past each event's due time, µs.
+    pub deadline_us: u64,
+    /// Throughput loss against plain soft timers (no deadlines), % (median of per-round
+    /// ratios): the cost on the loop's core, where the server is saturated.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub extra_cost_pct: f64,
+    /// Share of events the deadline service had to fire, %.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub fired_pct: f64,
+    /// CPU time of the runtime's helper threads on the loop's core (the backstop thread,
+    /// which also serves the lazy timerfd), % of the run's wall time (median of rounds).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub loop_cpu_pct: f64,
+    /// CPU time of the deadline watcher on another core, % of one core (median of rounds).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub other_cpu_pct: f64,
+    /// Events fired by the deadline service (summed over rounds).
+    pub fired_by_deadline: u64,
+    /// Events fired in all (summed over rounds).
+    pub fired: u64,
+}
+
+/// E13's result (`e13.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct E13 {
+    /// How the runs were made.
+    pub run: RunInfo,
+    /// Soft events' interval, µs.
+    pub interval_us: u64,
+    /// The runtime's default design (the one the targets are checked on).
+    pub default_design: DeadlineDesign,
+    /// Throughput with plain soft timers (no deadline), req/s (median of rounds).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub plain_rps: f64,
+    /// One row per (design, deadline).
+    pub rows: Vec<DeadlineRow>,
+    /// The targets against this run.
+    pub targets: Vec<TargetCheck>,
+}
+
+/// What one E13 run measured.
+struct Measured {
+    rate: f64,
+    fired_by_deadline: u64,
+    fired: u64,
+    loop_cpu_pct: f64,
+    other_cpu_pct: f64,
+}
+
+/// E13 (Table XIII): the cost and firing rate of each deadline design.
+pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E13> {
+    let length = options.length;
+    // `None`: plain soft timers, the reference; then every (design, deadline), interleaved.
+    let mut configs: Vec<Option<(DeadlineDesign, u64)>> = vec![None];
+    for design in DeadlineDesign::ALL {
+        configs.extend(DEADLINES_US.map(|d| Some((design, d))));
+    }
+    let base = Setup::plain(
+        Workload::HttpKeepAlive,
+        length.throughput_run(),
+        options.client,
+    )
+    .events(TimerSource::Soft, INTERVAL_US);
+    let outcomes = interleaved(
+        length.rounds(),
+        &configs,
+        progress,
+        |c| match c {
+            None => "no deadlines".into(),
+            Some((design, d)) => format!("{} {d} µs", design.name()),
+        },
+        |&config| {
+            let o = run(&Setup {
+                deadline_us: config.map(|(_, d)| d),
+                deadline_design: config.map_or(DeadlineDesign::default(), |(design, _)| design),
+                ..base.clone()
+            })?;
+            let wall = o.elapsed.as_nanos().max(1) as f64;
+            Ok(Measured {
+                rate: o.rate,
+                fired_by_deadline: o.fired_by_deadline,
+                fired: o.fired,
+                loop_cpu_pct: o.helpers.backstop_ns as f64 / wall * 100.0,
+                other_cpu_pct: o.helpers.watcher_ns as f64 / wall * 100.0,
+            })
+        },
+    )?;
+    let rates: Vec<Vec<f64>> = outcomes
+        .iter()
+        .map(|c| c.iter().map(|o| o.rate).collect())
+        .collect();
+    let rows: Vec<DeadlineRow> = configs
+        .iter()
+        .zip(&outcomes)
+        .zip(&rates)
+        .filter_map(|((c, outcome), rate)| {
+            let (design, deadline_us) = (*c)?;
+            let by_deadline: u64 = outcome.iter().map(|o| o.fired_by_deadline).sum();
+            let fired: u64 = outcome.iter().map(|o| o.fired).sum();
+            let med = |f: fn(&Measured) -> f64| median(&outcome.iter().map(f).collect::<Vec<_>>());
+            Some(DeadlineRow {
+                design,
+                deadline_us,
+                extra_cost_pct: (1.0 - median_ratio(rate, &rates[0])) * 100.0,
+                fired_pct: by_deadline as f64 / fired.max(1) as f64 * 100.0,
+                loop_cpu_pct: med(|o| o.loop_cpu_pct),
+                other_cpu_pct: med(|o| o.other_cpu_pct),
+                fired_by_deadline: by_deadline,
+                fired,
+            })
+        })
+        .collect();
+    let default_design = DeadlineDesign::default();
+    let targets = rows
+        .iter()
+        .filter(|r| r.design == default_design)
+        .filter_map(|r| {
+            let goal = match r.deadline_us {
+                50 => 1.5,
+                10 | 20 => 5.0,
+                _ => return None,
+            };
+            Some(TargetCheck::new(
+                format!(
+                    "deadlines at {} µs ({}), extra cost on the loop's core over plain soft \
+                     timers, %",
+                    r.deadline_us,
+                    r.design.name()
+                ),
+                &format!("<= {goal}"),
+                r.extra_cost_pct,
+                r.extra_cost_pct <= goal,
+            ))
+        })
+        .collect();
+    Ok(E13 {
+        run: RunInfo::new(options, length.throughput_run(), length.rounds()),
+        interval_us: INTERVAL_US,
+        default_design,
+        plain_rps: median(&rates[0]),
+        rows,
+        targets,
+    })
+}
+
+impl Section for E13 {
+    const FILE: &'static str = "e13.json";
+    fn render(&self, _dir: &Path) -> Result<Rendered> {
+        let mut md = String::from("## E13: deadlines (Table XIII)\n\n");
+        let _ = writeln!(
+            md,
+            "Soft events every {} µs on the saturated HTTP server (server on CPU {}, {} on CPU \
+             {}), each with a deadline the given time past its due time; {} round(s) of {} s, \
+             every design interleaved in each round. Extra cost is the median per-round \
+             throughput loss against plain soft timers (median throughput {:.0} req/s), i.e. \
+             the cost on the loop's core. The designs: `watcher` sleeps on another CPU until \
+             the earliest published deadline; `watcher-spin` spins there instead; \
+             `lazy-timerfd` is a one-shot kernel timer on the loop's CPU, re-armed lazily. The \
+             default is `{}`.\n",
+            self.interval_us,
+            self.run.server_cpu,
+            self.run.client_name(),
+            self.run.client_cpu,
+            self.run.rounds,
+            self.run.run_s,
+            self.plain_rps,
+            self.default_design.name(),
+        );
+        md += "| design | deadline | extra cost (%) | fired by the deadline service (%) | helper CPU on the loop's core (%) | watcher CPU on another core (%) | events fired by it / all |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        for r in &self.rows {
+            let _ = writeln!(
+                md,
+                "| {} | {} µs | {:.2} | {:.3} | {:.2} | {:.1} | {} / {} |",
+                r.design.name(),
+                r.deadline_us,
+                r.extra_cost_pct,
+                r.fired_pct,
+                r.loop_cpu_pct,
+                r.other_cpu_pct,
+                r.fired_by_deadline,
+                r.fired
+            );
+        }
+        let _ = writeln!(md, "\n{PAPER_TABLE_XIII}\n");
+        md += &targets_table(&self.targets);
+        Ok(Rendered::text(md))
+    }
+}

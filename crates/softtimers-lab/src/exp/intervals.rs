@@ -1,0 +1,547 @@
+//! How often trigger states come: E3 (the paper's Table IV and Fig. 2, intervals by
+//! workload), E4 (Fig. 3, medians over 1 ms and 10 ms windows) and E5 (Table V and Fig. 4,
+//! trigger states by source).
+//!
+//! Every run keeps a soft event pending at every trigger state, as the paper's facility had,
+//! so that a waiting server runs the idle loop instead of sleeping.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use softtimer::{Span, TriggerSource, TriggerStats};
+
+use crate::harness::{ExpOptions, RunInfo, Setup, TimerSource, Workload, run, trigger_source_name};
+use crate::plot::{LineChart, Series, line_chart};
+use crate::report::{Rendered, Section};
+use crate::summary::{median, percentile};
+use crate::targets::{TargetCheck, targets_table};
+
+/// The paper's Table IV, beside which E3 puts its figures.
+pub const PAPER_TABLE_IV: &str = "The paper (Table IV, 300 MHz PII): ST-Apache max 476, \
+    mean 31.52, median 18, stddev 32, 5.3 % > 100 µs, 0.39 % > 150 µs; ST-Apache-compute \
+    585 / 31.59 / 18 / 32.1 / 5.3 / 0.43; ST-Flash 1000 / 22.53 / 17 / 20.8 / 1.09 / 0.013; \
+    ST-nfs 910 / 2.13 / 2 / 3.3 / 0.021 / 0.011.";
+
+/// The paper's Fig. 3, beside which E4 puts its figures.
+pub const PAPER_FIG_3: &str = "The paper (Fig. 3, ST-Apache-compute, 10 s): the medians \
+    stay between about 15 and 25 µs in both window sizes, with no long stretch without \
+    trigger states.";
+
+/// The paper's Table V and Fig. 4, beside which E5 puts its figures.
+pub const PAPER_TABLE_V: &str = "The paper (Table V, ST-Apache): syscalls 47.7 %, ip-output \
+    28.8 %, ip-intr 16.5 %, tcpip-others 4.9 %, traps 2.1 %; Fig. 4: leaving out system \
+    calls or IP output moves the CDF most.";
+
+/// Points per CDF line.
+const CDF_POINTS: u32 = 400;
+/// E3's CDF axis, µs.
+const E3_CDF_MAX_US: f64 = 200.0;
+/// E5's CDF axis, µs.
+const E5_CDF_MAX_US: f64 = 40.0;
+
+/// A setup with a soft event at every trigger state.
+fn every_trigger_state(workload: Workload, options: &ExpOptions) -> Setup {
+    Setup::plain(workload, options.length.trace_run(), options.client).events(TimerSource::Soft, 0)
+}
+
+/// A trigger trace and the clock frequency its times are in.
+pub struct Trace {
+    /// (clock time, source) of each trigger state.
+    pub points: Vec<(u64, TriggerSource)>,
+    /// Ticks per second.
+    pub hz: u64,
+    /// How long the run lasted, s.
+    pub run_s: f64,
+}
+
+/// One row of E3.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct IntervalRow {
+    /// The workload.
+    pub workload: Workload,
+    /// Intervals measured.
+    pub samples: u64,
+    /// Largest, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub max_us: f64,
+    /// Mean, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub mean_us: f64,
+    /// Median, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub median_us: f64,
+    /// Standard deviation, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub stddev_us: f64,
+    /// Share above 100 µs, %.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub pct_over_100us: f64,
+    /// Share above 150 µs, %.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub pct_over_150us: f64,
+}
+
+/// E3's result (`e3.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct E3 {
+    /// How the runs were made.
+    pub run: RunInfo,
+    /// One row per workload.
+    pub rows: Vec<IntervalRow>,
+    /// The targets against this run.
+    pub targets: Vec<TargetCheck>,
+    /// The CDF of each workload's intervals (the plot).
+    pub cdf: Vec<Series>,
+}
+
+fn interval_row(workload: Workload, stats: &TriggerStats) -> IntervalRow {
+    let h = stats.trigger_intervals_ns();
+    let n = h.len().max(1) as f64;
+    let above = |us: u64| h.count_between(us * 1000 + 1, u64::MAX) as f64 / n * 100.0;
+    IntervalRow {
+        workload,
+        samples: h.len(),
+        max_us: h.max() as f64 / 1000.0,
+        mean_us: h.mean() / 1000.0,
+        median_us: h.value_at_quantile(0.5) as f64 / 1000.0,
+        stddev_us: h.stdev() / 1000.0,
+        pct_over_100us: above(100),
+        pct_over_150us: above(150),
+    }
+}
+
+fn cdf_points(stats: &TriggerStats, max_us: f64) -> Vec<(f64, f64)> {
+    let h = stats.trigger_intervals_ns();
+    (0..=CDF_POINTS)
+        .map(|i| {
+            let us = max_us * f64::from(i) / f64::from(CDF_POINTS);
+            let below = h.count_between(0, (us * 1000.0) as u64) as f64 / h.len().max(1) as f64;
+            (us, below)
+        })
+        .collect()
+}
+
+fn cdf_from_sorted(sorted: &[f64], max_us: f64) -> Vec<(f64, f64)> {
+    (0..=CDF_POINTS)
+        .map(|i| {
+            let us = max_us * f64::from(i) / f64::from(CDF_POINTS);
+            let below = sorted.partition_point(|&v| v <= us) as f64 / sorted.len().max(1) as f64;
+            (us, below)
+        })
+        .collect()
+}
+
+fn sorted_intervals_us(
+    trace: &[(u64, TriggerSource)],
+    hz: u64,
+    skip: Option<TriggerSource>,
+) -> Vec<f64> {
+    let mut out: Vec<f64> = trace
+        .iter()
+        .filter(|(_, s)| Some(*s) != skip)
+        .map(|(t, _)| *t)
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|w| Span::from_ticks(w[1].saturating_sub(w[0])).as_nanos(hz) as f64 / 1000.0)
+        .collect();
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+/// A CDF of trigger-state intervals from 0 to `x_max` µs.
+fn cdf_chart(path: &Path, title: &str, x_max: f64, series: Vec<Series>) -> Result<()> {
+    line_chart(
+        path,
+        &LineChart {
+            title,
+            x_label: "interval between trigger states (µs)",
+            y_label: "fraction of intervals ≤ x",
+            x_range: (0.0, x_max),
+            y_range: (0.0, 1.0),
+            series,
+        },
+    )
+}
+
+/// E3: each workload with statistics on; the keep-alive HTTP run also records a trace,
+/// returned for E5.
+pub fn e3(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<(E3, Trace)> {
+    let workloads = [
+        Workload::HttpKeepAlive,
+        Workload::HttpClose,
+        Workload::HttpCompute,
+        Workload::Rpc,
+    ];
+    let mut rows = Vec::new();
+    let mut cdf = Vec::new();
+    let mut trace = None;
+    for (i, &w) in workloads.iter().enumerate() {
+        progress(i as f64 / workloads.len() as f64, w.name());
+        let keep_trace = w == Workload::HttpKeepAlive;
+        let setup = Setup {
+            stats: true,
+            trace: if keep_trace {
+                options.length.trace_capacity()
+            } else {
+                0
+            },
+            ..every_trigger_state(w, options)
+        };
+        let o = run(&setup)?;
+        let stats = o.stats.context("statistics were on")?;
+        rows.push(interval_row(w, &stats));
+        cdf.push(Series {
+            label: w.name().into(),
+            points: cdf_points(&stats, E3_CDF_MAX_US),
+        });
+        if keep_trace {
+            trace = Some(Trace {
+                points: o.trace,
+                hz: o.hz,
+                run_s: setup.duration.as_secs_f64(),
+            });
+        }
+    }
+    let http = rows
+        .iter()
+        .find(|r| r.workload == Workload::HttpKeepAlive)
+        .context("the HTTP row")?;
+    let targets = vec![
+        TargetCheck::new(
+            "trigger-interval median, HTTP (keep-alive)",
+            "<= 5 µs",
+            http.median_us,
+            http.median_us <= 5.0,
+        ),
+        TargetCheck::new(
+            "share of intervals > 100 µs, HTTP (keep-alive)",
+            "<= 1 %",
+            http.pct_over_100us,
+            http.pct_over_100us <= 1.0,
+        ),
+    ];
+    let result = E3 {
+        run: RunInfo::new(options, options.length.trace_run(), 1),
+        rows,
+        targets,
+        cdf,
+    };
+    Ok((result, trace.context("the keep-alive run's trace")?))
+}
+
+impl Section for E3 {
+    const FILE: &'static str = "e3.json";
+    fn render(&self, dir: &Path) -> Result<Rendered> {
+        let plot = "e3_cdf.png";
+        cdf_chart(
+            &dir.join(plot),
+            "Trigger-state intervals (CDF), by workload",
+            E3_CDF_MAX_US,
+            self.cdf.clone(),
+        )?;
+        let mut md =
+            String::from("## E3: trigger-state intervals by workload (Table IV, Fig. 2)\n\n");
+        let _ = writeln!(
+            md,
+            "Each workload runs {} s on the server's loop (CPU {}), load from CPU {} ({}), \
+             with a soft event pending at every trigger state (as in E1, so that the idle \
+             loop runs when the server waits, as the paper's did). `http-compute` adds a \
+             compute-bound thread on the server's CPU; `udp-rpc` answers small UDP RPCs in \
+             batches of up to 32 (`recvmmsg`/`sendmmsg`), so it makes few system calls per \
+             request.\n",
+            self.run.run_s,
+            self.run.server_cpu,
+            self.run.client_cpu,
+            self.run.client_name()
+        );
+        md += "| workload | samples | max (µs) | mean (µs) | median (µs) | stddev (µs) | > 100 µs (%) | > 150 µs (%) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        for r in &self.rows {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} |",
+                r.workload.name(),
+                r.samples,
+                r.max_us,
+                r.mean_us,
+                r.median_us,
+                r.stddev_us,
+                r.pct_over_100us,
+                r.pct_over_150us
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\n{PAPER_TABLE_IV}\n\n![trigger interval CDF]({plot})\n"
+        );
+        md += &targets_table(&self.targets);
+        Ok(Rendered {
+            markdown: md,
+            plots: vec![plot.into()],
+        })
+    }
+}
+
+/// One row of E4.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WindowRow {
+    /// Window length, ms.
+    pub window_ms: u64,
+    /// Windows measured.
+    pub windows: usize,
+    /// Median of the per-window medians, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub median_of_medians_us: f64,
+    /// 99th percentile of the per-window medians, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub p99_median_us: f64,
+    /// Largest per-window median, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub max_median_us: f64,
+}
+
+/// E4's result (`e4.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct E4 {
+    /// How the run was made.
+    pub run: RunInfo,
+    /// Trigger states recorded.
+    pub trigger_states: usize,
+    /// One row per window length.
+    pub rows: Vec<WindowRow>,
+    /// (time s, median µs) of every window, one line per window length (the plot).
+    pub medians: Vec<Series>,
+}
+
+/// E4 (Fig. 3): medians of the trigger intervals over 1 ms and 10 ms windows across the
+/// compute workload's run.
+pub fn e4(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E4> {
+    let duration = options.length.timeline();
+    progress(0.0, "http-compute with a trace");
+    let setup = Setup {
+        duration,
+        trace: duration.as_secs() as usize * 600_000,
+        ..every_trigger_state(Workload::HttpCompute, options)
+    };
+    let o = run(&setup)?;
+    let trace = &o.trace;
+    let first = trace.first().map_or(0, |t| t.0);
+    let mut rows = Vec::new();
+    let mut medians = Vec::new();
+    for window_ms in [1u64, 10] {
+        let window = o.hz / 1000 * window_ms;
+        let mut points: Vec<(f64, f64)> = Vec::new();
+        let mut current: Vec<f64> = Vec::new();
+        let mut window_start = first;
+        for w in trace.windows(2) {
+            if w[1].0 >= window_start + window {
+                if !current.is_empty() {
+                    let t = (window_start - first) as f64 / o.hz as f64;
+                    points.push((t, median(&current)));
+                }
+                current.clear();
+                while w[1].0 >= window_start + window {
+                    window_start += window;
+                }
+            }
+            current.push(
+                Span::from_ticks(w[1].0.saturating_sub(w[0].0)).as_nanos(o.hz) as f64 / 1000.0,
+            );
+        }
+        let values: Vec<f64> = points.iter().map(|m| m.1).collect();
+        rows.push(WindowRow {
+            window_ms,
+            windows: values.len(),
+            median_of_medians_us: median(&values),
+            p99_median_us: percentile(&values, 99.0),
+            max_median_us: values.iter().copied().fold(0.0, f64::max),
+        });
+        medians.push(Series {
+            label: format!("{window_ms} ms windows"),
+            points,
+        });
+    }
+    Ok(E4 {
+        run: RunInfo::new(options, duration, 1),
+        trigger_states: trace.len(),
+        rows,
+        medians,
+    })
+}
+
+impl Section for E4 {
+    const FILE: &'static str = "e4.json";
+    fn render(&self, dir: &Path) -> Result<Rendered> {
+        // The axis covers the bulk (3 × the largest p99 of the medians); rare windows above
+        // it are drawn at the top edge, and the title gives the largest.
+        let y_max = self
+            .rows
+            .iter()
+            .map(|r| r.p99_median_us)
+            .filter(|v| v.is_finite())
+            .fold(1.0, f64::max)
+            * 3.0;
+        let max_median = self
+            .rows
+            .iter()
+            .map(|r| r.max_median_us)
+            .fold(0.0, f64::max);
+        let series = self
+            .medians
+            .iter()
+            .map(|s| Series {
+                label: s.label.clone(),
+                points: s.points.iter().map(|&(t, m)| (t, m.min(y_max))).collect(),
+            })
+            .collect();
+        let title = format!(
+            "Median trigger interval per window, http-compute (axis to {y_max:.1} µs; largest {max_median:.0} µs)"
+        );
+        let plot = "e4_medians.png";
+        line_chart(
+            &dir.join(plot),
+            &LineChart {
+                title: &title,
+                x_label: "time (s)",
+                y_label: "median interval in the window (µs)",
+                x_range: (0.0, self.run.run_s),
+                y_range: (0.0, y_max),
+                series,
+            },
+        )?;
+        let mut md = String::from("## E4: trigger-interval medians over time (Fig. 3)\n\n");
+        let _ = writeln!(
+            md,
+            "The `http-compute` workload for {} s ({} trigger states recorded).\n",
+            self.run.run_s, self.trigger_states
+        );
+        md += "| window | windows | median of medians (µs) | p99 of medians (µs) | max median (µs) |\n| ---: | ---: | ---: | ---: | ---: |\n";
+        for r in &self.rows {
+            let _ = writeln!(
+                md,
+                "| {} ms | {} | {:.2} | {:.2} | {:.2} |",
+                r.window_ms, r.windows, r.median_of_medians_us, r.p99_median_us, r.max_median_us
+            );
+        }
+        let _ = writeln!(md, "\n{PAPER_FIG_3}\n\n![medians]({plot})");
+        Ok(Rendered {
+            markdown: md,
+            plots: vec![plot.into()],
+        })
+    }
+}
+
+/// One row of E5.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SourceRow {
+    /// Where the trigger states came from (`syscall`, `send`, `recv`, ...).
+    #[serde(with = "trigger_source_name")]
+    pub source: TriggerSource,
+    /// Trigger states from it.
+    pub count: usize,
+    /// Their share, %.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub pct: f64,
+}
+
+/// E5's result (`e5.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct E5 {
+    /// How the run was made.
+    pub run: RunInfo,
+    /// Whether the trace is E3's keep-alive run (else E5 made its own).
+    pub from_e3: bool,
+    /// Trigger states in the trace.
+    pub samples: usize,
+    /// One row per source seen.
+    pub rows: Vec<SourceRow>,
+    /// The interval CDF with all sources and with each left out (the plot).
+    pub cdf: Vec<Series>,
+}
+
+/// E5 (Table V, Fig. 4): trigger states by source, and the interval CDF with each source
+/// left out, from the keep-alive HTTP run's trace (E3's, when `from_e3`).
+pub fn e5_from_trace(options: &ExpOptions, trace: &Trace, from_e3: bool) -> E5 {
+    let points = &trace.points;
+    let total = points.len().max(1) as f64;
+    let mut rows = Vec::new();
+    let mut cdf = vec![Series {
+        label: "all".into(),
+        points: cdf_from_sorted(&sorted_intervals_us(points, trace.hz, None), E5_CDF_MAX_US),
+    }];
+    for source in TriggerSource::ALL {
+        let count = points.iter().filter(|t| t.1 == source).count();
+        if count == 0 {
+            continue;
+        }
+        rows.push(SourceRow {
+            source,
+            count,
+            pct: count as f64 / total * 100.0,
+        });
+        cdf.push(Series {
+            label: format!("no {}", source.name()),
+            points: cdf_from_sorted(
+                &sorted_intervals_us(points, trace.hz, Some(source)),
+                E5_CDF_MAX_US,
+            ),
+        });
+    }
+    E5 {
+        run: RunInfo {
+            run_s: trace.run_s,
+            ..RunInfo::new(options, options.length.trace_run(), 1)
+        },
+        from_e3,
+        samples: points.len(),
+        rows,
+        cdf,
+    }
+}
+
+/// E5 on its own: takes the keep-alive HTTP trace itself.
+pub fn e5(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E5> {
+    progress(0.0, "http-keepalive with a trace");
+    let setup = Setup {
+        trace: options.length.trace_capacity(),
+        ..every_trigger_state(Workload::HttpKeepAlive, options)
+    };
+    let o = run(&setup)?;
+    let trace = Trace {
+        points: o.trace,
+        hz: o.hz,
+        run_s: setup.duration.as_secs_f64(),
+    };
+    Ok(e5_from_trace(options, &trace, false))
+}
+
+impl Section for E5 {
+    const FILE: &'static str = "e5.json";
+    fn render(&self, dir: &Path) -> Result<Rendered> {
+        let plot = "e5_sources.png";
+        cdf_chart(
+            &dir.join(plot),
+            "Trigger-state intervals with one source left out (http-keepalive)",
+            E5_CDF_MAX_US,
+            self.cdf.clone(),
+        )?;
+        let mut md = String::from("## E5: trigger states by source (Table V, Fig. 4)\n\n");
+        let _ = writeln!(
+            md,
+            "From {} `http-keepalive` run of {} s ({} trigger states).\n",
+            if self.from_e3 { "E3's" } else { "a" },
+            self.run.run_s,
+            self.samples
+        );
+        md += "| source | trigger states | share (%) |\n| --- | ---: | ---: |\n";
+        for r in &self.rows {
+            let _ = writeln!(md, "| {} | {} | {:.1} |", r.source.name(), r.count, r.pct);
+        }
+        let _ = writeln!(md, "\n{PAPER_TABLE_V}\n\n![sources]({plot})");
+        Ok(Rendered {
+            markdown: md,
+            plots: vec![plot.into()],
+        })
+    }
+}

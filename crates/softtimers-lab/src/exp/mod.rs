@@ -1,0 +1,267 @@
+//! The lab's steps, one module per experiment family, and the registry `lab` and `report`
+//! iterate.
+//!
+//! | module | steps | the papers' figures |
+//! | --- | --- | --- |
+//! | [`crate::info`], [`crate::bench_core`], [`crate::bench_timers`] | the clock, the facility's core operations, the cost per event on a synthetic workload | Table I |
+//! | [`cost`] | E1, E2: cost per timer event on the saturated HTTP server | Tables I–III |
+//! | [`intervals`] | E3, E4, E5: how often trigger states come, over time, by source | Table IV, V; Figs. 2–4 |
+//! | [`deadline`] | E13: the deadline backstop | Table XIII |
+//! | [`nginx`] | the HTTP server against nginx | — |
+//!
+//! A new family (pacing, polling, livelock, transport) is a module here with a result type
+//! per step that implements [`Section`] (its JSON file and how its report section is
+//! rendered from it), and a variant of [`Step`].
+
+pub mod cost;
+pub mod deadline;
+pub mod intervals;
+pub mod nginx;
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::harness::{ExpOptions, RunLength, with_progress};
+use crate::report::{Rendered, Section, render_file, save};
+use crate::{bench_core, bench_timers, info};
+
+/// One step of the lab, in the order a whole run makes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The measurement clock (`softtimers info`).
+    Info,
+    /// The facility's core operations (`softtimers bench core`).
+    BenchCore,
+    /// Cost per timer event on a synthetic workload (`softtimers bench timers`).
+    BenchTimers,
+    /// E1: cost per event, null handler (Table I).
+    E1,
+    /// E2: cost per event, synthetic handler (Tables II–III).
+    E2,
+    /// E3: trigger-state intervals by workload (Table IV, Fig. 2).
+    E3,
+    /// E4: interval medians over time (Fig. 3).
+    E4,
+    /// E5: trigger states by source (Table V, Fig. 4).
+    E5,
+    /// E13: the deadline backstop (Table XIII).
+    E13,
+    /// The HTTP server against nginx.
+    Nginx,
+}
+
+/// What one step hands to a later one in the same run: E3's keep-alive trace, which E5
+/// reads instead of making its own.
+#[derive(Default)]
+pub struct Carry {
+    /// E3's trace.
+    pub trace: Option<intervals::Trace>,
+}
+
+/// Time a server run takes beyond its load (start, connect, stop, join).
+const RUN_OVERHEAD: Duration = Duration::from_millis(150);
+
+/// About how long one `bench timers` run (100,000 chunks) takes.
+const TIMERS_RUN: Duration = Duration::from_millis(400);
+/// `bench timers`' configurations per round at intervals 10, 20 and 50 µs.
+const TIMERS_CONFIGS: usize = 11;
+
+fn runs(n: usize, each: Duration) -> Duration {
+    (each + RUN_OVERHEAD) * n as u32
+}
+
+impl Step {
+    /// Every step, in order.
+    pub const ALL: [Step; 10] = [
+        Step::Info,
+        Step::BenchCore,
+        Step::BenchTimers,
+        Step::E1,
+        Step::E2,
+        Step::E3,
+        Step::E4,
+        Step::E5,
+        Step::E13,
+        Step::Nginx,
+    ];
+
+    /// The short name on its progress bar.
+    pub fn label(self) -> &'static str {
+        match self {
+            Step::Info => "info",
+            Step::BenchCore => "bench core",
+            Step::BenchTimers => "bench timers",
+            Step::E1 => "E1",
+            Step::E2 => "E2",
+            Step::E3 => "E3",
+            Step::E4 => "E4",
+            Step::E5 => "E5",
+            Step::E13 => "E13",
+            Step::Nginx => "nginx",
+        }
+    }
+
+    /// What it does, in a line.
+    pub fn title(self) -> &'static str {
+        match self {
+            Step::Info => "info: clock source and read cost",
+            Step::BenchCore => "bench core: the facility against BinaryHeap, BTreeMap, DelayQueue",
+            Step::BenchTimers => {
+                "bench timers: cost per event of soft timers, timerfd and timer signals"
+            }
+            Step::E1 => "E1: cost per event on the HTTP server, null handler (Table I)",
+            Step::E2 => "E2: cost per event, synthetic handler (Tables II-III)",
+            Step::E3 => "E3: trigger-state intervals by workload (Table IV, Fig. 2)",
+            Step::E4 => "E4: interval medians over time (Fig. 3)",
+            Step::E5 => "E5: trigger states by source (Table V, Fig. 4)",
+            Step::E13 => "E13: the deadline backstop (Table XIII)",
+            Step::Nginx => "the HTTP server against nginx with one worker",
+        }
+    }
+
+    /// Its JSON file in the output directory.
+    pub fn file(self) -> &'static str {
+        match self {
+            Step::Info => info::Info::FILE,
+            Step::BenchCore => bench_core::CoreReport::FILE,
+            Step::BenchTimers => bench_timers::TimersReport::FILE,
+            Step::E1 => cost::E1::FILE,
+            Step::E2 => cost::E2::FILE,
+            Step::E3 => intervals::E3::FILE,
+            Step::E4 => intervals::E4::FILE,
+            Step::E5 => intervals::E5::FILE,
+            Step::E13 => deadline::E13::FILE,
+            Step::Nginx => nginx::Nginx::FILE,
+        }
+    }
+
+    /// How long it is expected to take (`after_e3`: E3 ran before it in the same run, so E5
+    /// has its trace). An estimate for the progress line, not a limit.
+    pub fn expected(self, length: RunLength, after_e3: bool) -> Duration {
+        let throughput = length.throughput_run();
+        let rounds = length.rounds();
+        match self {
+            Step::Info => Duration::from_secs(1),
+            Step::BenchCore => Duration::from_secs(if length.quick { 8 } else { 90 }),
+            Step::BenchTimers => {
+                TIMERS_RUN * (length.timers_rounds() * TIMERS_CONFIGS) as u32
+                    + length.backstop_compute()
+                    + Duration::from_secs(1)
+            }
+            Step::E1 | Step::E2 => runs(rounds * 7, throughput),
+            Step::E3 => runs(4, length.trace_run()),
+            Step::E4 => runs(1, length.timeline()) + Duration::from_millis(500),
+            Step::E5 if after_e3 => Duration::from_millis(500),
+            Step::E5 => runs(1, length.trace_run()),
+            Step::E13 => runs(rounds * 6, throughput),
+            Step::Nginx => runs(rounds * 2, throughput) + Duration::from_millis(500),
+        }
+    }
+
+    /// Whether a failure of this step in a whole lab run is reported in its section rather
+    /// than ending the run (the nginx comparison: nginx is not the lab's dependency).
+    pub fn optional(self) -> bool {
+        self == Step::Nginx
+    }
+
+    /// Records `error` as this step's result, for an [`optional`](Self::optional) step.
+    pub fn save_failure(self, dir: &Path, error: &anyhow::Error) -> Result<()> {
+        match self {
+            Step::Nginx => save(dir, &nginx::Nginx::failed(error)),
+            _ => Err(anyhow::anyhow!("{}: {error:#}", self.label())),
+        }
+    }
+
+    /// Runs the step and writes its JSON into `options.out`. `progress` is told the fraction
+    /// done and what it is doing.
+    pub fn run(
+        self,
+        options: &ExpOptions,
+        carry: &mut Carry,
+        progress: &mut dyn FnMut(f64, &str),
+    ) -> Result<()> {
+        let out = &options.out;
+        let length = options.length;
+        match self {
+            Step::Info => {
+                progress(0.0, "clock reads");
+                save(out, &info::run())
+            }
+            Step::BenchCore => {
+                let config = bench_core::CoreBenchConfig::new(length.quick);
+                save(out, &bench_core::run(&config, progress))
+            }
+            Step::BenchTimers => {
+                let config = bench_timers::TimersConfig::new(length.quick, vec![10, 20, 50])?;
+                save(out, &bench_timers::run(&config, progress)?)
+            }
+            Step::E1 => save(out, &cost::e1(options, progress)?),
+            Step::E2 => save(out, &cost::e2(options, progress)?),
+            Step::E3 => {
+                let (result, trace) = intervals::e3(options, progress)?;
+                carry.trace = Some(trace);
+                save(out, &result)
+            }
+            Step::E4 => save(out, &intervals::e4(options, progress)?),
+            Step::E5 => {
+                let result = match &carry.trace {
+                    Some(trace) => intervals::e5_from_trace(options, trace, true),
+                    None => intervals::e5(options, progress)?,
+                };
+                save(out, &result)
+            }
+            Step::E13 => save(out, &deadline::e13(options, progress)?),
+            Step::Nginx => save(out, &nginx::compare(options, progress)?),
+        }
+    }
+
+    /// Runs the step with a progress bar of its own.
+    pub fn run_with_progress(self, options: &ExpOptions, carry: &mut Carry) -> Result<()> {
+        with_progress(self.label(), |p| self.run(options, carry, p))
+    }
+
+    /// Renders its report section from its JSON in `dir`; `None` where the JSON is missing.
+    pub fn render(self, dir: &Path) -> Option<Result<Rendered>> {
+        match self {
+            Step::Info => render_file::<info::Info>(dir),
+            Step::BenchCore => render_file::<bench_core::CoreReport>(dir),
+            Step::BenchTimers => render_file::<bench_timers::TimersReport>(dir),
+            Step::E1 => render_file::<cost::E1>(dir),
+            Step::E2 => render_file::<cost::E2>(dir),
+            Step::E3 => render_file::<intervals::E3>(dir),
+            Step::E4 => render_file::<intervals::E4>(dir),
+            Step::E5 => render_file::<intervals::E5>(dir),
+            Step::E13 => render_file::<deadline::E13>(dir),
+            Step::Nginx => render_file::<nginx::Nginx>(dir),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_step_has_its_own_file_and_an_estimate() {
+        let mut files: Vec<&str> = Step::ALL.iter().map(|s| s.file()).collect();
+        files.sort_unstable();
+        files.dedup();
+        assert_eq!(files.len(), Step::ALL.len());
+        for quick in [true, false] {
+            for s in Step::ALL {
+                assert!(s.expected(RunLength::new(quick), false) > Duration::ZERO);
+            }
+        }
+        let quick: Duration = Step::ALL
+            .iter()
+            .map(|s| s.expected(RunLength::new(true), true))
+            .sum();
+        let full: Duration = Step::ALL
+            .iter()
+            .map(|s| s.expected(RunLength::new(false), true))
+            .sum();
+        assert!(quick < full / 5, "quick {quick:?}, full {full:?}");
+    }
+}
