@@ -70,6 +70,8 @@ pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static
     signal_timer: Option<ThreadSignalTimer>,
     backstop: Option<Helper>,
     watcher: Option<Helper>,
+    /// Time spent spinning in the idle policy (see [`Counters::idle_spin_ns`]).
+    idle_spin: Span,
     /// A loop belongs to the thread that made it (its timer signal is addressed to that
     /// thread), so it is neither `Send` nor `Sync`.
     _thread_bound: PhantomData<*const ()>,
@@ -252,6 +254,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             signal_timer,
             backstop,
             watcher,
+            idle_spin: Span::ZERO,
             _thread_bound: PhantomData,
         })
     }
@@ -289,7 +292,9 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
 
     /// A snapshot of the runtime's counters.
     pub fn counters(&self) -> Counters {
-        self.core.shared.counters()
+        let mut counters = self.core.shared.counters();
+        counters.idle_spin_ns = self.core.shared.clock.duration(self.idle_spin).as_nanos() as u64;
+        counters
     }
 
     /// Trigger-state statistics of the loop thread, with the facility's firing delays merged
@@ -419,6 +424,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 self.core.trigger(TriggerSource::Idle);
             }
             IdleAction::Spin { until } => {
+                let start = now;
                 while now < until {
                     if self.core.trigger(TriggerSource::Idle) > 0
                         || self.core.stop.flag.load(Ordering::Relaxed)
@@ -428,6 +434,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                     std::hint::spin_loop();
                     now = clock.now_unordered();
                 }
+                self.idle_spin += now.saturating_since(start);
             }
             IdleAction::Block { timeout } => {
                 self.wait(timeout.map(|t| clock.duration(t)))?;

@@ -54,6 +54,9 @@ pub struct Counters {
     pub signal_busy: u64,
     /// Handler panics caught on a helper thread.
     pub handler_panics: u64,
+    /// Time the loop thread spent spinning in its idle policy (waiting for a due time with
+    /// nothing ready), ns: CPU time that is waiting, not work.
+    pub idle_spin_ns: u64,
 }
 
 impl Counters {

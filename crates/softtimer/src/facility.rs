@@ -306,8 +306,13 @@ impl<E, C: Clock> SoftTimers<E, C> {
         if node.generation != id.generation || node.payload.is_none() {
             return None;
         }
-        // `next_check` stays a valid lower bound; a trigger that finds nothing due refreshes it.
-        Some(self.take(id.index))
+        let event = self.take(id.index);
+        // `next_check` stays a valid lower bound while events remain (a trigger that finds
+        // nothing due refreshes it); with none left there is nothing to check for.
+        if self.due.len() == 0 {
+            self.next_check = u64::MAX;
+        }
+        Some(event)
     }
 
     /// Whether `id` names a pending event.
@@ -522,8 +527,9 @@ impl<E, C: Clock> SoftTimers<E, C> {
 
     #[inline(always)]
     fn due_time(&self, now: Instant, t: Span) -> Result<u64, ScheduleError> {
-        now.ticks()
-            .wrapping_sub(self.epoch)
+        // A `now` from before the facility was built counts as its first tick, as it does
+        // when firing.
+        self.facility_time(now)
             .checked_add(t.ticks())
             .and_then(|x| x.checked_add(1))
             .filter(|&x| x != u64::MAX)

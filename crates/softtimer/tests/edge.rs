@@ -575,6 +575,36 @@ fn a_clock_value_from_before_the_facility_fires_nothing() {
     }
 }
 
+/// Scheduling from a clock value read before the facility was built counts from the
+/// facility's first tick, as firing does: no overflow error, and the event fires on time.
+#[test]
+fn scheduling_from_a_clock_value_before_the_facility_counts_from_its_start() {
+    for start in [1_000, 3, u64::MAX - 2] {
+        let clock = SimClock::starting_at(start, HZ);
+        let mut timers = SoftTimers::new(clock.clone()).unwrap();
+        let before = clock_instant(&clock) - sp(5);
+        timers.schedule_from(before, sp(10), 'a').unwrap();
+        clock.advance(10);
+        assert_eq!(fire_all(&mut timers), Vec::<char>::new());
+        clock.advance(1);
+        assert_eq!(fire_all(&mut timers), ['a']);
+    }
+}
+
+/// With its last event cancelled, the facility has nothing to check for.
+#[test]
+fn next_trigger_time_is_none_after_the_last_cancel() {
+    let (_clock, mut timers) = facility::<u32>(1_000);
+    let a = timers.schedule_soft_event(sp(50), 1).unwrap();
+    let b = timers.schedule_soft_event(sp(5_000_000), 2).unwrap();
+    assert!(timers.next_trigger_time().is_some());
+    timers.cancel(a).unwrap();
+    assert!(timers.next_trigger_time().is_some(), "one event is left");
+    timers.cancel(b).unwrap();
+    assert_eq!(timers.next_trigger_time(), None);
+    assert_eq!(timers.next_expiry(), None);
+}
+
 /// The narrowest and the widest slots still fire every event at exactly its tick.
 #[test]
 fn extreme_slot_widths_fire_at_the_exact_tick() {

@@ -20,7 +20,9 @@ use softtimer::{Clock, Fired, SoftTimers, Span};
 use softtimer_rt::{EventLoop, Interest, LoopConfig, SpinWindow};
 
 use crate::exp::cost::PAPER_TABLE_I;
-use crate::harness::{RunLength, TimerSource, interleaved, interval_label, pin_to_last_cpu};
+use crate::harness::{
+    RunLength, TimerSource, interleaved, interval_label, pin_to_last_cpu, thread_cpu_ns,
+};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, paired_ratios, percentile, range};
 use crate::targets::{TargetCheck, soft_vs_hardware_targets, targets_table};
@@ -480,7 +482,9 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         rows.push(TimerRow {
             source,
             interval_us: us,
-            events_asked_per_s: if us == 0 {
+            events_asked_per_s: if !source.has_events() {
+                0.0
+            } else if us == 0 {
                 trigger_states_per_s
             } else {
                 1e6 / us as f64
@@ -525,11 +529,6 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         backstop_wakeups_per_s,
         idle_policy,
     })
-}
-
-fn thread_cpu_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Stops `ev` after `time`, from another thread.
@@ -753,17 +752,26 @@ pub fn to_markdown(report: &TimersReport) -> String {
     );
     for r in &report.rows {
         let interval = interval_label(r.source, r.interval_us);
+        let (delivered, per_event) = if r.events_asked_per_s > 0.0 {
+            (
+                format!(
+                    "{:.1}",
+                    r.events_delivered_per_s / r.events_asked_per_s * 100.0
+                ),
+                format!("{:.3}", r.cost_per_event_us),
+            )
+        } else {
+            ("—".to_string(), "—".to_string())
+        };
         let _ = writeln!(
             out,
-            "| {} | {interval} | {:.0} | {:.0} | {:.1} | {:.2} [{:.2}, {:.2}] | {:.3} | {:.3} [{:.3}, {:.3}] |",
+            "| {} | {interval} | {:.0} | {:.0} | {delivered} | {:.2} [{:.2}, {:.2}] | {per_event} | {:.3} [{:.3}, {:.3}] |",
             r.source.name(),
             r.events_asked_per_s,
             r.events_delivered_per_s,
-            r.events_delivered_per_s / r.events_asked_per_s * 100.0,
             r.slowdown_pct,
             r.slowdown_range_pct.0,
             r.slowdown_range_pct.1,
-            r.cost_per_event_us,
             r.median_run_s,
             r.run_range_s.0,
             r.run_range_s.1,

@@ -98,7 +98,13 @@ impl RunLength {
 }
 
 // ---------------------------------------------------------------------------------------
-// Pinning
+// Pinning and CPU time
+
+/// CPU time the calling thread has used, ns.
+pub fn thread_cpu_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// The calling thread pinned to one CPU until this is dropped, when its previous affinity
 /// comes back (so that a benchmark does not leave the rest of the process on one CPU).
@@ -469,6 +475,10 @@ pub struct Outcome {
     pub signal_busy: u64,
     /// CPU time of the loop's helper threads (backstop, deadline watcher).
     pub helpers: HelperCpu,
+    /// CPU time of the server's loop thread while it served, ns.
+    pub loop_thread_ns: u64,
+    /// Time the loop thread spent spinning idle (waiting, not working), ns.
+    pub loop_idle_spin_ns: u64,
     /// How long the load ran.
     pub elapsed: Duration,
     /// Trigger statistics, if asked for.
@@ -484,6 +494,8 @@ struct ServerSide {
     fired_by_deadline: u64,
     signal_busy: u64,
     helpers: HelperCpu,
+    loop_thread_ns: u64,
+    loop_idle_spin_ns: u64,
     stats: Option<TriggerStats>,
     trace: Vec<(u64, TriggerSource)>,
 }
@@ -673,10 +685,12 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
             ready_tx
                 .send((addr, ev.stop_handle()))
                 .map_err(|_| anyhow!("the experiment went away"))?;
+            let cpu_before = thread_cpu_ns();
             ev.run(|cx, ready| match &mut server {
                 Server::Http(h) => h.on_ready(cx, ready),
                 Server::Rpc(r) => r.on_ready(cx, ready),
             })?;
+            let loop_thread_ns = thread_cpu_ns().saturating_sub(cpu_before);
             let helpers = ev.stop_helpers();
             let counters = ev.counters();
             Ok(ServerSide {
@@ -684,6 +698,8 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
                 fired_by_deadline: counters.fired(TriggerSource::Deadline),
                 signal_busy: counters.signal_busy,
                 helpers,
+                loop_thread_ns,
+                loop_idle_spin_ns: counters.idle_spin_ns,
                 stats: ev.stats(),
                 trace: ev.trace().iter().map(|&(t, s)| (t.ticks(), s)).collect(),
             })
@@ -733,6 +749,8 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
         fired: side.fired,
         signal_busy: side.signal_busy,
         helpers: side.helpers,
+        loop_thread_ns: side.loop_thread_ns,
+        loop_idle_spin_ns: side.loop_idle_spin_ns,
         elapsed,
         stats: side.stats,
         trace: side.trace,

@@ -11,7 +11,7 @@ use softtimer_rt::DeadlineDesign;
 
 use crate::harness::{ExpOptions, RunInfo, Setup, TimerSource, Workload, interleaved, run};
 use crate::report::{Rendered, Section};
-use crate::summary::{median, median_ratio};
+use crate::summary::{median, median_ratio, paired_ratios, range};
 use crate::targets::{TargetCheck, targets_table};
 
 /// The paper's Table XIII, beside which E13 puts its figures.
@@ -31,10 +31,22 @@ pub struct DeadlineRow {
     pub design: DeadlineDesign,
     /// Deadline past each event's due time, µs.
     pub deadline_us: u64,
-    /// Throughput loss against plain soft timers (no deadlines), % (median of per-round
-    /// ratios): the cost on the loop's core, where the server is saturated.
+    /// The deadline service's extra cost on the loop's core: busy CPU time there per response
+    /// (the loop thread and the helper threads that run there, less the loop's idle spinning,
+    /// which is waiting for work), against plain soft timers, % (median of per-round ratios).
+    /// With the load generator on another machine, as in the paper, this is the saturated
+    /// server's throughput loss; here the generator shares the machine, so the throughput loss
+    /// is reported apart.
     #[serde(deserialize_with = "crate::summary::num")]
     pub extra_cost_pct: f64,
+    /// The smallest and largest per-round ratio behind `extra_cost_pct`, %.
+    #[serde(default, deserialize_with = "crate::summary::num_pair")]
+    pub extra_cost_range_pct: (f64, f64),
+    /// Throughput loss against plain soft timers, % (median of per-round ratios). On this
+    /// two-core machine it also carries what a watcher on the load generator's core takes
+    /// from the load generator.
+    #[serde(default, deserialize_with = "crate::summary::num")]
+    pub throughput_loss_pct: f64,
     /// Share of events the deadline service had to fire, %.
     #[serde(deserialize_with = "crate::summary::num")]
     pub fired_pct: f64,
@@ -72,6 +84,8 @@ pub struct E13 {
 /// What one E13 run measured.
 struct Measured {
     rate: f64,
+    /// CPU ns on the loop's core per response.
+    loop_core_ns_per_response: f64,
     fired_by_deadline: u64,
     fired: u64,
     loop_cpu_pct: f64,
@@ -107,8 +121,13 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                 ..base.clone()
             })?;
             let wall = o.elapsed.as_nanos().max(1) as f64;
+            let responses = (o.rate * o.elapsed.as_secs_f64()).max(1.0);
             Ok(Measured {
                 rate: o.rate,
+                loop_core_ns_per_response: (o.loop_thread_ns + o.helpers.backstop_ns)
+                    .saturating_sub(o.loop_idle_spin_ns)
+                    as f64
+                    / responses,
                 fired_by_deadline: o.fired_by_deadline,
                 fired: o.fired,
                 loop_cpu_pct: o.helpers.backstop_ns as f64 / wall * 100.0,
@@ -120,11 +139,16 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         .iter()
         .map(|c| c.iter().map(|o| o.rate).collect())
         .collect();
+    let loop_core: Vec<Vec<f64>> = outcomes
+        .iter()
+        .map(|c| c.iter().map(|o| o.loop_core_ns_per_response).collect())
+        .collect();
     let rows: Vec<DeadlineRow> = configs
         .iter()
         .zip(&outcomes)
         .zip(&rates)
-        .filter_map(|((c, outcome), rate)| {
+        .zip(&loop_core)
+        .filter_map(|(((c, outcome), rate), core)| {
             let (design, deadline_us) = (*c)?;
             let by_deadline: u64 = outcome.iter().map(|o| o.fired_by_deadline).sum();
             let fired: u64 = outcome.iter().map(|o| o.fired).sum();
@@ -132,7 +156,12 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             Some(DeadlineRow {
                 design,
                 deadline_us,
-                extra_cost_pct: (1.0 - median_ratio(rate, &rates[0])) * 100.0,
+                extra_cost_pct: (median_ratio(core, &loop_core[0]) - 1.0) * 100.0,
+                throughput_loss_pct: (1.0 - median_ratio(rate, &rates[0])) * 100.0,
+                extra_cost_range_pct: {
+                    let (lo, hi) = range(&paired_ratios(core, &loop_core[0]));
+                    ((lo - 1.0) * 100.0, (hi - 1.0) * 100.0)
+                },
                 fired_pct: by_deadline as f64 / fired.max(1) as f64 * 100.0,
                 loop_cpu_pct: med(|o| o.loop_cpu_pct),
                 other_cpu_pct: med(|o| o.other_cpu_pct),
@@ -142,28 +171,36 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         })
         .collect();
     let default_design = DeadlineDesign::default();
-    let targets = rows
-        .iter()
-        .filter(|r| r.design == default_design)
-        .filter_map(|r| {
-            let goal = match r.deadline_us {
-                50 => 1.5,
-                10 | 20 => 5.0,
-                _ => return None,
-            };
-            Some(TargetCheck::new(
-                format!(
-                    "deadlines at {} µs ({}), extra cost on the loop's core over plain soft \
-                     timers, %",
-                    r.deadline_us,
-                    r.design.name()
-                ),
-                &format!("<= {goal}"),
-                r.extra_cost_pct,
-                r.extra_cost_pct <= goal,
-            ))
-        })
-        .collect();
+    // The target is the cost on the loop's core; the throughput loss is checked against the
+    // same goal too, and on this two-core machine it carries the load generator's loss of CPU
+    // to a watcher on its core.
+    let mut targets = Vec::new();
+    for r in rows.iter().filter(|r| r.design == default_design) {
+        let goal = match r.deadline_us {
+            50 => 1.5,
+            10 | 20 => 5.0,
+            _ => continue,
+        };
+        let name = |what: &str| {
+            format!(
+                "deadlines at {} µs ({}), {what} over plain soft timers, %",
+                r.deadline_us,
+                r.design.name()
+            )
+        };
+        targets.push(TargetCheck::new(
+            name("extra busy CPU per response on the loop's core"),
+            &format!("<= {goal}"),
+            r.extra_cost_pct,
+            r.extra_cost_pct <= goal,
+        ));
+        targets.push(TargetCheck::new(
+            name("throughput loss (load generator on the watcher's core)"),
+            &format!("<= {goal}"),
+            r.throughput_loss_pct,
+            r.throughput_loss_pct <= goal,
+        ));
+    }
     Ok(E13 {
         run: RunInfo::new(options, length.throughput_run(), length.rounds()),
         interval_us: INTERVAL_US,
@@ -182,9 +219,13 @@ impl Section for E13 {
             md,
             "Soft events every {} µs on the saturated HTTP server (server on CPU {}, {} on CPU \
              {}), each with a deadline the given time past its due time; {} round(s) of {} s, \
-             every design interleaved in each round. Extra cost is the median per-round \
-             throughput loss against plain soft timers (median throughput {:.0} req/s), i.e. \
-             the cost on the loop's core. The designs: `watcher` sleeps on another CPU until \
+             every design interleaved in each round. Extra cost is the busy CPU time on the \
+             loop's core (loop and backstop threads, less the loop's idle spinning) per \
+             response, against plain soft timers (median of per-round ratios, range in \
+             brackets): what the paper's throughput loss measured, with its clients on other \
+             machines. Throughput loss (plain soft timers: {:.0} req/s) also carries what a \
+             watcher on the load generator's core takes from the load generator, on this \
+             two-core machine. The designs: `watcher` sleeps on another CPU until \
              the earliest published deadline; `watcher-spin` spins there instead; \
              `lazy-timerfd` is a one-shot kernel timer on the loop's CPU, re-armed lazily. The \
              default is `{}`.\n",
@@ -197,14 +238,17 @@ impl Section for E13 {
             self.plain_rps,
             self.default_design.name(),
         );
-        md += "| design | deadline | extra cost (%) | fired by the deadline service (%) | helper CPU on the loop's core (%) | watcher CPU on another core (%) | events fired by it / all |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "| design | deadline | extra cost on the loop's core (%) [range] | throughput loss (%) | fired by the deadline service (%) | helper CPU on the loop's core (%) | watcher CPU on another core (%) | events fired by it / all |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         for r in &self.rows {
             let _ = writeln!(
                 md,
-                "| {} | {} µs | {:.2} | {:.3} | {:.2} | {:.1} | {} / {} |",
+                "| {} | {} µs | {:.2} [{:.1}, {:.1}] | {:.2} | {:.3} | {:.2} | {:.1} | {} / {} |",
                 r.design.name(),
                 r.deadline_us,
                 r.extra_cost_pct,
+                r.extra_cost_range_pct.0,
+                r.extra_cost_range_pct.1,
+                r.throughput_loss_pct,
                 r.fired_pct,
                 r.loop_cpu_pct,
                 r.other_cpu_pct,
