@@ -15,25 +15,37 @@ use crate::exp::{Carry, Step};
 use crate::harness::{Client, ExpOptions, RunLength, check_client, human_duration, progress_bar};
 use crate::report::{TITLE, assemble, write_report};
 
-/// Which experiments a lab run does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// Which steps a lab run makes: all of them, or one (`softtimers lab e13`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Which {
-    /// Everything: info, bench core, bench timers, E1–E5, E13, nginx.
+    /// Every step, in order.
     All,
-    /// E1 (Table I): cost per event, null handler, on the HTTP server.
-    E1,
-    /// E2 (Tables II–III): cost per event, synthetic handler.
-    E2,
-    /// E3 (Table IV, Fig. 2): trigger-state intervals by workload.
-    E3,
-    /// E4 (Fig. 3): interval medians over 1 ms and 10 ms windows.
-    E4,
-    /// E5 (Table V, Fig. 4): trigger states by source.
-    E5,
-    /// E13 (Table XIII): the deadline backstop.
-    E13,
-    /// The HTTP server against nginx with one worker (skipped where nginx is not installed).
-    Nginx,
+    /// One step.
+    One(Step),
+}
+
+/// Every value `softtimers lab` takes: `all`, then each step by its name.
+static WHICH: [Which; Step::ALL.len() + 1] = {
+    let mut all = [Which::All; Step::ALL.len() + 1];
+    let mut i = 0;
+    while i < Step::ALL.len() {
+        all[i + 1] = Which::One(Step::ALL[i]);
+        i += 1;
+    }
+    all
+};
+
+impl clap::ValueEnum for Which {
+    fn value_variants<'a>() -> &'a [Self] {
+        &WHICH
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(match self {
+            Which::All => clap::builder::PossibleValue::new("all").help("Every step, in order"),
+            Which::One(step) => clap::builder::PossibleValue::new(step.name()).help(step.title()),
+        })
+    }
 }
 
 impl Which {
@@ -41,26 +53,14 @@ impl Which {
     pub fn steps(self) -> Vec<Step> {
         match self {
             Which::All => Step::ALL.to_vec(),
-            Which::E1 => vec![Step::E1],
-            Which::E2 => vec![Step::E2],
-            Which::E3 => vec![Step::E3],
-            Which::E4 => vec![Step::E4],
-            Which::E5 => vec![Step::E5],
-            Which::E13 => vec![Step::E13],
-            Which::Nginx => vec![Step::Nginx],
+            Which::One(step) => vec![step],
         }
     }
 
     fn arg(self) -> Option<&'static str> {
         match self {
             Which::All => None,
-            Which::E1 => Some("e1"),
-            Which::E2 => Some("e2"),
-            Which::E3 => Some("e3"),
-            Which::E4 => Some("e4"),
-            Which::E5 => Some("e5"),
-            Which::E13 => Some("e13"),
-            Which::Nginx => Some("nginx"),
+            Which::One(step) => Some(step.name()),
         }
     }
 }

@@ -87,6 +87,22 @@ impl Step {
         Step::Nginx,
     ];
 
+    /// Its name on the command line (`softtimers lab NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Info => "info",
+            Step::BenchCore => "bench-core",
+            Step::BenchTimers => "bench-timers",
+            Step::E1 => "e1",
+            Step::E2 => "e2",
+            Step::E3 => "e3",
+            Step::E4 => "e4",
+            Step::E5 => "e5",
+            Step::E13 => "e13",
+            Step::Nginx => "nginx",
+        }
+    }
+
     /// The short name on its progress bar.
     pub fn label(self) -> &'static str {
         match self {
