@@ -208,6 +208,10 @@ fn watch_spinning<E, C: Clock>(shared: &Shared<E, C>, stop: &AtomicBool) {
     }
 }
 
+/// `sleeping_until` of a watcher that is not sleeping: lower than any deadline, so the loop
+/// never nudges it.
+pub(crate) const AWAKE: u64 = 0;
+
 fn watch_sleeping<E, C: Clock>(shared: &Shared<E, C>, stop: &OwnedFd) {
     let DeadlineService::Watcher(link) = &shared.deadlines else {
         return;
@@ -240,7 +244,9 @@ fn watch_sleeping<E, C: Clock>(shared: &Shared<E, C>, stop: &OwnedFd) {
             rustix::buffer::spare_capacity(&mut events),
             timeout.as_ref(),
         );
-        link.sleeping_until.store(u64::MAX, Ordering::SeqCst);
+        // Awake: it looks at the deadline again before it sleeps, so no nudge is needed
+        // (and one now would be a wasted system call on the loop's core).
+        link.sleeping_until.store(AWAKE, Ordering::SeqCst);
         shared.deadline_wakeups.fetch_add(1, Ordering::Relaxed);
         match woke {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}

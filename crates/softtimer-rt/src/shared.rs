@@ -114,7 +114,8 @@ impl Gate {
 pub(crate) struct WatcherLink {
     /// Earliest pending deadline, relative to the gate's epoch; `u64::MAX`: none.
     pub deadline: AtomicU64,
-    /// What the watcher sleeps until (relative); `u64::MAX`: not sleeping on a deadline.
+    /// What the watcher sleeps until (relative); `u64::MAX`: sleeping with no deadline;
+    /// [`AWAKE`](crate::backstop::AWAKE): not sleeping (it will look before it sleeps).
     pub sleeping_until: AtomicU64,
     pub wake: OwnedFd,
     pub spin: bool,
@@ -182,7 +183,7 @@ impl<E, C: Clock> Shared<E, C> {
             Some(DeadlineDesign::LazyTimerfd) => DeadlineService::LazyTimerfd(timerfd()?),
             Some(design) => DeadlineService::Watcher(WatcherLink {
                 deadline: AtomicU64::new(u64::MAX),
-                sleeping_until: AtomicU64::new(u64::MAX),
+                sleeping_until: AtomicU64::new(crate::backstop::AWAKE),
                 wake: eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
                     .map_err(|e| RtError::from(("eventfd", e)))?,
                 spin: design == DeadlineDesign::WatcherSpin,
@@ -341,9 +342,24 @@ impl<E, C: Clock> Shared<E, C> {
                 // one of the two sides sees the other's store, so a new earlier deadline is
                 // never missed by a watcher about to sleep.
                 link.deadline.store(rel, Ordering::SeqCst);
-                if !link.spin && rel < link.sleeping_until.load(Ordering::SeqCst) {
-                    let _ = rustix::io::write(&link.wake, &1u64.to_ne_bytes());
-                    locked.counters.watcher_nudges += 1;
+                // Nudge a watcher sleeping past the new deadline, and mark it awake as we do,
+                // so that the deadlines published before it has run again do not nudge it
+                // again (on a busy machine that can be many).
+                let mut seen = link.sleeping_until.load(Ordering::SeqCst);
+                while !link.spin && rel < seen {
+                    match link.sleeping_until.compare_exchange(
+                        seen,
+                        crate::backstop::AWAKE,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    ) {
+                        Ok(_) => {
+                            let _ = rustix::io::write(&link.wake, &1u64.to_ne_bytes());
+                            locked.counters.watcher_nudges += 1;
+                            break;
+                        }
+                        Err(current) => seen = current,
+                    }
                 }
             }
         }

@@ -13,6 +13,9 @@
 //! * `softtimers lab [e1|e2|e3|e4|e5|e13|nginx]`: everything above plus the papers'
 //!   experiments on the HTTP and UDP RPC workloads, and the HTTP server against nginx; each
 //!   step writes `DIR/<step>.json`, and `DIR/report.md` with its plots is rendered from it;
+//! * `softtimers pace` and `softtimers sink`: a paced UDP sender (soft timers, timerfd, a timer
+//!   signal, spinning or no pacing) and a receiver that measures any sender's spacing with
+//!   kernel timestamps, built on `softtimer-net`;
 //! * `softtimers report DIR`: renders `DIR/report.md` and the plots again from the JSON
 //!   files in `DIR`, running nothing.
 //!
@@ -26,6 +29,7 @@
 //! | [`lab`] | `softtimers lab`: the steps in order, the overall progress line |
 //! | [`bench_core`], [`bench_timers`], [`info`] | `softtimers bench core`, `bench timers`, `info` (also lab steps) |
 //! | [`baselines`] | the timer queues `bench core` compares the facility with |
+//! | [`pace`] | `softtimers pace` and `softtimers sink` |
 //! | [`http`], [`rpc`] | the workloads: HTTP server and load generator, UDP RPC server and client |
 //! | [`targets`], [`summary`] | target checks; medians, percentiles, per-round ratios |
 //! | [`plot`], [`tools`], [`alloc_count`] | PNG line charts; finding curl, wrk, nginx on `PATH`; the counting allocator |
@@ -43,6 +47,7 @@ pub mod harness;
 pub mod http;
 pub mod info;
 pub mod lab;
+pub mod pace;
 pub mod plot;
 pub mod report;
 pub mod rpc;

@@ -4,8 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use softtimer_net::Rate;
 use softtimers_lab::alloc_count::CountingAlloc;
 use softtimers_lab::harness::{Client, with_progress, write_json};
+use softtimers_lab::pace::{self, PaceTimer, parse_duration};
 use softtimers_lab::{bench_core, bench_timers, info, lab, report};
 
 #[global_allocator]
@@ -48,6 +50,61 @@ enum Command {
         /// The HTTP load generator: the project's own, or wrk as a cross-check.
         #[arg(long, value_enum, default_value = "own")]
         client: Client,
+    },
+    /// Send UDP datagrams at a rate, paced by the timer chosen, and report the achieved rate,
+    /// the CPU time per datagram and the send intervals.
+    Pace {
+        /// Where to send (`host:port`).
+        #[arg(long)]
+        to: std::net::SocketAddr,
+        /// The rate, bits per second with an optional k, M, G suffix (for example 500M).
+        #[arg(long)]
+        rate: Rate,
+        /// UDP payload bytes per datagram (24 ..= 65507).
+        #[arg(long, default_value_t = 1472)]
+        size: usize,
+        /// Flows, each paced at rate / flows.
+        #[arg(long, default_value_t = 1)]
+        flows: u32,
+        /// How long to send (10s, 500ms, ...).
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        duration: std::time::Duration,
+        /// What paces the datagrams.
+        #[arg(long, value_enum, default_value = "soft")]
+        timer: PaceTimer,
+        /// The soft pacer's burst rate, at which a flow that fell behind catches up (default:
+        /// twice --rate).
+        #[arg(long)]
+        burst: Option<Rate>,
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Receive UDP datagrams and report the rate, inter-arrival statistics (kernel
+    /// timestamps), the longest burst and the burstiness index; works for any sender.
+    Sink {
+        /// Where to listen (`host:port`).
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// Stop after this long (default: when the traffic stops).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<std::time::Duration>,
+        /// Stop after this long without a datagram, once one has come.
+        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        idle: std::time::Duration,
+        /// The RTT the burstiness index is normalised by.
+        #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+        rtt: std::time::Duration,
+        /// A constant-rate virtual bottleneck for the burstiness index (for example the
+        /// sender's target rate); default: Kobayashi's slow-start bottleneck.
+        #[arg(long)]
+        bottleneck: Option<Rate>,
+        /// Gaps at most this long make datagrams one back-to-back burst.
+        #[arg(long, default_value = "2us", value_parser = parse_duration)]
+        burst_gap: std::time::Duration,
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Rewrite DIR/report.md and its plots from the JSON files a lab run left in DIR,
     /// without running anything (sections whose JSON is missing are skipped, with a note).
@@ -159,6 +216,52 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 client,
             })?;
             println!("report written to {}", path.display());
+        }
+        Command::Pace {
+            to,
+            rate,
+            size,
+            flows,
+            duration,
+            timer,
+            burst,
+            json,
+        } => {
+            let report = pace::pace(&pace::PaceOptions {
+                to,
+                rate,
+                burst,
+                size,
+                flows,
+                duration,
+                timer,
+            })?;
+            print!("{}", pace::pace_markdown(&report));
+            if let Some(path) = json {
+                write_json(&path, &report)?;
+            }
+        }
+        Command::Sink {
+            listen,
+            duration,
+            idle,
+            rtt,
+            bottleneck,
+            burst_gap,
+            json,
+        } => {
+            let report = pace::sink(&pace::SinkOptions {
+                listen,
+                duration,
+                idle,
+                rtt,
+                bottleneck,
+                burst_gap,
+            })?;
+            print!("{}", pace::sink_markdown(&report));
+            if let Some(path) = json {
+                write_json(&path, &report)?;
+            }
         }
         Command::Report { dir } => {
             let path = report::rewrite(&dir)?;

@@ -1,0 +1,26 @@
+//! # softtimer-net: rate-based clocking on soft timers
+//!
+//! The network half of the `softtimers` workspace. [`softtimer`] is the sans-IO facility
+//! (schedule, trigger, backstop); `softtimer-rt` is the epoll event loop whose system-call
+//! returns are its trigger states. This crate builds the paper's network uses on them:
+//!
+//! | piece | what it is | I/O |
+//! | --- | --- | --- |
+//! | [`Rate`] | a transmission rate, parsed as tools write it (`500M`) | none |
+//! | [`pacer`] | the adaptive pacer of the soft-timers paper (Section 4.1): one event outstanding per flow, a target and a burst rate | none |
+//! | [`departure`] | departure-time scheduling (Kobayashi's two-level transmission timer): packets stamped with the earliest time they may leave | none |
+//! | [`burstiness`] | the burstiness index of Kobayashi's Section V, and inter-arrival statistics | none |
+//! | [`udp`] | batched UDP (`sendmmsg`, `recvmmsg`) with kernel receive timestamps | Linux |
+//!
+//! The sans-IO parts take `now` and return decisions, so they run on a
+//! [`softtimer::SimClock`] in tests exactly as on the real clock.
+#![deny(unsafe_code)] // allowed, block by block, in `udp` only
+#![warn(missing_docs)]
+
+pub mod burstiness;
+pub mod departure;
+pub mod pacer;
+mod rate;
+pub mod udp;
+
+pub use rate::{MAX_RATE_BPS, Rate, RateError};

@@ -1,0 +1,219 @@
+//! `softtimers pace` and `softtimers sink` on loopback: every datagram sent is counted, the
+//! rate is right, and bad input is a clear error.
+
+use std::process::Command;
+use std::time::Duration;
+
+use softtimer_net::Rate;
+use softtimers_lab::pace::{self, PaceOptions, PaceTimer, SinkOptions};
+
+fn softtimers(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_softtimers"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+/// Runs a sink on loopback and `pace` with `timer` into it; returns both reports.
+fn pace_into_sink(
+    timer: PaceTimer,
+    rate: &str,
+    flows: u32,
+    burst_gap: Duration,
+) -> (pace::PaceReport, pace::SinkReport) {
+    let mut rx = pace::bind_sink("127.0.0.1:0".parse().unwrap()).unwrap();
+    let to = rx.local_addr().unwrap();
+    let options = SinkOptions {
+        listen: to,
+        duration: Some(Duration::from_secs(20)),
+        idle: Duration::from_millis(500),
+        rtt: Duration::from_millis(100),
+        bottleneck: Some(rate.parse().unwrap()),
+        burst_gap,
+    };
+    let sink = std::thread::spawn(move || pace::sink_on(&mut rx, &options).unwrap());
+    let sent = pace::pace(&PaceOptions {
+        to,
+        rate: rate.parse().unwrap(),
+        burst: None,
+        size: 1472,
+        flows,
+        duration: Duration::from_millis(800),
+        timer,
+    })
+    .unwrap();
+    (sent, sink.join().unwrap())
+}
+
+#[test]
+fn the_sink_counts_every_datagram_and_the_rate_is_right() {
+    for (timer, flows) in [
+        (PaceTimer::Soft, 1),
+        (PaceTimer::Soft, 4),
+        (PaceTimer::Timerfd, 1),
+    ] {
+        let (sent, got) = pace_into_sink(timer, "50M", flows, Duration::from_micros(2));
+        assert!(sent.packets > 1000, "{timer:?}: only {} sent", sent.packets);
+        assert_eq!(sent.send_errors, 0, "{timer:?}");
+        assert_eq!(
+            got.packets, sent.packets,
+            "{timer:?}: the sink lost datagrams"
+        );
+        assert_eq!(
+            (got.missing, got.foreign, got.kernel_drops),
+            (0, 0, 0),
+            "{timer:?}"
+        );
+        assert_eq!(got.bytes, sent.packets * 1472);
+        // The rate, at the sender and at the sink, within 1 % of the target.
+        assert!(sent.conformance_pct < 1.0, "{timer:?}: sender {:?}", sent);
+        let off = (got.rate_bps - 50e6).abs() / 50e6;
+        assert!(
+            off < 0.01,
+            "{timer:?}: sink measured {} bit/s",
+            got.rate_bps
+        );
+        // One datagram every 235.5 µs: the mean inter-arrival says so.
+        assert!((got.interarrival_mean_us - 235.52).abs() < 3.0, "{got:?}");
+        assert!(got.burstiness_index.is_some());
+    }
+}
+
+#[test]
+fn unpaced_sending_is_bursty_at_the_sink() {
+    // Datagrams 235 µs apart when paced; back to back on loopback they come a system call
+    // apart (a few µs, more in a debug build).
+    let (sent, got) = pace_into_sink(PaceTimer::None, "50M", 1, Duration::from_micros(50));
+    assert_eq!(got.packets, sent.packets);
+    assert!(
+        got.longest_burst > 10,
+        "back-to-back sending left no burst: {got:?}"
+    );
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let cases: [&[&str]; 8] = [
+        &["pace", "--to", "127.0.0.1:9", "--rate", "0"],
+        &["pace", "--to", "127.0.0.1:9", "--rate", "-5M"],
+        &["pace", "--to", "127.0.0.1:9", "--rate", "fast"],
+        &["pace", "--to", "127.0.0.1:9", "--rate", "5000T"],
+        &[
+            "pace",
+            "--to",
+            "127.0.0.1:9",
+            "--rate",
+            "1M",
+            "--size",
+            "70000",
+        ],
+        &[
+            "pace",
+            "--to",
+            "127.0.0.1:9",
+            "--rate",
+            "1M",
+            "--size",
+            "10",
+        ],
+        &["pace", "--to", "not-an-address", "--rate", "1M"],
+        &["sink", "--listen", "127.0.0.1:9", "--duration", "soon"],
+    ];
+    for args in cases {
+        let out = softtimers(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("error"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // A timer that cannot fire that often is refused before anything is sent.
+    let err = pace::check_pace(&PaceOptions {
+        to: "127.0.0.1:9".parse().unwrap(),
+        rate: Rate::from_bits_per_sec(100_000_000_000).unwrap(),
+        burst: None,
+        size: 64,
+        flows: 1,
+        duration: Duration::from_secs(1),
+        timer: PaceTimer::Timerfd,
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("1 µs"), "{err}");
+}
+
+#[test]
+fn pace_and_sink_write_the_json_the_checks_read() {
+    let dir = std::env::temp_dir().join(format!("softtimers-pace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sink_json = dir.join("sink.json");
+    let pace_json = dir.join("pace.json");
+    // A port picked by binding and releasing it.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let sink = {
+        let (listen, json) = (listen.clone(), sink_json.clone());
+        std::thread::spawn(move || {
+            softtimers(&[
+                "sink",
+                "--listen",
+                &listen,
+                "--duration",
+                "3s",
+                "--json",
+                json.to_str().unwrap(),
+            ])
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let out = softtimers(&[
+        "pace",
+        "--to",
+        &listen,
+        "--rate",
+        "20M",
+        "--duration",
+        "500ms",
+        "--json",
+        pace_json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = sink.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&pace_json).unwrap()).unwrap();
+    for key in [
+        "target_bps",
+        "achieved_bps",
+        "conformance_pct",
+        "packets",
+        "cpu_ns_per_packet",
+        "timer",
+    ] {
+        assert!(p.get(key).is_some(), "pace JSON lacks {key}: {p}");
+    }
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&sink_json).unwrap()).unwrap();
+    for key in [
+        "packets",
+        "rate_bps",
+        "interarrival_mean_us",
+        "interarrival_stddev_us",
+        "longest_burst",
+        "burstiness_index",
+    ] {
+        assert!(s.get(key).is_some(), "sink JSON lacks {key}: {s}");
+    }
+    assert_eq!(s["packets"], p["packets"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
