@@ -355,16 +355,23 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     where
         F: FnMut(&mut LoopCx<'_, E, C>, Ready),
     {
+        // Whether `self.events` holds the result of a wait that just returned (a blocking
+        // wait of the idle policy): then the loop goes on from it without polling again.
+        let mut fresh = false;
         while !self.core.stop.flag.load(Ordering::Acquire) {
             if self.core.shared.handler_panics.load(Ordering::Relaxed) > 0 {
                 return Err(RtError::HandlerPanicked);
             }
-            // Look at the descriptors first, without blocking: the loop is idle only when
-            // nothing is ready, and only then does the idle policy spin or block.
-            self.wait(Some(Duration::ZERO))?;
-            self.core.trigger(TriggerSource::Syscall);
+            if !fresh {
+                // Look at the descriptors first, without blocking: the loop is idle only when
+                // nothing is ready, and only then does the idle policy spin or block.
+                self.wait(Some(Duration::ZERO))?;
+                self.core.trigger(TriggerSource::Syscall);
+            }
+            fresh = false;
             if self.events.is_empty() {
-                self.idle()?;
+                fresh = self.idle()?;
+                continue;
             }
             for i in 0..self.events.len() {
                 let event = self.events[i];
@@ -407,8 +414,9 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     }
 
     /// The idle policy, carried out: no descriptor is ready, so fire, spin for the last
-    /// stretch before a due time, or block (with a precise timeout) until then.
-    fn idle(&mut self) -> Result<(), RtError> {
+    /// stretch before a due time, or block (with a precise timeout) until then. Returns
+    /// whether it blocked, so that `self.events` holds what became ready.
+    fn idle(&mut self) -> Result<bool, RtError> {
         let shared = Arc::clone(&self.core.shared);
         let clock = &shared.clock;
         let mut now = clock.now_unordered();
@@ -439,9 +447,10 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             IdleAction::Block { timeout } => {
                 self.wait(timeout.map(|t| clock.duration(t)))?;
                 self.core.trigger(TriggerSource::Syscall);
+                return Ok(true);
             }
         }
-        Ok(())
+        Ok(false)
     }
 }
 

@@ -5,9 +5,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use softtimer_net::Rate;
+use softtimer_rt::SpinWindow;
 use softtimers_lab::alloc_count::CountingAlloc;
 use softtimers_lab::harness::{Client, with_progress, write_json};
-use softtimers_lab::pace::{self, PaceTimer, parse_duration};
+use softtimers_lab::pace::{self, PaceTimer, parse_duration, parse_spin_window};
 use softtimers_lab::{bench_core, bench_timers, info, lab, report};
 
 #[global_allocator]
@@ -76,6 +77,11 @@ enum Command {
         /// twice --rate).
         #[arg(long)]
         burst: Option<Rate>,
+        /// With `--timer soft`: how long before a send the idle loop stops blocking and spins
+        /// (`calibrated`: this machine's measured wake-up lateness; `0`: never spin; or a
+        /// duration such as `20us`). More spinning is more precise and costs more CPU.
+        #[arg(long, default_value = "calibrated", value_parser = parse_spin_window)]
+        spin_window: SpinWindow,
         /// Also write the result as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -225,6 +231,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             duration,
             timer,
             burst,
+            spin_window,
             json,
         } => {
             let report = pace::pace(&pace::PaceOptions {
@@ -235,6 +242,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 flows,
                 duration,
                 timer,
+                spin_window,
             })?;
             print!("{}", pace::pace_markdown(&report));
             if let Some(path) = json {

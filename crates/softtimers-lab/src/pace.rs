@@ -24,7 +24,7 @@ use softtimer_net::Rate;
 use softtimer_net::burstiness::{ArrivalStats, Bottleneck, BurstinessIndex};
 use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader, TimestampedReceiver, realtime_ns};
-use softtimer_rt::{EventLoop, LoopConfig, TimerMode};
+use softtimer_rt::{EventLoop, LoopConfig, SpinWindow, TimerMode};
 
 /// What paces the sender.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -63,6 +63,8 @@ pub struct PaceOptions {
     pub duration: Duration,
     /// What paces.
     pub timer: PaceTimer,
+    /// The soft loop's spin window (how long before a send it stops blocking and spins).
+    pub spin_window: SpinWindow,
 }
 
 /// What `pace` measured (`pace --json`).
@@ -97,6 +99,8 @@ pub struct PaceReport {
     pub send_interval_stddev_us: f64,
     /// The longest, µs.
     pub send_interval_max_us: f64,
+    /// The soft loop's spin window, µs (`null` for the other timers).
+    pub spin_window_us: Option<f64>,
 }
 
 /// Checks `pace`'s options: sizes, the flow count, the duration, and a packet interval the
@@ -180,7 +184,8 @@ struct SendCounters {
     last_ns: AtomicU64,
     gaps: AtomicU64,
     gap_sum_ns: AtomicU64,
-    gap_sum_sq_us2: AtomicU64,
+    /// Sum of squared gaps, µs², as `f64` bits (one sender at a time writes).
+    gap_sum_sq_us2_bits: AtomicU64,
     gap_max_ns: AtomicU64,
 }
 
@@ -229,9 +234,10 @@ impl Sender {
             let gap_ns = now.saturating_since(last).as_nanos(self.hz);
             c.gaps.fetch_add(1, Ordering::Relaxed);
             c.gap_sum_ns.fetch_add(gap_ns, Ordering::Relaxed);
-            let gap_us = gap_ns / 1000;
-            c.gap_sum_sq_us2
-                .fetch_add(gap_us.saturating_mul(gap_us), Ordering::Relaxed);
+            let gap_us = gap_ns as f64 / 1000.0;
+            let sum = f64::from_bits(c.gap_sum_sq_us2_bits.load(Ordering::Relaxed));
+            c.gap_sum_sq_us2_bits
+                .store((sum + gap_us * gap_us).to_bits(), Ordering::Relaxed);
             c.gap_max_ns.fetch_max(gap_ns, Ordering::Relaxed);
         }
         flow.last_sent = Some(now);
@@ -299,13 +305,19 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         .collect();
     let cpu_before = process_cpu_ns();
     let started = StdInstant::now();
-    match options.timer {
+    let spin_window_us = match options.timer {
         PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => {
             run_loop(options, &sender, flows)?
         }
-        PaceTimer::Spin => run_spin(options, &sender, flows, &clock),
-        PaceTimer::None => run_unpaced(options, &sender),
-    }
+        PaceTimer::Spin => {
+            run_spin(options, &sender, flows, &clock);
+            None
+        }
+        PaceTimer::None => {
+            run_unpaced(options, &sender);
+            None
+        }
+    };
     let elapsed = started.elapsed();
     let cpu_ns = process_cpu_ns().saturating_sub(cpu_before);
     let c = &sender.counters;
@@ -322,7 +334,8 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
     let target = options.rate.bits_per_sec() as f64;
     let gaps = c.gaps.load(Ordering::Relaxed).max(1) as f64;
     let mean_us = c.gap_sum_ns.load(Ordering::Relaxed) as f64 / gaps / 1000.0;
-    let var = c.gap_sum_sq_us2.load(Ordering::Relaxed) as f64 / gaps - mean_us * mean_us;
+    let var =
+        f64::from_bits(c.gap_sum_sq_us2_bits.load(Ordering::Relaxed)) / gaps - mean_us * mean_us;
     Ok(PaceReport {
         timer: options.timer,
         target_bps: options.rate.bits_per_sec(),
@@ -338,6 +351,7 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         send_interval_mean_us: mean_us,
         send_interval_stddev_us: var.max(0.0).sqrt(),
         send_interval_max_us: c.gap_max_ns.load(Ordering::Relaxed) as f64 / 1000.0,
+        spin_window_us,
     })
 }
 
@@ -347,7 +361,8 @@ fn unlimited_burst() -> Rate {
 }
 
 /// Soft timers, timerfd or signal: the event loop fires each flow's event; the handler sends.
-fn run_loop(options: &PaceOptions, sender: &Arc<Sender>, flows: Vec<Flow>) -> Result<()> {
+/// Returns the soft loop's spin window in µs.
+fn run_loop(options: &PaceOptions, sender: &Arc<Sender>, flows: Vec<Flow>) -> Result<Option<f64>> {
     let hardware = options.timer != PaceTimer::Soft;
     let s = Arc::clone(sender);
     let handler = move |timers: &mut SoftTimers<Flow>, fired: Fired<Flow>| {
@@ -377,6 +392,7 @@ fn run_loop(options: &PaceOptions, sender: &Arc<Sender>, flows: Vec<Flow>) -> Re
     };
     let config = LoopConfig {
         capacity: options.flows as usize + 1,
+        spin_window: options.spin_window,
         ..LoopConfig::default()
     };
     let period = packet_interval(options.rate, options.size).max(Duration::from_micros(1));
@@ -416,7 +432,12 @@ fn run_loop(options: &PaceOptions, sender: &Arc<Sender>, flows: Vec<Flow>) -> Re
     });
     ev.run(|_, _| {})?;
     let _ = stopper.join();
-    Ok(())
+    if std::env::var_os("PACE_DEBUG").is_some() {
+        eprintln!("{:?}", ev.counters());
+    }
+    let hz = ev.clock().resolution_hz();
+    Ok((options.timer == PaceTimer::Soft)
+        .then(|| ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0))
 }
 
 /// Spins on the clock; sends each flow's datagram when due (one per flow per pass).
@@ -475,7 +496,7 @@ pub fn pace_markdown(r: &PaceReport) -> String {
         "timer {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
          target {:.3} Mbit/s, achieved {:.3} Mbit/s (off by {:.3} %)\n\
          CPU {:.1} % of a core, {:.0} ns per datagram; send errors {}\n\
-         send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs\n",
+         send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n",
         r.timer.name(),
         r.packets,
         r.size,
@@ -490,6 +511,8 @@ pub fn pace_markdown(r: &PaceReport) -> String {
         r.send_interval_mean_us,
         r.send_interval_stddev_us,
         r.send_interval_max_us,
+        r.spin_window_us
+            .map_or_else(String::new, |w| format!("; spin window {w:.1} µs")),
     )
 }
 
@@ -693,6 +716,20 @@ pub fn sink_markdown(r: &SinkReport) -> String {
         r.truncated,
         r.untimestamped,
     )
+}
+
+/// Parses `--spin-window`: `calibrated`, or a duration of at most 1 s (`0`, `20us`).
+pub fn parse_spin_window(text: &str) -> Result<SpinWindow, String> {
+    if text == "calibrated" {
+        return Ok(SpinWindow::Calibrated);
+    }
+    let window = parse_duration(text)?;
+    if window > Duration::from_secs(1) {
+        return Err(format!(
+            "{text:?}: a spin window over 1 s is a busy loop (use --timer spin)"
+        ));
+    }
+    Ok(SpinWindow::Fixed(window))
 }
 
 /// Parses a duration written as `10s`, `250ms`, `40us`/`40µs` or a bare number of seconds.

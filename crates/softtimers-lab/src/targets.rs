@@ -75,6 +75,10 @@ pub fn targets_table(targets: &[TargetCheck]) -> String {
     let mut out = String::from("| target | goal | measured | met |\n| --- | --- | ---: | --- |\n");
     for t in targets {
         let measured = match (t.measured.is_finite(), t.met) {
+            // Small figures (a burstiness index) in scientific notation, not as 0.00.
+            (true, _) if t.measured != 0.0 && t.measured.abs() < 0.01 => {
+                format!("{:.2e}", t.measured)
+            }
             (true, _) => format!("{:.2}", t.measured),
             (false, true) => "unbounded".to_string(),
             (false, false) => "n/a".to_string(),

@@ -52,7 +52,7 @@ fn plots_exist(dir: &Path) -> usize {
 #[test]
 fn every_experiment_writes_its_table_json_and_plots() {
     let base = std::env::temp_dir().join(format!("softtimers-exp-{}", std::process::id()));
-    let cases: [(&str, &[&str], usize); 6] = [
+    let cases: [(&str, &[&str], usize); 9] = [
         (
             "e1",
             &[
@@ -91,6 +91,33 @@ fn every_experiment_writes_its_table_json_and_plots() {
         ),
         ("e4", &["window_ms", "windows", "median_of_medians_us"], 1),
         ("e5", &["source", "count", "pct"], 1),
+        (
+            "e6",
+            &[
+                "clocking",
+                "target_interval_us",
+                "overhead_pct",
+                "mean_interval_us",
+                "stddev_interval_us",
+                "sent",
+            ],
+            0,
+        ),
+        (
+            "e7",
+            &[
+                "clocking",
+                "target_interval_us",
+                "mean_interval_us",
+                "stddev_interval_us",
+            ],
+            0,
+        ),
+        (
+            "e8",
+            &["release", "burstiness_index", "packets", "longest_burst"],
+            0,
+        ),
         ("e13", &["deadline_us", "extra_cost_pct", "fired_pct"], 0),
     ];
     for (name, fields, plots) in cases {
@@ -108,7 +135,19 @@ fn every_experiment_writes_its_table_json_and_plots() {
             "{name}: no section"
         );
         assert!(report.contains("| ---"), "{name}: no table");
-        has_fields(&json(&dir.join(format!("{name}.json")))["rows"], fields);
+        let result = json(&dir.join(format!("{name}.json")));
+        has_fields(&result["rows"], fields);
+        if let Some(targets) = result["targets"].as_array() {
+            for t in targets {
+                for key in ["name", "goal", "met"] {
+                    assert!(!t[key].is_null(), "{name}: target without {key}: {t}");
+                }
+                assert!(
+                    t.get("measured").is_some(),
+                    "{name}: target without measured"
+                );
+            }
+        }
         assert_eq!(plots_exist(&dir), plots, "{name}: plots linked");
     }
     let _ = std::fs::remove_dir_all(base);

@@ -40,6 +40,7 @@ fn pace_into_sink(
         flows,
         duration: Duration::from_millis(800),
         timer,
+        spin_window: softtimer_rt::SpinWindow::Calibrated,
     })
     .unwrap();
     (sent, sink.join().unwrap())
@@ -93,8 +94,17 @@ fn unpaced_sending_is_bursty_at_the_sink() {
 
 #[test]
 fn bad_input_is_a_clear_error() {
-    let cases: [&[&str]; 8] = [
+    let cases: [&[&str]; 9] = [
         &["pace", "--to", "127.0.0.1:9", "--rate", "0"],
+        &[
+            "pace",
+            "--to",
+            "127.0.0.1:9",
+            "--rate",
+            "1M",
+            "--spin-window",
+            "5s",
+        ],
         &["pace", "--to", "127.0.0.1:9", "--rate", "-5M"],
         &["pace", "--to", "127.0.0.1:9", "--rate", "fast"],
         &["pace", "--to", "127.0.0.1:9", "--rate", "5000T"],
@@ -135,6 +145,7 @@ fn bad_input_is_a_clear_error() {
         flows: 1,
         duration: Duration::from_secs(1),
         timer: PaceTimer::Timerfd,
+        spin_window: softtimer_rt::SpinWindow::Calibrated,
     })
     .unwrap_err();
     assert!(err.to_string().contains("1 µs"), "{err}");

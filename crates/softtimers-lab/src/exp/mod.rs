@@ -6,10 +6,11 @@
 //! | [`crate::info`], [`crate::bench_core`], [`crate::bench_timers`] | the clock, the facility's core operations, the cost per event on a synthetic workload | Table I |
 //! | [`cost`] | E1, E2: cost per timer event on the saturated HTTP server | Tables I–III |
 //! | [`intervals`] | E3, E4, E5: how often trigger states come, over time, by source | Table IV, V; Figs. 2–4 |
+//! | [`pacing`] | E6, E7, E8: rate-based clocking on the busy server, its transmission process, the burstiness of a paced slow start | Tables VI–IX; Kobayashi's Table II |
 //! | [`deadline`] | E13: the deadline backstop | Table XIII |
 //! | [`nginx`] | the HTTP server against nginx | — |
 //!
-//! A new family (pacing, polling, livelock, transport) is a module here with a result type
+//! A new family (polling, livelock, transport) is a module here with a result type
 //! per step that implements [`Section`] (its JSON file and how its report section is
 //! rendered from it), and a variant of [`Step`].
 
@@ -17,6 +18,7 @@ pub mod cost;
 pub mod deadline;
 pub mod intervals;
 pub mod nginx;
+pub mod pacing;
 
 use std::path::Path;
 use std::time::Duration;
@@ -46,6 +48,12 @@ pub enum Step {
     E4,
     /// E5: trigger states by source (Table V, Fig. 4).
     E5,
+    /// E6: overhead of rate-based clocking (Tables VI–VII).
+    E6,
+    /// E7: the transmission process under load (Tables VIII–IX).
+    E7,
+    /// E8: burstiness of a paced slow start (Kobayashi's Table II).
+    E8,
     /// E13: the deadline backstop (Table XIII).
     E13,
     /// The HTTP server against nginx.
@@ -74,7 +82,7 @@ fn runs(n: usize, each: Duration) -> Duration {
 
 impl Step {
     /// Every step, in order.
-    pub const ALL: [Step; 10] = [
+    pub const ALL: [Step; 13] = [
         Step::Info,
         Step::BenchCore,
         Step::BenchTimers,
@@ -83,6 +91,9 @@ impl Step {
         Step::E3,
         Step::E4,
         Step::E5,
+        Step::E6,
+        Step::E7,
+        Step::E8,
         Step::E13,
         Step::Nginx,
     ];
@@ -98,6 +109,9 @@ impl Step {
             Step::E3 => "e3",
             Step::E4 => "e4",
             Step::E5 => "e5",
+            Step::E6 => "e6",
+            Step::E7 => "e7",
+            Step::E8 => "e8",
             Step::E13 => "e13",
             Step::Nginx => "nginx",
         }
@@ -114,6 +128,9 @@ impl Step {
             Step::E3 => "E3",
             Step::E4 => "E4",
             Step::E5 => "E5",
+            Step::E6 => "E6",
+            Step::E7 => "E7",
+            Step::E8 => "E8",
             Step::E13 => "E13",
             Step::Nginx => "nginx",
         }
@@ -132,6 +149,9 @@ impl Step {
             Step::E3 => "E3: trigger-state intervals by workload (Table IV, Fig. 2)",
             Step::E4 => "E4: interval medians over time (Fig. 3)",
             Step::E5 => "E5: trigger states by source (Table V, Fig. 4)",
+            Step::E6 => "E6: overhead of rate-based clocking on the HTTP server (Tables VI-VII)",
+            Step::E7 => "E7: the transmission process under load (Tables VIII-IX)",
+            Step::E8 => "E8: burstiness of a paced slow start (Kobayashi, Table II)",
             Step::E13 => "E13: the deadline backstop (Table XIII)",
             Step::Nginx => "the HTTP server against nginx with one worker",
         }
@@ -148,6 +168,9 @@ impl Step {
             Step::E3 => intervals::E3::FILE,
             Step::E4 => intervals::E4::FILE,
             Step::E5 => intervals::E5::FILE,
+            Step::E6 => pacing::E6::FILE,
+            Step::E7 => pacing::E7::FILE,
+            Step::E8 => pacing::E8::FILE,
             Step::E13 => deadline::E13::FILE,
             Step::Nginx => nginx::Nginx::FILE,
         }
@@ -171,6 +194,9 @@ impl Step {
             Step::E4 => runs(1, length.timeline()) + Duration::from_millis(500),
             Step::E5 if after_e3 => Duration::from_millis(500),
             Step::E5 => runs(1, length.trace_run()),
+            Step::E6 => runs(rounds * 9, throughput),
+            Step::E7 => runs(rounds * 14, throughput),
+            Step::E8 => Duration::from_millis(if length.quick { 4 * 1_700 } else { 12 * 1_900 }),
             Step::E13 => runs(rounds * 6, throughput),
             Step::Nginx => runs(rounds * 2, throughput) + Duration::from_millis(500),
         }
@@ -228,6 +254,9 @@ impl Step {
                 };
                 save(out, &result)
             }
+            Step::E6 => save(out, &pacing::e6(options, progress)?),
+            Step::E7 => save(out, &pacing::e7(options, progress)?),
+            Step::E8 => save(out, &pacing::e8(options, progress)?),
             Step::E13 => save(out, &deadline::e13(options, progress)?),
             Step::Nginx => save(out, &nginx::compare(options, progress)?),
         }
@@ -249,6 +278,9 @@ impl Step {
             Step::E3 => render_file::<intervals::E3>(dir),
             Step::E4 => render_file::<intervals::E4>(dir),
             Step::E5 => render_file::<intervals::E5>(dir),
+            Step::E6 => render_file::<pacing::E6>(dir),
+            Step::E7 => render_file::<pacing::E7>(dir),
+            Step::E8 => render_file::<pacing::E8>(dir),
             Step::E13 => render_file::<deadline::E13>(dir),
             Step::Nginx => render_file::<nginx::Nginx>(dir),
         }
