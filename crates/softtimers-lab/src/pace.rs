@@ -432,9 +432,6 @@ fn run_loop(options: &PaceOptions, sender: &Arc<Sender>, flows: Vec<Flow>) -> Re
     });
     ev.run(|_, _| {})?;
     let _ = stopper.join();
-    if std::env::var_os("PACE_DEBUG").is_some() {
-        eprintln!("{:?}", ev.counters());
-    }
     let hz = ev.clock().resolution_hz();
     Ok((options.timer == PaceTimer::Soft)
         .then(|| ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0))
