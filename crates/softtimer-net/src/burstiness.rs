@@ -293,6 +293,16 @@ impl ArrivalStats {
             .then(|| self.gaps.value_at_percentile(percentile.clamp(0.0, 100.0)) as f64)
     }
 
+    /// How many gaps were longer than `threshold_ns` (to within the histogram's three
+    /// significant digits): on a shared machine, the stalls of the sender's CPU.
+    pub fn gaps_over_ns(&self, threshold_ns: u64) -> u64 {
+        if self.max_gap_ns <= threshold_ns {
+            return 0;
+        }
+        self.gaps
+            .count_between(threshold_ns.saturating_add(1), self.gaps.max())
+    }
+
     /// The longest gap, ns; `None` with fewer than two packets.
     pub fn max_gap_ns(&self) -> Option<u64> {
         (self.gap_count > 0).then_some(self.max_gap_ns)
@@ -430,6 +440,13 @@ mod tests {
         let p99 = s.interarrival_percentile_ns(99.0).unwrap();
         assert!((p99 - 117_760.0).abs() / 117_760.0 < 2e-3, "p99 {p99}");
         assert_eq!(s.longest_burst(), 1);
+        assert_eq!(s.gaps_over_ns(1_000_000), 0);
+        // A 5 ms stall of the sender, then the stream goes on.
+        s.push(1_000_000 + 999 * 117_760 + 5_000_000, 1472);
+        s.push(1_000_000 + 999 * 117_760 + 5_117_760, 1472);
+        assert_eq!(s.gaps_over_ns(1_000_000), 1);
+        assert_eq!(s.gaps_over_ns(200_000), 1);
+        assert_eq!(s.gaps_over_ns(100_000), 1001); // every gap
     }
 
     #[test]

@@ -11,13 +11,15 @@
 //! | [`departure`] | departure-time scheduling (Kobayashi's two-level transmission timer): packets stamped with the earliest time they may leave | none |
 //! | [`burstiness`] | the burstiness index of Kobayashi's Section V, and inter-arrival statistics | none |
 //! | [`udp`] | batched UDP (`sendmmsg`, `recvmmsg`) with kernel receive timestamps | Linux |
+//! | [`capture`] | observing a UDP port without owning it (`AF_PACKET`, kernel timestamps) | Linux |
 //!
 //! The sans-IO parts take `now` and return decisions, so they run on a
 //! [`softtimer::SimClock`] in tests exactly as on the real clock.
-#![deny(unsafe_code)] // allowed, block by block, in `udp` only
+#![deny(unsafe_code)] // allowed, block by block, in `udp` and `capture` only
 #![warn(missing_docs)]
 
 pub mod burstiness;
+pub mod capture;
 pub mod departure;
 pub mod pacer;
 mod rate;

@@ -12,7 +12,7 @@
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 /// The largest UDP payload over IPv4.
@@ -114,7 +114,7 @@ const CONTROL_LEN: usize = 128;
 /// }
 /// ```
 pub struct TimestampedReceiver {
-    socket: UdpSocket,
+    socket: OwnedFd,
     size: usize,
     data: Vec<u8>,
     control: Vec<u8>,
@@ -136,15 +136,20 @@ impl TimestampedReceiver {
     /// bytes (1 ..= [`MAX_DATAGRAM`]). Asks for an 8 MB receive buffer (the kernel caps it
     /// at `net.core.rmem_max`).
     pub fn bind(addr: SocketAddr, batch: usize, size: usize) -> io::Result<TimestampedReceiver> {
-        if !(1..=1024).contains(&batch) || !(1..=MAX_DATAGRAM).contains(&size) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "a batch of {batch} datagrams of {size} bytes: want 1..=1024 of 1..={MAX_DATAGRAM}"
-                ),
-            ));
-        }
-        let socket = UdpSocket::bind(addr)?;
+        check_batch(batch, size)?;
+        let socket = OwnedFd::from(UdpSocket::bind(addr)?);
+        Self::from_socket(socket, batch, size)
+    }
+
+    /// Wraps a bound datagram socket of any family (UDP, or an `AF_PACKET` socket for
+    /// [`crate::capture`]): turns on kernel timestamps and the drop counter, asks for an 8 MB
+    /// receive buffer, and readies room for `batch` datagrams of up to `size` bytes.
+    pub(crate) fn from_socket(
+        socket: OwnedFd,
+        batch: usize,
+        size: usize,
+    ) -> io::Result<TimestampedReceiver> {
+        check_batch(batch, size)?;
         let fd = socket.as_raw_fd();
         set_int_option(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
         set_int_option(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)?;
@@ -178,13 +183,18 @@ impl TimestampedReceiver {
 
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.socket.local_addr()
+        SocketAddr::try_from(rustix::net::getsockname(&self.socket)?)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not an IP socket"))
     }
 
     /// How long [`TimestampedReceiver::recv_batch`] waits for a first datagram.
     pub fn set_timeout(&self, timeout: Duration) -> io::Result<()> {
-        self.socket
-            .set_read_timeout(Some(timeout.max(Duration::from_micros(1))))
+        rustix::net::sockopt::set_socket_timeout(
+            &self.socket,
+            rustix::net::sockopt::Timeout::Recv,
+            Some(timeout.max(Duration::from_micros(1))),
+        )?;
+        Ok(())
     }
 
     /// Datagrams the kernel dropped on this socket because its buffer was full, as of the
@@ -311,7 +321,19 @@ impl TimestampedReceiver {
     }
 }
 
-fn set_int_option(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
+fn check_batch(batch: usize, size: usize) -> io::Result<()> {
+    if (1..=1024).contains(&batch) && (1..=MAX_DATAGRAM).contains(&size) {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "a batch of {batch} datagrams of {size} bytes: want 1..=1024 of 1..={MAX_DATAGRAM}"
+        ),
+    ))
+}
+
+pub(crate) fn set_int_option(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: `value` is a live `c_int` and the length passed is its size.
     #[allow(unsafe_code)]
     let rc = unsafe {

@@ -106,6 +106,21 @@ pub fn thread_cpu_ns() -> u64 {
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CPU time (user + system) of every child this process has waited for, ns: what
+/// `getrusage(RUSAGE_CHILDREN)` reports. Read before and after waiting for one child, the
+/// difference is that child's whole CPU time, all its threads included.
+pub fn waited_children_cpu_ns() -> u64 {
+    // SAFETY: an all-zero `rusage` is a valid value; `getrusage` only writes into it.
+    #[allow(unsafe_code)]
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    ns(usage.ru_utime) + ns(usage.ru_stime)
+}
+
 /// The calling thread pinned to one CPU until this is dropped, when its previous affinity
 /// comes back (so that a benchmark does not leave the rest of the process on one CPU).
 pub struct Pinned {

@@ -10,12 +10,14 @@
 //! * `softtimers bench timers`: the cost per event of soft timers, a periodic `timerfd` and a
 //!   timer signal, from a workload's slowdown (the paper's Table I method), on the event
 //!   loop of `softtimer-rt`;
-//! * `softtimers lab [e1|e2|e3|e4|e5|e13|nginx]`: everything above plus the papers'
-//!   experiments on the HTTP and UDP RPC workloads, and the HTTP server against nginx; each
+//! * `softtimers lab [e1|…|e8|senders|e13|nginx]`: everything above plus the papers'
+//!   experiments on the HTTP and UDP RPC workloads, the paced sender against `iperf3 -u`
+//!   (on loopback and a veth link), and the HTTP server against nginx; each
 //!   step writes `DIR/<step>.json`, and `DIR/report.md` with its plots is rendered from it;
 //! * `softtimers pace` and `softtimers sink`: a paced UDP sender (soft timers, timerfd, a timer
 //!   signal, spinning or no pacing) and a receiver that measures any sender's spacing with
-//!   kernel timestamps, built on `softtimer-net`;
+//!   kernel timestamps (on a port it owns, or observing another program's port), built on
+//!   `softtimer-net`;
 //! * `softtimers report DIR`: renders `DIR/report.md` and the plots again from the JSON
 //!   files in `DIR`, running nothing.
 //!
@@ -30,6 +32,7 @@
 //! | [`bench_core`], [`bench_timers`], [`info`] | `softtimers bench core`, `bench timers`, `info` (also lab steps) |
 //! | [`baselines`] | the timer queues `bench core` compares the facility with |
 //! | [`pace`] | `softtimers pace` and `softtimers sink` |
+//! | [`netns`] | a veth link between two network namespaces, made and removed by an experiment |
 //! | [`http`], [`rpc`] | the workloads: HTTP server and load generator, UDP RPC server and client |
 //! | [`targets`], [`summary`] | target checks; medians, percentiles, per-round ratios |
 //! | [`plot`], [`tools`], [`alloc_count`] | PNG line charts; finding curl, wrk, nginx on `PATH`; the counting allocator |
@@ -47,6 +50,7 @@ pub mod harness;
 pub mod http;
 pub mod info;
 pub mod lab;
+pub mod netns;
 pub mod pace;
 pub mod plot;
 pub mod report;

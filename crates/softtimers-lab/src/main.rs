@@ -82,16 +82,29 @@ enum Command {
         /// duration such as `20us`). More spinning is more precise and costs more CPU.
         #[arg(long, default_value = "calibrated", value_parser = parse_spin_window)]
         spin_window: SpinWindow,
+        /// With `--timer soft`: send each flow's datagram with its own `send`, even when
+        /// several flows are due at once (default: one `sendmmsg` for them).
+        #[arg(long)]
+        no_batch: bool,
         /// Also write the result as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
     },
     /// Receive UDP datagrams and report the rate, inter-arrival statistics (kernel
     /// timestamps), the longest burst and the burstiness index; works for any sender.
+    #[command(group(clap::ArgGroup::new("input").required(true).args(["listen", "observe"])))]
     Sink {
         /// Where to listen (`host:port`).
         #[arg(long)]
-        listen: std::net::SocketAddr,
+        listen: Option<std::net::SocketAddr>,
+        /// Observe datagrams to this port without owning it (a capture on --interface, with
+        /// the same kernel timestamps; needs root): measures another tool's traffic, such as
+        /// `iperf3 -u`, whose own server receives it.
+        #[arg(long, conflicts_with = "listen")]
+        observe: Option<u16>,
+        /// The interface --observe captures on.
+        #[arg(long, default_value = "lo", requires = "observe")]
+        interface: String,
         /// Stop after this long (default: when the traffic stops).
         #[arg(long, value_parser = parse_duration)]
         duration: Option<std::time::Duration>,
@@ -232,6 +245,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             timer,
             burst,
             spin_window,
+            no_batch,
             json,
         } => {
             let report = pace::pace(&pace::PaceOptions {
@@ -243,6 +257,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 duration,
                 timer,
                 spin_window,
+                batch: !no_batch,
             })?;
             print!("{}", pace::pace_markdown(&report));
             if let Some(path) = json {
@@ -251,6 +266,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Sink {
             listen,
+            observe,
+            interface,
             duration,
             idle,
             rtt,
@@ -258,8 +275,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             burst_gap,
             json,
         } => {
+            let target = match (listen, observe) {
+                (Some(addr), _) => pace::SinkTarget::Listen(addr),
+                (None, Some(port)) => pace::SinkTarget::Observe { interface, port },
+                (None, None) => unreachable!("clap requires --listen or --observe"),
+            };
             let report = pace::sink(&pace::SinkOptions {
-                listen,
+                target,
                 duration,
                 idle,
                 rtt,

@@ -9,7 +9,9 @@
 //! `sink` receives on a port, takes the kernel's receive timestamp of every datagram, and
 //! reports the rate, the inter-arrival statistics, the longest back-to-back burst and the
 //! burstiness index of Kobayashi's Section V. It measures any sender's traffic (datagrams
-//! without the `pace` header are counted as foreign and measured all the same).
+//! without the `pace` header are counted as foreign and measured all the same), and it can
+//! observe a port another program owns (`--observe PORT`: a capture on the interface, with
+//! the same kernel timestamps), so that `iperf3 -u` and `pace` are measured alike.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::OwnedFd;
@@ -22,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Fired, Instant, SoftTimers, SystemClock};
 use softtimer_net::Rate;
 use softtimer_net::burstiness::{ArrivalStats, Bottleneck, BurstinessIndex};
+use softtimer_net::capture::PortObserver;
 use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader, TimestampedReceiver, realtime_ns};
 use softtimer_rt::{EventLoop, LoopConfig, SpinWindow, TimerMode};
@@ -65,6 +68,9 @@ pub struct PaceOptions {
     pub timer: PaceTimer,
     /// The soft loop's spin window (how long before a send it stops blocking and spins).
     pub spin_window: SpinWindow,
+    /// With soft timers: datagrams of several flows due at one trigger state leave in one
+    /// `sendmmsg` (off: one `send` each).
+    pub batch: bool,
 }
 
 /// What `pace` measured (`pace --json`).
@@ -101,6 +107,8 @@ pub struct PaceReport {
     pub send_interval_max_us: f64,
     /// The soft loop's spin window, µs (`null` for the other timers).
     pub spin_window_us: Option<f64>,
+    /// Send system calls made (`sendmmsg` counts once however many datagrams it carried).
+    pub send_calls: u64,
 }
 
 /// Checks `pace`'s options: sizes, the flow count, the duration, and a packet interval the
@@ -178,6 +186,7 @@ struct Flow {
 /// What every sender updates (atomics: the timer-signal handler may not lock).
 #[derive(Default)]
 struct SendCounters {
+    calls: AtomicU64,
     packets: AtomicU64,
     errors: AtomicU64,
     first_ns: AtomicU64,
@@ -198,10 +207,8 @@ struct Sender {
 }
 
 impl Sender {
-    /// Sends flow `flow`'s next datagram at `now` (async-signal-safe: two system calls, no
-    /// allocation, no lock).
-    fn send(&self, flow: &mut Flow, now: Instant) -> bool {
-        let sent_ns = realtime_ns();
+    /// The header of flow `flow`'s next datagram, sent at `sent_ns`.
+    fn header(flow: &Flow, sent_ns: u64) -> [u8; PacketHeader::LEN] {
         let mut header = [0u8; PacketHeader::LEN];
         PacketHeader {
             flow: flow.id,
@@ -209,10 +216,19 @@ impl Sender {
             sent_ns,
         }
         .write(&mut header);
+        header
+    }
+
+    /// Sends flow `flow`'s next datagram at `now` (async-signal-safe: two system calls, no
+    /// allocation, no lock).
+    fn send(&self, flow: &mut Flow, now: Instant) -> bool {
+        let sent_ns = realtime_ns();
+        let header = Self::header(flow, sent_ns);
         let iov = [
             std::io::IoSlice::new(&header),
             std::io::IoSlice::new(&self.payload),
         ];
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let ok = rustix::net::sendmsg(
             &self.socket,
             &iov,
@@ -220,12 +236,18 @@ impl Sender {
             rustix::net::SendFlags::empty(),
         )
         .is_ok();
-        let c = &self.counters;
         if !ok {
-            c.errors.fetch_add(1, Ordering::Relaxed);
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
             return false;
         }
+        self.account(flow, now, sent_ns);
+        true
+    }
+
+    /// Counts flow `flow`'s datagram as sent at `now` (`sent_ns` on the realtime clock).
+    fn account(&self, flow: &mut Flow, now: Instant, sent_ns: u64) {
         flow.seq += 1;
+        let c = &self.counters;
         if c.packets.fetch_add(1, Ordering::Relaxed) == 0 {
             c.first_ns.store(sent_ns, Ordering::Relaxed);
         }
@@ -241,9 +263,73 @@ impl Sender {
             c.gap_max_ns.fetch_max(gap_ns, Ordering::Relaxed);
         }
         flow.last_sent = Some(now);
-        true
+    }
+
+    /// Sends the datagrams whose headers are queued in `batch` (one `send` for one, one
+    /// `sendmmsg` per up to [`BATCH`] otherwise) and empties it. Datagrams the kernel refused
+    /// were counted as sent when queued: they move to the errors.
+    fn flush(&self, batch: &mut Vec<[u8; PacketHeader::LEN]>) {
+        let c = &self.counters;
+        let mut refused = 0u64;
+        if let [header] = batch.as_slice() {
+            let iov = [
+                std::io::IoSlice::new(header),
+                std::io::IoSlice::new(&self.payload),
+            ];
+            c.calls.fetch_add(1, Ordering::Relaxed);
+            refused = u64::from(
+                rustix::net::sendmsg(
+                    &self.socket,
+                    &iov,
+                    &mut rustix::net::SendAncillaryBuffer::default(),
+                    rustix::net::SendFlags::empty(),
+                )
+                .is_err(),
+            );
+        } else if !batch.is_empty() {
+            let iovs: Vec<[std::io::IoSlice<'_>; 2]> = batch
+                .iter()
+                .map(|h| {
+                    [
+                        std::io::IoSlice::new(h),
+                        std::io::IoSlice::new(&self.payload),
+                    ]
+                })
+                .collect();
+            let mut controls: Vec<rustix::net::SendAncillaryBuffer<'_, '_, '_>> =
+                iovs.iter().map(|_| Default::default()).collect();
+            let mut messages: Vec<rustix::net::MMsgHdr<'_>> = iovs
+                .iter()
+                .zip(controls.iter_mut())
+                .map(|(iov, control)| rustix::net::MMsgHdr::new(iov, control))
+                .collect();
+            let mut done = 0;
+            while done < messages.len() {
+                c.calls.fetch_add(1, Ordering::Relaxed);
+                match rustix::net::sendmmsg(
+                    &self.socket,
+                    &mut messages[done..],
+                    rustix::net::SendFlags::empty(),
+                ) {
+                    Ok(n) if n > 0 => done += n,
+                    // The first datagram left was refused: skip it and go on.
+                    _ => {
+                        refused += 1;
+                        done += 1;
+                    }
+                }
+            }
+        }
+        if refused > 0 {
+            c.errors.fetch_add(refused, Ordering::Relaxed);
+            c.packets.fetch_sub(refused, Ordering::Relaxed);
+        }
+        batch.clear();
     }
 }
+
+/// The most datagrams one `sendmmsg` of `pace` carries.
+const BATCH: usize = 64;
 
 fn connect(to: SocketAddr) -> Result<OwnedFd> {
     let any: SocketAddr = if to.is_ipv4() {
@@ -352,6 +438,7 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         send_interval_stddev_us: var.max(0.0).sqrt(),
         send_interval_max_us: c.gap_max_ns.load(Ordering::Relaxed) as f64 / 1000.0,
         spin_window_us,
+        send_calls: c.calls.load(Ordering::Relaxed),
     })
 }
 
@@ -364,16 +451,35 @@ fn unlimited_burst() -> Rate {
 /// Returns the soft loop's spin window in µs.
 fn run_loop(options: &PaceOptions, sender: &Arc<Sender>, flows: Vec<Flow>) -> Result<Option<f64>> {
     let hardware = options.timer != PaceTimer::Soft;
+    let batching = options.batch && !hardware;
     let s = Arc::clone(sender);
+    // The handler is shared with the loop's helper threads (`Fn`): the batch sits behind a
+    // lock that only the thread holding the facility ever takes, so it is never contended.
+    let batch: std::sync::Mutex<Vec<[u8; PacketHeader::LEN]>> =
+        std::sync::Mutex::new(Vec::with_capacity(BATCH));
     let handler = move |timers: &mut SoftTimers<Flow>, fired: Fired<Flow>| {
         let mut flow = fired.event;
         let mut now = fired.now;
+        let bytes = s.payload.len() as u64 + PacketHeader::LEN as u64;
+        if batching {
+            // Queue this flow's datagram; send the batch once no other flow is due at this
+            // trigger state (the facility fires every due event in one check).
+            let mut batch = batch.lock().unwrap_or_else(|e| e.into_inner());
+            let sent_ns = realtime_ns();
+            batch.push(Sender::header(&flow, sent_ns));
+            s.account(&mut flow, now, sent_ns);
+            let next = flow.pacer.on_sent(now, bytes);
+            let _ = timers.schedule_at(next, flow);
+            if batch.len() >= BATCH || timers.next_expiry().is_none_or(|t| t.is_after(now)) {
+                s.flush(&mut batch);
+            }
+            return;
+        }
         // Soft: one datagram per event (the burst rate paces any catching up). Hardware
         // timers: every datagram due at this expiry, up to a bound.
         for _ in 0..if hardware { 64 } else { 1 } {
             let next = if s.send(&mut flow, now) {
-                flow.pacer
-                    .on_sent(now, s.payload.len() as u64 + PacketHeader::LEN as u64)
+                flow.pacer.on_sent(now, bytes)
             } else {
                 // Refused (buffer full): try again one interval later.
                 now + flow
@@ -492,7 +598,7 @@ pub fn pace_markdown(r: &PaceReport) -> String {
     format!(
         "timer {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
          target {:.3} Mbit/s, achieved {:.3} Mbit/s (off by {:.3} %)\n\
-         CPU {:.1} % of a core, {:.0} ns per datagram; send errors {}\n\
+         CPU {:.1} % of a core, {:.0} ns per datagram; {} send calls; send errors {}\n\
          send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n",
         r.timer.name(),
         r.packets,
@@ -504,6 +610,7 @@ pub fn pace_markdown(r: &PaceReport) -> String {
         r.conformance_pct,
         r.cpu_pct,
         r.cpu_ns_per_packet,
+        r.send_calls,
         r.send_errors,
         r.send_interval_mean_us,
         r.send_interval_stddev_us,
@@ -516,8 +623,8 @@ pub fn pace_markdown(r: &PaceReport) -> String {
 /// How `sink` runs.
 #[derive(Clone, Debug)]
 pub struct SinkOptions {
-    /// Where to listen.
-    pub listen: SocketAddr,
+    /// What to receive: a port to own, or one to observe.
+    pub target: SinkTarget,
     /// Stop after this long (from the start).
     pub duration: Option<Duration>,
     /// Stop after this long without a datagram, once one has come.
@@ -531,9 +638,123 @@ pub struct SinkOptions {
     pub burst_gap: Duration,
 }
 
+/// Where `sink` takes its datagrams from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SinkTarget {
+    /// Bind this address and receive on it.
+    Listen(SocketAddr),
+    /// Observe datagrams to `port` arriving on `interface`, without owning the port (an
+    /// `AF_PACKET` capture; needs root). Another program must receive them.
+    Observe {
+        /// The interface they arrive on (`lo`, a veth end).
+        interface: String,
+        /// Their destination port.
+        port: u16,
+    },
+}
+
+impl std::fmt::Display for SinkTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SinkTarget::Listen(addr) => write!(f, "socket {addr}"),
+            SinkTarget::Observe { interface, port } => write!(f, "capture {interface}:{port}"),
+        }
+    }
+}
+
+/// What `sink` reads datagrams from: a bound socket or a capture.
+pub enum SinkInput {
+    /// A UDP socket `sink` owns.
+    Socket(TimestampedReceiver),
+    /// A capture of a port another program owns.
+    Observer(PortObserver),
+}
+
+impl From<TimestampedReceiver> for SinkInput {
+    fn from(rx: TimestampedReceiver) -> Self {
+        SinkInput::Socket(rx)
+    }
+}
+
+impl SinkInput {
+    /// Opens what `target` names.
+    pub fn open(target: &SinkTarget) -> Result<SinkInput> {
+        Ok(match target {
+            SinkTarget::Listen(addr) => SinkInput::Socket(bind_sink(*addr)?),
+            SinkTarget::Observe { interface, port } => SinkInput::Observer(
+                PortObserver::open(interface, *port, 256)
+                    .with_context(|| format!("observing port {port} on {interface}"))?,
+            ),
+        })
+    }
+
+    fn set_timeout(&self, timeout: Duration) -> std::io::Result<()> {
+        match self {
+            SinkInput::Socket(rx) => rx.set_timeout(timeout),
+            SinkInput::Observer(o) => o.set_timeout(timeout),
+        }
+    }
+
+    fn kernel_drops(&self) -> u64 {
+        match self {
+            SinkInput::Socket(rx) => rx.kernel_drops(),
+            SinkInput::Observer(o) => o.kernel_drops(),
+        }
+    }
+
+    /// Takes a batch and hands each packet to `visit`; returns how many came.
+    fn recv(&mut self, mut visit: impl FnMut(Arrival<'_>)) -> std::io::Result<usize> {
+        match self {
+            SinkInput::Socket(rx) => {
+                let n = rx.recv_batch()?;
+                for i in 0..n {
+                    let d = rx.get(i).expect("received");
+                    visit(Arrival::Datagram {
+                        data: d.data,
+                        len: d.data.len(),
+                        truncated: d.truncated,
+                        kernel_ns: d.kernel_ns,
+                    });
+                }
+                Ok(n)
+            }
+            SinkInput::Observer(o) => {
+                let n = o.recv_batch()?;
+                for i in 0..n {
+                    visit(match o.get(i).expect("received") {
+                        (Ok(udp), kernel_ns) => Arrival::Datagram {
+                            data: udp.payload,
+                            len: udp.len,
+                            truncated: false,
+                            kernel_ns,
+                        },
+                        (Err(_), _) => Arrival::Malformed,
+                    });
+                }
+                Ok(n)
+            }
+        }
+    }
+}
+
+/// One thing `sink` received.
+enum Arrival<'a> {
+    /// A datagram: its (captured) bytes, its whole length, and the kernel's timestamp.
+    Datagram {
+        data: &'a [u8],
+        len: usize,
+        truncated: bool,
+        kernel_ns: Option<u64>,
+    },
+    /// A captured packet that is not a readable UDP datagram.
+    Malformed,
+}
+
 /// What `sink` measured (`sink --json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SinkReport {
+    /// What it received from: `socket ADDR` or `capture IFACE:PORT`.
+    pub source: String,
     /// Datagrams received (all of them, ours and foreign).
     pub packets: u64,
     /// Payload bytes received.
@@ -550,6 +771,10 @@ pub struct SinkReport {
     pub interarrival_p99_us: f64,
     /// Longest gap, µs.
     pub interarrival_max_us: f64,
+    /// Gaps longer than 1 ms: on a shared machine, mostly the sender's CPU taken away (they
+    /// weigh heavily in the stddev of a stream 100 µs apart).
+    #[serde(default)]
+    pub gaps_over_1ms: u64,
     /// The most datagrams in a row with gaps of at most `burst_gap_us`.
     pub longest_burst: u64,
     /// The gap that counts as back to back, µs.
@@ -572,19 +797,21 @@ pub struct SinkReport {
     pub reordered: u64,
     /// Datagrams without a kernel timestamp (measured at user-space receive time instead).
     pub untimestamped: u64,
+    /// Captured packets that were not readable UDP datagrams (observe mode only).
+    pub malformed: u64,
 }
 
 /// The largest flow number `sink` tracks sequences for.
 const MAX_FLOWS: usize = 1 << 20;
 
 /// Runs `sink` on an already bound receiver until its duration or idle time is up.
-pub fn sink_on(rx: &mut TimestampedReceiver, options: &SinkOptions) -> Result<SinkReport> {
+pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkReport> {
     ensure!(
         options.rtt >= Duration::from_micros(1),
         "--rtt {:?}: want at least 1 µs",
         options.rtt
     );
-    rx.set_timeout(Duration::from_millis(50))?;
+    input.set_timeout(Duration::from_millis(50))?;
     let rtt_ns = options.rtt.as_nanos() as u64;
     let bottleneck = match options.bottleneck {
         Some(rate) => Bottleneck::Rate {
@@ -596,7 +823,7 @@ pub fn sink_on(rx: &mut TimestampedReceiver, options: &SinkOptions) -> Result<Si
     let mut index = BurstinessIndex::new(bottleneck, 20);
     let burst_gap_ns = options.burst_gap.as_nanos() as u64;
     let mut stats = ArrivalStats::new(burst_gap_ns);
-    let (mut foreign, mut truncated, mut untimestamped) = (0u64, 0u64, 0u64);
+    let (mut foreign, mut truncated, mut untimestamped, mut malformed) = (0u64, 0u64, 0u64, 0u64);
     // Per flow: the next sequence number expected, and how many came.
     let mut next_seq: Vec<u64> = Vec::new();
     let (mut missing_gaps, mut reordered) = (0u64, 0u64);
@@ -613,21 +840,25 @@ pub fn sink_on(rx: &mut TimestampedReceiver, options: &SinkOptions) -> Result<Si
         if last_arrival.is_some_and(|t| now.duration_since(t) >= options.idle) {
             break;
         }
-        let n = rx.recv_batch()?;
-        if n > 0 {
-            last_arrival = Some(StdInstant::now());
-        }
-        for i in 0..n {
-            let d = rx.get(i).expect("received");
-            let at = d.kernel_ns.unwrap_or_else(|| {
+        let n = input.recv(|arrival| {
+            let Arrival::Datagram {
+                data,
+                len,
+                truncated: cut,
+                kernel_ns,
+            } = arrival
+            else {
+                malformed += 1;
+                return;
+            };
+            let at = kernel_ns.unwrap_or_else(|| {
                 untimestamped += 1;
                 realtime_ns()
             });
-            truncated += u64::from(d.truncated);
-            let bytes = d.data.len() as u64;
-            stats.push(at, bytes);
-            index.push(at, bytes);
-            match PacketHeader::read(d.data) {
+            truncated += u64::from(cut);
+            stats.push(at, len as u64);
+            index.push(at, len as u64);
+            match PacketHeader::read(data) {
                 Ok(h) if (h.flow as usize) < MAX_FLOWS => {
                     let f = h.flow as usize;
                     if next_seq.len() <= f {
@@ -643,10 +874,14 @@ pub fn sink_on(rx: &mut TimestampedReceiver, options: &SinkOptions) -> Result<Si
                 }
                 _ => foreign += 1,
             }
+        })?;
+        if n > 0 {
+            last_arrival = Some(StdInstant::now());
         }
     }
     let us = |ns: f64| ns / 1000.0;
     Ok(SinkReport {
+        source: options.target.to_string(),
         packets: stats.packets(),
         bytes: stats.bytes(),
         rate_bps: stats.rate_bps().unwrap_or(f64::NAN),
@@ -655,6 +890,7 @@ pub fn sink_on(rx: &mut TimestampedReceiver, options: &SinkOptions) -> Result<Si
         interarrival_p50_us: us(stats.interarrival_percentile_ns(50.0).unwrap_or(f64::NAN)),
         interarrival_p99_us: us(stats.interarrival_percentile_ns(99.0).unwrap_or(f64::NAN)),
         interarrival_max_us: us(stats.max_gap_ns().map_or(f64::NAN, |g| g as f64)),
+        gaps_over_1ms: stats.gaps_over_ns(1_000_000),
         longest_burst: stats.longest_burst(),
         burst_gap_us: us(burst_gap_ns as f64),
         burstiness_index: index.index(),
@@ -665,27 +901,30 @@ pub fn sink_on(rx: &mut TimestampedReceiver, options: &SinkOptions) -> Result<Si
         rtt_us: us(rtt_ns as f64),
         foreign,
         truncated,
-        kernel_drops: rx.kernel_drops(),
+        kernel_drops: input.kernel_drops(),
         missing: missing_gaps,
         reordered,
         untimestamped,
+        malformed,
     })
 }
 
-/// Binds `options.listen` and runs `sink`.
+/// Opens `options.target` and runs `sink`.
 pub fn sink(options: &SinkOptions) -> Result<SinkReport> {
-    let mut rx = TimestampedReceiver::bind(options.listen, 256, MAX_DATAGRAM)
-        .with_context(|| format!("listening on {}", options.listen))?;
-    sink_on(&mut rx, options)
+    let mut input = SinkInput::open(&options.target)?;
+    sink_on(&mut input, options)
 }
 
 /// Prints `sink`'s report.
 pub fn sink_markdown(r: &SinkReport) -> String {
     format!(
-        "{} datagrams, {} bytes: {:.3} Mbit/s\n\
-         inter-arrival: mean {:.2} µs, stddev {:.2} µs, p50 {:.2} µs, p99 {:.2} µs, max {:.1} µs\n\
+        "{}: {} datagrams, {} bytes: {:.3} Mbit/s\n\
+         inter-arrival: mean {:.2} µs, stddev {:.2} µs, p50 {:.2} µs, p99 {:.2} µs, max {:.1} µs, \
+         {} over 1 ms\n\
          longest burst {} (gaps ≤ {:.1} µs); burstiness index B {} ({} bottleneck, RTT {:.0} µs)\n\
-         missing {}, reordered {}, kernel drops {}, foreign {}, truncated {}, without timestamp {}\n",
+         missing {}, reordered {}, kernel drops {}, foreign {}, truncated {}, without timestamp {}, \
+         malformed {}\n",
+        r.source,
         r.packets,
         r.bytes,
         r.rate_bps / 1e6,
@@ -694,6 +933,7 @@ pub fn sink_markdown(r: &SinkReport) -> String {
         r.interarrival_p50_us,
         r.interarrival_p99_us,
         r.interarrival_max_us,
+        r.gaps_over_1ms,
         r.longest_burst,
         r.burst_gap_us,
         r.burstiness_index.map_or_else(
@@ -712,6 +952,7 @@ pub fn sink_markdown(r: &SinkReport) -> String {
         r.foreign,
         r.truncated,
         r.untimestamped,
+        r.malformed,
     )
 }
 

@@ -249,3 +249,60 @@ fn report_renders_the_same_sections_from_the_json_alone() {
     assert!(err.contains("holds no lab results"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The senders step runs `pace` and iperf3 through one observer on loopback, and over a veth
+/// link as root (CI); every sender gets its rate across and the observer sees every datagram.
+#[test]
+fn the_senders_step_measures_pace_and_iperf3_on_each_path() {
+    let dir = std::env::temp_dir().join(format!("softtimers-senders-t{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = lab(&["senders"], &dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = json(&dir.join("senders.json"));
+    let rows = &result["rows"];
+    has_fields(
+        rows,
+        &[
+            "path",
+            "sender",
+            "rate_bps",
+            "cpu_ns_per_packet",
+            "interarrival_stddev_us",
+            "interarrival_p99_us",
+            "longest_burst",
+            "burstiness_index",
+        ],
+    );
+    let rows = rows.as_array().unwrap();
+    let has = |path: &str, sender: &str| {
+        rows.iter()
+            .any(|r| r["path"] == path && r["sender"] == sender)
+    };
+    assert!(has("loopback", "soft") && has("loopback", "timerfd"));
+    if common::tool("iperf3").is_some() {
+        assert!(has("loopback", "iperf3") && has("loopback", "iperf3-fine"));
+    }
+    if rustix::process::geteuid().is_root() {
+        assert!(
+            has("veth", "soft"),
+            "as root the veth path runs: {}",
+            result["veth"]
+        );
+        assert!(result["veth"].as_str().unwrap().starts_with("tbf"));
+    } else {
+        assert!(result["veth"].as_str().unwrap().contains("needs root"));
+    }
+    for r in rows {
+        assert_eq!(r["lost"], 0, "{r}");
+        let rate = r["rate_bps"].as_f64().unwrap();
+        assert!((rate - 100e6).abs() < 2e6, "{r}");
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## Paced senders against iperf3 -u"));
+    assert!(!result["targets"].as_array().unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use softtimer_net::Rate;
-use softtimers_lab::pace::{self, PaceOptions, PaceTimer, SinkOptions};
+use softtimers_lab::pace::{self, PaceOptions, PaceTimer, SinkInput, SinkOptions, SinkTarget};
 
 fn softtimers(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_softtimers"))
@@ -21,17 +21,18 @@ fn pace_into_sink(
     flows: u32,
     burst_gap: Duration,
 ) -> (pace::PaceReport, pace::SinkReport) {
-    let mut rx = pace::bind_sink("127.0.0.1:0".parse().unwrap()).unwrap();
+    let rx = pace::bind_sink("127.0.0.1:0".parse().unwrap()).unwrap();
     let to = rx.local_addr().unwrap();
+    let mut input = SinkInput::from(rx);
     let options = SinkOptions {
-        listen: to,
+        target: SinkTarget::Listen(to),
         duration: Some(Duration::from_secs(20)),
         idle: Duration::from_millis(500),
         rtt: Duration::from_millis(100),
         bottleneck: Some(rate.parse().unwrap()),
         burst_gap,
     };
-    let sink = std::thread::spawn(move || pace::sink_on(&mut rx, &options).unwrap());
+    let sink = std::thread::spawn(move || pace::sink_on(&mut input, &options).unwrap());
     let sent = pace::pace(&PaceOptions {
         to,
         rate: rate.parse().unwrap(),
@@ -41,6 +42,7 @@ fn pace_into_sink(
         duration: Duration::from_millis(800),
         timer,
         spin_window: softtimer_rt::SpinWindow::Calibrated,
+        batch: true,
     })
     .unwrap();
     (sent, sink.join().unwrap())
@@ -77,6 +79,18 @@ fn the_sink_counts_every_datagram_and_the_rate_is_right() {
         // One datagram every 235.5 µs: the mean inter-arrival says so.
         assert!((got.interarrival_mean_us - 235.52).abs() < 3.0, "{got:?}");
         assert!(got.burstiness_index.is_some());
+        if flows > 1 {
+            // The flows run on one schedule: the datagrams due together leave in one
+            // sendmmsg, and every one of them was counted above.
+            assert!(
+                sent.send_calls * 2 <= sent.packets,
+                "{} send calls for {} datagrams of {flows} flows",
+                sent.send_calls,
+                sent.packets
+            );
+        } else {
+            assert_eq!(sent.send_calls, sent.packets);
+        }
     }
 }
 
@@ -94,7 +108,7 @@ fn unpaced_sending_is_bursty_at_the_sink() {
 
 #[test]
 fn bad_input_is_a_clear_error() {
-    let cases: [&[&str]; 9] = [
+    let cases: [&[&str]; 12] = [
         &["pace", "--to", "127.0.0.1:9", "--rate", "0"],
         &[
             "pace",
@@ -128,6 +142,9 @@ fn bad_input_is_a_clear_error() {
         ],
         &["pace", "--to", "not-an-address", "--rate", "1M"],
         &["sink", "--listen", "127.0.0.1:9", "--duration", "soon"],
+        &["sink", "--duration", "1s"],
+        &["sink", "--listen", "127.0.0.1:9", "--observe", "9"],
+        &["sink", "--observe", "9", "--interface", "no-such-if0"],
     ];
     for args in cases {
         let out = softtimers(args);
@@ -146,6 +163,7 @@ fn bad_input_is_a_clear_error() {
         duration: Duration::from_secs(1),
         timer: PaceTimer::Timerfd,
         spin_window: softtimer_rt::SpinWindow::Calibrated,
+        batch: true,
     })
     .unwrap_err();
     assert!(err.to_string().contains("1 µs"), "{err}");
@@ -227,4 +245,83 @@ fn pace_and_sink_write_the_json_the_checks_read() {
     }
     assert_eq!(s["packets"], p["packets"]);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `sink --observe` measures datagrams to a port another socket owns, as the owner would.
+/// As root; elsewhere it must refuse, saying what it needs.
+#[test]
+fn the_sink_observes_a_port_it_does_not_own() {
+    let owner = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = owner.local_addr().unwrap();
+    let json = std::env::temp_dir().join(format!("softtimers-observe-{}.json", std::process::id()));
+    let sink = {
+        let (port, json) = (to.port().to_string(), json.clone());
+        std::thread::spawn(move || {
+            softtimers(&[
+                "sink",
+                "--observe",
+                &port,
+                "--duration",
+                "5s",
+                "--idle",
+                "300ms",
+                "--json",
+                json.to_str().unwrap(),
+            ])
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    if !rustix::process::geteuid().is_root() {
+        let out = sink.join().unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("CAP_NET_RAW"));
+        return;
+    }
+    let drained = {
+        let owner = owner.try_clone().unwrap();
+        owner
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let mut owned = 0u64;
+            while owner.recv(&mut buf).is_ok() {
+                owned += 1;
+            }
+            owned
+        })
+    };
+    let sent = pace::pace(&PaceOptions {
+        to,
+        rate: "20M".parse().unwrap(),
+        burst: None,
+        size: 1000,
+        flows: 1,
+        duration: Duration::from_millis(500),
+        timer: PaceTimer::Soft,
+        spin_window: softtimer_rt::SpinWindow::Calibrated,
+        batch: true,
+    })
+    .unwrap();
+    let out = sink.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(got["source"], format!("capture lo:{}", to.port()));
+    assert_eq!(got["packets"], sent.packets, "{got}");
+    assert_eq!(got["bytes"], sent.packets * 1000);
+    assert_eq!(
+        (got["missing"].as_u64(), got["malformed"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // One datagram every 400 µs.
+    let mean = got["interarrival_mean_us"].as_f64().unwrap();
+    assert!((mean - 400.0).abs() < 5.0, "{got}");
+    // The owner got them all too: observing took nothing away.
+    assert_eq!(drained.join().unwrap(), sent.packets);
 }

@@ -7,6 +7,7 @@
 //! | [`cost`] | E1, E2: cost per timer event on the saturated HTTP server | Tables I–III |
 //! | [`intervals`] | E3, E4, E5: how often trigger states come, over time, by source | Table IV, V; Figs. 2–4 |
 //! | [`pacing`] | E6, E7, E8: rate-based clocking on the busy server, its transmission process, the burstiness of a paced slow start | Tables VI–IX; Kobayashi's Table II |
+//! | [`senders`] | `pace` and `iperf3 -u` at the same rate, on loopback and a veth link, measured by one capture | — |
 //! | [`deadline`] | E13: the deadline backstop | Table XIII |
 //! | [`nginx`] | the HTTP server against nginx | — |
 //!
@@ -19,6 +20,7 @@ pub mod deadline;
 pub mod intervals;
 pub mod nginx;
 pub mod pacing;
+pub mod senders;
 
 use std::path::Path;
 use std::time::Duration;
@@ -54,6 +56,8 @@ pub enum Step {
     E7,
     /// E8: burstiness of a paced slow start (Kobayashi's Table II).
     E8,
+    /// The paced sender against iperf3 -u.
+    Senders,
     /// E13: the deadline backstop (Table XIII).
     E13,
     /// The HTTP server against nginx.
@@ -82,7 +86,7 @@ fn runs(n: usize, each: Duration) -> Duration {
 
 impl Step {
     /// Every step, in order.
-    pub const ALL: [Step; 13] = [
+    pub const ALL: [Step; 14] = [
         Step::Info,
         Step::BenchCore,
         Step::BenchTimers,
@@ -94,6 +98,7 @@ impl Step {
         Step::E6,
         Step::E7,
         Step::E8,
+        Step::Senders,
         Step::E13,
         Step::Nginx,
     ];
@@ -112,6 +117,7 @@ impl Step {
             Step::E6 => "e6",
             Step::E7 => "e7",
             Step::E8 => "e8",
+            Step::Senders => "senders",
             Step::E13 => "e13",
             Step::Nginx => "nginx",
         }
@@ -131,6 +137,7 @@ impl Step {
             Step::E6 => "E6",
             Step::E7 => "E7",
             Step::E8 => "E8",
+            Step::Senders => "senders",
             Step::E13 => "E13",
             Step::Nginx => "nginx",
         }
@@ -152,6 +159,7 @@ impl Step {
             Step::E6 => "E6: overhead of rate-based clocking on the HTTP server (Tables VI-VII)",
             Step::E7 => "E7: the transmission process under load (Tables VIII-IX)",
             Step::E8 => "E8: burstiness of a paced slow start (Kobayashi, Table II)",
+            Step::Senders => "senders: pace against iperf3 -u, on loopback and a veth link",
             Step::E13 => "E13: the deadline backstop (Table XIII)",
             Step::Nginx => "the HTTP server against nginx with one worker",
         }
@@ -171,6 +179,7 @@ impl Step {
             Step::E6 => pacing::E6::FILE,
             Step::E7 => pacing::E7::FILE,
             Step::E8 => pacing::E8::FILE,
+            Step::Senders => senders::Senders::FILE,
             Step::E13 => deadline::E13::FILE,
             Step::Nginx => nginx::Nginx::FILE,
         }
@@ -196,7 +205,18 @@ impl Step {
             Step::E5 => runs(1, length.trace_run()),
             Step::E6 => runs(rounds * 9, throughput),
             Step::E7 => runs(rounds * 14, throughput),
-            Step::E8 => Duration::from_millis(if length.quick { 4 * 1_700 } else { 12 * 1_900 }),
+            Step::E8 => {
+                let ramps =
+                    Duration::from_millis(if length.quick { 4 * 1_700 } else { 12 * 1_900 });
+                let constant = Duration::from_secs(pacing::Ramp::constant_seconds(length.quick))
+                    + Duration::from_millis(1_300);
+                ramps + constant * (2 * if length.quick { 1 } else { 3 })
+            }
+            Step::Senders => {
+                let each = Duration::from_secs(senders::seconds(length.quick))
+                    + Duration::from_millis(1_300);
+                each * (2 * senders::UdpSender::ALL.len() * senders::rounds(length.quick)) as u32
+            }
             Step::E13 => runs(rounds * 6, throughput),
             Step::Nginx => runs(rounds * 2, throughput) + Duration::from_millis(500),
         }
@@ -257,6 +277,7 @@ impl Step {
             Step::E6 => save(out, &pacing::e6(options, progress)?),
             Step::E7 => save(out, &pacing::e7(options, progress)?),
             Step::E8 => save(out, &pacing::e8(options, progress)?),
+            Step::Senders => save(out, &senders::senders(options, progress)?),
             Step::E13 => save(out, &deadline::e13(options, progress)?),
             Step::Nginx => save(out, &nginx::compare(options, progress)?),
         }
@@ -281,6 +302,7 @@ impl Step {
             Step::E6 => render_file::<pacing::E6>(dir),
             Step::E7 => render_file::<pacing::E7>(dir),
             Step::E8 => render_file::<pacing::E8>(dir),
+            Step::Senders => render_file::<senders::Senders>(dir),
             Step::E13 => render_file::<deadline::E13>(dir),
             Step::Nginx => render_file::<nginx::Nginx>(dir),
         }

@@ -30,14 +30,16 @@ use std::time::{Duration, Instant as StdInstant};
 use anyhow::{Context, Result, anyhow};
 use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Instant, Span, SystemClock};
+use softtimer_net::Rate;
 use softtimer_net::departure::{DepartureQueue, FlowStamper};
 use softtimer_net::udp::PacketHeader;
 use softtimer_rt::{EventLoop, LoopConfig};
 
+use crate::exp::senders::{SendSpec, SenderRow, constant_rate_rows};
 use crate::harness::{
     Clocking, ExpOptions, PaceLoad, PaceOutcome, RunInfo, Setup, TimerSource, Workload, interleaved,
 };
-use crate::pace::{SinkOptions, SinkReport, bind_sink, sink_on};
+use crate::pace::{SinkInput, SinkOptions, SinkReport, SinkTarget, bind_sink, sink_on};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, paired_ratios, range};
 use crate::targets::{TargetCheck, targets_table};
@@ -141,6 +143,18 @@ impl Ramp {
     fn duration(&self) -> Duration {
         Duration::from_micros(self.rtt_us * u64::from(self.rounds))
     }
+
+    /// The rate of the largest window: `max_cwnd` packets per RTT.
+    pub fn top_rate(&self) -> Result<Rate> {
+        Ok(Rate::from_bits_per_sec(
+            self.max_cwnd * self.size as u64 * 8 * 1_000_000 / self.rtt_us,
+        )?)
+    }
+
+    /// Seconds of the constant-rate comparison (iperf3 takes whole seconds).
+    pub fn constant_seconds(quick: bool) -> u64 {
+        if quick { 1 } else { 2 }
+    }
 }
 
 /// One row of E8: one release, over the rounds.
@@ -180,6 +194,13 @@ pub struct E8 {
     pub ramp: Ramp,
     /// One row per release.
     pub rows: Vec<BurstinessRow>,
+    /// `iperf3 -u -b` and the soft pacer at the ramp's top rate, constant (iperf3 cannot
+    /// ramp), B against a constant bottleneck 10 % faster.
+    #[serde(default)]
+    pub constant_rate: Vec<SenderRow>,
+    /// Why the iperf3 row is missing, if it is.
+    #[serde(default)]
+    pub iperf3_missing: Option<String>,
     /// The targets against this run.
     pub targets: Vec<TargetCheck>,
 }
@@ -193,10 +214,11 @@ struct RampOutcome {
 
 /// Sends the ramp released by `release` to a sink on loopback and returns both sides.
 fn run_ramp(ramp: &Ramp, release: Release) -> Result<RampOutcome> {
-    let mut rx = bind_sink("127.0.0.1:0".parse().expect("an address"))?;
+    let rx = bind_sink("127.0.0.1:0".parse().expect("an address"))?;
     let to = rx.local_addr()?;
+    let mut input = SinkInput::from(rx);
     let sink_options = SinkOptions {
-        listen: to,
+        target: SinkTarget::Listen(to),
         duration: Some(ramp.duration() + Duration::from_secs(2)),
         idle: Duration::from_millis(300),
         rtt: Duration::from_micros(ramp.rtt_us),
@@ -204,7 +226,7 @@ fn run_ramp(ramp: &Ramp, release: Release) -> Result<RampOutcome> {
         // A loopback send takes a few µs: closer than 10 µs is back to back.
         burst_gap: Duration::from_micros(BURST_GAP_US),
     };
-    let sink = std::thread::spawn(move || sink_on(&mut rx, &sink_options));
+    let sink = std::thread::spawn(move || sink_on(&mut input, &sink_options));
     let socket = UdpSocket::bind("127.0.0.1:0").context("the ramp's socket")?;
     socket.connect(to)?;
     let cpu_before = crate::harness::thread_cpu_ns();
@@ -360,10 +382,19 @@ pub fn e8(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     let outcomes = interleaved(
         rounds,
         &Release::ALL,
-        progress,
+        &mut |f, what| progress(f * 0.7, what),
         |r| format!("ramp, {}", r.name()),
         |&release| run_ramp(&ramp, release),
     )?;
+    let spec = SendSpec {
+        rate: ramp.top_rate()?,
+        size: ramp.size,
+        seconds: Ramp::constant_seconds(length.quick),
+        rtt: Duration::from_micros(ramp.rtt_us),
+    };
+    let (constant_rate, iperf3_missing) = constant_rate_rows(&spec, rounds, &mut |f, what| {
+        progress(0.7 + f * 0.3, &format!("constant rate: {what}"))
+    })?;
     let rows: Vec<BurstinessRow> = Release::ALL
         .iter()
         .zip(&outcomes)
@@ -415,6 +446,8 @@ pub fn e8(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
         rounds,
         ramp,
         rows,
+        constant_rate,
+        iperf3_missing,
         targets,
     })
 }
@@ -452,6 +485,32 @@ impl Section for E8 {
                 r.interarrival_p99_us,
                 r.cpu_ns_per_packet,
             );
+        }
+        if let Ok(rate) = self.ramp.top_rate() {
+            let _ = writeln!(
+                md,
+                "\nAt the ramp's top rate, {rate}, constant (iperf3 cannot ramp): B against a \
+                 constant bottleneck 10 % faster, the same RTT; bursts are datagrams closer \
+                 than a quarter of the packet interval.\n"
+            );
+        }
+        if let Some(why) = &self.iperf3_missing {
+            let _ = writeln!(md, "iperf3 row missing: {why}.\n");
+        }
+        if !self.constant_rate.is_empty() {
+            md += "| sender | B | longest burst | inter-arrival stddev (µs) | p99 (µs) | sender CPU per packet (ns) |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
+            for r in &self.constant_rate {
+                let _ = writeln!(
+                    md,
+                    "| {} | {:.3e} | {:.0} | {:.1} | {:.1} | {:.0} |",
+                    r.sender.name(),
+                    r.burstiness_index,
+                    r.longest_burst,
+                    r.interarrival_stddev_us,
+                    r.interarrival_p99_us,
+                    r.cpu_ns_per_packet,
+                );
+            }
         }
         let _ = writeln!(md, "\n{PAPER_TABLE_II}\n");
         md += &targets_table(&self.targets);

@@ -1,0 +1,643 @@
+//! Paced UDP senders against `iperf3 -u`: `softtimers pace` (soft timers, with and without
+//! the idle loop's spin window, and a periodic timerfd) and `iperf3 -u -b` (its default 1 ms
+//! pacing timer, and `--pacing-timer 10`) send the same rate and size, one at a time, and the
+//! same observer measures every one of them.
+//!
+//! Every program is a child process pinned with `taskset`: the sender on CPU 1, its receiver
+//! and the observer on CPU 0. The receiver is the sender's own (iperf3's server for iperf3,
+//! `softtimers sink --listen` for pace, both blocking in a receive call); the observer is
+//! `softtimers sink --observe`, a capture of the port with the kernel's receive timestamps,
+//! so that both tools' packets are timed by the same code and the same clock. The sender's
+//! CPU time is `getrusage(RUSAGE_CHILDREN)` around waiting for it: its whole CPU time, all
+//! threads and idle spinning included, measured alike for both tools.
+//!
+//! Two paths: loopback, and (as root) a veth pair between two network namespaces with a
+//! 1 Gbit/s `tbf` on the sender's end ([`crate::netns`]), made for this step and removed
+//! after it. Without root the veth path is skipped and the section says so.
+//!
+//! A burst is a run of datagrams closer than a quarter of the target interval; B is
+//! Kobayashi's burstiness index against a constant bottleneck 10 % faster than the target
+//! rate ([`BOTTLENECK_HEADROOM`]), RTT 100 ms.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use softtimer_net::Rate;
+
+use crate::harness::{CLIENT_CPU, ExpOptions, interleaved, read_json, waited_children_cpu_ns};
+use crate::netns::{End, VethLink};
+use crate::pace::{PaceReport, SinkReport};
+use crate::report::{Rendered, Section};
+use crate::summary::{median, paired_ratios, range};
+use crate::targets::{TargetCheck, targets_table};
+use crate::tools;
+
+/// The rate every sender is asked for (the figure the targets name).
+pub const RATE: &str = "100M";
+/// UDP payload bytes per datagram.
+pub const SIZE: usize = 1472;
+/// The burstiness index's virtual bottleneck runs this much faster than the target rate: at
+/// exactly the rate its queue is critically loaded, grows with any drift of the mean rate,
+/// and B would measure drift rather than bursts.
+pub const BOTTLENECK_HEADROOM: f64 = 1.1;
+/// The CPU every sender is pinned to (its receiver and the observer take the other).
+const SENDER_CPU: usize = 1;
+
+/// One sender configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UdpSender {
+    /// `softtimers pace --timer soft` (the idle loop spins the calibrated last stretch).
+    Soft,
+    /// `softtimers pace --timer soft --spin-window 0` (blocks to the very send time).
+    SoftNoSpin,
+    /// `softtimers pace --timer timerfd` (a periodic timerfd at the packet interval).
+    Timerfd,
+    /// `iperf3 -u -b RATE` at its default 1 ms pacing timer.
+    Iperf3,
+    /// `iperf3 -u -b RATE --pacing-timer 10`.
+    Iperf3Fine,
+}
+
+impl UdpSender {
+    /// Every sender, in table order.
+    pub const ALL: [UdpSender; 5] = [
+        UdpSender::Soft,
+        UdpSender::SoftNoSpin,
+        UdpSender::Timerfd,
+        UdpSender::Iperf3,
+        UdpSender::Iperf3Fine,
+    ];
+
+    /// The name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            UdpSender::Soft => "pace, soft timers",
+            UdpSender::SoftNoSpin => "pace, soft timers, no spin",
+            UdpSender::Timerfd => "pace, timerfd",
+            UdpSender::Iperf3 => "iperf3 -u (1 ms timer)",
+            UdpSender::Iperf3Fine => "iperf3 -u --pacing-timer 10",
+        }
+    }
+
+    fn is_iperf3(self) -> bool {
+        matches!(self, UdpSender::Iperf3 | UdpSender::Iperf3Fine)
+    }
+
+    /// Its command line after the program name.
+    fn args(self, to: IpAddr, port: u16, spec: &SendSpec, json: &Path) -> Vec<String> {
+        let (rate, size, seconds) = (
+            spec.rate.bits_per_sec().to_string(),
+            spec.size.to_string(),
+            spec.seconds,
+        );
+        let mut args: Vec<String> = if self.is_iperf3() {
+            let mut a = vec![
+                "-c".into(),
+                to.to_string(),
+                "-p".into(),
+                port.to_string(),
+                "-u".into(),
+                "-b".into(),
+                rate,
+                "-l".into(),
+                size,
+                "-t".into(),
+                seconds.to_string(),
+                "--json".into(),
+                "--logfile".into(),
+                json.display().to_string(),
+            ];
+            if self == UdpSender::Iperf3Fine {
+                a.extend(["--pacing-timer".into(), "10".into()]);
+            }
+            a
+        } else {
+            vec![
+                "pace".into(),
+                "--to".into(),
+                format!("{to}:{port}"),
+                "--rate".into(),
+                rate,
+                "--size".into(),
+                size,
+                "--duration".into(),
+                format!("{seconds}s"),
+                "--json".into(),
+                json.display().to_string(),
+            ]
+        };
+        match self {
+            UdpSender::Timerfd => args.extend(["--timer".into(), "timerfd".into()]),
+            UdpSender::SoftNoSpin => args.extend(["--spin-window".into(), "0".into()]),
+            _ => {}
+        }
+        args
+    }
+}
+
+/// Where the packets go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetPath {
+    /// Loopback in this namespace.
+    Loopback,
+    /// A veth pair between two namespaces, with a 1 Gbit/s tbf on the sender's end.
+    Veth,
+}
+
+impl NetPath {
+    /// The name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetPath::Loopback => "loopback",
+            NetPath::Veth => "veth",
+        }
+    }
+}
+
+/// The programs this step runs, and where.
+struct Network<'a> {
+    exe: PathBuf,
+    iperf3: Option<PathBuf>,
+    veth: Option<&'a VethLink>,
+}
+
+impl Network<'_> {
+    fn command(&self, path: NetPath, end: End, cpu: usize, program: &Path) -> Command {
+        let mut command = match (path, self.veth) {
+            (NetPath::Veth, Some(link)) => link.command(end, "taskset"),
+            _ => Command::new("taskset"),
+        };
+        command
+            .args(["-c", &cpu.to_string()])
+            .arg(program)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    fn destination(&self, path: NetPath) -> (IpAddr, String) {
+        match (path, self.veth) {
+            (NetPath::Veth, Some(link)) => (
+                IpAddr::V4(link.receiver_addr),
+                link.receiver_interface().to_string(),
+            ),
+            _ => (IpAddr::from([127, 0, 0, 1]), "lo".to_string()),
+        }
+    }
+}
+
+/// What a sender is asked to send.
+#[derive(Clone, Copy, Debug)]
+pub struct SendSpec {
+    /// The rate.
+    pub rate: Rate,
+    /// UDP payload bytes per datagram.
+    pub size: usize,
+    /// How long, whole seconds (iperf3's `-t`).
+    pub seconds: u64,
+    /// The RTT the burstiness index is normalised by.
+    pub rtt: Duration,
+}
+
+impl SendSpec {
+    /// The figure the targets name: 100 Mbit/s of 1472 B datagrams, B over a 100 ms RTT.
+    fn standard(seconds: u64) -> SendSpec {
+        SendSpec {
+            rate: RATE.parse().expect("a rate"),
+            size: SIZE,
+            seconds,
+            rtt: Duration::from_millis(100),
+        }
+    }
+}
+
+/// What one sender run measured.
+#[derive(Clone, Debug)]
+struct SenderRun {
+    sink: SinkReport,
+    sent: u64,
+    cpu_ns: u64,
+    seconds: f64,
+}
+
+/// Waits for `child`; its stderr if it failed.
+fn finish(mut child: Child, what: &str) -> Result<()> {
+    let status = child.wait()?;
+    if !status.success() {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            use std::io::Read as _;
+            let _ = e.read_to_string(&mut err);
+        }
+        bail!("{what} failed ({status}): {}", err.trim());
+    }
+    Ok(())
+}
+
+fn kill(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// One sender, its receiver and the observer, on `path`.
+fn run_sender(
+    net: &Network<'_>,
+    path: NetPath,
+    sender: UdpSender,
+    spec: &SendSpec,
+    port: u16,
+    dir: &Path,
+) -> Result<SenderRun> {
+    let interval_ns = spec.rate.ticks_for_bytes(spec.size as u64, 1_000_000_000);
+    let bottleneck = (spec.rate.bits_per_sec() as f64 * BOTTLENECK_HEADROOM) as u64;
+    let (to, interface) = net.destination(path);
+    let observed = dir.join(format!("observed-{port}.json"));
+    let sent_json = dir.join(format!("sent-{port}.json"));
+    let limit = format!("{}s", spec.seconds + 20);
+    let observer = net
+        .command(path, End::Receiver, CLIENT_CPU, &net.exe)
+        .args(["sink", "--observe", &port.to_string(), "--interface"])
+        .arg(&interface)
+        .args(["--duration", &limit, "--idle", "500ms", "--rtt"])
+        .arg(format!("{}us", spec.rtt.as_micros()))
+        .args(["--bottleneck", &bottleneck.to_string(), "--burst-gap"])
+        .arg(format!("{}ns", interval_ns / 4))
+        .arg("--json")
+        .arg(&observed)
+        .spawn()
+        .context("starting the observer")?;
+    let receiver = if sender.is_iperf3() {
+        let iperf3 = net.iperf3.as_deref().ok_or_else(|| anyhow!("no iperf3"))?;
+        net.command(path, End::Receiver, CLIENT_CPU, iperf3)
+            .args(["-s", "-1", "-p", &port.to_string()])
+            .spawn()
+    } else {
+        net.command(path, End::Receiver, CLIENT_CPU, &net.exe)
+            .args(["sink", "--listen", &format!("0.0.0.0:{port}")])
+            .args(["--duration", &limit, "--idle", "500ms"])
+            .spawn()
+    }
+    .context("starting the receiver")?;
+    // Both bind or capture within a few milliseconds of starting.
+    std::thread::sleep(Duration::from_millis(400));
+    let program = if sender.is_iperf3() {
+        net.iperf3.clone().expect("checked above")
+    } else {
+        net.exe.clone()
+    };
+    let cpu_before = waited_children_cpu_ns();
+    let started = std::time::Instant::now();
+    let sent = net
+        .command(path, End::Sender, SENDER_CPU, &program)
+        .args(sender.args(to, port, spec, &sent_json))
+        .spawn()
+        .context("starting the sender")
+        .and_then(|child| finish(child, sender.name()));
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu_ns = waited_children_cpu_ns().saturating_sub(cpu_before);
+    if let Err(e) = sent {
+        kill(receiver);
+        kill(observer);
+        return Err(e);
+    }
+    finish(receiver, "the receiver")?;
+    finish(observer, "the observer")?;
+    let sink: SinkReport = read_json(&observed)?;
+    let sent = if sender.is_iperf3() {
+        let report: serde_json::Value = read_json(&sent_json)?;
+        report["end"]["sum"]["packets"]
+            .as_u64()
+            .ok_or_else(|| anyhow!("iperf3's report has no end.sum.packets"))?
+    } else {
+        read_json::<PaceReport>(&sent_json)?.packets
+    };
+    let _ = std::fs::remove_file(&observed);
+    let _ = std::fs::remove_file(&sent_json);
+    Ok(SenderRun {
+        sink,
+        sent,
+        cpu_ns,
+        seconds: elapsed,
+    })
+}
+
+/// One row: one sender on one path, medians over rounds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SenderRow {
+    /// Where the packets went.
+    pub path: NetPath,
+    /// Who sent them.
+    pub sender: UdpSender,
+    /// Receive rate at the observer, bit/s.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub rate_bps: f64,
+    /// Datagrams the sender sent (first round).
+    pub packets: u64,
+    /// Datagrams sent but not observed, summed over rounds.
+    pub lost: u64,
+    /// The sender's CPU time over its run, % of one core.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub cpu_pct: f64,
+    /// The sender's CPU time per datagram, ns.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub cpu_ns_per_packet: f64,
+    /// Mean inter-arrival time at the observer, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub interarrival_mean_us: f64,
+    /// Its standard deviation, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub interarrival_stddev_us: f64,
+    /// Its smallest and largest value over rounds.
+    #[serde(deserialize_with = "crate::summary::num_pair")]
+    pub interarrival_stddev_range: (f64, f64),
+    /// 99th percentile inter-arrival time, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub interarrival_p99_us: f64,
+    /// Gaps over 1 ms at the observer, summed over rounds (on a shared machine, mostly the
+    /// sender's CPU taken away by the host).
+    #[serde(default)]
+    pub gaps_over_1ms: u64,
+    /// The longest run of datagrams closer than a quarter of the target interval.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub longest_burst: f64,
+    /// Kobayashi's B against a constant bottleneck 10 % above the target rate.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub burstiness_index: f64,
+}
+
+/// The step's result (`senders.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Senders {
+    /// `quick` or `full`.
+    pub mode: String,
+    /// Interleaved rounds.
+    pub rounds: usize,
+    /// Seconds each sender sends.
+    pub seconds: u64,
+    /// The target rate, bit/s.
+    pub rate_bps: u64,
+    /// Datagram payload, bytes.
+    pub size: usize,
+    /// The veth link's qdisc, or why the veth path did not run.
+    pub veth: String,
+    /// Why iperf3's rows are missing, if they are.
+    pub iperf3_missing: Option<String>,
+    /// One row per path and sender.
+    pub rows: Vec<SenderRow>,
+    /// The targets against this run.
+    pub targets: Vec<TargetCheck>,
+}
+
+/// Seconds each sender sends.
+pub fn seconds(quick: bool) -> u64 {
+    if quick { 1 } else { 3 }
+}
+
+/// Rounds.
+pub fn rounds(quick: bool) -> usize {
+    if quick { 1 } else { 3 }
+}
+
+/// Runs `configs` `rounds` times, interleaved; the runs per configuration.
+fn run_interleaved(
+    net: &Network<'_>,
+    configs: &[(NetPath, UdpSender)],
+    spec: &SendSpec,
+    rounds: usize,
+    progress: &mut dyn FnMut(f64, &str),
+) -> Result<Vec<Vec<SenderRun>>> {
+    let dir = std::env::temp_dir().join(format!("softtimers-senders-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut port = 47_000u16;
+    let runs = interleaved(
+        rounds,
+        configs,
+        progress,
+        |(path, sender)| format!("{}, {}", sender.name(), path.name()),
+        |&(path, sender)| {
+            port = if port >= 47_900 { 47_000 } else { port + 1 };
+            run_sender(net, path, sender, spec, port, &dir)
+        },
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    runs
+}
+
+/// The soft pacer and (where installed) `iperf3 -u` at a constant `spec.rate` on loopback, one
+/// row each, medians of `rounds`: E8's constant-rate comparison. Without iperf3, its row is
+/// missing and the reason is returned.
+pub fn constant_rate_rows(
+    spec: &SendSpec,
+    rounds: usize,
+    progress: &mut dyn FnMut(f64, &str),
+) -> Result<(Vec<SenderRow>, Option<String>)> {
+    let iperf3 = tools::require("iperf3", "iperf3");
+    let missing = iperf3.as_ref().err().map(|e| format!("{e:#}"));
+    tools::require("taskset", "util-linux")?;
+    let net = Network {
+        exe: std::env::current_exe().context("finding the softtimers binary")?,
+        iperf3: iperf3.ok(),
+        veth: None,
+    };
+    let mut configs = vec![(NetPath::Loopback, UdpSender::Soft)];
+    if net.iperf3.is_some() {
+        configs.push((NetPath::Loopback, UdpSender::Iperf3));
+    }
+    let runs = run_interleaved(&net, &configs, spec, rounds, progress)?;
+    let rows = configs
+        .iter()
+        .zip(&runs)
+        .map(|(&(path, sender), runs)| row(path, sender, runs))
+        .collect();
+    Ok((rows, missing))
+}
+
+/// Runs every sender on loopback and (as root) over veth, interleaved, `rounds` times.
+pub fn senders(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<Senders> {
+    let quick = options.length.quick;
+    let (seconds, rounds) = (seconds(quick), rounds(quick));
+    let exe = std::env::current_exe().context("finding the softtimers binary")?;
+    let iperf3 = tools::require("iperf3", "iperf3");
+    let iperf3_missing = iperf3.as_ref().err().map(|e| format!("{e:#}"));
+    tools::require("taskset", "util-linux")?;
+    let link = VethLink::create("snd");
+    let veth = match &link {
+        Ok(l) => l.qdisc.clone(),
+        Err(e) => format!("skipped: {e:#}"),
+    };
+    let net = Network {
+        exe,
+        iperf3: iperf3.ok(),
+        veth: link.as_ref().ok(),
+    };
+    let spec = SendSpec::standard(seconds);
+    let mut configs = Vec::new();
+    for path in [NetPath::Loopback, NetPath::Veth] {
+        if path == NetPath::Veth && net.veth.is_none() {
+            continue;
+        }
+        for sender in UdpSender::ALL {
+            if sender.is_iperf3() && net.iperf3.is_none() {
+                continue;
+            }
+            configs.push((path, sender));
+        }
+    }
+    let runs = run_interleaved(&net, &configs, &spec, rounds, progress)?;
+    let rows: Vec<SenderRow> = configs
+        .iter()
+        .zip(&runs)
+        .map(|(&(path, sender), runs)| row(path, sender, runs))
+        .collect();
+    let targets = checks(&configs, &runs);
+    Ok(Senders {
+        mode: options.length.mode().to_string(),
+        rounds,
+        seconds,
+        rate_bps: RATE.parse::<Rate>().expect("a rate").bits_per_sec(),
+        size: SIZE,
+        veth,
+        iperf3_missing,
+        rows,
+        targets,
+    })
+}
+
+fn row(path: NetPath, sender: UdpSender, runs: &[SenderRun]) -> SenderRow {
+    let med = |f: &dyn Fn(&SenderRun) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+    let stddevs: Vec<f64> = runs.iter().map(|r| r.sink.interarrival_stddev_us).collect();
+    SenderRow {
+        path,
+        sender,
+        rate_bps: med(&|r| r.sink.rate_bps),
+        packets: runs.first().map_or(0, |r| r.sent),
+        lost: runs
+            .iter()
+            .map(|r| r.sent.saturating_sub(r.sink.packets))
+            .sum(),
+        cpu_pct: med(&|r| r.cpu_ns as f64 / (r.seconds * 1e9) * 100.0),
+        cpu_ns_per_packet: med(&|r| r.cpu_ns as f64 / r.sent.max(1) as f64),
+        interarrival_mean_us: med(&|r| r.sink.interarrival_mean_us),
+        interarrival_stddev_us: median(&stddevs),
+        interarrival_stddev_range: range(&stddevs),
+        interarrival_p99_us: med(&|r| r.sink.interarrival_p99_us),
+        gaps_over_1ms: runs.iter().map(|r| r.sink.gaps_over_1ms).sum(),
+        longest_burst: med(&|r| r.sink.longest_burst as f64),
+        burstiness_index: med(&|r| r.sink.burstiness_index.unwrap_or(f64::NAN)),
+    }
+}
+
+/// The targets: against each iperf3 setting, the soft pacer's inter-arrival stddev ≤ 1/10 at
+/// no more CPU; and timerfd's CPU per packet ≥ 5 × the soft pacer's. Per path, each a median
+/// of per-round ratios.
+fn checks(configs: &[(NetPath, UdpSender)], runs: &[Vec<SenderRun>]) -> Vec<TargetCheck> {
+    let series = |path: NetPath, sender: UdpSender, f: &dyn Fn(&SenderRun) -> f64| {
+        configs
+            .iter()
+            .position(|&c| c == (path, sender))
+            .map(|i| runs[i].iter().map(f).collect::<Vec<f64>>())
+    };
+    let stddev = |r: &SenderRun| r.sink.interarrival_stddev_us;
+    let cpu = |r: &SenderRun| r.cpu_ns as f64 / r.seconds;
+    let cpu_per_packet = |r: &SenderRun| r.cpu_ns as f64 / r.sent.max(1) as f64;
+    let mut out = Vec::new();
+    for path in [NetPath::Loopback, NetPath::Veth] {
+        let Some(soft_sd) = series(path, UdpSender::Soft, &stddev) else {
+            continue;
+        };
+        let soft_cpu = series(path, UdpSender::Soft, &cpu).expect("same config");
+        for (other, label) in [
+            (UdpSender::Iperf3, "iperf3 -u (1 ms timer)"),
+            (UdpSender::Iperf3Fine, "iperf3 -u --pacing-timer 10"),
+        ] {
+            let (Some(sd), Some(c)) = (series(path, other, &stddev), series(path, other, &cpu))
+            else {
+                continue;
+            };
+            let sd_ratio = median(&paired_ratios(&soft_sd, &sd));
+            let cpu_ratio = median(&paired_ratios(&soft_cpu, &c));
+            out.push(TargetCheck::new(
+                format!("inter-arrival stddev, soft / {label}, {}", path.name()),
+                "<= 0.1",
+                sd_ratio,
+                sd_ratio <= 0.1,
+            ));
+            out.push(TargetCheck::new(
+                format!("sender CPU, soft / {label}, {}", path.name()),
+                "<= 1",
+                cpu_ratio,
+                cpu_ratio <= 1.0,
+            ));
+        }
+        if let (Some(soft), Some(timerfd)) = (
+            series(path, UdpSender::Soft, &cpu_per_packet),
+            series(path, UdpSender::Timerfd, &cpu_per_packet),
+        ) {
+            let ratio = median(&paired_ratios(&timerfd, &soft));
+            out.push(TargetCheck::new(
+                format!("CPU per paced packet, timerfd / soft, {}", path.name()),
+                ">= 5",
+                ratio,
+                ratio >= 5.0,
+            ));
+        }
+    }
+    out
+}
+
+impl Section for Senders {
+    const FILE: &'static str = "senders.json";
+    fn render(&self, _dir: &Path) -> Result<Rendered> {
+        let mut md = String::from("## Paced senders against iperf3 -u\n\n");
+        let _ = writeln!(
+            md,
+            "Each sender sends {:.0} Mbit/s of {} B datagrams for {} s, pinned to CPU {SENDER_CPU}; \
+             its own receiver and a capture of the port (`softtimers sink --observe`, kernel \
+             timestamps) on CPU {CLIENT_CPU}. CPU is the sender's whole CPU time \
+             (`getrusage`). Bursts: datagrams closer than a quarter of the target interval. \
+             B: against a constant bottleneck 10 % faster than the target rate. \
+             Median of {} round(s); stddev [range].\n",
+            self.rate_bps as f64 / 1e6,
+            self.size,
+            self.seconds,
+            self.rounds,
+        );
+        let _ = writeln!(md, "veth path: {}.\n", self.veth);
+        if let Some(why) = &self.iperf3_missing {
+            let _ = writeln!(md, "iperf3 rows missing: {why}.\n");
+        }
+        md += "| path | sender | Mbit/s | lost | CPU % | CPU per packet (µs) | inter-arrival mean (µs) | stddev (µs) [range] | p99 (µs) | gaps > 1 ms | longest burst | B |\n\
+               | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        for r in &self.rows {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.2} | {} | {:.1} | {:.1} | {:.2} | {:.1} [{:.1}, {:.1}] | {:.1} | {} | {:.0} | {:.2e} |",
+                r.path.name(),
+                r.sender.name(),
+                r.rate_bps / 1e6,
+                r.lost,
+                r.cpu_pct,
+                r.cpu_ns_per_packet / 1000.0,
+                r.interarrival_mean_us,
+                r.interarrival_stddev_us,
+                r.interarrival_stddev_range.0,
+                r.interarrival_stddev_range.1,
+                r.interarrival_p99_us,
+                r.gaps_over_1ms,
+                r.longest_burst,
+                r.burstiness_index,
+            );
+        }
+        md += "\n";
+        md += &targets_table(&self.targets);
+        Ok(Rendered::text(md))
+    }
+}
