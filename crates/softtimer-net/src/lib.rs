@@ -10,7 +10,10 @@
 //! | [`pacer`] | the adaptive pacer of the soft-timers paper (Section 4.1): one event outstanding per flow, a target and a burst rate | none |
 //! | [`departure`] | departure-time scheduling (Kobayashi's two-level transmission timer): packets stamped with the earliest time they may leave | none |
 //! | [`burstiness`] | the burstiness index of Kobayashi's Section V, and inter-arrival statistics | none |
+//! | [`poll`] | soft-timer network polling: the poll interval that finds an aggregation quota of packets per poll, back to readiness when idle | none |
+//! | [`livelock`] | livelock-free receive (Mogul and Ramakrishnan): round-robin with a packet quota, queue-state feedback, a CPU budget | none |
 //! | [`udp`] | batched UDP (`sendmmsg`, `recvmmsg`) with kernel receive timestamps | Linux |
+//! | [`forward`] | the forwarding core: receive on one UDP socket, per-packet work, `sendmmsg` to the next hop | Linux |
 //! | [`capture`] | observing a UDP port without owning it (`AF_PACKET`, kernel timestamps) | Linux |
 //!
 //! The sans-IO parts take `now` and return decisions, so they run on a
@@ -21,7 +24,10 @@
 pub mod burstiness;
 pub mod capture;
 pub mod departure;
+pub mod forward;
+pub mod livelock;
 pub mod pacer;
+pub mod poll;
 mod rate;
 pub mod udp;
 

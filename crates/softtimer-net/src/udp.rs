@@ -141,6 +141,33 @@ impl TimestampedReceiver {
         Self::from_socket(socket, batch, size)
     }
 
+    /// Like [`TimestampedReceiver::bind`], but without kernel timestamps (a router or a
+    /// drain that does not time packets saves their cost) and non-blocking:
+    /// [`TimestampedReceiver::recv_up_to`] returns `Ok(0)` at once when nothing waits.
+    pub fn bind_untimed(
+        addr: SocketAddr,
+        batch: usize,
+        size: usize,
+    ) -> io::Result<TimestampedReceiver> {
+        check_batch(batch, size)?;
+        let socket = OwnedFd::from(UdpSocket::bind(addr)?);
+        let rx = Self::from_socket(socket, batch, size)?;
+        set_int_option(
+            rx.socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            0,
+        )?;
+        rustix::io::ioctl_fionbio(&rx.socket, true)?;
+        Ok(rx)
+    }
+
+    /// The socket, to register with epoll.
+    pub fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.socket.as_fd()
+    }
+
     /// Wraps a bound datagram socket of any family (UDP, or an `AF_PACKET` socket for
     /// [`crate::capture`]): turns on kernel timestamps and the drop counter, asks for an 8 MB
     /// receive buffer, and readies room for `batch` datagrams of up to `size` bytes.
@@ -206,8 +233,16 @@ impl TimestampedReceiver {
     /// Waits (up to the timeout) for at least one datagram, then takes every datagram
     /// waiting, up to the batch size. `Ok(0)` on timeout or interruption.
     pub fn recv_batch(&mut self) -> io::Result<usize> {
+        self.recv_up_to(self.hdrs.len())
+    }
+
+    /// [`TimestampedReceiver::recv_batch`], taking at most `max` datagrams (a quota).
+    pub fn recv_up_to(&mut self, max: usize) -> io::Result<usize> {
         self.received = 0;
-        let batch = self.hdrs.len();
+        let batch = self.hdrs.len().min(max);
+        if batch == 0 {
+            return Ok(0);
+        }
         let data = self.data.as_mut_ptr();
         let control = self.control.as_mut_ptr();
         for i in 0..batch {

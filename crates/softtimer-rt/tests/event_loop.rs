@@ -351,15 +351,17 @@ fn met_deadlines_cost_nothing(design: DeadlineDesign) {
     let mut ev: EventLoop<u32> = EventLoop::new(cfg, move |timers, ev: Fired<u32>| {
         count.fetch_add(1, Ordering::Relaxed);
         if ev.event < stop_at {
-            let us = timers.measure_resolution() / 1_000_000;
+            let hz = timers.measure_resolution();
             // 50 µs ahead, deadline 200 ms: the idle loop's trigger states come far sooner
             // (the margin covers being descheduled for a while on a busy machine, as when
-            // the whole test suite runs on two cores).
+            // the whole test suite runs on two cores). The spans round as `ev.span` does, so
+            // every deadline is later than the one before (truncating ticks per µs would
+            // make the second deadline earlier than the first on some clock rates).
             timers
                 .schedule_with_deadline_from(
                     ev.now,
-                    Span::from_ticks(50 * us),
-                    Span::from_ticks(200_000 * us),
+                    Span::from_micros(50, hz),
+                    Span::from_micros(200_000, hz),
                     ev.event + 1,
                 )
                 .unwrap();

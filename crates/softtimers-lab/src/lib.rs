@@ -32,6 +32,7 @@
 //! | [`bench_core`], [`bench_timers`], [`info`] | `softtimers bench core`, `bench timers`, `info` (also lab steps) |
 //! | [`baselines`] | the timer queues `bench core` compares the facility with |
 //! | [`pace`] | `softtimers pace` and `softtimers sink` |
+//! | [`router`] | the forwarding workload: `softtimers flood`, `router` (polling and 4.2BSD designs), `compute` |
 //! | [`netns`] | a veth link between two network namespaces, made and removed by an experiment |
 //! | [`http`], [`rpc`] | the workloads: HTTP server and load generator, UDP RPC server and client |
 //! | [`targets`], [`summary`] | target checks; medians, percentiles, per-round ratios |
@@ -54,6 +55,7 @@ pub mod netns;
 pub mod pace;
 pub mod plot;
 pub mod report;
+pub mod router;
 pub mod rpc;
 pub mod summary;
 pub mod targets;

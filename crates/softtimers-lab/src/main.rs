@@ -5,11 +5,24 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use softtimer_net::Rate;
+use softtimer_net::livelock::Quota;
 use softtimer_rt::SpinWindow;
 use softtimers_lab::alloc_count::CountingAlloc;
 use softtimers_lab::harness::{Client, with_progress, write_json};
 use softtimers_lab::pace::{self, PaceTimer, parse_duration, parse_spin_window};
+use softtimers_lab::router::{self, RouterDesign};
 use softtimers_lab::{bench_core, bench_timers, info, lab, report};
+
+/// Parses `--quota`: a number of packets (at least 1) or `unlimited`.
+fn parse_quota(text: &str) -> Result<Quota, String> {
+    if text == "unlimited" {
+        return Ok(Quota::Unlimited);
+    }
+    let n: u32 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a packet count (write 10, or unlimited)"))?;
+    Quota::packets(n).map_err(|e| e.to_string())
+}
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -125,6 +138,72 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Send minimum-size UDP datagrams at a rate (the livelock experiments' flood), in
+    /// batches on a schedule; reports the rate reached.
+    Flood {
+        /// Where to send (`host:port`).
+        #[arg(long)]
+        to: std::net::SocketAddr,
+        /// Datagrams per second.
+        #[arg(long)]
+        rate: u64,
+        /// UDP payload bytes (18: a minimum-size Ethernet frame).
+        #[arg(long, default_value_t = 18)]
+        size: usize,
+        /// How long to send.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        duration: std::time::Duration,
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// A user-space UDP router: forwards what arrives on --listen to --forward-to, in the
+    /// livelock-free polling design or the 4.2BSD baseline.
+    Router {
+        /// Where datagrams arrive (`host:port`).
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// Where they go (`host:port`).
+        #[arg(long)]
+        forward_to: std::net::SocketAddr,
+        /// The design.
+        #[arg(long, value_enum, default_value = "polling")]
+        design: RouterDesign,
+        /// A screening stage on the same core behind a 32-packet queue.
+        #[arg(long)]
+        screen: bool,
+        /// Packets per polling turn (a number, or `unlimited`).
+        #[arg(long, default_value = "10", value_parser = parse_quota)]
+        quota: Quota,
+        /// Per-packet forwarding work, ns of busy work.
+        #[arg(long, default_value_t = 0)]
+        work_ns: u64,
+        /// Per-packet screening work, ns (with --screen).
+        #[arg(long, default_value_t = 0)]
+        screen_ns: u64,
+        /// The share of each 10 ms period packet work may use, % (polling design).
+        #[arg(long)]
+        cpu_budget: Option<u32>,
+        /// Polling design: run the polling thread at real-time priority (SCHED_FIFO, root),
+        /// above normal processes, as in-kernel packet processing is.
+        #[arg(long)]
+        realtime: bool,
+        /// How long to run.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        duration: std::time::Duration,
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Spin for a duration (a compute-bound process) and report the share of a core it got.
+    Compute {
+        /// How long.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        duration: std::time::Duration,
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Rewrite DIR/report.md and its plots from the JSON files a lab run left in DIR,
     /// without running anything (sections whose JSON is missing are skipped, with a note).
     Report {
@@ -166,6 +245,13 @@ enum Bench {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Ctrl-C (or SIGTERM) removes the network namespaces an experiment made before it exits;
+    // the experiment's child processes get the same signal from the terminal.
+    let _ = ctrlc::set_handler(|| {
+        softtimers_lab::netns::remove_live();
+        eprintln!("softtimers: interrupted");
+        std::process::exit(130);
+    });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -289,6 +375,81 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 burst_gap,
             })?;
             print!("{}", pace::sink_markdown(&report));
+            if let Some(path) = json {
+                write_json(&path, &report)?;
+            }
+        }
+        Command::Flood {
+            to,
+            rate,
+            size,
+            duration,
+            json,
+        } => {
+            let report = router::flood(&router::FloodOptions {
+                to,
+                rate_pps: rate,
+                size,
+                duration,
+            })?;
+            println!(
+                "{} datagrams in {:.2} s: {:.0} datagrams/s{}",
+                report.sent,
+                report.duration_s,
+                report.achieved_pps,
+                if report.saturated {
+                    format!(" (asked for {rate}: this is as fast as this sender goes here)")
+                } else {
+                    String::new()
+                }
+            );
+            if let Some(path) = json {
+                write_json(&path, &report)?;
+            }
+        }
+        Command::Router {
+            listen,
+            forward_to,
+            design,
+            screen,
+            quota,
+            work_ns,
+            screen_ns,
+            cpu_budget,
+            realtime,
+            duration,
+            json,
+        } => {
+            let report = router::router(&router::RouterOptions {
+                listen,
+                forward_to,
+                design,
+                screen,
+                quota,
+                work_ns,
+                screen_ns,
+                cpu_budget,
+                realtime,
+                duration,
+            })?;
+            println!(
+                "received {}, forwarded {}, dropped in a queue {}, dropped by the kernel {}, CPU {:.1} %",
+                report.received,
+                report.forwarded,
+                report.dropped_in_queue,
+                report.kernel_drops,
+                report.cpu_pct
+            );
+            if let Some(path) = json {
+                write_json(&path, &report)?;
+            }
+        }
+        Command::Compute { duration, json } => {
+            let report = router::compute(duration)?;
+            println!(
+                "{:.1} % of a core over {:.2} s",
+                report.cpu_share_pct, report.duration_s
+            );
             if let Some(path) = json {
                 write_json(&path, &report)?;
             }

@@ -1,48 +1,32 @@
-//! Two network namespaces joined by a veth pair, made for one experiment and removed after
-//! it, so that paced packets cross a real (virtual) link and a queueing discipline instead of
-//! loopback.
+//! Network namespaces joined by veth pairs, made for one experiment and removed after it, so
+//! that packets cross real (virtual) links and queueing disciplines instead of loopback:
 //!
-//! The sender's end has a token-bucket filter (`tbf`) at the link's rate with a bucket of two
-//! frames: a 1 Gbit/s link serialises frames 12 µs apart as a wire would, and a burst from an
-//! unpaced sender queues there. Where `tbf` is missing the link is left without a qdisc and
-//! [`VethLink::qdisc`] says so.
+//! - [`VethLink`]: two namespaces, one link, a 1 Gbit/s `tbf` on the sender's end (the paced
+//!   senders against iperf3);
+//! - [`ForwardPath`]: source → router → sink, two links, for the forwarding experiments; the
+//!   router's next hop is a phantom address with a permanent neighbour entry, as the livelock
+//!   paper fooled its router's ARP table, so forwarded packets leave on the wire and are
+//!   dropped by the sink's interface without a receiving process or ICMP replies.
+//!
+//! Names carry the process id (`st-<tag>-<pid>-<role>`), so concurrent runs do not collide.
+//! Every namespace is removed when its owner is dropped (also on an error or a panic), by
+//! [`remove_live`] on Ctrl-C (the lab's handler calls it), and a later run removes what a
+//! killed one left ([`remove_stale`]).
 //!
 //! Making namespaces needs root (`CAP_SYS_ADMIN` and `CAP_NET_ADMIN`) and iproute2's `ip`;
-//! [`VethLink::create`] says plainly which is missing.
+//! the constructors say plainly which is missing.
 
 use std::ffi::OsStr;
 use std::net::Ipv4Addr;
 use std::process::Command;
+use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
 
 use crate::tools;
 
-/// Which end of the link a program runs at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum End {
-    /// The sending namespace (the qdisc is on its veth end).
-    Sender,
-    /// The receiving namespace.
-    Receiver,
-}
-
-/// A veth pair between two fresh namespaces; both go away when this is dropped.
-#[derive(Debug)]
-pub struct VethLink {
-    sender_ns: String,
-    receiver_ns: String,
-    receiver_if: String,
-    /// The sending end's address.
-    pub sender_addr: Ipv4Addr,
-    /// The receiving end's address.
-    pub receiver_addr: Ipv4Addr,
-    /// The qdisc on the sending end, as `tc` was told (or why there is none).
-    pub qdisc: String,
-}
-
-/// The link rate of the sender's `tbf`, bit/s.
-pub const LINK_RATE_BPS: u64 = 1_000_000_000;
+/// Namespaces made and not yet removed, for [`remove_live`].
+static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 fn run(args: &[&str]) -> Result<()> {
     let out = Command::new(args[0])
@@ -59,78 +43,197 @@ fn run(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-impl VethLink {
-    /// Makes the namespaces and the link, or says why it cannot (not root, no `ip`, no
-    /// namespace support). `tag` keeps the names of concurrent runs apart.
-    pub fn create(tag: &str) -> Result<VethLink> {
+fn delete_namespace(ns: &str) {
+    let _ = Command::new("ip")
+        .args(["netns", "del", ns])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+/// Removes every namespace this process made and has not removed yet (for a Ctrl-C handler:
+/// deleting a namespace deletes the veth ends in it, and with them the pairs).
+pub fn remove_live() {
+    let names: Vec<String> = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
+    for ns in names {
+        delete_namespace(&ns);
+    }
+}
+
+/// Removes namespaces an earlier run left behind when it was killed (named by this module,
+/// with the id of a process that no longer exists). Returns how many.
+pub fn remove_stale() -> usize {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return 0;
+    };
+    let mut removed = 0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let mut parts = name.split('-');
+        let (Some("st"), Some(_tag), Some(pid), Some(_role), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            delete_namespace(name);
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// A set of namespaces, removed together on drop.
+#[derive(Debug)]
+struct Namespaces {
+    names: Vec<String>,
+}
+
+impl Namespaces {
+    /// Checks that namespaces can be made here, at all.
+    fn check() -> Result<()> {
         if !rustix::process::geteuid().is_root() {
-            bail!("a veth link between network namespaces needs root");
+            bail!("network namespaces need root");
         }
         tools::require("ip", "iproute2")?;
-        let id = format!("{tag}{}", std::process::id());
-        let mut link = VethLink {
-            sender_ns: format!("st-{id}-s"),
-            receiver_ns: format!("st-{id}-r"),
-            receiver_if: format!("stv{}r", std::process::id()),
-            sender_addr: Ipv4Addr::new(10, 199, 0, 1),
-            receiver_addr: Ipv4Addr::new(10, 199, 0, 2),
-            qdisc: String::new(),
-        };
-        let sender_if = format!("stv{}s", std::process::id());
-        // Should a step fail, dropping `link` removes whatever was made.
-        run(&["ip", "netns", "add", &link.sender_ns])?;
-        run(&["ip", "netns", "add", &link.receiver_ns])?;
-        run(&[
-            "ip",
-            "link",
-            "add",
-            &sender_if,
-            "netns",
-            &link.sender_ns,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &link.receiver_if,
-            "netns",
-            &link.receiver_ns,
-        ])?;
-        for (ns, dev, addr) in [
-            (&link.sender_ns, &sender_if, link.sender_addr),
-            (&link.receiver_ns, &link.receiver_if, link.receiver_addr),
-        ] {
+        Ok(())
+    }
+
+    /// Makes `st-<tag>-<pid>-<role>` for each role; refuses a name that exists already.
+    fn create(tag: &str, roles: &[&str]) -> Result<Namespaces> {
+        Self::check()?;
+        remove_stale();
+        let mut made = Namespaces { names: Vec::new() };
+        for role in roles {
+            let name = format!("st-{tag}-{}-{role}", std::process::id());
+            if std::path::Path::new("/run/netns").join(&name).exists() {
+                bail!(
+                    "network namespace {name} exists already: is another run of this process still going?"
+                );
+            }
+            run(&["ip", "netns", "add", &name])?;
+            LIVE.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(name.clone());
+            made.names.push(name.clone());
+            // No IPv6: its link-local chatter (router solicitations, MLD reports) would add
+            // packets of its own to the links the experiments count.
             run(&[
                 "ip",
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{addr}/30"),
-                "dev",
-                dev,
+                "netns",
+                "exec",
+                &name,
+                "sysctl",
+                "-qw",
+                "net.ipv6.conf.all.disable_ipv6=1",
+                "net.ipv6.conf.default.disable_ipv6=1",
             ])?;
-            run(&["ip", "-n", ns, "link", "set", dev, "up"])?;
-            run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
         }
-        let rate = format!("{}bit", LINK_RATE_BPS);
-        let tbf = [
-            "tc",
+        Ok(made)
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        for ns in &self.names {
+            delete_namespace(ns);
+            live.retain(|n| n != ns);
+        }
+    }
+}
+
+/// `ip netns exec NS program`.
+fn command_in(ns: &str, program: impl AsRef<OsStr>) -> Command {
+    let mut command = Command::new("ip");
+    command.args(["netns", "exec", ns]).arg(program);
+    command
+}
+
+/// Joins `a` in `ns_a` and `b` in `ns_b` by a veth pair, with addresses (/24) and links up.
+fn veth(
+    ns_a: &str,
+    a: &str,
+    addr_a: Ipv4Addr,
+    ns_b: &str,
+    b: &str,
+    addr_b: Ipv4Addr,
+) -> Result<()> {
+    run(&[
+        "ip", "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b,
+    ])?;
+    for (ns, dev, addr) in [(ns_a, a, addr_a), (ns_b, b, addr_b)] {
+        run(&[
+            "ip",
             "-n",
-            &link.sender_ns,
-            "qdisc",
+            ns,
+            "addr",
             "add",
+            &format!("{addr}/24"),
             "dev",
+            dev,
+        ])?;
+        run(&["ip", "-n", ns, "link", "set", dev, "up"])?;
+        run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+    }
+    Ok(())
+}
+
+/// Which end of the link a program runs at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// The sending namespace (the qdisc is on its veth end).
+    Sender,
+    /// The receiving namespace.
+    Receiver,
+}
+
+/// A veth pair between two fresh namespaces; both go away when this is dropped.
+#[derive(Debug)]
+pub struct VethLink {
+    namespaces: Namespaces,
+    receiver_if: String,
+    /// The sending end's address.
+    pub sender_addr: Ipv4Addr,
+    /// The receiving end's address.
+    pub receiver_addr: Ipv4Addr,
+    /// The qdisc on the sending end, as `tc` was told (or why there is none).
+    pub qdisc: String,
+}
+
+/// The link rate of the sender's `tbf`, bit/s.
+pub const LINK_RATE_BPS: u64 = 1_000_000_000;
+
+impl VethLink {
+    /// Makes the namespaces and the link, or says why it cannot (not root, no `ip`, no
+    /// namespace support). `tag` (letters only) names the experiment.
+    pub fn create(tag: &str) -> Result<VethLink> {
+        let namespaces = Namespaces::create(tag, &["s", "r"])?;
+        let pid = std::process::id();
+        let (sender_if, receiver_if) = (format!("stv{pid}s"), format!("stv{pid}r"));
+        let (sender_addr, receiver_addr) =
+            (Ipv4Addr::new(10, 199, 0, 1), Ipv4Addr::new(10, 199, 0, 2));
+        let (ns_s, ns_r) = (&namespaces.names[0], &namespaces.names[1]);
+        veth(
+            ns_s,
             &sender_if,
-            "root",
-            "tbf",
-            "rate",
-            &rate,
-            "burst",
-            "3028",
-            "latency",
-            "5ms",
+            sender_addr,
+            ns_r,
+            &receiver_if,
+            receiver_addr,
+        )?;
+        let rate = format!("{LINK_RATE_BPS}bit");
+        let tbf = [
+            "tc", "-n", ns_s, "qdisc", "add", "dev", &sender_if, "root", "tbf", "rate", &rate,
+            "burst", "3028", "latency", "5ms",
         ];
-        link.qdisc = match tools::find("tc").map(|_| run(&tbf)) {
+        let qdisc = match tools::find("tc").map(|_| run(&tbf)) {
             Some(Ok(())) => format!(
                 "tbf rate {} Gbit/s, bucket 2 frames, on the sender's end",
                 LINK_RATE_BPS / 1_000_000_000
@@ -138,7 +241,13 @@ impl VethLink {
             Some(Err(e)) => format!("none (tbf refused: {e:#})"),
             None => "none (tc is not installed)".to_string(),
         };
-        Ok(link)
+        Ok(VethLink {
+            namespaces,
+            receiver_if,
+            sender_addr,
+            receiver_addr,
+            qdisc,
+        })
     }
 
     /// The receiving end's interface name (what a capture there listens on).
@@ -148,27 +257,114 @@ impl VethLink {
 
     /// `program args…` to run inside `end`'s namespace.
     pub fn command(&self, end: End, program: impl AsRef<OsStr>) -> Command {
-        let mut command = Command::new("ip");
-        command
-            .args(["netns", "exec"])
-            .arg(match end {
-                End::Sender => &self.sender_ns,
-                End::Receiver => &self.receiver_ns,
-            })
-            .arg(program);
-        command
+        command_in(
+            &self.namespaces.names[match end {
+                End::Sender => 0,
+                End::Receiver => 1,
+            }],
+            program,
+        )
     }
 }
 
-impl Drop for VethLink {
-    fn drop(&mut self) {
-        // Deleting a namespace deletes the veth end in it, and with it the pair.
-        for ns in [&self.sender_ns, &self.receiver_ns] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stderr(std::process::Stdio::null())
-                .status();
-        }
+/// A host of a [`ForwardPath`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Host {
+    /// Where the flood comes from.
+    Source,
+    /// The router under test.
+    Router,
+    /// Where forwarded packets go.
+    Sink,
+}
+
+/// Source → router → sink: three namespaces, two veth pairs.
+#[derive(Debug)]
+pub struct ForwardPath {
+    namespaces: Namespaces,
+    router_out_if: String,
+    /// The router's address on the source's link (where the flood is sent).
+    pub router_in: Ipv4Addr,
+    /// The next hop the router forwards to: a phantom host on the sink's link.
+    pub next_hop: Ipv4Addr,
+}
+
+impl ForwardPath {
+    /// Makes the namespaces, links, addresses and the phantom next hop, or says why it cannot.
+    pub fn create(tag: &str) -> Result<ForwardPath> {
+        let namespaces = Namespaces::create(tag, &["src", "rtr", "snk"])?;
+        let pid = std::process::id();
+        let [src, rtr, snk] = [0, 1, 2].map(|i| namespaces.names[i].clone());
+        let router_out_if = format!("stf{pid}b");
+        veth(
+            &src,
+            &format!("stf{pid}s"),
+            Ipv4Addr::new(10, 201, 1, 1),
+            &rtr,
+            &format!("stf{pid}a"),
+            Ipv4Addr::new(10, 201, 1, 2),
+        )?;
+        veth(
+            &rtr,
+            &router_out_if,
+            Ipv4Addr::new(10, 201, 2, 1),
+            &snk,
+            &format!("stf{pid}k"),
+            Ipv4Addr::new(10, 201, 2, 2),
+        )?;
+        let next_hop = Ipv4Addr::new(10, 201, 2, 99);
+        run(&[
+            "ip",
+            "-n",
+            &rtr,
+            "neigh",
+            "add",
+            &next_hop.to_string(),
+            "lladdr",
+            "02:00:00:00:00:99",
+            "dev",
+            &router_out_if,
+            "nud",
+            "permanent",
+        ])?;
+        Ok(ForwardPath {
+            namespaces,
+            router_out_if,
+            router_in: Ipv4Addr::new(10, 201, 1, 2),
+            next_hop,
+        })
+    }
+
+    /// `program args…` to run on `host`.
+    pub fn command(&self, host: Host, program: impl AsRef<OsStr>) -> Command {
+        let i = match host {
+            Host::Source => 0,
+            Host::Router => 1,
+            Host::Sink => 2,
+        };
+        command_in(&self.namespaces.names[i], program)
+    }
+
+    /// Packets the router's outgoing interface has sent: the paper's count of forwarded
+    /// packets (`netstat`'s `Opkts` on the output interface).
+    pub fn router_tx_packets(&self) -> Result<u64> {
+        let out = Command::new("ip")
+            .args([
+                "-n",
+                &self.namespaces.names[1],
+                "-s",
+                "-j",
+                "link",
+                "show",
+                "dev",
+                &self.router_out_if,
+            ])
+            .output()?;
+        let links: serde_json::Value =
+            serde_json::from_slice(&out.stdout).context("reading `ip -j -s link`")?;
+        links[0]["stats64"]["tx"]["packets"]
+            .as_u64()
+            .ok_or_else(|| anyhow::anyhow!("`ip -j -s link` shows no tx packet count"))
     }
 }
 
@@ -187,14 +383,14 @@ mod tests {
             }
             Err(e) => panic!("as root, the link should be made: {e:#}"),
         };
-        let ns = link.receiver_ns.clone();
+        let ns = link.namespaces.names[1].clone();
         let shown = link
             .command(End::Receiver, "ip")
             .args(["-brief", "addr", "show", "dev", link.receiver_interface()])
             .output()
             .unwrap();
         let shown = String::from_utf8_lossy(&shown.stdout);
-        assert!(shown.contains("10.199.0.2/30"), "{shown}");
+        assert!(shown.contains("10.199.0.2/24"), "{shown}");
         assert!(shown.contains("UP"), "{shown}");
         assert!(link.qdisc.starts_with("tbf"), "{}", link.qdisc);
         drop(link);
@@ -203,5 +399,35 @@ mod tests {
             !String::from_utf8_lossy(&list.stdout).contains(&ns),
             "the namespace outlived its link"
         );
+        assert!(LIVE.lock().unwrap().iter().all(|n| n != &ns));
+    }
+
+    #[test]
+    fn a_forward_path_counts_what_the_router_sends_and_is_removed() {
+        let path = match ForwardPath::create("tp") {
+            Ok(p) => p,
+            Err(e) if !rustix::process::geteuid().is_root() => {
+                assert!(format!("{e}").contains("needs root"), "{e}");
+                return;
+            }
+            Err(e) => panic!("as root, the path should be made: {e:#}"),
+        };
+        let before = path.router_tx_packets().unwrap();
+        // The router's namespace sends 3 datagrams to the phantom next hop: they leave on
+        // the wire (counted) without ARP, since the neighbour entry is permanent.
+        let out = path
+            .command(Host::Router, "bash")
+            .args(["-c", "for i in 1 2 3; do printf x > /dev/udp/10.201.2.99/9000 2>/dev/null || exit 3; done"])
+            .status();
+        if out.is_ok_and(|s| s.success()) {
+            assert_eq!(path.router_tx_packets().unwrap() - before, 3);
+        }
+        let names = path.namespaces.names.clone();
+        // A second path from the same process refuses instead of clobbering.
+        assert!(ForwardPath::create("tp").is_err());
+        drop(path);
+        let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        let list = String::from_utf8_lossy(&list.stdout);
+        assert!(names.iter().all(|n| !list.contains(n.as_str())), "{list}");
     }
 }

@@ -7,7 +7,12 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+/// One lab run at a time: the runs measure, and two at once on two cores would measure each
+/// other (a forwarding run's flood would find its router's core taken).
+static LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn lab(args: &[&str], out: &Path) -> std::process::Output {
+    let _one_at_a_time = LAB.lock().unwrap_or_else(|e| e.into_inner());
     Command::new(env!("CARGO_BIN_EXE_softtimers"))
         .arg("lab")
         .args(args)
@@ -304,5 +309,121 @@ fn the_senders_step_measures_pace_and_iperf3_on_each_path() {
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## Paced senders against iperf3 -u"));
     assert!(!result["targets"].as_array().unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// E10–E12 flood a router across network namespaces the lab makes: as root (CI) they run and
+/// write what the checks read, and remove their namespaces; elsewhere they say why not.
+#[test]
+fn the_forwarding_experiments_run_or_say_why_not() {
+    let base = std::env::temp_dir().join(format!("softtimers-fwd-{}", std::process::id()));
+    let root = rustix::process::geteuid().is_root();
+    let cases: [(&str, &[&str], usize); 3] = [
+        (
+            "e10",
+            &["design", "offered_pps", "forwarded_pps", "quota"],
+            1,
+        ),
+        (
+            "e11",
+            &["design", "quota", "offered_pps", "forwarded_pps"],
+            0,
+        ),
+        ("e12", &["offered_pps", "compute_pct"], 1),
+    ];
+    for (name, fields, plots) in cases {
+        let dir = base.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = lab(&[name], &dir);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let result = json(&dir.join(format!("{name}.json")));
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(report.contains(&format!("## {}:", name.to_uppercase())));
+        if !root {
+            assert!(
+                result["skipped"].as_str().unwrap().contains("root"),
+                "{result}"
+            );
+            continue;
+        }
+        assert!(result["skipped"].is_null(), "{name}: {}", result["skipped"]);
+        has_fields(&result["rows"], fields);
+        assert!(result["targets"].is_array());
+        assert_eq!(plots_exist(&dir), plots, "{name}: plots linked");
+        if name == "e10" {
+            for design in ["baseline", "polling", "baseline+screen", "polling+screen"] {
+                assert!(
+                    result["mlfrr_pps"][design].as_f64().unwrap() > 0.0,
+                    "{design}: {result}"
+                );
+            }
+            // Overloaded, the polling router keeps forwarding.
+            for m in result["mlfrr"].as_array().unwrap() {
+                if m["design"].as_str().unwrap().starts_with("polling") {
+                    let (at, mlfrr) = (
+                        m["forwarded_at_3x_pps"].as_f64().unwrap(),
+                        m["mlfrr_pps"].as_f64().unwrap(),
+                    );
+                    assert!(at >= 0.5 * mlfrr, "{m}");
+                }
+            }
+        }
+    }
+    // Nothing is left behind: every namespace these steps made is gone.
+    if let Ok(list) = Command::new("ip").args(["netns", "list"]).output() {
+        let list = String::from_utf8_lossy(&list.stdout);
+        for tag in ["st-eten-", "st-eleven-", "st-twelve-"] {
+            assert!(!list.contains(tag), "{tag} left behind: {list}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(base);
+}
+
+/// Ctrl-C during a forwarding experiment removes the namespaces it made (root only).
+#[test]
+fn an_interrupted_forwarding_run_leaves_no_namespace() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let _one_at_a_time = LAB.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("softtimers-int-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_softtimers"))
+        .args(["lab", "e12", "--quick", "--out", dir.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let tag = format!("st-twelve-{}-", child.id());
+    // Wait until its namespaces exist, then interrupt it.
+    let listed = || {
+        String::from_utf8_lossy(
+            &Command::new("ip")
+                .args(["netns", "list"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .contains(&tag)
+    };
+    let start = std::time::Instant::now();
+    while !listed() && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(listed(), "the run made no namespace");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    assert!(!listed(), "namespaces left behind after Ctrl-C");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -325,3 +325,145 @@ fn the_sink_observes_a_port_it_does_not_own() {
     // The owner got them all too: observing took nothing away.
     assert_eq!(drained.join().unwrap(), sent.packets);
 }
+
+#[test]
+fn forwarding_commands_refuse_bad_input() {
+    let cases: [&[&str]; 7] = [
+        &["flood", "--to", "127.0.0.1:9", "--rate", "0"],
+        &["flood", "--to", "127.0.0.1:9", "--rate", "1000000000"],
+        &[
+            "flood",
+            "--to",
+            "127.0.0.1:9",
+            "--rate",
+            "1000",
+            "--size",
+            "0",
+        ],
+        &[
+            "router",
+            "--listen",
+            "127.0.0.1:0",
+            "--forward-to",
+            "127.0.0.1:9",
+            "--quota",
+            "0",
+        ],
+        &[
+            "router",
+            "--listen",
+            "127.0.0.1:0",
+            "--forward-to",
+            "127.0.0.1:9",
+            "--cpu-budget",
+            "0",
+        ],
+        &[
+            "router",
+            "--listen",
+            "127.0.0.1:0",
+            "--forward-to",
+            "127.0.0.1:9",
+            "--cpu-budget",
+            "101",
+        ],
+        &[
+            "router",
+            "--listen",
+            "127.0.0.1:0",
+            "--forward-to",
+            "nowhere",
+            "--duration",
+            "1s",
+        ],
+    ];
+    for args in cases {
+        let out = softtimers(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("error"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// The router forwards every datagram on loopback at a low rate, in both designs.
+#[test]
+fn the_router_forwards_every_datagram_at_a_low_rate() {
+    for design in ["polling", "baseline"] {
+        if design == "baseline" && !rustix::process::geteuid().is_root() {
+            continue; // its receive thread needs SCHED_FIFO
+        }
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sink.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let json = std::env::temp_dir().join(format!(
+            "softtimers-router-{design}-{}.json",
+            std::process::id()
+        ));
+        let router = {
+            let (listen, to, json) = (
+                listen.clone(),
+                sink.local_addr().unwrap().to_string(),
+                json.clone(),
+            );
+            let design = design.to_string();
+            std::thread::spawn(move || {
+                softtimers(&[
+                    "router",
+                    "--listen",
+                    &listen,
+                    "--forward-to",
+                    &to,
+                    "--design",
+                    &design,
+                    "--duration",
+                    "1500ms",
+                    "--json",
+                    json.to_str().unwrap(),
+                ])
+            })
+        };
+        let reader = std::thread::spawn(move || {
+            let mut got = 0;
+            let mut buf = [0u8; 64];
+            while sink.recv(&mut buf).is_ok() {
+                got += 1;
+            }
+            got
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let flood = softtimers(&[
+            "flood",
+            "--to",
+            &listen,
+            "--rate",
+            "2000",
+            "--duration",
+            "500ms",
+        ]);
+        assert!(
+            flood.status.success(),
+            "{}",
+            String::from_utf8_lossy(&flood.stderr)
+        );
+        let got = reader.join().unwrap();
+        let out = router.join().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        assert_eq!(got, 1000, "{design}: the sink got {got} of 1000");
+        assert_eq!(report["received"], 1000, "{design}: {report}");
+        assert_eq!(report["forwarded"], 1000, "{design}: {report}");
+        assert_eq!(report["dropped_in_queue"], 0, "{design}: {report}");
+    }
+}

@@ -8,6 +8,7 @@
 //! | [`intervals`] | E3, E4, E5: how often trigger states come, over time, by source | Table IV, V; Figs. 2–4 |
 //! | [`pacing`] | E6, E7, E8: rate-based clocking on the busy server, its transmission process, the burstiness of a paced slow start | Tables VI–IX; Kobayashi's Table II |
 //! | [`senders`] | `pace` and `iperf3 -u` at the same rate, on loopback and a veth link, measured by one capture | — |
+//! | [`livelock`] | E10, E11, E12: a user-space router flooded across network namespaces; the 4.2BSD structure against polling with quotas, feedback and a CPU budget | livelock Figs. 6-1, 6-3 to 6-6, 7-1 |
 //! | [`deadline`] | E13: the deadline backstop | Table XIII |
 //! | [`nginx`] | the HTTP server against nginx | — |
 //!
@@ -18,6 +19,7 @@
 pub mod cost;
 pub mod deadline;
 pub mod intervals;
+pub mod livelock;
 pub mod nginx;
 pub mod pacing;
 pub mod senders;
@@ -58,6 +60,12 @@ pub enum Step {
     E8,
     /// The paced sender against iperf3 -u.
     Senders,
+    /// E10: forwarding under overload (livelock Figs. 6-1, 6-3, 6-4).
+    E10,
+    /// E11: the polling quota (livelock Figs. 6-5, 6-6).
+    E11,
+    /// E12: CPU left to a compute-bound process (livelock Fig. 7-1).
+    E12,
     /// E13: the deadline backstop (Table XIII).
     E13,
     /// The HTTP server against nginx.
@@ -86,7 +94,7 @@ fn runs(n: usize, each: Duration) -> Duration {
 
 impl Step {
     /// Every step, in order.
-    pub const ALL: [Step; 14] = [
+    pub const ALL: [Step; 17] = [
         Step::Info,
         Step::BenchCore,
         Step::BenchTimers,
@@ -99,6 +107,9 @@ impl Step {
         Step::E7,
         Step::E8,
         Step::Senders,
+        Step::E10,
+        Step::E11,
+        Step::E12,
         Step::E13,
         Step::Nginx,
     ];
@@ -118,6 +129,9 @@ impl Step {
             Step::E7 => "e7",
             Step::E8 => "e8",
             Step::Senders => "senders",
+            Step::E10 => "e10",
+            Step::E11 => "e11",
+            Step::E12 => "e12",
             Step::E13 => "e13",
             Step::Nginx => "nginx",
         }
@@ -138,6 +152,9 @@ impl Step {
             Step::E7 => "E7",
             Step::E8 => "E8",
             Step::Senders => "senders",
+            Step::E10 => "E10",
+            Step::E11 => "E11",
+            Step::E12 => "E12",
             Step::E13 => "E13",
             Step::Nginx => "nginx",
         }
@@ -160,6 +177,11 @@ impl Step {
             Step::E7 => "E7: the transmission process under load (Tables VIII-IX)",
             Step::E8 => "E8: burstiness of a paced slow start (Kobayashi, Table II)",
             Step::Senders => "senders: pace against iperf3 -u, on loopback and a veth link",
+            Step::E10 => {
+                "E10: forwarding under overload, baseline and polling router (livelock Figs. 6-1, 6-3, 6-4)"
+            }
+            Step::E11 => "E11: the polling quota (livelock Figs. 6-5, 6-6)",
+            Step::E12 => "E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)",
             Step::E13 => "E13: the deadline backstop (Table XIII)",
             Step::Nginx => "the HTTP server against nginx with one worker",
         }
@@ -180,6 +202,9 @@ impl Step {
             Step::E7 => pacing::E7::FILE,
             Step::E8 => pacing::E8::FILE,
             Step::Senders => senders::Senders::FILE,
+            Step::E10 => livelock::E10::FILE,
+            Step::E11 => livelock::E11::FILE,
+            Step::E12 => livelock::E12::FILE,
             Step::E13 => deadline::E13::FILE,
             Step::Nginx => nginx::Nginx::FILE,
         }
@@ -216,6 +241,12 @@ impl Step {
                 let each = Duration::from_secs(senders::seconds(length.quick))
                     + Duration::from_millis(1_300);
                 each * (2 * senders::UdpSender::ALL.len() * senders::rounds(length.quick)) as u32
+            }
+            Step::E10 | Step::E11 | Step::E12 => {
+                let name = self.name();
+                Duration::from_secs_f64(
+                    livelock::runs(name, length.quick) as f64 * livelock::run_seconds(length.quick),
+                )
             }
             Step::E13 => runs(rounds * 6, throughput),
             Step::Nginx => runs(rounds * 2, throughput) + Duration::from_millis(500),
@@ -278,6 +309,9 @@ impl Step {
             Step::E7 => save(out, &pacing::e7(options, progress)?),
             Step::E8 => save(out, &pacing::e8(options, progress)?),
             Step::Senders => save(out, &senders::senders(options, progress)?),
+            Step::E10 => save(out, &livelock::e10(options, progress)?),
+            Step::E11 => save(out, &livelock::e11(options, progress)?),
+            Step::E12 => save(out, &livelock::e12(options, progress)?),
             Step::E13 => save(out, &deadline::e13(options, progress)?),
             Step::Nginx => save(out, &nginx::compare(options, progress)?),
         }
@@ -303,6 +337,9 @@ impl Step {
             Step::E7 => render_file::<pacing::E7>(dir),
             Step::E8 => render_file::<pacing::E8>(dir),
             Step::Senders => render_file::<senders::Senders>(dir),
+            Step::E10 => render_file::<livelock::E10>(dir),
+            Step::E11 => render_file::<livelock::E11>(dir),
+            Step::E12 => render_file::<livelock::E12>(dir),
             Step::E13 => render_file::<deadline::E13>(dir),
             Step::Nginx => render_file::<nginx::Nginx>(dir),
         }
