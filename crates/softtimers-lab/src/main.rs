@@ -99,6 +99,10 @@ enum Command {
         /// several flows are due at once (default: one `sendmmsg` for them).
         #[arg(long)]
         no_batch: bool,
+        /// With `--timer soft`: one soft-timer event per flow (`per-flow`, the paper's pacer),
+        /// or one departure-time queue for all flows with one event at its next departure.
+        #[arg(long, value_enum, default_value = "per-flow")]
+        scheduler: pace::Scheduler,
         /// Also write the result as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -134,6 +138,10 @@ enum Command {
         /// Gaps at most this long make datagrams one back-to-back burst.
         #[arg(long, default_value = "2us", value_parser = parse_duration)]
         burst_gap: std::time::Duration,
+        /// The rate the sender was asked for: the report says how far the received rate is
+        /// off it (`conformance_pct`).
+        #[arg(long)]
+        rate: Option<Rate>,
         /// Also write the result as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -332,6 +340,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             burst,
             spin_window,
             no_batch,
+            scheduler,
             json,
         } => {
             let report = pace::pace(&pace::PaceOptions {
@@ -344,6 +353,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 timer,
                 spin_window,
                 batch: !no_batch,
+                scheduler,
             })?;
             print!("{}", pace::pace_markdown(&report));
             if let Some(path) = json {
@@ -359,6 +369,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             rtt,
             bottleneck,
             burst_gap,
+            rate,
             json,
         } => {
             let target = match (listen, observe) {
@@ -373,6 +384,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 rtt,
                 bottleneck,
                 burst_gap,
+                expected_rate: rate,
             })?;
             print!("{}", pace::sink_markdown(&report));
             if let Some(path) = json {

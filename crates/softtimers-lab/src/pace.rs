@@ -21,7 +21,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
-use softtimer::{Clock, Fired, Instant, SoftTimers, SystemClock};
+use softtimer::{Clock, Fired, Instant, SoftTimers, Span, SystemClock};
 use softtimer_net::Rate;
 use softtimer_net::burstiness::{ArrivalStats, Bottleneck, BurstinessIndex};
 use softtimer_net::capture::PortObserver;
@@ -49,6 +49,19 @@ pub enum PaceTimer {
     None,
 }
 
+/// How the soft pacer schedules many flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheduler {
+    /// The soft-timers paper's pacer: one soft-timer event per flow, a target and a burst
+    /// rate each.
+    PerFlow,
+    /// Departure-time scheduling (Kobayashi, Carousel): each flow's next datagram is stamped
+    /// with its departure time into one two-level queue, and one soft-timer event at the
+    /// queue's next departure sends everything due, in one `sendmmsg`.
+    Departure,
+}
+
 /// How `pace` runs.
 #[derive(Clone, Debug)]
 pub struct PaceOptions {
@@ -71,6 +84,8 @@ pub struct PaceOptions {
     /// With soft timers: datagrams of several flows due at one trigger state leave in one
     /// `sendmmsg` (off: one `send` each).
     pub batch: bool,
+    /// With soft timers: how the flows are scheduled.
+    pub scheduler: Scheduler,
 }
 
 /// What `pace` measured (`pace --json`).
@@ -125,6 +140,12 @@ pub fn check_pace(options: &PaceOptions) -> Result<()> {
     ensure!(
         (1..=100_000).contains(&options.flows),
         "--flows {}: want 1..=100000",
+        options.flows
+    );
+    ensure!(
+        options.rate.bits_per_sec() >= u64::from(options.flows),
+        "--rate {} over {} flows is under 1 bit/s per flow",
+        options.rate,
         options.flows
     );
     ensure!(
@@ -392,6 +413,9 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
     let cpu_before = process_cpu_ns();
     let started = StdInstant::now();
     let spin_window_us = match options.timer {
+        PaceTimer::Soft if options.scheduler == Scheduler::Departure => {
+            run_departure(options, &sender, flows)?
+        }
         PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => {
             run_loop(options, &sender, flows)?
         }
@@ -408,6 +432,13 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
     let cpu_ns = process_cpu_ns().saturating_sub(cpu_before);
     let c = &sender.counters;
     let packets = c.packets.load(Ordering::Relaxed);
+    let refused = c.errors.load(Ordering::Relaxed);
+    if packets == 0 && refused > 0 {
+        bail!(
+            "every send to {} was refused ({refused} tries): is anything listening there?",
+            options.to
+        );
+    }
     let span_ns = c
         .last_ns
         .load(Ordering::Relaxed)
@@ -502,6 +533,7 @@ fn run_loop(options: &PaceOptions, sender: &Arc<Sender>, flows: Vec<Flow>) -> Re
         ..LoopConfig::default()
     };
     let period = packet_interval(options.rate, options.size).max(Duration::from_micros(1));
+    let per_flow_interval = Span::from_duration(period * options.flows, sender.hz);
     let mut ev: EventLoop<Flow> = match options.timer {
         PaceTimer::Soft => EventLoop::new(config, handler)?,
         PaceTimer::Timerfd => EventLoop::new(
@@ -526,8 +558,12 @@ fn run_loop(options: &PaceOptions, sender: &Arc<Sender>, flows: Vec<Flow>) -> Re
     {
         let mut cx = ev.cx();
         let now = cx.now();
+        // The flows start spread over one per-flow interval, not all at once.
+        let n = flows.len() as u64;
+        let interval = per_flow_interval.ticks();
         for flow in flows {
-            cx.schedule_at(now, flow)?;
+            let offset = Span::from_ticks(interval * u64::from(flow.id) / n);
+            cx.schedule_at(now + offset, flow)?;
         }
     }
     let stop = ev.stop_handle();
@@ -541,6 +577,97 @@ fn run_loop(options: &PaceOptions, sender: &Arc<Sender>, flows: Vec<Flow>) -> Re
     let hz = ev.clock().resolution_hz();
     Ok((options.timer == PaceTimer::Soft)
         .then(|| ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0))
+}
+
+/// Soft timers over one departure queue: every flow's next datagram is stamped at its rate;
+/// one event at the queue's next departure sends all that is due (one `sendmmsg`) and
+/// stamps each of those flows' next datagram. Returns the loop's spin window in µs.
+fn run_departure(
+    options: &PaceOptions,
+    sender: &Arc<Sender>,
+    flows: Vec<Flow>,
+) -> Result<Option<f64>> {
+    use softtimer_net::departure::{DepartureQueue, FlowStamper};
+    struct Departures {
+        queue: DepartureQueue<u32>,
+        flows: Vec<(Flow, FlowStamper)>,
+        due: Vec<u32>,
+        batch: Vec<[u8; PacketHeader::LEN]>,
+    }
+    let clock = SystemClock::new();
+    let hz = clock.resolution_hz();
+    let bytes = options.size as u64;
+    let per_flow = Rate::from_bits_per_sec(options.rate.bits_per_sec() / u64::from(options.flows))?;
+    // Slots of one per-flow packet interval / 64, over a horizon of 4 intervals: a flow's next
+    // stamp always falls inside the ring.
+    let interval = per_flow.span_for_bytes(bytes, hz);
+    let slot = Span::from_ticks((interval.ticks() / 64).max(1));
+    let start = clock.now();
+    let mut queue = DepartureQueue::new(start, slot, 256)?;
+    let mut stamped = Vec::with_capacity(flows.len());
+    let n = flows.len() as u64;
+    for flow in flows {
+        let mut stamper = FlowStamper::new(hz);
+        stamper.set_rate(per_flow);
+        // The flows start spread over one interval, not all at once.
+        let first = start + Span::from_ticks(interval.ticks() * u64::from(flow.id) / n);
+        queue.push(stamper.stamp(first, bytes), flow.id);
+        stamped.push((flow, stamper));
+    }
+    let state = std::sync::Mutex::new(Departures {
+        queue,
+        flows: stamped,
+        due: Vec::with_capacity(BATCH),
+        batch: Vec::with_capacity(BATCH),
+    });
+    let s = Arc::clone(sender);
+    let handler = move |timers: &mut SoftTimers<()>, fired: Fired<()>| {
+        let now = fired.now;
+        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let d = &mut *guard;
+        loop {
+            d.due.clear();
+            d.queue.drain_due(now, BATCH, &mut d.due);
+            if d.due.is_empty() {
+                break;
+            }
+            let sent_ns = realtime_ns();
+            for &id in &d.due {
+                let (flow, stamper) = &mut d.flows[id as usize];
+                d.batch.push(Sender::header(flow, sent_ns));
+                s.account(flow, now, sent_ns);
+                let next = stamper.stamp(now, bytes);
+                d.queue.push(next, id);
+            }
+            s.flush(&mut d.batch);
+        }
+        if let Some(next) = d.queue.next_departure() {
+            let _ = timers.schedule_at(next, ());
+        }
+    };
+    let config = LoopConfig {
+        capacity: 2,
+        spin_window: options.spin_window,
+        ..LoopConfig::default()
+    };
+    let mut ev: EventLoop<()> = EventLoop::new(config, handler)?;
+    {
+        let mut cx = ev.cx();
+        let now = cx.now();
+        cx.schedule_at(now, ())?;
+    }
+    let stop = ev.stop_handle();
+    let duration = options.duration;
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(duration);
+        stop.stop();
+    });
+    ev.run(|_, _| {})?;
+    let _ = stopper.join();
+    let hz = ev.clock().resolution_hz();
+    Ok(Some(
+        ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0,
+    ))
 }
 
 /// Spins on the clock; sends each flow's datagram when due (one per flow per pass).
@@ -636,6 +763,8 @@ pub struct SinkOptions {
     pub bottleneck: Option<Rate>,
     /// Gaps at most this long make datagrams one back-to-back burst.
     pub burst_gap: Duration,
+    /// The rate the sender was asked for, to report conformance against.
+    pub expected_rate: Option<Rate>,
 }
 
 /// Where `sink` takes its datagrams from.
@@ -799,6 +928,19 @@ pub struct SinkReport {
     pub untimestamped: u64,
     /// Captured packets that were not readable UDP datagrams (observe mode only).
     pub malformed: u64,
+    /// |rate − expected| / expected, %, when the expected rate was given (`--rate`).
+    #[serde(default)]
+    pub conformance_pct: Option<f64>,
+    /// `pace` flows seen.
+    #[serde(default)]
+    pub flows: u64,
+    /// The fewest and the most datagrams received from one `pace` flow (equal shares mean
+    /// every flow got its rate).
+    #[serde(default)]
+    pub flow_packets_min: u64,
+    /// See `flow_packets_min`.
+    #[serde(default)]
+    pub flow_packets_max: u64,
 }
 
 /// The largest flow number `sink` tracks sequences for.
@@ -826,6 +968,7 @@ pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkRepor
     let (mut foreign, mut truncated, mut untimestamped, mut malformed) = (0u64, 0u64, 0u64, 0u64);
     // Per flow: the next sequence number expected, and how many came.
     let mut next_seq: Vec<u64> = Vec::new();
+    let mut flow_count: Vec<u64> = Vec::new();
     let (mut missing_gaps, mut reordered) = (0u64, 0u64);
     let started = StdInstant::now();
     let mut last_arrival: Option<StdInstant> = None;
@@ -863,10 +1006,14 @@ pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkRepor
                     let f = h.flow as usize;
                     if next_seq.len() <= f {
                         next_seq.resize(f + 1, 0);
+                        flow_count.resize(f + 1, 0);
                     }
+                    flow_count[f] += 1;
                     if h.seq >= next_seq[f] {
-                        missing_gaps += h.seq - next_seq[f];
-                        next_seq[f] = h.seq + 1;
+                        // Saturating: a forged sequence number near u64::MAX is counted, not
+                        // a crash.
+                        missing_gaps = missing_gaps.saturating_add(h.seq - next_seq[f]);
+                        next_seq[f] = h.seq.saturating_add(1);
                     } else {
                         reordered += 1;
                         missing_gaps = missing_gaps.saturating_sub(1);
@@ -906,6 +1053,21 @@ pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkRepor
         reordered,
         untimestamped,
         malformed,
+        conformance_pct: options
+            .expected_rate
+            .zip(stats.rate_bps())
+            .map(|(want, got)| {
+                let want = want.bits_per_sec() as f64;
+                (got - want).abs() / want * 100.0
+            }),
+        flows: flow_count.iter().filter(|&&c| c > 0).count() as u64,
+        flow_packets_min: flow_count
+            .iter()
+            .copied()
+            .filter(|&c| c > 0)
+            .min()
+            .unwrap_or(0),
+        flow_packets_max: flow_count.iter().copied().max().unwrap_or(0),
     })
 }
 
@@ -917,7 +1079,7 @@ pub fn sink(options: &SinkOptions) -> Result<SinkReport> {
 
 /// Prints `sink`'s report.
 pub fn sink_markdown(r: &SinkReport) -> String {
-    format!(
+    let mut out = format!(
         "{}: {} datagrams, {} bytes: {:.3} Mbit/s\n\
          inter-arrival: mean {:.2} µs, stddev {:.2} µs, p50 {:.2} µs, p99 {:.2} µs, max {:.1} µs, \
          {} over 1 ms\n\
@@ -953,7 +1115,17 @@ pub fn sink_markdown(r: &SinkReport) -> String {
         r.truncated,
         r.untimestamped,
         r.malformed,
-    )
+    );
+    if let Some(c) = r.conformance_pct {
+        out += &format!("off the expected rate by {c:.3} %\n");
+    }
+    if r.flows > 1 {
+        out += &format!(
+            "{} flows: {} to {} datagrams each\n",
+            r.flows, r.flow_packets_min, r.flow_packets_max
+        );
+    }
+    out
 }
 
 /// Parses `--spin-window`: `calibrated`, or a duration of at most 1 s (`0`, `20us`).

@@ -198,7 +198,8 @@ pub struct E8 {
     /// ramp), B against a constant bottleneck 10 % faster.
     #[serde(default)]
     pub constant_rate: Vec<SenderRow>,
-    /// Why the iperf3 row is missing, if it is.
+    /// Why the iperf3 row (or both constant-rate rows, without root for the capture) is
+    /// missing, if it is.
     #[serde(default)]
     pub iperf3_missing: Option<String>,
     /// The targets against this run.
@@ -225,14 +226,17 @@ fn run_ramp(ramp: &Ramp, release: Release) -> Result<RampOutcome> {
         bottleneck: None,
         // A loopback send takes a few µs: closer than 10 µs is back to back.
         burst_gap: Duration::from_micros(BURST_GAP_US),
+        expected_rate: None,
     };
     let sink = std::thread::spawn(move || sink_on(&mut input, &sink_options));
     let socket = UdpSocket::bind("127.0.0.1:0").context("the ramp's socket")?;
     socket.connect(to)?;
     let cpu_before = crate::harness::thread_cpu_ns();
-    let sent = send_ramp(ramp, release, socket)?;
+    let sent = send_ramp(ramp, release, socket);
     let cpu_ns = crate::harness::thread_cpu_ns().saturating_sub(cpu_before);
-    let sink = sink.join().map_err(|_| anyhow!("the sink panicked"))??;
+    // The sink stops by itself (idle or duration), also when sending failed.
+    let sink = sink.join().map_err(|_| anyhow!("the sink panicked"))?;
+    let (sent, sink) = (sent?, sink?);
     Ok(RampOutcome { sink, sent, cpu_ns })
 }
 
@@ -495,7 +499,7 @@ impl Section for E8 {
             );
         }
         if let Some(why) = &self.iperf3_missing {
-            let _ = writeln!(md, "iperf3 row missing: {why}.\n");
+            let _ = writeln!(md, "Rows missing: {why}.\n");
         }
         if !self.constant_rate.is_empty() {
             md += "| sender | B | longest burst | inter-arrival stddev (µs) | p99 (µs) | sender CPU per packet (ns) |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";

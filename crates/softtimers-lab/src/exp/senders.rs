@@ -275,17 +275,26 @@ fn run_sender(
         .spawn()
         .context("starting the observer")?;
     let receiver = if sender.is_iperf3() {
-        let iperf3 = net.iperf3.as_deref().ok_or_else(|| anyhow!("no iperf3"))?;
-        net.command(path, End::Receiver, CLIENT_CPU, iperf3)
-            .args(["-s", "-1", "-p", &port.to_string()])
-            .spawn()
+        match net.iperf3.as_deref() {
+            Some(iperf3) => net
+                .command(path, End::Receiver, CLIENT_CPU, iperf3)
+                .args(["-s", "-1", "-p", &port.to_string()])
+                .spawn(),
+            None => Err(std::io::Error::other("iperf3 is not installed")),
+        }
     } else {
         net.command(path, End::Receiver, CLIENT_CPU, &net.exe)
             .args(["sink", "--listen", &format!("0.0.0.0:{port}")])
             .args(["--duration", &limit, "--idle", "500ms"])
             .spawn()
-    }
-    .context("starting the receiver")?;
+    };
+    let receiver = match receiver {
+        Ok(r) => r,
+        Err(e) => {
+            kill(observer);
+            return Err(anyhow!(e).context("starting the receiver"));
+        }
+    };
     // Both bind or capture within a few milliseconds of starting.
     std::thread::sleep(Duration::from_millis(400));
     let program = if sender.is_iperf3() {
@@ -308,8 +317,9 @@ fn run_sender(
         kill(observer);
         return Err(e);
     }
-    finish(receiver, "the receiver")?;
+    let received = finish(receiver, "the receiver");
     finish(observer, "the observer")?;
+    received?;
     let sink: SinkReport = read_json(&observed)?;
     let sent = if sender.is_iperf3() {
         let report: serde_json::Value = read_json(&sent_json)?;
@@ -378,6 +388,9 @@ pub struct SenderRow {
 pub struct Senders {
     /// `quick` or `full`.
     pub mode: String,
+    /// Why it did not run here (the observer's capture needs root), if it did not.
+    #[serde(default)]
+    pub skipped: Option<String>,
     /// Interleaved rounds.
     pub rounds: usize,
     /// Seconds each sender sends.
@@ -404,6 +417,14 @@ pub fn seconds(quick: bool) -> u64 {
 /// Rounds.
 pub fn rounds(quick: bool) -> usize {
     if quick { 1 } else { 3 }
+}
+
+/// Why the observer cannot capture here, if it cannot: an `AF_PACKET` capture needs
+/// `CAP_NET_RAW`, which root has.
+pub fn capture_unavailable() -> Option<String> {
+    (!rustix::process::geteuid().is_root()).then(|| {
+        "the observer (`sink --observe`, a packet capture) needs root (CAP_NET_RAW)".to_string()
+    })
 }
 
 /// Runs `configs` `rounds` times, interleaved; the runs per configuration.
@@ -439,6 +460,9 @@ pub fn constant_rate_rows(
     rounds: usize,
     progress: &mut dyn FnMut(f64, &str),
 ) -> Result<(Vec<SenderRow>, Option<String>)> {
+    if let Some(why) = capture_unavailable() {
+        return Ok((Vec::new(), Some(why)));
+    }
     let iperf3 = tools::require("iperf3", "iperf3");
     let missing = iperf3.as_ref().err().map(|e| format!("{e:#}"));
     tools::require("taskset", "util-linux")?;
@@ -464,6 +488,20 @@ pub fn constant_rate_rows(
 pub fn senders(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<Senders> {
     let quick = options.length.quick;
     let (seconds, rounds) = (seconds(quick), rounds(quick));
+    if let Some(why) = capture_unavailable() {
+        return Ok(Senders {
+            mode: options.length.mode().to_string(),
+            skipped: Some(why),
+            rounds,
+            seconds,
+            rate_bps: RATE.parse::<Rate>().expect("a rate").bits_per_sec(),
+            size: SIZE,
+            veth: String::new(),
+            iperf3_missing: None,
+            rows: Vec::new(),
+            targets: Vec::new(),
+        });
+    }
     let exe = std::env::current_exe().context("finding the softtimers binary")?;
     let iperf3 = tools::require("iperf3", "iperf3");
     let iperf3_missing = iperf3.as_ref().err().map(|e| format!("{e:#}"));
@@ -500,6 +538,7 @@ pub fn senders(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Res
     let targets = checks(&configs, &runs);
     Ok(Senders {
         mode: options.length.mode().to_string(),
+        skipped: None,
         rounds,
         seconds,
         rate_bps: RATE.parse::<Rate>().expect("a rate").bits_per_sec(),
@@ -597,6 +636,10 @@ impl Section for Senders {
     const FILE: &'static str = "senders.json";
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md = String::from("## Paced senders against iperf3 -u\n\n");
+        if let Some(why) = &self.skipped {
+            let _ = writeln!(md, "Not run here: {why}.");
+            return Ok(Rendered::text(md));
+        }
         let _ = writeln!(
             md,
             "Each sender sends {:.0} Mbit/s of {} B datagrams for {} s, pinned to CPU {SENDER_CPU}; \
