@@ -232,6 +232,22 @@ impl QueueFeedback {
         })
     }
 
+    /// How many more packets may go into a queue `len` long before it reaches the high
+    /// watermark: a turn takes at most this many, so that the watermark holds per packet,
+    /// not per turn.
+    ///
+    /// ```
+    /// use softtimer::Span;
+    /// use softtimer_net::livelock::QueueFeedback;
+    ///
+    /// let fb = QueueFeedback::new(32, 75, 25, Span::from_ticks(1_000)).unwrap();
+    /// assert_eq!(fb.room(20), 4); // the high watermark is 24 packets
+    /// assert_eq!(fb.room(30), 0);
+    /// ```
+    pub fn room(&self, len: usize) -> usize {
+        self.high.saturating_sub(len)
+    }
+
     /// With the queue `len` long at `now`: may input be taken?
     pub fn input_allowed(&mut self, len: usize, now: Instant) -> bool {
         match self.inhibited_since {

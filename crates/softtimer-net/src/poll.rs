@@ -206,16 +206,26 @@ impl PollController {
             let sample = ((found as u128) << 32) / u128::from(elapsed);
             let sample = sample.min(u128::from(u64::MAX)) as u64;
             if !self.rate_known {
-                self.rate_fp = sample;
-                self.rate_known = true;
+                // The first estimate comes from a poll that found something: an empty poll
+                // right after the interrupt says little about the rate (it may have come a
+                // microsecond later), so until then the interval doubles instead.
+                if found > 0 {
+                    self.rate_fp = sample;
+                    self.rate_known = true;
+                }
             } else if sample >= self.rate_fp {
                 self.rate_fp += (sample - self.rate_fp) >> GAIN_SHIFT;
             } else {
                 self.rate_fp -= (self.rate_fp - sample).div_ceil(1 << GAIN_SHIFT);
             }
         }
+        let probing = !self.rate_known && self.last_poll.is_some();
         self.last_poll = Some(now);
-        self.interval = self.interval_for_quota();
+        self.interval = if probing {
+            Span::from_ticks(self.interval.ticks().saturating_mul(2)).min(self.max_interval())
+        } else {
+            self.interval_for_quota()
+        };
         if found == 0 && self.interval >= self.max_interval() {
             self.empty_in_a_row += 1;
             if self.empty_in_a_row >= self.config.empty_polls {
@@ -275,6 +285,43 @@ impl PollController {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn an_empty_first_poll_doubles_the_interval_instead_of_guessing_a_rate_of_zero() {
+        let mut c = PollController::new(PollerConfig::new(5).unwrap(), 1_000_000);
+        let t0 = Instant::from_ticks(1_000);
+        assert_eq!(c.on_readiness(t0), PollAction::PollAt(t0));
+        // The interrupt's poll took what was there; the next, 1 µs later, finds nothing.
+        let PollAction::PollAt(t1) = c.on_poll(t0, 1) else {
+            panic!("still polling")
+        };
+        let first = c.interval();
+        let PollAction::PollAt(t2) = c.on_poll(t1, 0) else {
+            panic!("still polling")
+        };
+        assert_eq!(
+            c.interval().ticks(),
+            first.ticks() * 2,
+            "doubled, not the maximum"
+        );
+        // Then packets every 10 µs: the first poll that finds some sets the rate, and the
+        // interval heads for quota / rate = 50 µs.
+        let mut at = t2;
+        let mut taken = at.ticks() / 10;
+        for _ in 0..300 {
+            let found = at.ticks() / 10 - taken;
+            taken += found;
+            match c.on_poll(at, found as usize) {
+                PollAction::PollAt(next) => at = next,
+                PollAction::ArmReadiness => panic!("steady arrivals stopped polling"),
+            }
+        }
+        assert!(
+            (c.interval().ticks() as i64 - 50).abs() <= 3,
+            "{:?}",
+            c.interval()
+        );
+    }
 
     const HZ: u64 = 1_000_000_000; // 1 tick = 1 ns
 

@@ -27,6 +27,10 @@ impl Interest {
     pub const WRITABLE: Interest = Interest(epoll::EventFlags::OUT);
     /// Readable or writable.
     pub const BOTH: Interest = Interest(epoll::EventFlags::IN.union(epoll::EventFlags::OUT));
+
+    pub(crate) fn flags(self) -> epoll::EventFlags {
+        self.0
+    }
 }
 
 /// A descriptor that became ready.

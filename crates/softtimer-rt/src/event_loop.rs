@@ -36,6 +36,20 @@ pub(crate) struct StopInner {
     pub fd: OwnedFd,
 }
 
+/// Where [`EventLoop::run_with`] hands the application a turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoopTurn {
+    /// The end of a pass over the descriptors; `ready` of them were ready (0: the loop is
+    /// about to idle).
+    Pass {
+        /// Descriptors found ready in this pass.
+        ready: usize,
+    },
+    /// The loop has nothing to do before its next due time and is about to block in the
+    /// kernel (the paper's idle loop halting the CPU): the moment to arm interrupts again.
+    BeforeBlock,
+}
+
 /// Stops a running [`EventLoop`] from any thread.
 #[derive(Clone)]
 pub struct StopHandle(Arc<StopInner>);
@@ -342,18 +356,67 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
 
     /// Runs until stopped (by [`LoopCx::stop`] or a [`StopHandle`]). `on_ready` is called
     /// for each ready descriptor with the loop's helpers.
-    pub fn run<F>(&mut self, mut on_ready: F) -> Result<(), RtError>
+    pub fn run<F>(&mut self, on_ready: F) -> Result<(), RtError>
     where
         F: FnMut(&mut LoopCx<'_, E, C>, Ready),
     {
-        let result = self.run_inner(&mut on_ready);
+        self.run_with(on_ready, |_, _| false)
+    }
+
+    /// As [`run`](Self::run), and `on_turn` is called at the end of every pass over the
+    /// descriptors ([`LoopTurn::Pass`]) and just before the loop would block in the kernel
+    /// ([`LoopTurn::BeforeBlock`]). That is where an application acts on what its soft-event
+    /// handlers noted (a handler runs at a trigger state, inside another call, and cannot
+    /// borrow the application's state), and where it re-arms interrupts before the loop
+    /// sleeps, as soft-timer polling does ([`PollSet`](crate::PollSet)). `on_turn` returns
+    /// whether it did work or changed what the loop waits for; then the loop looks at the
+    /// descriptors again before it idles.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::time::Duration;
+    /// use softtimer_rt::{EventLoop, LoopConfig, LoopTurn};
+    ///
+    /// let due = Arc::new(AtomicBool::new(false));
+    /// let flag = Arc::clone(&due);
+    /// let mut ev = EventLoop::new(LoopConfig::default(), move |_, _: softtimer::Fired<()>| {
+    ///     flag.store(true, Ordering::Relaxed); // note it; act on it at the end of the pass
+    /// })
+    /// .unwrap();
+    /// let t = ev.span(Duration::from_micros(100));
+    /// ev.cx().schedule_soft_event(t, ()).unwrap();
+    /// let mut acted = 0;
+    /// ev.run_with(
+    ///     |_, _| {},
+    ///     |cx, turn| {
+    ///         if let LoopTurn::Pass { .. } = turn
+    ///             && due.swap(false, Ordering::Relaxed)
+    ///         {
+    ///             acted += 1;
+    ///             cx.stop();
+    ///             return true;
+    ///         }
+    ///         false
+    ///     },
+    /// )
+    /// .unwrap();
+    /// assert_eq!(acted, 1);
+    /// ```
+    pub fn run_with<F, T>(&mut self, mut on_ready: F, mut on_turn: T) -> Result<(), RtError>
+    where
+        F: FnMut(&mut LoopCx<'_, E, C>, Ready),
+        T: FnMut(&mut LoopCx<'_, E, C>, LoopTurn) -> bool,
+    {
+        let result = self.run_inner(&mut on_ready, &mut on_turn);
         self.core.stop.flag.store(false, Ordering::Release);
         result
     }
 
-    fn run_inner<F>(&mut self, on_ready: &mut F) -> Result<(), RtError>
+    fn run_inner<F, T>(&mut self, on_ready: &mut F, on_turn: &mut T) -> Result<(), RtError>
     where
         F: FnMut(&mut LoopCx<'_, E, C>, Ready),
+        T: FnMut(&mut LoopCx<'_, E, C>, LoopTurn) -> bool,
     {
         // Whether `self.events` holds the result of a wait that just returned (a blocking
         // wait of the idle policy): then the loop goes on from it without polling again.
@@ -369,8 +432,12 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 self.core.trigger(TriggerSource::Syscall);
             }
             fresh = false;
-            if self.events.is_empty() {
-                fresh = self.idle()?;
+            let ready = self.events.len();
+            if ready == 0 {
+                if on_turn(&mut LoopCx::new(&mut self.core), LoopTurn::Pass { ready }) {
+                    continue;
+                }
+                fresh = self.idle(on_turn)?;
                 continue;
             }
             for i in 0..self.events.len() {
@@ -384,6 +451,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 }
             }
             self.core.trigger(TriggerSource::Loop);
+            on_turn(&mut LoopCx::new(&mut self.core), LoopTurn::Pass { ready });
         }
         Ok(())
     }
@@ -416,7 +484,10 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// The idle policy, carried out: no descriptor is ready, so fire, spin for the last
     /// stretch before a due time, or block (with a precise timeout) until then. Returns
     /// whether it blocked, so that `self.events` holds what became ready.
-    fn idle(&mut self) -> Result<bool, RtError> {
+    fn idle<T>(&mut self, on_turn: &mut T) -> Result<bool, RtError>
+    where
+        T: FnMut(&mut LoopCx<'_, E, C>, LoopTurn) -> bool,
+    {
         let shared = Arc::clone(&self.core.shared);
         let clock = &shared.clock;
         let mut now = clock.now_unordered();
@@ -445,6 +516,10 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 self.idle_spin += now.saturating_since(start);
             }
             IdleAction::Block { timeout } => {
+                if on_turn(&mut LoopCx::new(&mut self.core), LoopTurn::BeforeBlock) {
+                    // The application changed what the loop waits for: decide again.
+                    return Ok(false);
+                }
                 self.wait(timeout.map(|t| clock.duration(t)))?;
                 self.core.trigger(TriggerSource::Syscall);
                 return Ok(true);

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -449,6 +449,9 @@ pub struct Setup {
     pub client: Client,
     /// A UDP flow the server's loop sends while it serves (rate-based clocking).
     pub pace: Option<PaceLoad>,
+    /// Serve by soft-timer polling with this aggregation quota (HTTP workloads; the loop's
+    /// soft events are then the polls, and `source` must be [`TimerSource::Soft`]).
+    pub poll_quota: Option<u32>,
 }
 
 /// A UDP flow the server's event handler sends while the server serves (E6, E7): one
@@ -670,6 +673,7 @@ impl Setup {
             duration,
             client,
             pace: None,
+            poll_quota: None,
         }
     }
 
@@ -711,6 +715,8 @@ pub struct Outcome {
     pub hz: u64,
     /// The paced flow's figures, if the setup had one.
     pub pace: Option<PaceOutcome>,
+    /// What soft-timer polling did, if the server polled.
+    pub polling: Option<crate::http::PollCounts>,
 }
 
 struct ServerSide {
@@ -723,6 +729,7 @@ struct ServerSide {
     stats: Option<TriggerStats>,
     trace: Vec<(u64, TriggerSource)>,
     pace: Option<Arc<PaceSender>>,
+    polling: Option<crate::http::PollCounts>,
 }
 
 /// The synthetic handler's memory: 4 pages of 64 cache lines.
@@ -853,6 +860,18 @@ pub fn check_client(client: Client) -> Result<()> {
 
 /// Runs one server with its load and returns what it measured.
 pub fn run(setup: &Setup) -> Result<Outcome> {
+    if setup.poll_quota.is_some()
+        && (setup.workload == Workload::Rpc
+            || setup.pace.is_some()
+            || setup.source != TimerSource::Soft)
+    {
+        bail!(
+            "soft-timer polling serves the HTTP workloads on soft timers, with no other events \
+             on the loop (got {} on {})",
+            setup.workload.name(),
+            setup.source.name()
+        );
+    }
     let server_cpu = server_cpu();
     // A paced flow's receiver, on the load generator's CPU.
     let pace_sink = match setup.pace {
@@ -885,12 +904,17 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
                 (Some(load), Some(to)) => Some(Arc::new(PaceSender::new(load, to, hz)?)),
                 _ => None,
             };
-            let handler: Handler = match &pace {
-                Some(p) => {
+            let poll_due = Arc::new(AtomicBool::new(false));
+            let handler: Handler = match (&pace, s.poll_quota) {
+                (Some(p), _) => {
                     let p = Arc::clone(p);
                     Box::new(move |timers, ev| p.on_event(timers, &ev))
                 }
-                None => make_handler(&s, interval, deadline),
+                (None, Some(_)) => {
+                    let due = Arc::clone(&poll_due);
+                    Box::new(move |_, _| due.store(true, Ordering::Relaxed))
+                }
+                (None, None) => make_handler(&s, interval, deadline),
             };
             let config = LoopConfig {
                 deadlines: s.deadline_design,
@@ -901,7 +925,7 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
             };
             // SAFETY: the handler (`make_handler`) only re-arms on a facility with room
             // reserved and touches preallocated atomics: no allocation, no lock, no panic
-            // path. A paced flow's handler adds one `send` system call on a buffer it owns;
+            // path. The polling handler only stores to an atomic flag. A paced flow's handler adds one `send` system call on a buffer it owns;
             // its lock is taken only with adaptive clocking, which runs on soft timers,
             // never in a signal handler.
             #[allow(unsafe_code)]
@@ -915,7 +939,11 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
                 Workload::Rpc => Server::Rpc(RpcServer::bind(any)?),
                 _ => Server::Http(HttpServer::bind(any, Duration::from_secs(30))?),
             };
-            let addr = match &server {
+            if let (Some(quota), Server::Http(h)) = (s.poll_quota, &mut server) {
+                let config = softtimer_net::poll::PollerConfig::new(quota)?;
+                h.poll_with(config, hz, Arc::clone(&poll_due))?;
+            }
+            let addr = match &mut server {
                 Server::Http(h) => {
                     h.register(&mut ev.cx())?;
                     h.local_addr()?
@@ -926,6 +954,7 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
                 }
             };
             match (s.source, deadline) {
+                _ if s.poll_quota.is_some() => {}
                 (TimerSource::None | TimerSource::BackstopOnly, _) => {}
                 (_, Some(d)) => {
                     ev.cx().schedule_with_deadline(interval, interval + d, ())?;
@@ -938,10 +967,23 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
                 .send((addr, ev.stop_handle()))
                 .map_err(|_| anyhow!("the experiment went away"))?;
             let cpu_before = thread_cpu_ns();
-            ev.run(|cx, ready| match &mut server {
-                Server::Http(h) => h.on_ready(cx, ready),
-                Server::Rpc(r) => r.on_ready(cx, ready),
-            })?;
+            {
+                let server = std::cell::RefCell::new(&mut server);
+                ev.run_with(
+                    |cx, ready| match &mut **server.borrow_mut() {
+                        Server::Http(h) => h.on_ready(cx, ready),
+                        Server::Rpc(r) => r.on_ready(cx, ready),
+                    },
+                    |cx, turn| match &mut **server.borrow_mut() {
+                        Server::Http(h) => h.on_turn(cx, turn),
+                        Server::Rpc(_) => false,
+                    },
+                )?;
+            }
+            let polling = match &server {
+                Server::Http(h) => h.poll_counts(),
+                Server::Rpc(_) => None,
+            };
             let loop_thread_ns = thread_cpu_ns().saturating_sub(cpu_before);
             let helpers = ev.stop_helpers();
             let counters = ev.counters();
@@ -955,6 +997,7 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
                 stats: ev.stats(),
                 trace: ev.trace().iter().map(|&(t, s)| (t.ticks(), s)).collect(),
                 pace,
+                polling,
             })
         },
     )?;
@@ -1015,6 +1058,7 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
     };
     Ok(Outcome {
         pace,
+        polling: side.polling,
         rate,
         events_per_s: side.fired as f64 / elapsed.as_secs_f64(),
         fired_by_deadline: side.fired_by_deadline,

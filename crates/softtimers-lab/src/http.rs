@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use softtimer_rt::{Interest, LoopCx, Ready};
+use softtimer::EventId;
+use softtimer_net::poll::{PollAction, PollController, PollerConfig};
+use softtimer_rt::{Interest, LoopCx, LoopTurn, PollSet, Ready};
 
 /// Size of the cached file the server serves.
 pub const FILE_SIZE: usize = 6 * 1024;
@@ -28,6 +30,10 @@ const MAX_HEAD: usize = 16 * 1024;
 const LISTENER: u64 = 0;
 const SWEEP: u64 = 1;
 const FIRST_CONN: u64 = 2;
+/// The polled set's token in the loop (far above any connection's).
+const POLL_SET: u64 = 1 << 48;
+/// The most ready descriptors one poll takes.
+const POLL_BATCH: usize = 256;
 
 /// What the server has done, readable from any thread.
 #[derive(Debug, Default)]
@@ -54,6 +60,49 @@ struct Conn {
     last_active: Instant,
 }
 
+/// What soft-timer polling did (see [`HttpServer::poll_with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollCounts {
+    /// Polls of the server's sockets.
+    pub polls: u64,
+    /// Ready sockets (and accepted connections) those polls found.
+    pub found: u64,
+    /// Readiness events of the polled set that started polling (the "interrupts").
+    pub interrupts: u64,
+    /// Times the loop went idle while polling, and readiness was armed again.
+    pub rearmed_idle: u64,
+}
+
+/// The server's sockets under soft-timer polling: they live in a [`PollSet`] of their own,
+/// armed in the loop (interrupts) only while not polling.
+struct Polled {
+    set: PollSet,
+    controller: PollController,
+    /// Set by the loop's soft-event handler when the next poll is due.
+    due: Arc<std::sync::atomic::AtomicBool>,
+    pending: Option<EventId>,
+    armed: bool,
+    ready: Vec<Ready>,
+    counts: PollCounts,
+}
+
+/// Where the server's descriptors are watched: the loop's epoll, or the polled set.
+fn watch<E>(
+    polled: Option<&Polled>,
+    cx: &mut LoopCx<'_, E>,
+    fd: impl AsFd,
+    interest: Interest,
+    token: u64,
+    add: bool,
+) -> Result<(), softtimer_rt::RtError> {
+    match (polled, add) {
+        (Some(p), true) => p.set.add(fd, interest, token),
+        (Some(p), false) => p.set.modify(fd, interest, token),
+        (None, true) => cx.register(fd, interest, token),
+        (None, false) => cx.reregister(fd, interest, token),
+    }
+}
+
 /// The server's state; drive it with [`HttpServer::on_ready`] from an event loop's `run`.
 pub struct HttpServer {
     listener: TcpListener,
@@ -64,6 +113,7 @@ pub struct HttpServer {
     idle_timeout: Duration,
     counters: Arc<ServerCounters>,
     scratch: Vec<u8>,
+    polled: Option<Polled>,
 }
 
 fn header(status: &str, length: usize, keep_alive: bool) -> String {
@@ -95,6 +145,7 @@ impl HttpServer {
             idle_timeout,
             counters: Arc::default(),
             scratch: vec![0; 64 * 1024],
+            polled: None,
         })
     }
 
@@ -113,15 +164,172 @@ impl HttpServer {
         self.conns.iter().filter(|c| c.is_some()).count()
     }
 
-    /// Registers the listener and the idle sweep with the loop.
-    pub fn register<E>(&self, cx: &mut LoopCx<'_, E>) -> Result<()> {
-        cx.register(&self.listener, Interest::READABLE, LISTENER)?;
-        cx.register(&self.sweep, Interest::READABLE, SWEEP)?;
+    /// Serves by soft-timer polling (Section 4.2 of the soft-timers paper) instead of a
+    /// readiness event per socket: the listener and the connections go into a [`PollSet`];
+    /// its readiness (the "interrupt") only starts polling; while polling, the set is polled
+    /// at soft-timer events at the interval `config`'s controller keeps (so that a poll finds
+    /// its aggregation quota on average), and readiness is armed again when the loop is about
+    /// to block or the polls run dry. Call before [`register`](Self::register); the loop's
+    /// soft-event handler must set `due` (and nothing else needs to be scheduled on it), and
+    /// the loop must be run with [`run_with`](softtimer_rt::EventLoop::run_with) handing its
+    /// turns to [`on_turn`](Self::on_turn). `hz` is the loop clock's resolution.
+    pub fn poll_with(
+        &mut self,
+        config: PollerConfig,
+        hz: u64,
+        due: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<()> {
+        self.polled = Some(Polled {
+            set: PollSet::new(POLL_BATCH)?,
+            controller: PollController::new(config, hz),
+            due,
+            pending: None,
+            armed: false,
+            ready: Vec::with_capacity(POLL_BATCH),
+            counts: PollCounts::default(),
+        });
         Ok(())
     }
 
+    /// What polling did, if the server polls.
+    pub fn poll_counts(&self) -> Option<PollCounts> {
+        self.polled.as_ref().map(|p| p.counts)
+    }
+
+    /// Registers the listener and the idle sweep with the loop (the listener with the polled
+    /// set, and the set with the loop, when the server polls).
+    pub fn register<E>(&mut self, cx: &mut LoopCx<'_, E>) -> Result<()> {
+        watch(
+            self.polled.as_ref(),
+            cx,
+            &self.listener,
+            Interest::READABLE,
+            LISTENER,
+            true,
+        )?;
+        cx.register(&self.sweep, Interest::READABLE, SWEEP)?;
+        if let Some(p) = self.polled.as_mut() {
+            cx.register(&p.set, Interest::READABLE, POLL_SET)?;
+            p.armed = true;
+        }
+        Ok(())
+    }
+
+    /// A turn of the loop (see [`EventLoop::run_with`](softtimer_rt::EventLoop::run_with)):
+    /// polls when the poll event has fired, and arms readiness again before the loop
+    /// blocks. Returns whether it did anything. A server that does not poll does nothing.
+    pub fn on_turn<E: Default>(&mut self, cx: &mut LoopCx<'_, E>, turn: LoopTurn) -> bool {
+        let Some(p) = self.polled.as_mut() else {
+            return false;
+        };
+        match turn {
+            LoopTurn::Pass { .. } => {
+                if p.due.swap(false, Ordering::Relaxed) {
+                    p.pending = None;
+                    self.poll_now(cx);
+                    return true;
+                }
+                false
+            }
+            LoopTurn::BeforeBlock => {
+                if p.armed {
+                    return false;
+                }
+                p.counts.rearmed_idle += 1;
+                let action = p.controller.on_idle();
+                self.apply(cx, action);
+                true
+            }
+        }
+    }
+
+    /// Polls the set now, serves what it found, and follows the controller.
+    fn poll_now<E: Default>(&mut self, cx: &mut LoopCx<'_, E>) {
+        let Some(p) = self.polled.as_mut() else {
+            return;
+        };
+        let mut ready = std::mem::take(&mut p.ready);
+        let _ = p.set.poll(cx, &mut ready);
+        let accepted_before = self.counters.accepted.load(Ordering::Relaxed);
+        let mut found = 0usize;
+        for r in &ready {
+            if r.token != LISTENER {
+                found += 1;
+            }
+            self.dispatch(cx, *r);
+        }
+        // Each connection taken from the listener is an arrival, as a SYN is to the paper's
+        // interface.
+        found += (self.counters.accepted.load(Ordering::Relaxed) - accepted_before) as usize;
+        let Some(p) = self.polled.as_mut() else {
+            return;
+        };
+        p.ready = ready;
+        p.counts.polls += 1;
+        p.counts.found += found as u64;
+        let action = p.controller.on_poll(cx.now(), found);
+        self.apply(cx, action);
+    }
+
+    fn apply<E: Default>(&mut self, cx: &mut LoopCx<'_, E>, action: PollAction) {
+        let Some(p) = self.polled.as_mut() else {
+            return;
+        };
+        if let Some(id) = p.pending.take() {
+            cx.cancel(id);
+        }
+        p.due.store(false, Ordering::Relaxed);
+        match action {
+            PollAction::PollAt(at) => {
+                if p.armed && cx.deregister(&p.set).is_ok() {
+                    p.armed = false;
+                }
+                let at = at.max(cx.now());
+                match cx.schedule_at(at, E::default()) {
+                    Ok(id) => p.pending = Some(id),
+                    // The facility refused (full): fall back to interrupts.
+                    Err(_) => Self::arm(p, cx),
+                }
+            }
+            PollAction::ArmReadiness => Self::arm(p, cx),
+        }
+    }
+
+    /// Arms the set's readiness in the loop; if epoll refuses, keeps polling every
+    /// millisecond instead, so that the sockets are never left unwatched.
+    fn arm<E: Default>(p: &mut Polled, cx: &mut LoopCx<'_, E>) {
+        if p.armed {
+            return;
+        }
+        if cx.register(&p.set, Interest::READABLE, POLL_SET).is_ok() {
+            p.armed = true;
+            return;
+        }
+        let at = cx.now() + cx.span(Duration::from_millis(1));
+        p.pending = cx.schedule_at(at, E::default()).ok();
+    }
+
     /// Handles one ready descriptor.
-    pub fn on_ready<E>(&mut self, cx: &mut LoopCx<'_, E>, ready: Ready) {
+    pub fn on_ready<E: Default>(&mut self, cx: &mut LoopCx<'_, E>, ready: Ready) {
+        if ready.token == POLL_SET {
+            // The interrupt: polling starts (readiness is disarmed until it ends).
+            let Some(p) = self.polled.as_mut() else {
+                return;
+            };
+            p.counts.interrupts += 1;
+            let action = p.controller.on_readiness(cx.now());
+            if matches!(action, PollAction::PollAt(_)) {
+                if p.armed && cx.deregister(&p.set).is_ok() {
+                    p.armed = false;
+                }
+                self.poll_now(cx);
+            }
+            return;
+        }
+        self.dispatch(cx, ready);
+    }
+
+    fn dispatch<E>(&mut self, cx: &mut LoopCx<'_, E>, ready: Ready) {
         match ready.token {
             LISTENER => self.accept_all(cx),
             SWEEP => self.sweep(cx),
@@ -148,9 +356,16 @@ impl HttpServer {
                 self.conns.push(None);
                 self.conns.len() - 1
             });
-            if cx
-                .register(&fd, Interest::READABLE, FIRST_CONN + slot as u64)
-                .is_err()
+            let token = FIRST_CONN + slot as u64;
+            if watch(
+                self.polled.as_ref(),
+                cx,
+                &fd,
+                Interest::READABLE,
+                token,
+                true,
+            )
+            .is_err()
             {
                 self.free.push(slot);
                 continue;
@@ -170,7 +385,10 @@ impl HttpServer {
 
     fn close<E>(&mut self, cx: &mut LoopCx<'_, E>, slot: usize) {
         if let Some(conn) = self.conns.get_mut(slot).and_then(Option::take) {
-            let _ = cx.deregister(&conn.fd);
+            let _ = match &self.polled {
+                Some(p) => p.set.delete(&conn.fd),
+                None => cx.deregister(&conn.fd),
+            };
             self.free.push(slot);
         }
     }
@@ -368,11 +586,25 @@ impl HttpServer {
             }
             if conn.want_write {
                 conn.want_write = false;
-                let _ = cx.reregister(&conn.fd, Interest::READABLE, token);
+                let _ = watch(
+                    self.polled.as_ref(),
+                    cx,
+                    &conn.fd,
+                    Interest::READABLE,
+                    token,
+                    false,
+                );
             }
         } else if !conn.want_write {
             conn.want_write = true;
-            let _ = cx.reregister(&conn.fd, Interest::BOTH, token);
+            let _ = watch(
+                self.polled.as_ref(),
+                cx,
+                &conn.fd,
+                Interest::BOTH,
+                token,
+                false,
+            );
         }
     }
 }

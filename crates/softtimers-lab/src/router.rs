@@ -368,7 +368,15 @@ fn run_polling(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRepo
         let quota = turn.quota as usize;
         let mut took_total = 0usize;
         loop {
-            let want = (quota - took_total).min(256);
+            let mut want = (quota - took_total).min(256);
+            if let Some(fb) = feedback.as_ref() {
+                // The watermark holds per packet: never take more than the queue has room
+                // for below it, so no packet is worked on only to be dropped.
+                want = want.min(fb.room(queue.len()));
+                if want == 0 {
+                    break;
+                }
+            }
             let took = fwd.take_up_to(want)?;
             if took > 0 {
                 work.run(took);

@@ -57,7 +57,7 @@ fn plots_exist(dir: &Path) -> usize {
 #[test]
 fn every_experiment_writes_its_table_json_and_plots() {
     let base = std::env::temp_dir().join(format!("softtimers-exp-{}", std::process::id()));
-    let cases: [(&str, &[&str], usize); 9] = [
+    let cases: [(&str, &[&str], usize); 10] = [
         (
             "e1",
             &[
@@ -124,6 +124,11 @@ fn every_experiment_writes_its_table_json_and_plots() {
             0,
         ),
         ("e13", &["deadline_us", "extra_cost_pct", "fired_pct"], 0),
+        (
+            "e9",
+            &["workload", "design", "rps", "ratio", "cpu_us_per_response"],
+            1,
+        ),
     ];
     for (name, fields, plots) in cases {
         let dir = base.join(name);
@@ -143,7 +148,7 @@ fn every_experiment_writes_its_table_json_and_plots() {
         let result = json(&dir.join(format!("{name}.json")));
         has_fields(&result["rows"], fields);
         // The steps that state targets must write them.
-        if ["e1", "e3", "e6", "e7", "e8", "e13"].contains(&name) {
+        if ["e1", "e3", "e6", "e7", "e8", "e9", "e13"].contains(&name) {
             assert!(result["targets"].is_array(), "{name}: no targets list");
         }
         if let Some(targets) = result["targets"].as_array() {

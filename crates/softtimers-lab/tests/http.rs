@@ -244,3 +244,76 @@ fn a_port_in_use_is_a_clear_error() {
         .expect("the port is taken");
     assert!(format!("{err:#}").contains("cannot listen"), "{err:#}");
 }
+
+/// The server with its sockets taken by soft-timer polling: every request is answered, a
+/// lone request on an idle server is answered at once (readiness is armed while the loop
+/// sleeps), and under load the polls find several sockets at a time.
+#[test]
+fn the_polled_server_answers_everything_and_polls_under_load() {
+    use softtimer_net::poll::PollerConfig;
+    use softtimer_rt::LoopTurn;
+    use std::sync::atomic::AtomicBool;
+
+    for keep_alive in [true, false] {
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let due = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&due);
+            let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), move |_, _| {
+                flag.store(true, Ordering::Relaxed);
+            })
+            .unwrap();
+            let hz = softtimer::Clock::resolution_hz(ev.clock());
+            let mut server =
+                HttpServer::bind("127.0.0.1:0".parse().unwrap(), Duration::from_secs(5)).unwrap();
+            server
+                .poll_with(PollerConfig::new(5).unwrap(), hz, due)
+                .unwrap();
+            server.register(&mut ev.cx()).unwrap();
+            tx.send((
+                server.local_addr().unwrap(),
+                ev.stop_handle(),
+                server.counters(),
+            ))
+            .unwrap();
+            let server = std::cell::RefCell::new(server);
+            ev.run_with(
+                |cx, ready| server.borrow_mut().on_ready(cx, ready),
+                |cx, turn: LoopTurn| server.borrow_mut().on_turn(cx, turn),
+            )
+            .unwrap();
+            server.into_inner().poll_counts().unwrap()
+        });
+        let (addr, stop, counters) = rx.recv().unwrap();
+        // One request on an idle server: answered well within the sweep period, by the
+        // readiness armed before the loop blocked.
+        let mut s = connect(addr);
+        let started = std::time::Instant::now();
+        s.write_all(b"GET /6k HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let (status, _, body) = read_response(&mut s, false);
+        assert!(status.contains("200"), "{status}");
+        assert_eq!(body.len(), FILE_SIZE);
+        assert!(started.elapsed() < Duration::from_millis(50));
+        drop(s);
+        let result = run_load(addr, 16, keep_alive, Duration::from_millis(400)).unwrap();
+        stop.stop();
+        let counts = thread.join().unwrap();
+        assert_eq!(result.errors, 0, "keep-alive {keep_alive}");
+        assert!(
+            result.responses > 100,
+            "keep-alive {keep_alive}: {result:?}"
+        );
+        // The server may have answered requests the load generator stopped waiting for.
+        assert!(
+            counters.ok.load(Ordering::Relaxed) > result.responses,
+            "keep-alive {keep_alive}"
+        );
+        assert!(counts.polls > 0 && counts.interrupts > 0, "{counts:?}");
+        // Every request was found by a poll: its connection readable (and, without
+        // keep-alive, accepted) once at least.
+        assert!(
+            counts.found >= result.responses,
+            "keep-alive {keep_alive}: {counts:?} for {result:?}"
+        );
+    }
+}

@@ -7,6 +7,7 @@
 //! | [`cost`] | E1, E2: cost per timer event on the saturated HTTP server | Tables I–III |
 //! | [`intervals`] | E3, E4, E5: how often trigger states come, over time, by source | Table IV, V; Figs. 2–4 |
 //! | [`pacing`] | E6, E7, E8: rate-based clocking on the busy server, its transmission process, the burstiness of a paced slow start | Tables VI–IX; Kobayashi's Table II |
+//! | [`polling`] | E9: the HTTP server's sockets taken by soft-timer polling with an aggregation quota, against epoll readiness | Table XII |
 //! | [`senders`] | `pace` and `iperf3 -u` at the same rate, on loopback and a veth link, measured by one capture | — |
 //! | [`livelock`] | E10, E11, E12: a user-space router flooded across network namespaces; the 4.2BSD structure against polling with quotas, feedback and a CPU budget | livelock Figs. 6-1, 6-3 to 6-6, 7-1 |
 //! | [`deadline`] | E13: the deadline backstop | Table XIII |
@@ -22,6 +23,7 @@ pub mod intervals;
 pub mod livelock;
 pub mod nginx;
 pub mod pacing;
+pub mod polling;
 pub mod senders;
 
 use std::path::Path;
@@ -60,6 +62,8 @@ pub enum Step {
     E8,
     /// The paced sender against iperf3 -u.
     Senders,
+    /// E9: soft-timer network polling on the HTTP server (Table XII).
+    E9,
     /// E10: forwarding under overload (livelock Figs. 6-1, 6-3, 6-4).
     E10,
     /// E11: the polling quota (livelock Figs. 6-5, 6-6).
@@ -94,7 +98,7 @@ fn runs(n: usize, each: Duration) -> Duration {
 
 impl Step {
     /// Every step, in order.
-    pub const ALL: [Step; 17] = [
+    pub const ALL: [Step; 18] = [
         Step::Info,
         Step::BenchCore,
         Step::BenchTimers,
@@ -107,6 +111,7 @@ impl Step {
         Step::E7,
         Step::E8,
         Step::Senders,
+        Step::E9,
         Step::E10,
         Step::E11,
         Step::E12,
@@ -129,6 +134,7 @@ impl Step {
             Step::E7 => "e7",
             Step::E8 => "e8",
             Step::Senders => "senders",
+            Step::E9 => "e9",
             Step::E10 => "e10",
             Step::E11 => "e11",
             Step::E12 => "e12",
@@ -152,6 +158,7 @@ impl Step {
             Step::E7 => "E7",
             Step::E8 => "E8",
             Step::Senders => "senders",
+            Step::E9 => "E9",
             Step::E10 => "E10",
             Step::E11 => "E11",
             Step::E12 => "E12",
@@ -177,6 +184,7 @@ impl Step {
             Step::E7 => "E7: the transmission process under load (Tables VIII-IX)",
             Step::E8 => "E8: burstiness of a paced slow start (Kobayashi, Table II)",
             Step::Senders => "senders: pace against iperf3 -u, on loopback and a veth link",
+            Step::E9 => "E9: soft-timer network polling, 6 KB HTTP throughput (Table XII)",
             Step::E10 => {
                 "E10: forwarding under overload, baseline and polling router (livelock Figs. 6-1, 6-3, 6-4)"
             }
@@ -202,6 +210,7 @@ impl Step {
             Step::E7 => pacing::E7::FILE,
             Step::E8 => pacing::E8::FILE,
             Step::Senders => senders::Senders::FILE,
+            Step::E9 => polling::E9::FILE,
             Step::E10 => livelock::E10::FILE,
             Step::E11 => livelock::E11::FILE,
             Step::E12 => livelock::E12::FILE,
@@ -242,6 +251,7 @@ impl Step {
                     + Duration::from_millis(1_300);
                 each * (2 * senders::UdpSender::ALL.len() * senders::rounds(length.quick)) as u32
             }
+            Step::E9 => runs(polling::runs(length.quick), throughput),
             Step::E10 | Step::E11 | Step::E12 => {
                 let name = self.name();
                 Duration::from_secs_f64(
@@ -309,6 +319,7 @@ impl Step {
             Step::E7 => save(out, &pacing::e7(options, progress)?),
             Step::E8 => save(out, &pacing::e8(options, progress)?),
             Step::Senders => save(out, &senders::senders(options, progress)?),
+            Step::E9 => save(out, &polling::e9(options, progress)?),
             Step::E10 => save(out, &livelock::e10(options, progress)?),
             Step::E11 => save(out, &livelock::e11(options, progress)?),
             Step::E12 => save(out, &livelock::e12(options, progress)?),
@@ -337,6 +348,7 @@ impl Step {
             Step::E7 => render_file::<pacing::E7>(dir),
             Step::E8 => render_file::<pacing::E8>(dir),
             Step::Senders => render_file::<senders::Senders>(dir),
+            Step::E9 => render_file::<polling::E9>(dir),
             Step::E10 => render_file::<livelock::E10>(dir),
             Step::E11 => render_file::<livelock::E11>(dir),
             Step::E12 => render_file::<livelock::E12>(dir),
