@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, anyhow};
+use std::process::Child;
+
+use anyhow::{Result, anyhow, bail};
 
 /// `wrk`, the cross-check load generator (`lab --client wrk`).
 pub const WRK: &str = "wrk";
@@ -29,6 +31,21 @@ pub fn require(name: &str, package: &str) -> Result<PathBuf> {
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Waits for `child` (a program the lab started, with its stderr piped); an error carrying
+/// its stderr if it failed.
+pub fn finish(mut child: Child, what: &str) -> Result<()> {
+    let status = child.wait()?;
+    if !status.success() {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            use std::io::Read as _;
+            let _ = e.read_to_string(&mut err);
+        }
+        bail!("{what} failed ({status}): {}", err.trim());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{CLIENT_CPU, ExpOptions, read_json, server_cpu};
@@ -135,19 +135,6 @@ impl Drop for Bench {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn finish(mut child: Child, what: &str) -> Result<()> {
-    let status = child.wait()?;
-    if !status.success() {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            use std::io::Read as _;
-            let _ = e.read_to_string(&mut err);
-        }
-        bail!("{what} failed ({status}): {}", err.trim());
-    }
-    Ok(())
 }
 
 fn kill(children: impl IntoIterator<Item = Child>) {
@@ -278,12 +265,12 @@ impl Bench {
                 return Err(e);
             }
         };
-        let outcome = finish(flood, "the flood");
+        let outcome = crate::tools::finish(flood, "the flood");
         // Forwarded while the flood lasted: what the socket buffer still holds afterwards
         // drains into the next second and is not counted.
         let tx_after = self.path.router_tx_packets();
-        let computed = computer.map(|c| finish(c, "the compute process"));
-        let routed = finish(router, "the router");
+        let computed = computer.map(|c| crate::tools::finish(c, "the compute process"));
+        let routed = crate::tools::finish(router, "the router");
         outcome?;
         routed?;
         if let Some(c) = computed {

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use serde::{Deserialize, Serialize};
 use softtimer_net::Rate;
 
@@ -228,20 +228,6 @@ struct SenderRun {
     seconds: f64,
 }
 
-/// Waits for `child`; its stderr if it failed.
-fn finish(mut child: Child, what: &str) -> Result<()> {
-    let status = child.wait()?;
-    if !status.success() {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            use std::io::Read as _;
-            let _ = e.read_to_string(&mut err);
-        }
-        bail!("{what} failed ({status}): {}", err.trim());
-    }
-    Ok(())
-}
-
 fn kill(mut child: Child) {
     let _ = child.kill();
     let _ = child.wait();
@@ -309,7 +295,7 @@ fn run_sender(
         .args(sender.args(to, port, spec, &sent_json))
         .spawn()
         .context("starting the sender")
-        .and_then(|child| finish(child, sender.name()));
+        .and_then(|child| crate::tools::finish(child, sender.name()));
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_ns = waited_children_cpu_ns().saturating_sub(cpu_before);
     if let Err(e) = sent {
@@ -317,8 +303,8 @@ fn run_sender(
         kill(observer);
         return Err(e);
     }
-    let received = finish(receiver, "the receiver");
-    finish(observer, "the observer")?;
+    let received = crate::tools::finish(receiver, "the receiver");
+    crate::tools::finish(observer, "the observer")?;
     received?;
     let sink: SinkReport = read_json(&observed)?;
     let sent = if sender.is_iperf3() {
