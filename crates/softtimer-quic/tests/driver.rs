@@ -1,0 +1,368 @@
+//! The driver end to end: two soft-timer loops on two threads, over loopback.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use softtimer_quic::perf::{ClientPlan, ClientReport, PerfClient, PerfServer, ServerReport};
+use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
+use softtimer_quic::{App, ConnId, Driver, DriverConfig, Pacing, QuicEvent, QuicLoop};
+
+struct Server {
+    addr: SocketAddr,
+    stop: softtimer_rt::StopHandle,
+    done: thread::JoinHandle<ServerReport>,
+}
+
+fn start_server(identity: &Identity, tuning: Tuning, config: DriverConfig) -> Server {
+    let config_server = server_config(identity, &tuning).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let done = thread::spawn(move || {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut quic =
+            QuicLoop::new(Default::default(), socket, config, Some(config_server)).unwrap();
+        let addr = quic.driver().local_addr().unwrap();
+        tx.send((addr, quic.stop_handle())).unwrap();
+        let mut app = PerfServer::new(None);
+        quic.run(&mut app).unwrap();
+        app.report
+    });
+    let (addr, stop) = rx.recv().unwrap();
+    Server { addr, stop, done }
+}
+
+fn run_client(
+    to: SocketAddr,
+    trust: Trust,
+    tuning: Tuning,
+    config: DriverConfig,
+    plan: ClientPlan,
+) -> ClientReport {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut quic = QuicLoop::new(Default::default(), socket, config, None).unwrap();
+    let client = client_config(&trust, &tuning).unwrap();
+    let now = quic.driver().now();
+    let conn = quic.driver().connect(client, to, "localhost").unwrap();
+    let mut app = PerfClient::new(plan, conn, now);
+    quic.run(&mut app).unwrap();
+    app.report
+}
+
+#[test]
+fn a_10_mb_download_and_upload_arrive_byte_for_byte() {
+    for pacing in [Pacing::Quinn, Pacing::PerPacket] {
+        let identity = Identity::self_signed(&["localhost"]).unwrap();
+        let config = DriverConfig {
+            pacing,
+            ..DriverConfig::default()
+        };
+        let server = start_server(&identity, Tuning::default(), config.clone());
+        let plan = ClientPlan {
+            download: 10_000_000,
+            upload: 1_000_000,
+            requests: 1,
+            ..ClientPlan::default()
+        };
+        let report = run_client(
+            server.addr,
+            Trust::Cert(identity.cert.clone()),
+            Tuning::default(),
+            config,
+            plan,
+        );
+        server.stop.stop();
+        let served = server.done.join().unwrap();
+        assert_eq!(report.error, None, "{pacing:?}");
+        assert_eq!(report.download_bytes, 10_000_000, "{pacing:?}");
+        assert_eq!(report.verified, Some(true), "{pacing:?}");
+        assert_eq!(served.bytes_received, 1_000_000, "{pacing:?}");
+        assert_eq!(served.requests, 1);
+        assert!(report.handshake_us > 0.0);
+    }
+}
+
+#[test]
+fn many_requests_on_one_connection_each_get_their_answer() {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let server = start_server(&identity, Tuning::default(), DriverConfig::default());
+    let plan = ClientPlan {
+        download: 10_000,
+        upload: 1_000,
+        requests: 200,
+        ..ClientPlan::default()
+    };
+    let report = run_client(
+        server.addr,
+        Trust::Insecure,
+        Tuning::default(),
+        DriverConfig::default(),
+        plan,
+    );
+    server.stop.stop();
+    let served = server.done.join().unwrap();
+    assert_eq!(report.error, None);
+    assert_eq!(report.requests, 200);
+    assert_eq!(report.latencies_us.len(), 200);
+    assert_eq!(report.verified, Some(true));
+    assert_eq!(served.requests, 200);
+    assert!(report.p50_us > 0.0 && report.p50_us <= report.p99_us);
+}
+
+/// Opens many streams at once and checks every one is answered in full.
+struct Concurrent {
+    conn: ConnId,
+    streams: usize,
+    opened: bool,
+    done: usize,
+    received: std::collections::HashMap<softtimer_quic::StreamId, u64>,
+}
+
+impl App for Concurrent {
+    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+        match event {
+            QuicEvent::Connected(_) if !self.opened => {
+                self.opened = true;
+                for _ in 0..self.streams {
+                    let s = driver.open_bi(self.conn).unwrap().unwrap();
+                    assert_eq!(
+                        driver
+                            .write(self.conn, s, &50_000u64.to_be_bytes())
+                            .unwrap(),
+                        8
+                    );
+                    driver.finish(self.conn, s).unwrap();
+                    self.received.insert(s, 0);
+                }
+            }
+            QuicEvent::Readable(c, s) => {
+                if self.received.get(&s) == Some(&50_000) {
+                    return; // a late event for a stream read to its end
+                }
+                let mut n = 0;
+                let status = driver.read(c, s, |d| n += d.len() as u64).unwrap();
+                *self.received.get_mut(&s).unwrap() += n;
+                if status == softtimer_quic::ReadStatus::Finished {
+                    self.done += 1;
+                    if self.done == self.streams {
+                        driver.close(c, 0, "done").unwrap();
+                        driver.stop();
+                    }
+                }
+            }
+            QuicEvent::Lost(_, why) => panic!("lost: {why}"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn many_concurrent_streams_are_all_answered() {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let server = start_server(&identity, Tuning::default(), DriverConfig::default());
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut quic =
+        QuicLoop::new(Default::default(), socket, DriverConfig::default(), None).unwrap();
+    let client = client_config(&Trust::Insecure, &Tuning::default()).unwrap();
+    let conn = quic
+        .driver()
+        .connect(client, server.addr, "localhost")
+        .unwrap();
+    let mut app = Concurrent {
+        conn,
+        streams: 64,
+        opened: false,
+        done: 0,
+        received: Default::default(),
+    };
+    quic.run(&mut app).unwrap();
+    server.stop.stop();
+    server.done.join().unwrap();
+    assert_eq!(app.done, 64);
+    assert!(app.received.values().all(|&n| n == 50_000));
+}
+
+/// Closes the connection as soon as it is up, from the server side.
+struct Closer;
+impl App for Closer {
+    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+        if let QuicEvent::Connected(c) = event {
+            driver.close(c, 7, "go away").unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_connection_closed_by_the_peer_is_reported_with_its_reason() {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let server_cfg = server_config(&identity, &Tuning::default()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let server = thread::spawn(move || {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut quic = QuicLoop::new(
+            Default::default(),
+            socket,
+            DriverConfig::default(),
+            Some(server_cfg),
+        )
+        .unwrap();
+        tx.send((quic.driver().local_addr().unwrap(), quic.stop_handle()))
+            .unwrap();
+        quic.run(&mut Closer).unwrap();
+    });
+    let (addr, stop) = rx.recv().unwrap();
+    let report = run_client(
+        addr,
+        Trust::Insecure,
+        Tuning::default(),
+        DriverConfig::default(),
+        ClientPlan::default(),
+    );
+    stop.stop();
+    server.join().unwrap();
+    let error = report.error.expect("the close is reported");
+    assert!(error.contains("closed by peer"), "{error}");
+    assert!(error.contains("go away"), "{error}");
+}
+
+#[test]
+fn a_vanished_peer_times_out_at_the_idle_timeout() {
+    // The server answers the handshake, then its loop stops: the client's connection dies
+    // by its idle timeout, which must fire at its time, not a tick later.
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let idle = Duration::from_millis(300);
+    let tuning = Tuning {
+        idle_timeout: idle,
+        ..Tuning::default()
+    };
+    let server = start_server(&identity, tuning.clone(), DriverConfig::default());
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut quic =
+        QuicLoop::new(Default::default(), socket, DriverConfig::default(), None).unwrap();
+    let client = client_config(&Trust::Insecure, &tuning).unwrap();
+    let conn = quic
+        .driver()
+        .connect(client, server.addr, "localhost")
+        .unwrap();
+
+    struct Vanish {
+        stop: Option<softtimer_rt::StopHandle>,
+        connected_at: Option<Instant>,
+        lost_at: Option<Instant>,
+        why: String,
+    }
+    impl App for Vanish {
+        fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+            match event {
+                QuicEvent::Connected(_) => {
+                    // Stop the server; the handshake's last ACKs may still be in flight.
+                    self.stop.take().unwrap().stop();
+                    self.connected_at = Some(Instant::now());
+                }
+                QuicEvent::Lost(_, why) => {
+                    self.lost_at = Some(Instant::now());
+                    self.why = why;
+                    driver.stop();
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut app = Vanish {
+        stop: Some(server.stop.clone()),
+        connected_at: None,
+        lost_at: None,
+        why: String::new(),
+    };
+    quic.run(&mut app).unwrap();
+    server.done.join().unwrap();
+    let _ = conn;
+    let waited = app.lost_at.unwrap() - app.connected_at.unwrap();
+    assert!(app.why.contains("timed out"), "{}", app.why);
+    // The idle timer restarts at the last packet received (the handshake's end), and quinn
+    // takes the larger of the idle timeout and 3 PTOs (about 1 ms here).
+    assert!(waited >= idle - Duration::from_millis(5), "{waited:?}");
+    assert!(waited < idle + Duration::from_millis(50), "{waited:?}");
+    let late = quic.driver().timer_lateness().max();
+    assert!(late < 5_000_000, "a timer fired {late} ns late");
+}
+
+#[test]
+fn garbage_and_datagrams_for_unknown_connections_do_not_disturb_the_server() {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let server = start_server(&identity, Tuning::default(), DriverConfig::default());
+    let junk = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut payloads: Vec<Vec<u8>> = vec![vec![], vec![0], vec![0xff; 1200], vec![0x40; 40]];
+    // A short-header packet for a connection ID nobody issued.
+    let mut short = vec![0x41];
+    short.extend_from_slice(&[0xab; 20]);
+    short.extend_from_slice(&[0; 100]);
+    payloads.push(short);
+    // A long-header Initial with an absurd length field.
+    let mut long = vec![0xc0, 0, 0, 0, 1, 8];
+    long.extend_from_slice(&[1; 8]);
+    long.extend_from_slice(&[0, 0, 0xbf, 0xff, 0xff, 0xff]);
+    payloads.push(long);
+    for p in &payloads {
+        for _ in 0..10 {
+            let _ = junk.send_to(p, server.addr);
+        }
+    }
+    // The server still serves.
+    let report = run_client(
+        server.addr,
+        Trust::Insecure,
+        Tuning::default(),
+        DriverConfig::default(),
+        ClientPlan {
+            download: 100_000,
+            ..ClientPlan::default()
+        },
+    );
+    server.stop.stop();
+    let served = server.done.join().unwrap();
+    assert_eq!(report.error, None);
+    assert_eq!(report.verified, Some(true));
+    assert_eq!(served.requests, 1);
+}
+
+#[test]
+fn a_client_that_rejects_the_certificate_fails_with_a_clear_error() {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let server = start_server(&identity, Tuning::default(), DriverConfig::default());
+    let report = run_client(
+        server.addr,
+        Trust::Nothing,
+        Tuning::default(),
+        DriverConfig::default(),
+        ClientPlan::default(),
+    );
+    server.stop.stop();
+    server.done.join().unwrap();
+    let error = report.error.expect("refused");
+    assert!(error.contains("handshake failed"), "{error}");
+}
+
+#[test]
+fn an_unreachable_server_gives_up_at_the_connect_timeout() {
+    // A bound socket nobody reads: no answer, no ICMP.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let started = Instant::now();
+    let report = run_client(
+        silent.local_addr().unwrap(),
+        Trust::Insecure,
+        Tuning::default(),
+        DriverConfig::default(),
+        ClientPlan {
+            connect_timeout: Duration::from_millis(300),
+            ..ClientPlan::default()
+        },
+    );
+    let took = started.elapsed();
+    let error = report.error.expect("no answer");
+    assert!(error.contains("no answer"), "{error}");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+}
