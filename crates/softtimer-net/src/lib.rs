@@ -27,6 +27,7 @@ pub mod departure;
 pub mod forward;
 pub mod livelock;
 pub mod pacer;
+pub mod path;
 pub mod poll;
 mod rate;
 pub mod udp;

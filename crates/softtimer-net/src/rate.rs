@@ -132,7 +132,7 @@ impl FromStr for Rate {
         let text = s.trim();
         let bad = || RateError::Unparseable(s.to_string());
         let mut body = text;
-        for unit in ["bit/s", "bps", "b"] {
+        for unit in ["bit/s", "bps", "bit", "b"] {
             if let Some(stripped) = body.strip_suffix(unit) {
                 body = stripped;
                 break;

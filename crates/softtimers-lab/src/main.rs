@@ -6,12 +6,14 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use softtimer_net::Rate;
 use softtimer_net::livelock::Quota;
+use softtimer_quic::perf::ClientPlan;
 use softtimer_rt::SpinWindow;
 use softtimers_lab::alloc_count::CountingAlloc;
 use softtimers_lab::harness::{Client, with_progress, write_json};
 use softtimers_lab::pace::{self, PaceTimer, parse_duration, parse_spin_window};
+use softtimers_lab::quic::parse_bytes;
 use softtimers_lab::router::{self, RouterDesign};
-use softtimers_lab::{bench_core, bench_timers, info, lab, report};
+use softtimers_lab::{bench_core, bench_timers, info, lab, path, quic, report};
 
 /// Parses `--quota`: a number of packets (at least 1) or `unlimited`.
 fn parse_quota(text: &str) -> Result<Quota, String> {
@@ -217,6 +219,144 @@ enum Command {
     Report {
         /// The directory a lab run wrote (`results/` by default).
         dir: PathBuf,
+    },
+    /// Run a command with an emulated path between two network namespaces (delay, a
+    /// bottleneck rate, a drop-tail queue, random loss; TUN devices, soft timers). The
+    /// command finds the namespaces in SOFTTIMERS_PATH_A / _B and their addresses in
+    /// SOFTTIMERS_PATH_ADDR_A / _B (10.201.0.1, 10.201.0.2). Needs root.
+    ///
+    /// Example: softtimers path --delay 10ms --rate 50mbit --queue 64kb -- sh -c
+    /// 'ip netns exec $SOFTTIMERS_PATH_A ping -c 3 $SOFTTIMERS_PATH_ADDR_B'
+    Path {
+        /// One-way delay, each direction (so the RTT is twice this).
+        #[arg(long, default_value = "0", value_parser = parse_duration)]
+        delay: std::time::Duration,
+        /// Bottleneck rate, each direction (50mbit, 1G); default: none.
+        #[arg(long)]
+        rate: Option<Rate>,
+        /// Drop-tail queue at the bottleneck: bytes (64kb) or packets (100p).
+        #[arg(long, default_value = "64kb", value_parser = path::parse_queue)]
+        queue: softtimer_net::path::QueueLimit,
+        /// Random loss, each direction (0.01 or 1%).
+        #[arg(long, default_value = "0", value_parser = path::parse_loss)]
+        loss: f64,
+        /// One-way delay from b to a, if not --delay.
+        #[arg(long, value_parser = parse_duration)]
+        reverse_delay: Option<std::time::Duration>,
+        /// Bottleneck rate from b to a, if not --rate.
+        #[arg(long)]
+        reverse_rate: Option<Rate>,
+        /// Random loss from b to a, if not --loss.
+        #[arg(long, value_parser = path::parse_loss)]
+        reverse_loss: Option<f64>,
+        /// Also write what the emulator measured as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// The command to run, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// The QUIC performance protocol (draft-banks-quic-performance, ALPN `perf`) on soft
+    /// timers, stock quinn on tokio, or the kernel's TCP.
+    Quic {
+        #[command(subcommand)]
+        which: QuicCommand,
+    },
+}
+
+/// Options both QUIC sides take.
+#[derive(clap::Args, Debug, Clone)]
+struct QuicCommon {
+    /// The stack: quinn-proto on soft timers (`soft`, `soft-paced` with per-packet pacing,
+    /// `soft-1ms` with timers rounded up to 1 ms), stock quinn on tokio, or kernel TCP.
+    #[arg(long, value_enum, default_value = "soft")]
+    stack: quic::Stack,
+    /// Flow-control windows (bytes; k, M suffixes): at least twice the path's BDP.
+    #[arg(long, default_value = "16M", value_parser = parse_bytes)]
+    window: u64,
+    /// What the congestion controller (CUBIC) does after an idle period.
+    #[arg(long, value_enum, default_value = "keep")]
+    after_idle: quic::AfterIdleArg,
+    /// Ask the peer to acknowledge only every N ack-eliciting packets (ACK frequency).
+    #[arg(long, value_name = "N")]
+    ack_every: Option<u32>,
+    /// The largest ACK delay to ask the peer for, with --ack-every.
+    #[arg(long, value_parser = parse_duration)]
+    max_ack_delay: Option<std::time::Duration>,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+impl QuicCommon {
+    fn common(&self) -> quic::Common {
+        quic::Common {
+            stack: self.stack,
+            window: self.window,
+            after_idle: self.after_idle,
+            ack_every: self.ack_every,
+            max_ack_delay: self.max_ack_delay,
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum QuicCommand {
+    /// Serve the perf protocol: answer each stream with the number of bytes it asks for.
+    Server {
+        /// Where to listen (`host:port`).
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// Exit after this many connections have closed (default: serve until Ctrl-C).
+        #[arg(long)]
+        connections: Option<u64>,
+        /// Write the server's self-signed certificate (DER) here, for a client's --cert.
+        #[arg(long)]
+        cert_out: Option<PathBuf>,
+        #[command(flatten)]
+        common: QuicCommon,
+    },
+    /// Ask a perf-protocol server for data and report goodput, handshake time, request
+    /// latency and losses.
+    Client {
+        /// The server (`host:port`).
+        #[arg(long)]
+        to: std::net::SocketAddr,
+        /// Bytes to download per request (k, M, G suffixes).
+        #[arg(long, value_parser = parse_bytes)]
+        download: u64,
+        /// Bytes to upload per request.
+        #[arg(long, default_value = "0", value_parser = parse_bytes)]
+        upload: u64,
+        /// Requests, one after another on one connection.
+        #[arg(long, default_value_t = 1)]
+        requests: u64,
+        /// Start request k at k × this after the first (an application-limited sender).
+        #[arg(long, value_parser = parse_duration)]
+        interval: Option<std::time::Duration>,
+        /// Before the requests, download this many bytes and then stay idle for --idle.
+        #[arg(long, value_parser = parse_bytes, requires = "idle")]
+        warmup: Option<u64>,
+        /// The idle period after --warmup.
+        #[arg(long, value_parser = parse_duration, requires = "warmup")]
+        idle: Option<std::time::Duration>,
+        /// Accept any server certificate.
+        #[arg(long, conflicts_with = "cert")]
+        insecure: bool,
+        /// Trust exactly this certificate (DER, as `quic server --cert-out` writes it).
+        #[arg(long)]
+        cert: Option<PathBuf>,
+        /// The name the server's certificate must carry.
+        #[arg(long, default_value = "localhost")]
+        server_name: String,
+        /// Give up if the handshake has not completed in this time.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        connect_timeout: std::time::Duration,
+        /// Do not check the bytes received against the perf pattern (for other servers).
+        #[arg(long)]
+        no_verify: bool,
+        #[command(flatten)]
+        common: QuicCommon,
     },
 }
 
@@ -464,6 +604,97 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             if let Some(path) = json {
                 write_json(&path, &report)?;
+            }
+        }
+        Command::Path {
+            delay,
+            rate,
+            queue,
+            loss,
+            reverse_delay,
+            reverse_rate,
+            reverse_loss,
+            json,
+            command,
+        } => {
+            let a_to_b = softtimer_net::path::LinkConfig {
+                delay,
+                rate,
+                queue,
+                loss,
+            };
+            let b_to_a = softtimer_net::path::LinkConfig {
+                delay: reverse_delay.unwrap_or(delay),
+                rate: reverse_rate.or(rate),
+                queue,
+                loss: reverse_loss.unwrap_or(loss),
+            };
+            let (code, report) = path::run_command(path::PathSpec { a_to_b, b_to_a }, &command)?;
+            eprint!("{}", path::summary(&report));
+            if let Some(file) = json {
+                write_json(&file, &report)?;
+            }
+            if code != 0 {
+                anyhow::bail!("the command exited with status {code}");
+            }
+        }
+        Command::Quic {
+            which:
+                QuicCommand::Server {
+                    listen,
+                    connections,
+                    cert_out,
+                    common,
+                },
+        } => {
+            let run = quic::server(&quic::ServerOptions {
+                listen,
+                common: common.common(),
+                connections,
+                cert_out,
+            })?;
+            println!("{}", quic::server_summary(&run));
+            if let Some(path) = common.json {
+                write_json(&path, &run)?;
+            }
+        }
+        Command::Quic {
+            which:
+                QuicCommand::Client {
+                    to,
+                    download,
+                    upload,
+                    requests,
+                    interval,
+                    warmup,
+                    idle,
+                    insecure,
+                    cert,
+                    server_name,
+                    connect_timeout,
+                    no_verify,
+                    common,
+                },
+        } => {
+            let run = quic::client(&quic::ClientOptions {
+                to,
+                server_name,
+                common: common.common(),
+                plan: ClientPlan {
+                    download,
+                    upload,
+                    requests,
+                    interval,
+                    warmup: warmup.zip(idle),
+                    verify: !no_verify,
+                    connect_timeout,
+                },
+                insecure,
+                cert,
+            })?;
+            print!("{}", quic::client_summary(&run));
+            if let Some(path) = common.json {
+                write_json(&path, &run)?;
             }
         }
         Command::Report { dir } => {

@@ -28,7 +28,7 @@ use crate::tools;
 /// Namespaces made and not yet removed, for [`remove_live`].
 static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-fn run(args: &[&str]) -> Result<()> {
+pub(crate) fn run(args: &[&str]) -> Result<()> {
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
@@ -91,13 +91,13 @@ pub fn remove_stale() -> usize {
 
 /// A set of namespaces, removed together on drop.
 #[derive(Debug)]
-struct Namespaces {
-    names: Vec<String>,
+pub(crate) struct Namespaces {
+    pub(crate) names: Vec<String>,
 }
 
 impl Namespaces {
     /// Checks that namespaces can be made here, at all.
-    fn check() -> Result<()> {
+    pub(crate) fn check() -> Result<()> {
         if !rustix::process::geteuid().is_root() {
             bail!("network namespaces need root");
         }
@@ -106,7 +106,7 @@ impl Namespaces {
     }
 
     /// Makes `st-<tag>-<pid>-<role>` for each role; refuses a name that exists already.
-    fn create(tag: &str, roles: &[&str]) -> Result<Namespaces> {
+    pub(crate) fn create(tag: &str, roles: &[&str]) -> Result<Namespaces> {
         Self::check()?;
         remove_stale();
         let mut made = Namespaces { names: Vec::new() };
@@ -150,7 +150,7 @@ impl Drop for Namespaces {
 }
 
 /// `ip netns exec NS program`.
-fn command_in(ns: &str, program: impl AsRef<OsStr>) -> Command {
+pub(crate) fn command_in(ns: &str, program: impl AsRef<OsStr>) -> Command {
     let mut command = Command::new("ip");
     command.args(["netns", "exec", ns]).arg(program);
     command

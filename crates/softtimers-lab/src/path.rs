@@ -1,0 +1,542 @@
+//! `softtimers path`: a path emulator on soft timers between two network namespaces.
+//!
+//! This kernel has no `netem`, `fq` or `cake`. The emulator makes two network namespaces,
+//! `a` and `b`, each with a TUN device whose other end is this process: whatever either
+//! namespace sends to the other (any protocol; the kernel's TCP included) is read here,
+//! given to a [`Link`] per direction (one-way delay, bottleneck rate, drop-tail queue,
+//! random loss), and written into the other namespace at the time the link says, by a soft
+//! event on the `softtimer-rt` loop. It measures itself: how late each packet was written
+//! against its due time, the spacing of back-to-back packets at the bottleneck against the
+//! rate, and the queueing delay each packet got.
+//!
+//! Addresses: `a` is 10.201.0.1 and `b` is 10.201.0.2, point to point.
+
+use std::net::Ipv4Addr;
+use std::os::fd::OwnedFd;
+use std::process::Command;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use softtimer::{EventId, Fired, Instant, Span};
+use softtimer_net::departure::DepartureQueue;
+use softtimer_net::path::{Link, LinkConfig, Offer, QueueLimit};
+use softtimer_rt::{EventLoop, Interest, LoopConfig, LoopTurn, StopHandle};
+
+use crate::netns::{Namespaces, command_in, run};
+
+/// The address of namespace `a`.
+pub const ADDR_A: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 1);
+/// The address of namespace `b`.
+pub const ADDR_B: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 2);
+
+/// Which side of the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// Namespace `a` (10.201.0.1).
+    A,
+    /// Namespace `b` (10.201.0.2).
+    B,
+}
+
+/// Both directions of a path.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PathSpec {
+    /// Packets from `a` to `b`.
+    pub a_to_b: LinkConfig,
+    /// Packets from `b` to `a`.
+    pub b_to_a: LinkConfig,
+}
+
+/// What one direction measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DirectionReport {
+    /// Packets read from the sending side.
+    pub packets: u64,
+    /// Packets written to the receiving side.
+    pub delivered: u64,
+    /// Bytes written.
+    pub delivered_bytes: u64,
+    /// Dropped at the tail of a full queue.
+    pub queue_drops: u64,
+    /// Lost at random.
+    pub random_losses: u64,
+    /// Writes that failed.
+    pub write_errors: u64,
+    /// How late packets were written past their due time, µs.
+    pub delay_error_p50_us: Option<f64>,
+    /// 99th percentile.
+    pub delay_error_p99_us: Option<f64>,
+    /// Largest.
+    pub delay_error_max_us: Option<f64>,
+    /// Back-to-back packets' measured rate against the configured rate, % (positive:
+    /// faster); `None` without a bottleneck or without a standing queue.
+    pub rate_error_pct: Option<f64>,
+    /// Back-to-back pairs measured for `rate_error_pct`.
+    pub back_to_back: u64,
+    /// Queueing delay at the bottleneck, µs.
+    pub queue_delay_p50_us: Option<f64>,
+    /// 99th percentile.
+    pub queue_delay_p99_us: Option<f64>,
+    /// Largest.
+    pub queue_delay_max_us: Option<f64>,
+    /// Over time, per 50 ms: (s since start, largest queueing delay in ms, Mbit/s delivered).
+    pub timeline: Vec<(f64, f64, f64)>,
+}
+
+/// What the emulator measured, both directions.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PathReport {
+    /// The worst direction's 99th-percentile delay error, µs (a direction that carried
+    /// nothing is left out).
+    pub delay_error_p99_us: Option<f64>,
+    /// The rate error of the direction with the most back-to-back pairs, %.
+    pub rate_error_pct: Option<f64>,
+    /// `a` to `b`.
+    pub a_to_b: DirectionReport,
+    /// `b` to `a`.
+    pub b_to_a: DirectionReport,
+    /// How long the emulator ran, s.
+    pub duration_s: f64,
+}
+
+const TIMELINE_BUCKET: Duration = Duration::from_millis(50);
+
+struct Direction {
+    link: Link,
+    report: DirectionReport,
+    delay_error: Histogram<u64>,
+    queue_delay: Histogram<u64>,
+    last_written: Option<Instant>,
+    expected_span: u64,
+    actual_span: u64,
+    timeline: Vec<(u64, u64)>, // per bucket: (max queue delay ns, bytes)
+}
+
+impl Direction {
+    fn new(config: LinkConfig, hz: u64, seed: u64) -> Result<Direction> {
+        Ok(Direction {
+            link: Link::new(config, hz, seed)?,
+            report: DirectionReport::default(),
+            delay_error: Histogram::new_with_bounds(1, 60_000_000_000, 3)?,
+            queue_delay: Histogram::new_with_bounds(1, 60_000_000_000, 3)?,
+            last_written: None,
+            expected_span: 0,
+            actual_span: 0,
+            timeline: Vec::new(),
+        })
+    }
+
+    fn bucket(&mut self, at: Instant, start: Instant, hz: u64) -> &mut (u64, u64) {
+        let ns = at.saturating_since(start).as_nanos(hz);
+        let i = (ns / TIMELINE_BUCKET.as_nanos() as u64) as usize;
+        if self.timeline.len() <= i {
+            self.timeline.resize(i + 1, (0, 0));
+        }
+        &mut self.timeline[i]
+    }
+
+    fn finish(mut self) -> DirectionReport {
+        let us = |h: &Histogram<u64>, q: f64| {
+            (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1000.0)
+        };
+        let r = &mut self.report;
+        r.delay_error_p50_us = us(&self.delay_error, 0.5);
+        r.delay_error_p99_us = us(&self.delay_error, 0.99);
+        r.delay_error_max_us = us(&self.delay_error, 1.0);
+        r.queue_delay_p50_us = us(&self.queue_delay, 0.5);
+        r.queue_delay_p99_us = us(&self.queue_delay, 0.99);
+        r.queue_delay_max_us = us(&self.queue_delay, 1.0);
+        if r.back_to_back >= 10 && self.actual_span > 0 {
+            r.rate_error_pct =
+                Some((self.expected_span as f64 / self.actual_span as f64 - 1.0) * 100.0);
+        }
+        let secs = TIMELINE_BUCKET.as_secs_f64();
+        r.timeline = self
+            .timeline
+            .iter()
+            .enumerate()
+            .map(|(i, &(q, bytes))| {
+                (
+                    i as f64 * secs,
+                    q as f64 / 1e6,
+                    bytes as f64 * 8.0 / secs / 1e6,
+                )
+            })
+            .collect();
+        self.report
+    }
+}
+
+/// A TUN device (no packet information header), non-blocking.
+#[allow(unsafe_code)]
+fn open_tun(name: &str) -> Result<OwnedFd> {
+    if name.len() >= libc::IFNAMSIZ {
+        bail!(
+            "TUN name {name:?} is longer than {} bytes",
+            libc::IFNAMSIZ - 1
+        );
+    }
+    if std::path::Path::new("/sys/class/net").join(name).exists() {
+        bail!("a network device named {name} exists already");
+    }
+    let fd = rustix::fs::open(
+        "/dev/net/tun",
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .context("opening /dev/net/tun (is the tun module there, and are we root?)")?;
+    #[repr(C)]
+    struct IfReq {
+        name: [libc::c_char; libc::IFNAMSIZ],
+        flags: libc::c_short,
+        _pad: [u8; 22],
+    }
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        flags: (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short,
+        _pad: [0; 22],
+    };
+    for (dst, src) in req.name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: TUNSETIFF reads and writes one `struct ifreq` (40 bytes: a 16-byte name and a
+    // 24-byte union whose first member is the flags), which `req` is, laid out by repr(C);
+    // the descriptor is open and owned here.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF as _, &mut req) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error()).context(format!("creating TUN device {name}"));
+    }
+    Ok(fd)
+}
+
+/// A path between two fresh namespaces, emulated on its own thread until [`finish`]ed.
+///
+/// [`finish`]: RunningPath::finish
+pub struct RunningPath {
+    namespaces: Namespaces,
+    stop: StopHandle,
+    thread: Option<JoinHandle<Result<PathReport>>>,
+}
+
+/// The soft event of the emulator: "a packet is due".
+#[derive(Clone, Copy, Debug)]
+struct Due;
+
+impl RunningPath {
+    /// Makes the namespaces and TUN devices and starts the emulator, pinned to `cpu`.
+    pub fn start(tag: &str, spec: PathSpec, cpu: Option<usize>) -> Result<RunningPath> {
+        Namespaces::check()?;
+        // Check the links before making anything.
+        Link::new(spec.a_to_b, 1_000_000_000, 0)?;
+        Link::new(spec.b_to_a, 1_000_000_000, 0)?;
+        let namespaces = Namespaces::create(tag, &["a", "b"])?;
+        let pid = std::process::id();
+        let names = [format!("st{pid}{tag}a"), format!("st{pid}{tag}b")];
+        let mut fds = Vec::new();
+        for (i, (ns, (addr, peer))) in namespaces
+            .names
+            .iter()
+            .zip([(ADDR_A, ADDR_B), (ADDR_B, ADDR_A)])
+            .enumerate()
+        {
+            let dev = &names[i];
+            fds.push(open_tun(dev)?);
+            run(&["ip", "link", "set", dev, "netns", ns])?;
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &addr.to_string(),
+                "peer",
+                &format!("{peer}/32"),
+                "dev",
+                dev,
+            ])?;
+            run(&["ip", "-n", ns, "link", "set", dev, "up", "mtu", "1500"])?;
+            run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+        }
+        let tun_b = fds.pop().expect("two");
+        let tun_a = fds.pop().expect("two");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("path".into())
+            .spawn(move || emulate(spec, tun_a, tun_b, cpu, tx))
+            .context("starting the emulator thread")?;
+        let stop = match rx.recv() {
+            Ok(stop) => stop,
+            Err(_) => {
+                let why = thread
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the emulator panicked"))?
+                    .err();
+                bail!("the emulator did not start: {why:?}");
+            }
+        };
+        Ok(RunningPath {
+            namespaces,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The name of a side's namespace.
+    pub fn namespace(&self, side: Side) -> &str {
+        &self.namespaces.names[match side {
+            Side::A => 0,
+            Side::B => 1,
+        }]
+    }
+
+    /// A command that runs `program` in a side's namespace.
+    pub fn command(&self, side: Side, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        command_in(self.namespace(side), program)
+    }
+
+    /// Stops the emulator and returns what it measured; the namespaces and devices go when
+    /// this is dropped (the devices with the emulator's descriptors).
+    pub fn finish(mut self) -> Result<PathReport> {
+        self.stop.stop();
+        let thread = self.thread.take().expect("running");
+        thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the emulator panicked"))?
+    }
+}
+
+impl Drop for RunningPath {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.stop.stop();
+            let _ = thread.join();
+        }
+    }
+}
+
+fn emulate(
+    spec: PathSpec,
+    tun_a: OwnedFd,
+    tun_b: OwnedFd,
+    cpu: Option<usize>,
+    started: std::sync::mpsc::Sender<StopHandle>,
+) -> Result<PathReport> {
+    let _pinned = cpu.map(crate::harness::pin_to);
+    let mut ev: EventLoop<Due> = EventLoop::new(LoopConfig::default(), |_, _: Fired<Due>| {})?;
+    let hz = softtimer::Clock::resolution_hz(ev.clock());
+    let start = ev.cx().now();
+    let mut dirs = [
+        Direction::new(spec.a_to_b, hz, 0x5eeda)?,
+        Direction::new(spec.b_to_a, hz, 0x5eedb)?,
+    ];
+    let tuns = [tun_a, tun_b];
+    for (i, fd) in tuns.iter().enumerate() {
+        ev.cx().register(fd, Interest::READABLE, i as u64)?;
+    }
+    // Packets due for delivery: (direction, bytes, due time, queueing delay, back to back).
+    let slot = Span::from_duration(Duration::from_micros(10), hz);
+    let mut queue: DepartureQueue<(usize, Vec<u8>, Instant, bool)> =
+        DepartureQueue::new(start, slot, 1 << 16)?;
+    let mut spare: Vec<Vec<u8>> = Vec::new();
+    let mut wake: Option<(EventId, Instant)> = None;
+    let mut due = Vec::new();
+    let _ = started.send(ev.stop_handle());
+    let dirs_cell = std::cell::RefCell::new((&mut dirs, &mut queue, &mut spare));
+    ev.run_with(
+        |cx, ready| {
+            let from = ready.token as usize;
+            let mut guard = dirs_cell.borrow_mut();
+            let (dirs, queue, spare) = &mut *guard;
+            for _ in 0..64 {
+                let mut buf = spare.pop().unwrap_or_else(|| vec![0; 65536]);
+                buf.resize(65536, 0);
+                let n = match cx.read(&tuns[from], &mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(_) => {
+                        spare.push(buf);
+                        break;
+                    }
+                };
+                buf.truncate(n);
+                let now = cx.now();
+                let d = &mut dirs[from];
+                d.report.packets += 1;
+                match d.link.offer(now, n as u64) {
+                    Offer::Deliver {
+                        at,
+                        queued,
+                        back_to_back,
+                    } => {
+                        let q = queued.as_nanos(hz);
+                        let _ = d.queue_delay.record(q.max(1));
+                        let b = d.bucket(now, start, hz);
+                        b.0 = b.0.max(q);
+                        queue.push(at, (from, buf, at, back_to_back));
+                    }
+                    Offer::QueueFull => {
+                        d.report.queue_drops += 1;
+                        spare.push(buf);
+                    }
+                    Offer::Lost => {
+                        d.report.random_losses += 1;
+                        spare.push(buf);
+                    }
+                }
+            }
+        },
+        |cx, turn| {
+            if matches!(turn, LoopTurn::BeforeBlock) {
+                return false;
+            }
+            let mut guard = dirs_cell.borrow_mut();
+            let (dirs, queue, spare) = &mut *guard;
+            let now = cx.now();
+            due.clear();
+            queue.drain_due(now, usize::MAX, &mut due);
+            let wrote = !due.is_empty();
+            for (from, buf, at, back_to_back) in due.drain(..) {
+                let to = 1 - from;
+                let result = cx.write(&tuns[to], &buf);
+                let written = cx.now();
+                let d = &mut dirs[from];
+                match result {
+                    Ok(_) => {
+                        d.report.delivered += 1;
+                        d.report.delivered_bytes += buf.len() as u64;
+                        let late = written.saturating_since(at).as_nanos(hz);
+                        let _ = d.delay_error.record(late.max(1));
+                        if back_to_back
+                            && let (Some(prev), Some(rate)) = (d.last_written, d.link.config().rate)
+                        {
+                            d.report.back_to_back += 1;
+                            d.expected_span +=
+                                rate.span_for_bytes(buf.len() as u64, hz).as_nanos(hz);
+                            d.actual_span += written.saturating_since(prev).as_nanos(hz);
+                        }
+                        d.last_written = Some(written);
+                        let b = d.bucket(at, start, hz);
+                        b.1 += buf.len() as u64;
+                    }
+                    Err(_) => d.report.write_errors += 1,
+                }
+                spare.push(buf);
+            }
+            let next = queue.next_departure();
+            if next != wake.map(|w| w.1) {
+                if let Some((id, _)) = wake.take() {
+                    cx.cancel(id);
+                }
+                if let Some(t) = next
+                    && let Ok(id) = cx.schedule_at(t, Due)
+                {
+                    wake = Some((id, t));
+                }
+            }
+            wrote
+        },
+    )?;
+    let _ = dirs_cell.into_inner();
+    let duration_s = ev.cx().now().saturating_since(start).as_nanos(hz) as f64 / 1e9;
+    let [a, b] = dirs;
+    let (a, b) = (a.finish(), b.finish());
+    let worst = [&a, &b]
+        .iter()
+        .filter_map(|d| d.delay_error_p99_us)
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    let rate = if a.back_to_back >= b.back_to_back {
+        a.rate_error_pct
+    } else {
+        b.rate_error_pct
+    };
+    Ok(PathReport {
+        delay_error_p99_us: worst,
+        rate_error_pct: rate,
+        a_to_b: a,
+        b_to_a: b,
+        duration_s,
+    })
+}
+
+/// Parses a queue limit: bytes (`64kb`, `100000`) or packets (`100p`, `100pkts`).
+pub fn parse_queue(text: &str) -> Result<QueueLimit, String> {
+    let t = text.trim();
+    if let Some(n) = t.strip_suffix("pkts").or_else(|| t.strip_suffix('p')) {
+        let n: u64 = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not a packet count (write 100p)"))?;
+        return Ok(QueueLimit::Packets(n));
+    }
+    Ok(QueueLimit::Bytes(crate::quic::parse_bytes(t)?))
+}
+
+/// Parses a loss probability: `0.01` or `1%`.
+pub fn parse_loss(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (n, scale) = match t.strip_suffix('%') {
+        Some(n) => (n, 0.01),
+        None => (t, 1.0),
+    };
+    let p: f64 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a probability (write 0.01 or 1%)"))?;
+    let p = p * scale;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(format!(
+            "{text:?}: a loss probability must be between 0 and 1"
+        ));
+    }
+    Ok(p)
+}
+
+/// Runs `argv` with a path set up (namespaces named in `SOFTTIMERS_PATH_A` and `_B`,
+/// addresses in `SOFTTIMERS_PATH_ADDR_A` and `_B`), then removes everything and returns
+/// the command's exit code with what the emulator measured.
+pub fn run_command(spec: PathSpec, argv: &[String]) -> Result<(i32, PathReport)> {
+    let Some((program, args)) = argv.split_first() else {
+        bail!("no command given: write `softtimers path [OPTIONS] -- CMD ARGS...`");
+    };
+    let path = RunningPath::start("cmd", spec, None)?;
+    let status = Command::new(program)
+        .args(args)
+        .env("SOFTTIMERS_PATH_A", path.namespace(Side::A))
+        .env("SOFTTIMERS_PATH_B", path.namespace(Side::B))
+        .env("SOFTTIMERS_PATH_ADDR_A", ADDR_A.to_string())
+        .env("SOFTTIMERS_PATH_ADDR_B", ADDR_B.to_string())
+        .status();
+    let report = path.finish()?;
+    let status = status.with_context(|| format!("cannot run {program}"))?;
+    Ok((status.code().unwrap_or(128), report))
+}
+
+/// A short text summary of a report.
+pub fn summary(report: &PathReport) -> String {
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let mut out = String::new();
+    for (name, d) in [("a→b", &report.a_to_b), ("b→a", &report.b_to_a)] {
+        out += &format!(
+            "{name}: {} packets, {} delivered, {} queue drops, {} lost; delay error p50 {} µs, p99 {} µs, max {} µs; queueing p99 {} µs; rate error {} %\n",
+            d.packets,
+            d.delivered,
+            d.queue_drops,
+            d.random_losses,
+            f(d.delay_error_p50_us),
+            f(d.delay_error_p99_us),
+            f(d.delay_error_max_us),
+            f(d.queue_delay_p99_us),
+            f(d.rate_error_pct),
+        );
+    }
+    out
+}
+
+/// The fd of a TUN device is what keeps it: a check for tests that devices are gone.
+pub fn device_exists(name: &str) -> bool {
+    std::path::Path::new("/sys/class/net").join(name).exists()
+}
