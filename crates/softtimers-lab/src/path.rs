@@ -82,6 +82,12 @@ pub struct DirectionReport {
     pub queue_delay_p99_us: Option<f64>,
     /// Largest.
     pub queue_delay_max_us: Option<f64>,
+    /// Standard deviation of the gaps between packets as they arrived from the sender
+    /// (its departure spacing, before the bottleneck), µs; gaps over 10 ms (idle) left out.
+    pub sender_gap_stddev_us: Option<f64>,
+    /// Standard deviation of the gaps between packets as they were delivered to the
+    /// receiver, µs; gaps over 10 ms left out.
+    pub interarrival_stddev_us: Option<f64>,
     /// Over time, per 50 ms: (s since start, largest queueing delay in ms, Mbit/s delivered).
     pub timeline: Vec<(f64, f64, f64)>,
 }
@@ -113,6 +119,37 @@ struct Direction {
     expected_span: u64,
     actual_span: u64,
     timeline: Vec<(u64, u64)>, // per bucket: (max queue delay ns, bytes)
+    input_gaps: Gaps,
+    output_gaps: Gaps,
+}
+
+/// Running mean and variance of gaps (Welford), idle gaps left out.
+#[derive(Default)]
+struct Gaps {
+    last: Option<Instant>,
+    n: u64,
+    mean: f64,
+    m2: f64,
+}
+
+impl Gaps {
+    const IDLE_NS: u64 = 10_000_000;
+    fn add(&mut self, t: Instant, hz: u64) {
+        if let Some(prev) = self.last {
+            let g = t.saturating_since(prev).as_nanos(hz);
+            if g <= Self::IDLE_NS {
+                let x = g as f64 / 1000.0;
+                self.n += 1;
+                let d = x - self.mean;
+                self.mean += d / self.n as f64;
+                self.m2 += d * (x - self.mean);
+            }
+        }
+        self.last = Some(t);
+    }
+    fn stddev(&self) -> Option<f64> {
+        (self.n >= 2).then(|| (self.m2 / (self.n - 1) as f64).sqrt())
+    }
 }
 
 impl Direction {
@@ -126,6 +163,8 @@ impl Direction {
             expected_span: 0,
             actual_span: 0,
             timeline: Vec::new(),
+            input_gaps: Gaps::default(),
+            output_gaps: Gaps::default(),
         })
     }
 
@@ -149,6 +188,8 @@ impl Direction {
         r.queue_delay_p50_us = us(&self.queue_delay, 0.5);
         r.queue_delay_p99_us = us(&self.queue_delay, 0.99);
         r.queue_delay_max_us = us(&self.queue_delay, 1.0);
+        r.sender_gap_stddev_us = self.input_gaps.stddev();
+        r.interarrival_stddev_us = self.output_gaps.stddev();
         if r.back_to_back >= 10 && self.actual_span > 0 {
             r.rate_error_pct =
                 Some((self.expected_span as f64 / self.actual_span as f64 - 1.0) * 100.0);
@@ -366,6 +407,7 @@ fn emulate(
                 let now = cx.now();
                 let d = &mut dirs[from];
                 d.report.packets += 1;
+                d.input_gaps.add(now, hz);
                 match d.link.offer(now, n as u64) {
                     Offer::Deliver {
                         at,
@@ -419,6 +461,7 @@ fn emulate(
                             d.actual_span += written.saturating_since(prev).as_nanos(hz);
                         }
                         d.last_written = Some(written);
+                        d.output_gaps.add(written, hz);
                         let b = d.bucket(at, start, hz);
                         b.1 += buf.len() as u64;
                     }

@@ -11,6 +11,7 @@
 //! | [`senders`] | `pace` and `iperf3 -u` at the same rate, on loopback and a veth link, measured by one capture | — |
 //! | [`livelock`] | E10, E11, E12: a user-space router flooded across network namespaces; the 4.2BSD structure against polling with quotas, feedback and a CPU budget | livelock Figs. 6-1, 6-3 to 6-6, 7-1 |
 //! | [`deadline`] | E13: the deadline backstop | Table XIII |
+//! | [`quic`] | quic, E14, E16: quinn-proto on soft timers (quinn's pacer, per-packet pacing, timers rounded to 1 ms) against stock quinn on tokio and kernel TCP through the path emulator; response time after idle; recovery timers under loss | TCP paper Tables X–XI |
 //! | [`nginx`] | the HTTP server against nginx | — |
 //!
 //! A new family (polling, livelock, transport) is a module here with a result type
@@ -24,6 +25,7 @@ pub mod livelock;
 pub mod nginx;
 pub mod pacing;
 pub mod polling;
+pub mod quic;
 pub mod senders;
 
 use std::path::Path;
@@ -72,6 +74,12 @@ pub enum Step {
     E12,
     /// E13: the deadline backstop (Table XIII).
     E13,
+    /// QUIC on soft timers against stock quinn and kernel TCP.
+    Quic,
+    /// E14: response time after idle (TCP paper Tables X–XI).
+    E14,
+    /// E16: recovery timers under loss.
+    E16,
     /// The HTTP server against nginx.
     Nginx,
 }
@@ -98,7 +106,7 @@ fn runs(n: usize, each: Duration) -> Duration {
 
 impl Step {
     /// Every step, in order.
-    pub const ALL: [Step; 18] = [
+    pub const ALL: [Step; 21] = [
         Step::Info,
         Step::BenchCore,
         Step::BenchTimers,
@@ -116,6 +124,9 @@ impl Step {
         Step::E11,
         Step::E12,
         Step::E13,
+        Step::Quic,
+        Step::E14,
+        Step::E16,
         Step::Nginx,
     ];
 
@@ -139,6 +150,9 @@ impl Step {
             Step::E11 => "e11",
             Step::E12 => "e12",
             Step::E13 => "e13",
+            Step::Quic => "quic",
+            Step::E14 => "e14",
+            Step::E16 => "e16",
             Step::Nginx => "nginx",
         }
     }
@@ -163,6 +177,9 @@ impl Step {
             Step::E11 => "E11",
             Step::E12 => "E12",
             Step::E13 => "E13",
+            Step::Quic => "quic",
+            Step::E14 => "E14",
+            Step::E16 => "E16",
             Step::Nginx => "nginx",
         }
     }
@@ -191,6 +208,9 @@ impl Step {
             Step::E11 => "E11: the polling quota (livelock Figs. 6-5, 6-6)",
             Step::E12 => "E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)",
             Step::E13 => "E13: the deadline backstop (Table XIII)",
+            Step::Quic => "quic: QUIC on soft timers against stock quinn and kernel TCP",
+            Step::E14 => "E14: response time after idle (TCP paper Tables X-XI)",
+            Step::E16 => "E16: recovery timers under loss",
             Step::Nginx => "the HTTP server against nginx with one worker",
         }
     }
@@ -215,6 +235,9 @@ impl Step {
             Step::E11 => livelock::E11::FILE,
             Step::E12 => livelock::E12::FILE,
             Step::E13 => deadline::E13::FILE,
+            Step::Quic => quic::QuicResult::FILE,
+            Step::E14 => quic::E14::FILE,
+            Step::E16 => quic::E16::FILE,
             Step::Nginx => nginx::Nginx::FILE,
         }
     }
@@ -259,6 +282,9 @@ impl Step {
                 )
             }
             Step::E13 => runs(rounds * 6, throughput),
+            Step::Quic | Step::E14 | Step::E16 => {
+                Duration::from_secs_f64(quic::expected_seconds(self.name(), length.quick))
+            }
             Step::Nginx => runs(rounds * 2, throughput) + Duration::from_millis(500),
         }
     }
@@ -324,6 +350,9 @@ impl Step {
             Step::E11 => save(out, &livelock::e11(options, progress)?),
             Step::E12 => save(out, &livelock::e12(options, progress)?),
             Step::E13 => save(out, &deadline::e13(options, progress)?),
+            Step::Quic => save(out, &quic::quic(options, progress)?),
+            Step::E14 => save(out, &quic::e14(options, progress)?),
+            Step::E16 => save(out, &quic::e16(options, progress)?),
             Step::Nginx => save(out, &nginx::compare(options, progress)?),
         }
     }
@@ -353,6 +382,9 @@ impl Step {
             Step::E11 => render_file::<livelock::E11>(dir),
             Step::E12 => render_file::<livelock::E12>(dir),
             Step::E13 => render_file::<deadline::E13>(dir),
+            Step::Quic => render_file::<quic::QuicResult>(dir),
+            Step::E14 => render_file::<quic::E14>(dir),
+            Step::E16 => render_file::<quic::E16>(dir),
             Step::Nginx => render_file::<nginx::Nginx>(dir),
         }
     }
