@@ -22,7 +22,7 @@
 //! };
 //! let mut link = Link::new(config, hz, 1).unwrap();
 //! let t0 = Instant::from_ticks(0);
-//! let ms = |n| t0 + Span::from_ticks(n * 1_000_000);
+//! let ms = |n: u64| t0 + Span::from_ticks(n * 1_000_000);
 //! // Three packets at once: two fit (one in transmission, one waiting), the third is dropped.
 //! assert!(matches!(link.offer(t0, 1500), Offer::Deliver { at, .. } if at == ms(11)));
 //! assert!(matches!(link.offer(t0, 1500), Offer::Deliver { at, .. } if at == ms(12)));

@@ -68,6 +68,19 @@ pub struct ServerReport {
     pub bytes_received: u64,
     /// Requests whose stream the peer reset or stopped.
     pub aborted: u64,
+    /// Packets this side sent, over its closed connections (`None` where the stack does not
+    /// say, as the kernel's TCP through a plain socket).
+    pub sent_packets: Option<u64>,
+    /// Packets this side declared lost (retransmitted), over its closed connections.
+    pub lost_packets: Option<u64>,
+}
+
+impl ServerReport {
+    /// Adds a closed connection's packet counts.
+    pub fn add_path_stats(&mut self, stats: &quinn_proto::PathStats) {
+        *self.sent_packets.get_or_insert(0) += stats.sent_packets;
+        *self.lost_packets.get_or_insert(0) += stats.lost_packets;
+    }
 }
 
 /// A perf-protocol server, as a driver [`App`].
@@ -174,6 +187,9 @@ impl App for PerfServer {
                 }
             }
             QuicEvent::Lost(conn, _) => {
+                if let Some(stats) = driver.connection_stats(conn) {
+                    self.report.add_path_stats(&stats.path);
+                }
                 self.streams.retain(|(c, _), _| *c != conn);
                 self.closed += 1;
                 if self
@@ -206,6 +222,28 @@ pub struct ClientPlan {
     pub verify: bool,
     /// Give up if the handshake has not completed by then.
     pub connect_timeout: Duration,
+}
+
+impl ClientReport {
+    /// Fills the latency percentiles and goodput from `latencies_us`, `elapsed_s` and
+    /// `download_bytes`, and `verified` (`None`: not checked) against the `requests` planned:
+    /// one summary for every stack that fills a report.
+    pub fn summarize(&mut self, requests: u64, verified: Option<bool>) {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("bounds");
+        for &l in &self.latencies_us {
+            let _ = h.record((l as u64).max(1));
+        }
+        if !h.is_empty() {
+            self.p50_us = h.value_at_quantile(0.5) as f64;
+            self.p90_us = h.value_at_quantile(0.9) as f64;
+            self.p99_us = h.value_at_quantile(0.99) as f64;
+            self.p999_us = h.value_at_quantile(0.999) as f64;
+        }
+        if self.elapsed_s > 0.0 {
+            self.goodput_bps = self.download_bytes as f64 * 8.0 / self.elapsed_s;
+        }
+        self.verified = verified.map(|ok| ok && self.requests == requests);
+    }
 }
 
 impl Default for ClientPlan {
@@ -289,7 +327,6 @@ pub struct PerfClient {
     next_start: Option<Instant>,
     state: ClientState,
     pattern: Pattern,
-    histogram: Histogram<u64>,
     verified: bool,
     /// What was measured (complete after the loop returns).
     pub report: ClientReport,
@@ -306,7 +343,6 @@ impl PerfClient {
             next_start: None,
             state: ClientState::Connecting,
             pattern: Pattern::default(),
-            histogram: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds"),
             verified: true,
             report: ClientReport::default(),
         }
@@ -423,7 +459,6 @@ impl PerfClient {
                 if r.received != self.plan.download {
                     self.verified = false;
                 }
-                let _ = self.histogram.record((latency as u64).max(1));
                 self.report.latencies_us.push(latency);
                 self.report.requests += 1;
                 self.report.elapsed_s = Self::micros(
@@ -459,20 +494,9 @@ impl PerfClient {
     }
 
     fn fill_stats(&mut self, driver: &mut Driver) {
+        let verified = self.plan.verify.then_some(self.verified);
+        self.report.summarize(self.plan.requests, verified);
         let r = &mut self.report;
-        if r.elapsed_s > 0.0 {
-            r.goodput_bps = r.download_bytes as f64 * 8.0 / r.elapsed_s;
-        }
-        let h = &self.histogram;
-        if !h.is_empty() {
-            r.p50_us = h.value_at_quantile(0.5) as f64;
-            r.p90_us = h.value_at_quantile(0.9) as f64;
-            r.p99_us = h.value_at_quantile(0.99) as f64;
-            r.p999_us = h.value_at_quantile(0.999) as f64;
-        }
-        if self.plan.verify {
-            r.verified = Some(self.verified && r.requests == self.plan.requests);
-        }
         if let Some(stats) = driver.connection_stats(self.conn) {
             r.rtt_us = stats.path.rtt.as_secs_f64() * 1e6;
             r.cwnd = stats.path.cwnd;

@@ -106,6 +106,12 @@ pub fn thread_cpu_ns() -> u64 {
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CPU time (user + system) of the whole process, all its threads, ns.
+pub fn process_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// CPU time (user + system) of every child this process has waited for, ns: what
 /// `getrusage(RUSAGE_CHILDREN)` reports. Read before and after waiting for one child, the
 /// difference is that child's whole CPU time, all its threads included.

@@ -367,10 +367,7 @@ fn connect(to: SocketAddr) -> Result<OwnedFd> {
 
 /// Process CPU time (user + system, all threads), ns: the account `getrusage` reports,
 /// read at nanosecond resolution.
-fn process_cpu_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
+use crate::harness::process_cpu_ns;
 
 /// Runs `pace` and returns what it measured.
 pub fn pace(options: &PaceOptions) -> Result<PaceReport> {

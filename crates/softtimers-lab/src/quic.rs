@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use hdrhistogram::Histogram;
 use serde::Serialize;
 use softtimer_quic::idle::{AfterIdle, AfterIdleFactory};
 use softtimer_quic::perf::{
@@ -174,10 +173,7 @@ pub struct DriverSide {
     pub causes: TransmitCauses,
 }
 
-fn process_cpu_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use crate::harness::process_cpu_ns;
 
 fn driver_side(quic: &mut QuicLoop) -> DriverSide {
     let d = quic.driver();
@@ -325,6 +321,11 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
         }
         bail!("{e}");
     }
+    if report.verified == Some(false) {
+        bail!(
+            "the data received did not match the perf pattern (pass --no-verify for a server that sends other bytes)"
+        );
+    }
     Ok(ClientRun {
         stack: opts.common.stack,
         cpu_ns_per_mb: per_mb(cpu_ns, report.download_bytes + report.upload_bytes),
@@ -332,26 +333,6 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
         cpu_ns,
         driver,
     })
-}
-
-/// Fills the latency percentiles, goodput and verification of a report from its latencies.
-fn finish_report(report: &mut ClientReport, plan: &ClientPlan, verified: bool) {
-    let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("bounds");
-    for &l in &report.latencies_us {
-        let _ = h.record((l as u64).max(1));
-    }
-    if !h.is_empty() {
-        report.p50_us = h.value_at_quantile(0.5) as f64;
-        report.p90_us = h.value_at_quantile(0.9) as f64;
-        report.p99_us = h.value_at_quantile(0.99) as f64;
-        report.p999_us = h.value_at_quantile(0.999) as f64;
-    }
-    if report.elapsed_s > 0.0 {
-        report.goodput_bps = report.download_bytes as f64 * 8.0 / report.elapsed_s;
-    }
-    if plan.verify {
-        report.verified = Some(verified && report.requests == plan.requests);
-    }
 }
 
 fn check(data: &[u8], offset: u64) -> bool {
@@ -464,7 +445,7 @@ fn tcp_client(opts: &ClientOptions) -> Result<ClientReport> {
     }
     report.elapsed_s = first.elapsed().as_secs_f64();
     let _ = stream.shutdown(std::net::Shutdown::Both);
-    finish_report(&mut report, plan, verified);
+    report.summarize(plan.requests, plan.verify.then_some(verified));
     Ok(report)
 }
 
@@ -523,6 +504,10 @@ mod tokio_arm {
                         streams.spawn(serve_stream(send, recv, report));
                     }
                     while streams.join_next().await.is_some() {}
+                    report
+                        .lock()
+                        .expect("lock")
+                        .add_path_stats(&conn.stats().path);
                 });
                 if connections.is_some_and(|n| accepted >= n) {
                     break;
@@ -630,7 +615,7 @@ mod tokio_arm {
             report.congestion_events = stats.path.congestion_events;
             conn.close(0u32.into(), b"done");
             endpoint.wait_idle().await;
-            finish_report(&mut report, &plan, verified);
+            report.summarize(plan.requests, plan.verify.then_some(verified));
             Ok(report)
         })
     }

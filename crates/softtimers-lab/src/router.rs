@@ -186,10 +186,7 @@ fn consume(
     }
 }
 
-fn process_cpu_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
+use crate::harness::process_cpu_ns;
 
 /// Checks the router's options.
 pub fn check_router(options: &RouterOptions) -> Result<()> {

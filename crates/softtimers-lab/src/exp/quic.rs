@@ -123,21 +123,10 @@ fn cannot_run() -> Option<String> {
         .map(|e| e.to_string())
 }
 
+/// The median of the finite values (NaN for none).
 fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn spread(v: &[f64]) -> (f64, f64) {
-    let ok: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    (
-        ok.iter().copied().fold(f64::INFINITY, f64::min),
-        ok.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    )
+    crate::summary::median(&v)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -479,7 +468,7 @@ impl Section for QuicResult {
                 .collect();
             let col = |g: fn(&QuicRow) -> f64, scale: f64, d: usize| {
                 let v: Vec<f64> = rs.iter().map(|r| g(r) / scale).collect();
-                let (lo, hi) = spread(&v);
+                let (lo, hi) = crate::summary::range(&v);
                 if rs.len() > 1 {
                     format!("{} [{}, {}]", num(median(v), d), num(lo, d), num(hi, d))
                 } else {

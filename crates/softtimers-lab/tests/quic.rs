@@ -1,0 +1,152 @@
+//! `softtimers quic`: interoperability between our driver and stock quinn on tokio, and the
+//! command's errors.
+
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_softtimers");
+
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs a server of `server_stack` for one connection and a client of `client_stack`
+/// against it; returns the client's JSON.
+fn transfer(server_stack: &str, client_stack: &str) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!(
+        "st-quic-{}-{server_stack}-{client_stack}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let cert = dir.join("cert.der");
+    let mut server = Command::new(BIN)
+        .args([
+            "quic",
+            "server",
+            "--listen",
+            &addr,
+            "--stack",
+            server_stack,
+            "--connections",
+            "1",
+        ])
+        .arg("--cert-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !cert.exists() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let json = dir.join("client.json");
+    let out = Command::new(BIN)
+        .args(["quic", "client", "--to", &addr, "--stack", client_stack])
+        .args([
+            "--download",
+            "3M",
+            "--upload",
+            "100k",
+            "--requests",
+            "3",
+            "--cert",
+        ])
+        .arg(&cert)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let status = server.wait().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(status.success());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    v
+}
+
+#[test]
+fn our_client_and_a_stock_quinn_server_transfer_and_verify_data() {
+    let v = transfer("quinn-tokio", "soft");
+    assert_eq!(v["report"]["verified"], true);
+    assert_eq!(v["report"]["download_bytes"], 9_000_000);
+    assert_eq!(v["report"]["upload_bytes"], 300_000);
+}
+
+#[test]
+fn a_stock_quinn_client_and_our_server_transfer_and_verify_data() {
+    for ours in ["soft", "soft-paced"] {
+        let v = transfer(ours, "quinn-tokio");
+        assert_eq!(v["report"]["verified"], true, "{ours}");
+        assert_eq!(v["report"]["download_bytes"], 9_000_000, "{ours}");
+    }
+}
+
+#[test]
+fn unreachable_servers_and_untrusted_certificates_are_clear_errors() {
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let out = Command::new(BIN)
+        .args([
+            "quic",
+            "client",
+            "--to",
+            &addr,
+            "--download",
+            "1k",
+            "--insecure",
+        ])
+        .args(["--connect-timeout", "300ms"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no answer from the server"), "{err}");
+
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut server = Command::new(BIN)
+        .args(["quic", "server", "--listen", &listen, "--connections", "1"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = Command::new(BIN)
+        .args(["quic", "client", "--to", &listen, "--download", "1k"])
+        .output()
+        .unwrap();
+    let _ = server.wait();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cert FILE or --insecure"), "{err}");
+
+    for bad in [["--download", "-3"], ["--window", "1k"]] {
+        let out = Command::new(BIN)
+            .args(["quic", "client", "--to", &listen, "--insecure"])
+            .args(if bad[0] == "--download" {
+                vec![format!("{}={}", bad[0], bad[1])]
+            } else {
+                vec![
+                    "--download".into(),
+                    "1k".into(),
+                    bad[0].into(),
+                    bad[1].into(),
+                ]
+            })
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bad:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
