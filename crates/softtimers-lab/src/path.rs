@@ -65,6 +65,9 @@ pub struct DirectionReport {
     pub random_losses: u64,
     /// Writes that failed.
     pub write_errors: u64,
+    /// Packets the kernel dropped on the sending side's device before the emulator read
+    /// them (its queue overran); `None` if it could not be read.
+    pub device_drops: Option<u64>,
     /// How late packets were written past their due time, µs.
     pub delay_error_p50_us: Option<f64>,
     /// 99th percentile.
@@ -259,6 +262,7 @@ fn open_tun(name: &str) -> Result<OwnedFd> {
 /// [`finish`]: RunningPath::finish
 pub struct RunningPath {
     namespaces: Namespaces,
+    devices: [String; 2],
     stop: StopHandle,
     thread: Option<JoinHandle<Result<PathReport>>>,
 }
@@ -299,7 +303,22 @@ impl RunningPath {
                 "dev",
                 dev,
             ])?;
-            run(&["ip", "-n", ns, "link", "set", dev, "up", "mtu", "1500"])?;
+            // A long device queue: the emulator's own queue is the bottleneck, not the
+            // kernel's hand-off to it (500 packets by default, which a burst can overrun
+            // while the emulator is descheduled).
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "link",
+                "set",
+                dev,
+                "up",
+                "mtu",
+                "1500",
+                "txqueuelen",
+                "10000",
+            ])?;
             run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
         }
         let tun_b = fds.pop().expect("two");
@@ -321,6 +340,7 @@ impl RunningPath {
         };
         Ok(RunningPath {
             namespaces,
+            devices: names,
             stop,
             thread: Some(thread),
         })
@@ -342,11 +362,36 @@ impl RunningPath {
     /// Stops the emulator and returns what it measured; the namespaces and devices go when
     /// this is dropped (the devices with the emulator's descriptors).
     pub fn finish(mut self) -> Result<PathReport> {
+        // Read the devices' drop counters while the emulator still holds them open.
+        let device_drops = [Side::A, Side::B].map(|side| self.device_drops(side));
         self.stop.stop();
         let thread = self.thread.take().expect("running");
-        thread
+        let mut report = thread
             .join()
-            .map_err(|_| anyhow::anyhow!("the emulator panicked"))?
+            .map_err(|_| anyhow::anyhow!("the emulator panicked"))??;
+        report.a_to_b.device_drops = device_drops[0];
+        report.b_to_a.device_drops = device_drops[1];
+        Ok(report)
+    }
+
+    /// Packets the kernel dropped on a side's device before the emulator read them (its
+    /// transmit drops); `None` if `ip` could not tell.
+    fn device_drops(&self, side: Side) -> Option<u64> {
+        let ns = self.namespace(side);
+        let dev = &self.devices[match side {
+            Side::A => 0,
+            Side::B => 1,
+        }];
+        let out = Command::new("ip")
+            .args(["-n", ns, "-j", "-s", "link", "show", "dev", dev])
+            .output()
+            .ok()?;
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        json.get(0)?
+            .get("stats64")?
+            .get("tx")?
+            .get("dropped")?
+            .as_u64()
     }
 }
 
@@ -356,6 +401,29 @@ impl Drop for RunningPath {
             self.stop.stop();
             let _ = thread.join();
         }
+    }
+}
+
+/// A packet buffer, reused: allocated and zeroed once (zeroing 64 KiB per packet is what
+/// an unoptimised build cannot afford), holding `len` bytes.
+struct Packet {
+    bytes: Box<[u8]>,
+    len: usize,
+}
+
+impl Packet {
+    /// Larger than any packet a TUN device without offloads hands over.
+    const CAPACITY: usize = 65536;
+
+    fn new() -> Packet {
+        Packet {
+            bytes: vec![0; Self::CAPACITY].into_boxed_slice(),
+            len: 0,
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
     }
 }
 
@@ -380,9 +448,9 @@ fn emulate(
     }
     // Packets due for delivery: (direction, bytes, due time, queueing delay, back to back).
     let slot = Span::from_duration(Duration::from_micros(10), hz);
-    let mut queue: DepartureQueue<(usize, Vec<u8>, Instant, bool)> =
+    let mut queue: DepartureQueue<(usize, Packet, Instant, bool)> =
         DepartureQueue::new(start, slot, 1 << 16)?;
-    let mut spare: Vec<Vec<u8>> = Vec::new();
+    let mut spare: Vec<Packet> = Vec::new();
     let mut wake: Option<(EventId, Instant)> = None;
     let mut due = Vec::new();
     let _ = started.send(ev.stop_handle());
@@ -393,9 +461,8 @@ fn emulate(
             let mut guard = dirs_cell.borrow_mut();
             let (dirs, queue, spare) = &mut *guard;
             for _ in 0..64 {
-                let mut buf = spare.pop().unwrap_or_else(|| vec![0; 65536]);
-                buf.resize(65536, 0);
-                let n = match cx.read(&tuns[from], &mut buf) {
+                let mut buf = spare.pop().unwrap_or_else(Packet::new);
+                let n = match cx.read(&tuns[from], &mut buf.bytes[..]) {
                     Ok(0) => break,
                     Ok(n) => n,
                     Err(_) => {
@@ -403,7 +470,7 @@ fn emulate(
                         break;
                     }
                 };
-                buf.truncate(n);
+                buf.len = n;
                 let now = cx.now();
                 let d = &mut dirs[from];
                 d.report.packets += 1;
@@ -443,27 +510,26 @@ fn emulate(
             let wrote = !due.is_empty();
             for (from, buf, at, back_to_back) in due.drain(..) {
                 let to = 1 - from;
-                let result = cx.write(&tuns[to], &buf);
+                let result = cx.write(&tuns[to], buf.as_slice());
                 let written = cx.now();
                 let d = &mut dirs[from];
                 match result {
                     Ok(_) => {
                         d.report.delivered += 1;
-                        d.report.delivered_bytes += buf.len() as u64;
+                        d.report.delivered_bytes += buf.len as u64;
                         let late = written.saturating_since(at).as_nanos(hz);
                         let _ = d.delay_error.record(late.max(1));
                         if back_to_back
                             && let (Some(prev), Some(rate)) = (d.last_written, d.link.config().rate)
                         {
                             d.report.back_to_back += 1;
-                            d.expected_span +=
-                                rate.span_for_bytes(buf.len() as u64, hz).as_nanos(hz);
+                            d.expected_span += rate.span_for_bytes(buf.len as u64, hz).as_nanos(hz);
                             d.actual_span += written.saturating_since(prev).as_nanos(hz);
                         }
                         d.last_written = Some(written);
                         d.output_gaps.add(written, hz);
                         let b = d.bucket(at, start, hz);
-                        b.1 += buf.len() as u64;
+                        b.1 += buf.len as u64;
                     }
                     Err(_) => d.report.write_errors += 1,
                 }
@@ -564,11 +630,12 @@ pub fn summary(report: &PathReport) -> String {
     let mut out = String::new();
     for (name, d) in [("a→b", &report.a_to_b), ("b→a", &report.b_to_a)] {
         out += &format!(
-            "{name}: {} packets, {} delivered, {} queue drops, {} lost; delay error p50 {} µs, p99 {} µs, max {} µs; queueing p99 {} µs; rate error {} %\n",
+            "{name}: {} packets, {} delivered, {} queue drops, {} lost, {} device drops; delay error p50 {} µs, p99 {} µs, max {} µs; queueing p99 {} µs; rate error {} %\n",
             d.packets,
             d.delivered,
             d.queue_drops,
             d.random_losses,
+            d.device_drops.map_or("-".to_string(), |n| n.to_string()),
             f(d.delay_error_p50_us),
             f(d.delay_error_p99_us),
             f(d.delay_error_max_us),
