@@ -111,7 +111,7 @@ pub enum ReadStatus {
 
 /// What caused datagrams to leave: a packet that arrived (an ACK, a request), a soft event
 /// fired at a trigger state, one fired by the backstop, or the application.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TransmitCauses {
     /// Datagrams sent in a pass that received datagrams.
     pub packet: u64,

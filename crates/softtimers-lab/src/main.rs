@@ -249,6 +249,17 @@ enum Command {
         /// Random loss from b to a, if not --loss.
         #[arg(long, value_parser = path::parse_loss)]
         reverse_loss: Option<f64>,
+        /// How long the emulator spins before a packet is due instead of sleeping through
+        /// it: a duration up to 1s, or `calibrated` (this machine's typical wake-up
+        /// lateness). More is more precise and costs CPU while packets are pending.
+        #[arg(long, default_value = "300us", value_parser = parse_spin_window)]
+        spin: SpinWindow,
+        /// The CPU to pin the emulator to.
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// Seed of the random-loss generators.
+        #[arg(long, default_value_t = 0x5eed)]
+        seed: u64,
         /// Also write what the emulator measured as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -614,6 +625,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             reverse_delay,
             reverse_rate,
             reverse_loss,
+            spin,
+            cpu,
+            seed,
             json,
             command,
         } => {
@@ -629,7 +643,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 queue,
                 loss: reverse_loss.unwrap_or(loss),
             };
-            let (code, report) = path::run_command(path::PathSpec { a_to_b, b_to_a }, &command)?;
+            let cpus = softtimers_lab::harness::cpus();
+            if let Some(cpu) = cpu
+                && cpu >= cpus
+            {
+                anyhow::bail!("--cpu {cpu}: this machine has CPUs 0 to {}", cpus - 1);
+            }
+            let options = path::EmulatorOptions { cpu, seed, spin };
+            let (code, report) =
+                path::run_command(path::PathSpec { a_to_b, b_to_a }, options, &command)?;
             eprint!("{}", path::summary(&report));
             if let Some(file) = json {
                 write_json(&file, &report)?;

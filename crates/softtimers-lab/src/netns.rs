@@ -156,6 +156,49 @@ pub(crate) fn command_in(ns: &str, program: impl AsRef<OsStr>) -> Command {
     command
 }
 
+/// A thread running inside a network namespace ([`spawn_in`]).
+pub struct InNamespace<T>(std::thread::JoinHandle<Option<T>>);
+
+impl<T> InNamespace<T> {
+    /// Waits for the thread and returns what it returned.
+    pub fn join(self) -> Result<T> {
+        match self.0.join() {
+            Ok(Some(v)) => Ok(v),
+            Ok(None) => bail!("the thread never entered its namespace"),
+            Err(_) => bail!("a thread in a namespace panicked"),
+        }
+    }
+}
+
+/// Runs `f` on a new thread that has entered the network namespace `ns` (its sockets
+/// live there); fails if the namespace cannot be entered.
+pub fn spawn_in<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<InNamespace<T>> {
+    let file = std::fs::File::open(format!("/run/netns/{ns}"))
+        .with_context(|| format!("opening namespace {ns}"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let entered = rustix::thread::move_into_link_name_space(
+            std::os::fd::AsFd::as_fd(&file),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        );
+        let ok = entered.is_ok();
+        let _ = tx.send(entered);
+        // Never run `f` outside the namespace it was meant for.
+        ok.then(f)
+    });
+    match rx.recv() {
+        Ok(Ok(())) => Ok(InNamespace(handle)),
+        Ok(Err(e)) => {
+            let _ = handle.join();
+            Err(anyhow::Error::from(e).context(format!("entering namespace {ns}")))
+        }
+        Err(_) => bail!("the thread entering namespace {ns} died"),
+    }
+}
+
 /// Joins `a` in `ns_a` and `b` in `ns_b` by a veth pair, with addresses (/24) and links up.
 fn veth(
     ns_a: &str,
@@ -198,6 +241,7 @@ pub enum End {
 #[derive(Debug)]
 pub struct VethLink {
     namespaces: Namespaces,
+    sender_if: String,
     receiver_if: String,
     /// The sending end's address.
     pub sender_addr: Ipv4Addr,
@@ -243,11 +287,70 @@ impl VethLink {
         };
         Ok(VethLink {
             namespaces,
+            sender_if,
             receiver_if,
             sender_addr,
             receiver_addr,
             qdisc,
         })
+    }
+
+    /// The namespace of `end`.
+    pub fn namespace(&self, end: End) -> &str {
+        &self.namespaces.names[match end {
+            End::Sender => 0,
+            End::Receiver => 1,
+        }]
+    }
+
+    /// Replaces the sender's qdisc with a `tbf` of `rate_bps`, a bucket of two full-size
+    /// frames and a queue of `limit_bytes`: a bottleneck the kernel's timers enforce.
+    pub fn set_tbf(&mut self, rate_bps: u64, limit_bytes: u64) -> Result<()> {
+        let ns = self.namespaces.names[0].clone();
+        run(&[
+            "tc",
+            "-n",
+            &ns,
+            "qdisc",
+            "replace",
+            "dev",
+            &self.sender_if,
+            "root",
+            "tbf",
+            "rate",
+            &format!("{rate_bps}bit"),
+            "burst",
+            "3028",
+            "limit",
+            &limit_bytes.to_string(),
+        ])?;
+        self.qdisc = format!(
+            "tbf rate {rate_bps} bit/s, bucket 2 frames, limit {limit_bytes} B, on the sender's end"
+        );
+        Ok(())
+    }
+
+    /// Packets the sender's qdisc dropped, from `tc -s`.
+    pub fn qdisc_drops(&self) -> Result<u64> {
+        let out = Command::new("tc")
+            .args([
+                "-n",
+                &self.namespaces.names[0],
+                "-s",
+                "-j",
+                "qdisc",
+                "show",
+                "dev",
+            ])
+            .arg(&self.sender_if)
+            .output()
+            .context("running tc")?;
+        let json: serde_json::Value =
+            serde_json::from_slice(&out.stdout).context("reading tc -s -j")?;
+        json.as_array()
+            .and_then(|qs| qs.iter().find(|q| q["root"].as_bool() == Some(true)))
+            .and_then(|q| q["drops"].as_u64())
+            .context("tc did not report the root qdisc's drops")
     }
 
     /// The receiving end's interface name (what a capture there listens on).

@@ -21,9 +21,10 @@ use anyhow::{Context, Result, bail};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use softtimer::{EventId, Fired, Instant, Span};
+use softtimer_net::burstiness::{Bottleneck, BurstinessIndex};
 use softtimer_net::departure::DepartureQueue;
 use softtimer_net::path::{Link, LinkConfig, Offer, QueueLimit};
-use softtimer_rt::{EventLoop, Interest, LoopConfig, LoopTurn, StopHandle};
+use softtimer_rt::{EventLoop, Interest, LoopConfig, LoopTurn, SpinWindow, StopHandle};
 
 use crate::netns::{Namespaces, command_in, run};
 
@@ -68,7 +69,8 @@ pub struct DirectionReport {
     /// Packets the kernel dropped on the sending side's device before the emulator read
     /// them (its queue overran); `None` if it could not be read.
     pub device_drops: Option<u64>,
-    /// How late packets were written past their due time, µs.
+    /// How late packets were released (handed to the receiving side's device) past their
+    /// due time, µs.
     pub delay_error_p50_us: Option<f64>,
     /// 99th percentile.
     pub delay_error_p99_us: Option<f64>,
@@ -91,6 +93,10 @@ pub struct DirectionReport {
     /// Standard deviation of the gaps between packets as they were delivered to the
     /// receiver, µs; gaps over 10 ms left out.
     pub interarrival_stddev_us: Option<f64>,
+    /// Kobayashi's burstiness index B of the sender's packets (Section V): the mean wait
+    /// they would see at a queue served at the bottleneck rate, over the path's RTT, the
+    /// first 20 packets left out; `None` without a bottleneck or a delay.
+    pub burstiness_index: Option<f64>,
     /// Over time, per 50 ms: (s since start, largest queueing delay in ms, Mbit/s delivered).
     pub timeline: Vec<(f64, f64, f64)>,
 }
@@ -115,6 +121,8 @@ const TIMELINE_BUCKET: Duration = Duration::from_millis(50);
 
 struct Direction {
     link: Link,
+    /// Kobayashi's index of the sender's packets against this direction's bottleneck.
+    burstiness: Option<BurstinessIndex>,
     report: DirectionReport,
     delay_error: Histogram<u64>,
     queue_delay: Histogram<u64>,
@@ -156,8 +164,19 @@ impl Gaps {
 }
 
 impl Direction {
-    fn new(config: LinkConfig, hz: u64, seed: u64) -> Result<Direction> {
+    fn new(config: LinkConfig, rtt: Duration, hz: u64, seed: u64) -> Result<Direction> {
+        let burstiness = match (config.rate, rtt.is_zero()) {
+            (Some(rate), false) => Some(BurstinessIndex::new(
+                Bottleneck::Rate {
+                    bits_per_sec: rate.bits_per_sec(),
+                    rtt_ns: rtt.as_nanos() as u64,
+                },
+                20,
+            )),
+            _ => None,
+        };
         Ok(Direction {
+            burstiness,
             link: Link::new(config, hz, seed)?,
             report: DirectionReport::default(),
             delay_error: Histogram::new_with_bounds(1, 60_000_000_000, 3)?,
@@ -193,6 +212,7 @@ impl Direction {
         r.queue_delay_max_us = us(&self.queue_delay, 1.0);
         r.sender_gap_stddev_us = self.input_gaps.stddev();
         r.interarrival_stddev_us = self.output_gaps.stddev();
+        r.burstiness_index = self.burstiness.as_ref().and_then(BurstinessIndex::index);
         if r.back_to_back >= 10 && self.actual_span > 0 {
             r.rate_error_pct =
                 Some((self.expected_span as f64 / self.actual_span as f64 - 1.0) * 100.0);
@@ -257,6 +277,32 @@ fn open_tun(name: &str) -> Result<OwnedFd> {
     Ok(fd)
 }
 
+/// How the emulator runs (not what it emulates: that is the [`PathSpec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmulatorOptions {
+    /// The CPU to pin the emulator's thread to (default: none).
+    pub cpu: Option<usize>,
+    /// Seeds the random-loss generators: the same seed drops the same packet numbers, so
+    /// the arms of one experiment round take the same seed and rounds different ones.
+    pub seed: u64,
+    /// How long the emulator spins before a packet is due instead of sleeping through
+    /// it (default: the event loop's calibrated window, this machine's typical wake-up
+    /// lateness). A window of a few hundred µs covers a virtual machine's worst wake-ups
+    /// at the cost of up to that much CPU per packet sent; 1 ms or more spins whenever a
+    /// packet is due before the next backstop tick (the most precise, a core while busy).
+    pub spin: SpinWindow,
+}
+
+impl Default for EmulatorOptions {
+    fn default() -> Self {
+        EmulatorOptions {
+            cpu: None,
+            seed: 0x5eed,
+            spin: SpinWindow::Calibrated,
+        }
+    }
+}
+
 /// A path between two fresh namespaces, emulated on its own thread until [`finish`]ed.
 ///
 /// [`finish`]: RunningPath::finish
@@ -274,6 +320,18 @@ struct Due;
 impl RunningPath {
     /// Makes the namespaces and TUN devices and starts the emulator, pinned to `cpu`.
     pub fn start(tag: &str, spec: PathSpec, cpu: Option<usize>) -> Result<RunningPath> {
+        Self::start_with(
+            tag,
+            spec,
+            EmulatorOptions {
+                cpu,
+                ..EmulatorOptions::default()
+            },
+        )
+    }
+
+    /// [`start`](Self::start) with every option of the emulator.
+    pub fn start_with(tag: &str, spec: PathSpec, options: EmulatorOptions) -> Result<RunningPath> {
         Namespaces::check()?;
         // Check the links before making anything.
         Link::new(spec.a_to_b, 1_000_000_000, 0)?;
@@ -326,7 +384,7 @@ impl RunningPath {
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("path".into())
-            .spawn(move || emulate(spec, tun_a, tun_b, cpu, tx))
+            .spawn(move || emulate(spec, options, tun_a, tun_b, tx))
             .context("starting the emulator thread")?;
         let stop = match rx.recv() {
             Ok(stop) => stop,
@@ -429,18 +487,24 @@ impl Packet {
 
 fn emulate(
     spec: PathSpec,
+    options: EmulatorOptions,
     tun_a: OwnedFd,
     tun_b: OwnedFd,
-    cpu: Option<usize>,
     started: std::sync::mpsc::Sender<StopHandle>,
 ) -> Result<PathReport> {
+    let EmulatorOptions { cpu, seed, spin } = options;
     let _pinned = cpu.map(crate::harness::pin_to);
-    let mut ev: EventLoop<Due> = EventLoop::new(LoopConfig::default(), |_, _: Fired<Due>| {})?;
+    let config = LoopConfig {
+        spin_window: spin,
+        ..LoopConfig::default()
+    };
+    let mut ev: EventLoop<Due> = EventLoop::new(config, |_, _: Fired<Due>| {})?;
     let hz = softtimer::Clock::resolution_hz(ev.clock());
     let start = ev.cx().now();
+    let rtt = spec.a_to_b.delay + spec.b_to_a.delay;
     let mut dirs = [
-        Direction::new(spec.a_to_b, hz, 0x5eeda)?,
-        Direction::new(spec.b_to_a, hz, 0x5eedb)?,
+        Direction::new(spec.a_to_b, rtt, hz, seed.wrapping_mul(2))?,
+        Direction::new(spec.b_to_a, rtt, hz, seed.wrapping_mul(2) | 1)?,
     ];
     let tuns = [tun_a, tun_b];
     for (i, fd) in tuns.iter().enumerate() {
@@ -475,6 +539,9 @@ fn emulate(
                 let d = &mut dirs[from];
                 d.report.packets += 1;
                 d.input_gaps.add(now, hz);
+                if let Some(b) = &mut d.burstiness {
+                    b.push(now.saturating_since(start).as_nanos(hz), n as u64);
+                }
                 match d.link.offer(now, n as u64) {
                     Offer::Deliver {
                         at,
@@ -510,8 +577,10 @@ fn emulate(
             let wrote = !due.is_empty();
             for (from, buf, at, back_to_back) in due.drain(..) {
                 let to = 1 - from;
-                let result = cx.write(&tuns[to], buf.as_slice());
+                // Released now: the write hands the packet to the receiving side, whose
+                // stack then runs in this call (a cost any emulator's delivery pays).
                 let written = cx.now();
+                let result = cx.write(&tuns[to], buf.as_slice());
                 let d = &mut dirs[from];
                 match result {
                     Ok(_) => {
@@ -607,11 +676,15 @@ pub fn parse_loss(text: &str) -> Result<f64, String> {
 /// Runs `argv` with a path set up (namespaces named in `SOFTTIMERS_PATH_A` and `_B`,
 /// addresses in `SOFTTIMERS_PATH_ADDR_A` and `_B`), then removes everything and returns
 /// the command's exit code with what the emulator measured.
-pub fn run_command(spec: PathSpec, argv: &[String]) -> Result<(i32, PathReport)> {
+pub fn run_command(
+    spec: PathSpec,
+    options: EmulatorOptions,
+    argv: &[String],
+) -> Result<(i32, PathReport)> {
     let Some((program, args)) = argv.split_first() else {
         bail!("no command given: write `softtimers path [OPTIONS] -- CMD ARGS...`");
     };
-    let path = RunningPath::start("cmd", spec, None)?;
+    let path = RunningPath::start_with("cmd", spec, options)?;
     let status = Command::new(program)
         .args(args)
         .env("SOFTTIMERS_PATH_A", path.namespace(Side::A))

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use hdrhistogram::Histogram;
 use serde::Serialize;
 use softtimer_quic::idle::{AfterIdle, AfterIdleFactory};
 use softtimer_quic::perf::{
@@ -146,18 +147,18 @@ pub struct ServerRun {
     pub cpu_ns: u64,
     /// CPU time per megabyte sent, ns.
     pub cpu_ns_per_mb: f64,
-    /// Side details of the soft-timer driver (absent for other stacks).
+    /// The QUIC runtime's side: timers and sends (absent for TCP).
     pub driver: Option<DriverSide>,
 }
 
 /// What the soft-timer driver saw on one side.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct DriverSide {
-    /// Datagrams sent.
-    pub datagrams_sent: u64,
-    /// `sendmsg` calls.
-    pub send_calls: u64,
-    /// quinn-proto timeouts handled.
+    /// Datagrams sent (`null` where the runtime does not count them).
+    pub datagrams_sent: Option<u64>,
+    /// `sendmsg` calls (`null` likewise).
+    pub send_calls: Option<u64>,
+    /// quinn timer expiries handled.
     pub timeouts: u64,
     /// Timer lateness past what quinn asked for, µs: p50, p99, max.
     pub timer_late_p50_us: f64,
@@ -165,36 +166,50 @@ pub struct DriverSide {
     pub timer_late_p99_us: f64,
     /// Largest.
     pub timer_late_max_us: f64,
-    /// Paced datagrams' lateness past their departure times, µs, p99.
-    pub release_late_p99_us: f64,
-    /// Timer lateness histogram: (upper bound µs, count) buckets.
+    /// Paced datagrams' lateness past their departure times, µs, p99 (`null` without
+    /// per-packet pacing).
+    pub release_late_p99_us: Option<f64>,
+    /// Timer lateness histogram: (upper bound µs, count) buckets by decade from 1 µs.
     pub timer_late_hist: Vec<(f64, u64)>,
-    /// What caused the datagrams to leave.
-    pub causes: TransmitCauses,
+    /// What caused the datagrams to leave (`null` for stock quinn, whose runtime does not
+    /// say).
+    pub causes: Option<TransmitCauses>,
 }
 
 use crate::harness::process_cpu_ns;
 
-fn driver_side(quic: &mut QuicLoop) -> DriverSide {
-    let d = quic.driver();
-    let h = d.timer_lateness();
+/// The timer side of a lateness histogram (ns).
+fn timer_side(h: &Histogram<u64>) -> (f64, f64, f64, Vec<(f64, u64)>) {
     let us = |ns: u64| ns as f64 / 1000.0;
     let mut hist = Vec::new();
     if !h.is_empty() {
-        for v in h.iter_log(1000, 2.0) {
+        for v in h.iter_log(1000, 10.0) {
             hist.push((us(v.value_iterated_to()), v.count_since_last_iteration()));
         }
     }
+    (
+        us(h.value_at_quantile(0.5)),
+        us(h.value_at_quantile(0.99)),
+        us(h.max()),
+        hist,
+    )
+}
+
+fn driver_side(quic: &mut QuicLoop) -> DriverSide {
+    let d = quic.driver();
+    let (p50, p99, max, hist) = timer_side(d.timer_lateness());
+    let paced = !d.release_lateness().is_empty();
     DriverSide {
-        datagrams_sent: d.stats().datagrams_sent,
-        send_calls: d.stats().send_calls,
+        datagrams_sent: Some(d.stats().datagrams_sent),
+        send_calls: Some(d.stats().send_calls),
         timeouts: d.stats().timeouts,
-        timer_late_p50_us: us(h.value_at_quantile(0.5)),
-        timer_late_p99_us: us(h.value_at_quantile(0.99)),
-        timer_late_max_us: us(h.max()),
-        release_late_p99_us: us(d.release_lateness().value_at_quantile(0.99)),
+        timer_late_p50_us: p50,
+        timer_late_p99_us: p99,
+        timer_late_max_us: max,
+        release_late_p99_us: paced
+            .then(|| d.release_lateness().value_at_quantile(0.99) as f64 / 1000.0),
         timer_late_hist: hist,
-        causes: d.stats().causes,
+        causes: Some(d.stats().causes),
     }
 }
 
@@ -222,7 +237,10 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
             quic.run(&mut app)?;
             (app.report, Some(driver_side(&mut quic)))
         }
-        Stack::QuinnTokio => (tokio_arm::server(opts, &identity, &tuning)?, None),
+        Stack::QuinnTokio => {
+            let (served, side) = tokio_arm::server(opts, &identity, &tuning)?;
+            (served, Some(side))
+        }
         Stack::KernelTcp => (tcp_server(opts)?, None),
     };
     let cpu_ns = process_cpu_ns() - cpu0;
@@ -270,7 +288,7 @@ pub struct ClientRun {
     pub cpu_ns: u64,
     /// CPU time per megabyte received and sent, ns.
     pub cpu_ns_per_mb: f64,
-    /// Side details of the soft-timer driver (absent for other stacks).
+    /// The QUIC runtime's side: timers and sends (absent for TCP).
     pub driver: Option<DriverSide>,
 }
 
@@ -311,7 +329,10 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
             quic.run(&mut app)?;
             (app.report, Some(driver_side(&mut quic)))
         }
-        Stack::QuinnTokio => (tokio_arm::client(opts, &trust, &tuning)?, None),
+        Stack::QuinnTokio => {
+            let (report, side) = tokio_arm::client(opts, &trust, &tuning)?;
+            (report, Some(side))
+        }
         Stack::KernelTcp => (tcp_client(opts)?, None),
     };
     let cpu_ns = process_cpu_ns() - cpu0;
@@ -454,6 +475,141 @@ fn tcp_client(opts: &ClientOptions) -> Result<ClientReport> {
 
 mod tokio_arm {
     use super::*;
+    use std::pin::Pin;
+    use std::sync::Mutex;
+    use std::task::{Context as TaskContext, Poll};
+
+    /// Stock quinn's tokio runtime, with every timer quinn arms measured: how late quinn
+    /// handled it against the deadline it set. quinn detects expiry by reading the
+    /// runtime's clock (`now() >= deadline`), so the clock read is where the first
+    /// observation of a passed deadline is recorded. Everything else is
+    /// `quinn::TokioRuntime`'s.
+    #[derive(Debug, Default)]
+    struct MeasuredRuntime {
+        timers: Arc<Mutex<Timers>>,
+    }
+
+    #[derive(Debug)]
+    struct Timers {
+        /// Deadlines armed and not yet seen passed, by timer.
+        armed: Vec<(u64, Instant)>,
+        next_id: u64,
+        lateness: Histogram<u64>,
+        expiries: u64,
+    }
+
+    impl Default for Timers {
+        fn default() -> Self {
+            Timers {
+                armed: Vec::new(),
+                next_id: 0,
+                lateness: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds"),
+                expiries: 0,
+            }
+        }
+    }
+
+    impl Timers {
+        fn arm(&mut self, id: u64, deadline: Instant) {
+            match self.armed.iter_mut().find(|a| a.0 == id) {
+                Some(a) => a.1 = deadline,
+                None => self.armed.push((id, deadline)),
+            }
+        }
+
+        fn observe(&mut self, now: Instant) {
+            let Timers {
+                armed,
+                lateness,
+                expiries,
+                ..
+            } = self;
+            armed.retain(|&(_, deadline)| {
+                if now < deadline {
+                    return true;
+                }
+                *expiries += 1;
+                let late = now.duration_since(deadline).as_nanos() as u64;
+                let _ = lateness.record(late.max(1));
+                false
+            });
+        }
+    }
+
+    #[derive(Debug)]
+    struct MeasuredTimer {
+        sleep: Pin<Box<dyn quinn::AsyncTimer>>,
+        id: u64,
+        timers: Arc<Mutex<Timers>>,
+    }
+
+    impl quinn::AsyncTimer for MeasuredTimer {
+        fn reset(mut self: Pin<&mut Self>, i: Instant) {
+            self.timers.lock().expect("lock").arm(self.id, i);
+            self.sleep.as_mut().reset(i);
+        }
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext) -> Poll<()> {
+            self.sleep.as_mut().poll(cx)
+        }
+    }
+
+    impl Drop for MeasuredTimer {
+        fn drop(&mut self) {
+            if let Ok(mut t) = self.timers.lock() {
+                t.armed.retain(|a| a.0 != self.id);
+            }
+        }
+    }
+
+    impl quinn::Runtime for MeasuredRuntime {
+        fn new_timer(&self, i: Instant) -> Pin<Box<dyn quinn::AsyncTimer>> {
+            let mut t = self.timers.lock().expect("lock");
+            let id = t.next_id;
+            t.next_id += 1;
+            t.arm(id, i);
+            Box::pin(MeasuredTimer {
+                sleep: quinn::TokioRuntime.new_timer(i),
+                id,
+                timers: Arc::clone(&self.timers),
+            })
+        }
+
+        fn spawn(&self, future: Pin<Box<dyn std::future::Future<Output = ()> + Send>>) {
+            quinn::TokioRuntime.spawn(future)
+        }
+
+        fn wrap_udp_socket(
+            &self,
+            socket: UdpSocket,
+        ) -> std::io::Result<Arc<dyn quinn::AsyncUdpSocket>> {
+            quinn::TokioRuntime.wrap_udp_socket(socket)
+        }
+
+        fn now(&self) -> Instant {
+            let now = quinn::TokioRuntime.now();
+            self.timers.lock().expect("lock").observe(now);
+            now
+        }
+    }
+
+    impl MeasuredRuntime {
+        fn side(&self, datagrams: u64, ios: u64) -> DriverSide {
+            let t = self.timers.lock().expect("lock");
+            let (p50, p99, max, hist) = timer_side(&t.lateness);
+            DriverSide {
+                datagrams_sent: Some(datagrams),
+                send_calls: Some(ios),
+                timeouts: t.expiries,
+                timer_late_p50_us: p50,
+                timer_late_p99_us: p99,
+                timer_late_max_us: max,
+                release_late_p99_us: None,
+                timer_late_hist: hist,
+                causes: None,
+            }
+        }
+    }
 
     fn runtime() -> Result<tokio::runtime::Runtime> {
         tokio::runtime::Builder::new_current_thread()
@@ -462,39 +618,42 @@ mod tokio_arm {
             .context("starting the tokio runtime")
     }
 
-    fn endpoint(socket: UdpSocket, server: Option<quinn::ServerConfig>) -> Result<quinn::Endpoint> {
+    fn endpoint(
+        socket: UdpSocket,
+        server: Option<quinn::ServerConfig>,
+        runtime: Arc<MeasuredRuntime>,
+    ) -> Result<quinn::Endpoint> {
         // The same socket buffers as the soft-timer driver asks for.
         let state = quinn::udp::UdpSocketState::new((&socket).into())?;
         let _ = state.set_send_buffer_size((&socket).into(), 8 << 20);
         let _ = state.set_recv_buffer_size((&socket).into(), 8 << 20);
         socket.set_nonblocking(true)?;
-        quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
-            server,
-            socket,
-            Arc::new(quinn::TokioRuntime),
-        )
-        .context("starting the quinn endpoint")
+        quinn::Endpoint::new(quinn::EndpointConfig::default(), server, socket, runtime)
+            .context("starting the quinn endpoint")
     }
 
     pub fn server(
         opts: &ServerOptions,
         identity: &Identity,
         tuning: &Tuning,
-    ) -> Result<ServerReport> {
+    ) -> Result<(ServerReport, DriverSide)> {
         let config = server_config(identity, tuning)?;
+        let measured = Arc::new(MeasuredRuntime::default());
+        let quinn_rt = Arc::clone(&measured);
         let socket = UdpSocket::bind(opts.listen)
             .with_context(|| format!("cannot listen on {}", opts.listen))?;
         let rt = runtime()?;
         let connections = opts.connections;
         rt.block_on(async move {
-            let endpoint = endpoint(socket, Some(config))?;
+            let endpoint = endpoint(socket, Some(config), quinn_rt)?;
             let report = Arc::new(std::sync::Mutex::new(ServerReport::default()));
+            let udp = Arc::new(std::sync::Mutex::new((0u64, 0u64)));
             let mut tasks = tokio::task::JoinSet::new();
             let mut accepted = 0u64;
             while let Some(incoming) = endpoint.accept().await {
                 accepted += 1;
                 let report = Arc::clone(&report);
+                let udp = Arc::clone(&udp);
                 tasks.spawn(async move {
                     let Ok(conn) = incoming.await else { return };
                     report.lock().expect("lock").connections += 1;
@@ -504,10 +663,11 @@ mod tokio_arm {
                         streams.spawn(serve_stream(send, recv, report));
                     }
                     while streams.join_next().await.is_some() {}
-                    report
-                        .lock()
-                        .expect("lock")
-                        .add_path_stats(&conn.stats().path);
+                    let stats = conn.stats();
+                    report.lock().expect("lock").add_path_stats(&stats.path);
+                    let mut u = udp.lock().expect("lock");
+                    u.0 += stats.udp_tx.datagrams;
+                    u.1 += stats.udp_tx.ios;
                 });
                 if connections.is_some_and(|n| accepted >= n) {
                     break;
@@ -516,7 +676,8 @@ mod tokio_arm {
             while tasks.join_next().await.is_some() {}
             endpoint.wait_idle().await;
             let report = report.lock().expect("lock").clone();
-            Ok(report)
+            let (datagrams, ios) = *udp.lock().expect("lock");
+            Ok((report, measured.side(datagrams, ios)))
         })
     }
 
@@ -559,7 +720,11 @@ mod tokio_arm {
         r.bytes_received += uploaded;
     }
 
-    pub fn client(opts: &ClientOptions, trust: &Trust, tuning: &Tuning) -> Result<ClientReport> {
+    pub fn client(
+        opts: &ClientOptions,
+        trust: &Trust,
+        tuning: &Tuning,
+    ) -> Result<(ClientReport, DriverSide)> {
         let config = client_config(trust, tuning)?;
         let bind: SocketAddr = if opts.to.is_ipv6() {
             "[::]:0".parse()?
@@ -569,8 +734,10 @@ mod tokio_arm {
         let socket = UdpSocket::bind(bind).context("binding the client socket")?;
         let rt = runtime()?;
         let plan = opts.plan.clone();
+        let measured = Arc::new(MeasuredRuntime::default());
+        let quinn_rt = Arc::clone(&measured);
         rt.block_on(async move {
-            let endpoint = endpoint(socket, None)?;
+            let endpoint = endpoint(socket, None, quinn_rt)?;
             let started = Instant::now();
             let connecting = endpoint
                 .connect_with(config, opts.to, &opts.server_name)
@@ -616,7 +783,8 @@ mod tokio_arm {
             conn.close(0u32.into(), b"done");
             endpoint.wait_idle().await;
             report.summarize(plan.requests, plan.verify.then_some(verified));
-            Ok(report)
+            let side = measured.side(stats.udp_tx.datagrams, stats.udp_tx.ios);
+            Ok((report, side))
         })
     }
 

@@ -43,16 +43,8 @@ fn link(delay_us: u64, rate: Option<&str>, queue: QueueLimit) -> LinkConfig {
 fn in_namespace<T: Send + 'static>(
     ns: &str,
     f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let file = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
-    std::thread::spawn(move || {
-        rustix::thread::move_into_link_name_space(
-            std::os::fd::AsFd::as_fd(&file),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )
-        .unwrap();
-        f()
-    })
+) -> softtimers_lab::netns::InNamespace<T> {
+    softtimers_lab::netns::spawn_in(ns, f).unwrap()
 }
 
 fn echo(stop: Arc<AtomicBool>) -> impl FnOnce() + Send {

@@ -11,13 +11,14 @@
 //! | [`senders`] | `pace` and `iperf3 -u` at the same rate, on loopback and a veth link, measured by one capture | — |
 //! | [`livelock`] | E10, E11, E12: a user-space router flooded across network namespaces; the 4.2BSD structure against polling with quotas, feedback and a CPU budget | livelock Figs. 6-1, 6-3 to 6-6, 7-1 |
 //! | [`deadline`] | E13: the deadline backstop | Table XIII |
-//! | [`quic`] | quic, E14, E16: quinn-proto on soft timers (quinn's pacer, per-packet pacing, timers rounded to 1 ms) against stock quinn on tokio and kernel TCP through the path emulator; response time after idle; recovery timers under loss | TCP paper Tables X–XI |
+//! | [`quic`], [`bottleneck`] | quic, E14, E16: the path emulator's bottleneck beside `tbf`; quinn-proto on soft timers (quinn's pacer, per-packet pacing, timers rounded to 1 ms) against stock quinn on tokio and kernel TCP through the path emulator; response time after idle; recovery timers under loss | TCP paper Tables X–XI |
 //! | [`nginx`] | the HTTP server against nginx | — |
 //!
 //! A new family (polling, livelock, transport) is a module here with a result type
 //! per step that implements [`Section`] (its JSON file and how its report section is
 //! rendered from it), and a variant of [`Step`].
 
+pub mod bottleneck;
 pub mod cost;
 pub mod deadline;
 pub mod intervals;

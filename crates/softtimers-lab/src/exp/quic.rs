@@ -15,14 +15,17 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use softtimer_net::path::{LinkConfig, QueueLimit};
+use softtimer_rt::SpinWindow;
 
+use crate::exp::bottleneck::{self, BottleneckRow};
 use crate::harness::{ExpOptions, pin_process, read_json};
-use crate::path::{ADDR_B, PathReport, PathSpec, RunningPath, Side};
+use crate::path::{ADDR_B, EmulatorOptions, PathReport, PathSpec, RunningPath, Side};
 use crate::plot::{LineChart, Series, line_chart};
 use crate::quic::Stack;
 use crate::report::{Rendered, Section};
 use crate::targets::{TargetCheck, targets_table};
 use crate::tools;
+use softtimer_quic::TransmitCauses;
 
 const EMULATOR_CPU: usize = 0;
 const SERVER_CPU: usize = 1;
@@ -32,6 +35,8 @@ const CLIENT_CPU: usize = 0;
 #[derive(Clone, Debug)]
 struct Run<'a> {
     stack: Stack,
+    /// The emulator's loss seed: one per round, the same for every arm of a round.
+    seed: u64,
     spec: PathSpec,
     server_args: Vec<&'a str>,
     client_args: Vec<String>,
@@ -54,7 +59,15 @@ fn f(v: &serde_json::Value, path: &[&str]) -> f64 {
 
 fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
     let exe = std::env::current_exe().context("finding the softtimers binary")?;
-    let path = RunningPath::start("q", run.spec, Some(EMULATOR_CPU))?;
+    let path = RunningPath::start_with(
+        "q",
+        run.spec,
+        EmulatorOptions {
+            cpu: Some(EMULATOR_CPU),
+            seed: run.seed,
+            spin: SpinWindow::Calibrated,
+        },
+    )?;
     let server_json = tmp.join("server.json");
     let client_json = tmp.join("client.json");
     let _ = std::fs::remove_file(&server_json);
@@ -170,6 +183,25 @@ pub struct QuicRow {
     /// p99.9.
     #[serde(deserialize_with = "crate::summary::num")]
     pub p999_us: f64,
+    /// Kobayashi's burstiness index of the sender's packets against the bottleneck
+    /// (`null` without one).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub burstiness_index: f64,
+    /// quinn timer expiries the server's runtime handled (`null` for TCP).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub server_timeouts: f64,
+    /// How late the server's runtime handled them past quinn's deadline, µs, p50.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub server_timer_late_p50_us: f64,
+    /// p99.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub server_timer_late_p99_us: f64,
+    /// The server's timer lateness histogram: (upper bound µs, count), by decade.
+    #[serde(default)]
+    pub server_timer_late_hist: Vec<(f64, u64)>,
+    /// What made the server's datagrams leave (soft-timer stacks only; `null` otherwise).
+    #[serde(default)]
+    pub server_causes: Option<TransmitCauses>,
     /// Over time (bulk): (s, queue delay ms, Mbit/s).
     pub timeline: Vec<(f64, f64, f64)>,
 }
@@ -184,6 +216,9 @@ pub struct QuicResult {
     pub skipped: Option<String>,
     /// One row per stack, scenario and round.
     pub rows: Vec<QuicRow>,
+    /// The path emulator's bottleneck beside `tbf`, and its delay error by rate.
+    #[serde(default)]
+    pub bottleneck: Vec<BottleneckRow>,
     /// The targets.
     pub targets: Vec<TargetCheck>,
 }
@@ -231,6 +266,55 @@ const BULK_STACKS: [Stack; 4] = [
 ];
 const RR: &str = "rr-200us-1%";
 
+/// The emulator's loss seed for a round.
+fn round_seed(round: usize) -> u64 {
+    0x5eed_0000 + round as u64
+}
+
+/// Workloads where only a timer wakes the sender: application-limited bursts and
+/// thinned ACKs, each through 50 Mbit/s, RTT 20 ms, a queue of one BDP.
+const TIMER_STACKS: [Stack; 4] = [
+    Stack::QuinnTokio,
+    Stack::Soft,
+    Stack::SoftPaced,
+    Stack::Soft1ms,
+];
+const APP_LIMITED: &str = "app-256k-50ms";
+const THIN_ACKS: &str = "thin-acks-50M-20ms";
+
+fn timer_spec() -> PathSpec {
+    let rtt = Duration::from_millis(20);
+    let bdp = (50e6 / 8.0 * rtt.as_secs_f64()) as u64;
+    PathSpec {
+        a_to_b: link(rtt / 2, None, QueueLimit::Packets(10_000), 0.0),
+        b_to_a: link(rtt / 2, Some("50M"), QueueLimit::Bytes(bdp), 0.0),
+    }
+}
+
+/// (scenario, server arguments, client arguments).
+fn timer_runs(quick: bool) -> Vec<(&'static str, Vec<&'static str>, Vec<String>)> {
+    let bursts = if quick { 10 } else { 40 };
+    // ACK every 10th packet, and within 10 ms, asked of the peer by both ends.
+    let thin = ["--ack-every", "10", "--max-ack-delay", "10ms"];
+    let app_limited: Vec<String> = [
+        "--download",
+        "262144",
+        "--requests",
+        &bursts.to_string(),
+        "--interval",
+        "50ms",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut thin_client: Vec<String> = thin.map(String::from).to_vec();
+    thin_client.push("--download".into());
+    thin_client.push(((50e6 / 8.0 * if quick { 0.6 } else { 2.0 }) as u64).to_string());
+    vec![
+        (APP_LIMITED, vec![], app_limited),
+        (THIN_ACKS, thin.to_vec(), thin_client),
+    ]
+}
+
 fn rounds(quick: bool) -> usize {
     if quick { 1 } else { 3 }
 }
@@ -277,6 +361,7 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
             mode,
             skipped: Some(why),
             rows: vec![],
+            bottleneck: vec![],
             targets: vec![],
         });
     }
@@ -284,7 +369,14 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
     std::fs::create_dir_all(&tmp)?;
     let bulks = bulks(quick);
     let rr_stacks = [Stack::QuinnTokio, Stack::Soft, Stack::SoftPaced];
-    let total = (rounds(quick) * (bulks.len() * BULK_STACKS.len() + rr_stacks.len())) as f64;
+    let timer_runs = timer_runs(quick);
+    let bottleneck_runs =
+        (bottleneck::rates(quick).len() * (bottleneck::EMULATOR_ARMS.len() + 1)) as f64;
+    let total = (rounds(quick)
+        * (bulks.len() * BULK_STACKS.len()
+            + rr_stacks.len()
+            + timer_runs.len() * TIMER_STACKS.len())) as f64
+        + bottleneck_runs * rounds(quick) as f64;
     let mut done = 0.0;
     let mut rows = Vec::new();
     for round in 0..rounds(quick) {
@@ -299,6 +391,7 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
                 progress(done / total, &format!("{} {}", b.name, stack.name()));
                 let run = Run {
                     stack,
+                    seed: round_seed(round),
                     spec: PathSpec {
                         a_to_b: acks,
                         b_to_a: data,
@@ -316,6 +409,7 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
             progress(done / total, &format!("{RR} {}", stack.name()));
             let run = Run {
                 stack,
+                seed: round_seed(round),
                 spec: rr_spec(),
                 server_args: vec![],
                 client_args: rr_args(quick),
@@ -324,13 +418,35 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
             rows.push(row(stack, RR, round, &m));
             done += 1.0;
         }
+        for (scenario, server_args, client_args) in &timer_runs {
+            for i in 0..TIMER_STACKS.len() {
+                let stack = TIMER_STACKS[(i + round) % TIMER_STACKS.len()];
+                progress(done / total, &format!("{scenario} {}", stack.name()));
+                let run = Run {
+                    stack,
+                    seed: round_seed(round),
+                    spec: timer_spec(),
+                    server_args: server_args.clone(),
+                    client_args: client_args.clone(),
+                };
+                let m = run_once(&run, &tmp)?;
+                rows.push(row(stack, scenario, round, &m));
+                done += 1.0;
+            }
+        }
     }
     let _ = std::fs::remove_dir_all(&tmp);
-    let targets = quic_targets(&rows);
+    let bottleneck = bottleneck::measure(quick, rounds(quick), &mut |what| {
+        progress(done / total, what);
+        done += 1.0;
+    })?;
+    let mut targets = quic_targets(&rows);
+    targets.insert(0, emulator_target(&bottleneck));
     Ok(QuicResult {
         mode,
         skipped: None,
         rows,
+        bottleneck,
         targets,
     })
 }
@@ -358,6 +474,15 @@ fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
         p50_us: f(&m.client, &["report", "p50_us"]),
         p99_us: f(&m.client, &["report", "p99_us"]),
         p999_us: f(&m.client, &["report", "p999_us"]),
+        burstiness_index: data.burstiness_index.unwrap_or(f64::NAN),
+        server_timeouts: f(&m.server, &["driver", "timeouts"]),
+        server_timer_late_p50_us: f(&m.server, &["driver", "timer_late_p50_us"]),
+        server_timer_late_p99_us: f(&m.server, &["driver", "timer_late_p99_us"]),
+        server_timer_late_hist: serde_json::from_value(
+            m.server["driver"]["timer_late_hist"].clone(),
+        )
+        .unwrap_or_default(),
+        server_causes: serde_json::from_value(m.server["driver"]["causes"].clone()).ok(),
         timeline: data.timeline.clone(),
     }
 }
@@ -377,6 +502,38 @@ fn ratios(rows: &[QuicRow], scenario: &str, stack: &str, field: fn(&QuicRow) -> 
         }
     }
     out
+}
+
+/// The emulator's delay error: the worst rate's median over rounds.
+fn emulator_target(rows: &[BottleneckRow]) -> TargetCheck {
+    let mut rates: Vec<f64> = rows.iter().map(|r| r.rate_bps).collect();
+    rates.sort_by(f64::total_cmp);
+    rates.dedup();
+    let worst = rates
+        .iter()
+        .map(|&rate| {
+            median(
+                rows.iter()
+                    .filter(|r| {
+                        r.bottleneck == bottleneck::EMULATOR_ARMS[0].0 && r.rate_bps == rate
+                    })
+                    .map(|r| r.delay_error_p99_us)
+                    .collect(),
+            )
+        })
+        .fold(f64::NAN, f64::max);
+    let span = match (rates.first(), rates.last()) {
+        (Some(lo), Some(hi)) => format!("{}–{} Mbit/s", lo / 1e6, hi / 1e6),
+        _ => "no rate".into(),
+    };
+    TargetCheck::new(
+        format!(
+            "path emulator (spinning up to 300 µs): delay error per packet, p99 (µs), worst rate of {span}"
+        ),
+        "≤ 20",
+        worst,
+        worst <= 20.0,
+    )
 }
 
 fn quic_targets(rows: &[QuicRow]) -> Vec<TargetCheck> {
@@ -435,12 +592,140 @@ fn quic_targets(rows: &[QuicRow]) -> Vec<TargetCheck> {
     t
 }
 
+/// The median of `v` with its [min, max] when there is more than one value.
+fn spread(v: Vec<f64>, digits: usize) -> String {
+    let (lo, hi) = crate::summary::range(&v);
+    if v.len() > 1 {
+        format!(
+            "{} [{}, {}]",
+            num(median(v), digits),
+            num(lo, digits),
+            num(hi, digits)
+        )
+    } else {
+        num(median(v), digits)
+    }
+}
+
+/// Per round, rate-based over slow-start response time for `packets`.
+fn e14_ratios(rows: &[E14Row], packets: u64) -> Vec<f64> {
+    let at = |arm: &str, round: usize| {
+        rows.iter()
+            .find(|r| r.arm == arm && r.packets == packets && r.round == round)
+            .map(|r| r.response_ms)
+    };
+    let mut rounds: Vec<usize> = rows.iter().map(|r| r.round).collect();
+    rounds.sort_unstable();
+    rounds.dedup();
+    rounds
+        .into_iter()
+        .filter_map(|k| Some(at("rate-based", k)? / at("slow-start", k)?))
+        .collect()
+}
+
 fn num(v: f64, digits: usize) -> String {
     if v.is_finite() {
         format!("{v:.digits$}")
     } else {
         "-".into()
     }
+}
+
+impl QuicResult {
+    /// A cell for one (scenario, stack): the median over rounds of `g(row) / scale`, with
+    /// its range when there are several rounds.
+    fn column<'a>(
+        &'a self,
+        scenario: &'a str,
+        stack: &'a str,
+    ) -> impl Fn(fn(&QuicRow) -> f64, f64, usize) -> String + 'a {
+        move |g, scale, digits| {
+            spread(
+                self.rows
+                    .iter()
+                    .filter(|r| r.scenario == scenario && r.stack == stack)
+                    .map(|r| g(r) / scale)
+                    .collect(),
+                digits,
+            )
+        }
+    }
+}
+
+fn bottleneck_table(rows: &[BottleneckRow]) -> String {
+    let mut md = format!(
+        "\n### The emulator's bottleneck beside the kernel's tbf\n\nA UDP sender offers 1.2 × the rate in 1500-byte packets; both bottlenecks hold a {} KB drop-tail queue. The emulator also delays every packet by 1 ms (tbf cannot delay); `emulator` spins up to 300 µs before a packet is due (the `path` command's default), `emulator-calibrated` only the event loop's calibrated window (as in the QUIC runs above, where the emulator shares its CPU with the client). Delay error: when the emulator released each packet to the receiving side against when it was due. Received rate and inter-arrival spread at the receiving socket, after the first 100 ms; the ideal spread is 0. tbf counts the 14-byte Ethernet header in its rate and the receiver counts IP bytes, so tbf's −0.92 % is that header. Medians over rounds with [min, max].\n\n| rate (Mbit/s) | bottleneck | delivered (Mbit/s) | rate error (%) | inter-arrival stddev (µs) | inter-arrival p99 (µs) | drops | delay error p99 (µs) |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        bottleneck::QUEUE_BYTES / 1000
+    );
+    let mut keys: Vec<(f64, String)> = Vec::new();
+    for r in rows {
+        if !keys
+            .iter()
+            .any(|k| k.0 == r.rate_bps && k.1 == r.bottleneck)
+        {
+            keys.push((r.rate_bps, r.bottleneck.clone()));
+        }
+    }
+    keys.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    for (rate, which) in keys {
+        let col = |g: fn(&BottleneckRow) -> f64, digits: usize| {
+            spread(
+                rows.iter()
+                    .filter(|r| r.rate_bps == rate && r.bottleneck == which)
+                    .map(g)
+                    .collect(),
+                digits,
+            )
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {which} | {} | {} | {} | {} | {} | {} |",
+            rate / 1e6,
+            col(|r| r.delivered_bps / 1e6, 2),
+            col(|r| r.rate_error_pct, 2),
+            col(|r| r.interarrival_stddev_us, 1),
+            col(|r| r.interarrival_p99_us, 1),
+            col(|r| r.drops, 0),
+            col(|r| r.delay_error_p99_us, 1),
+        );
+    }
+    md
+}
+
+/// `packet / trigger state / backstop / app` as percentages of the datagrams sent.
+fn causes_cell(causes: Option<&TransmitCauses>) -> String {
+    let Some(c) = causes else {
+        return "unavailable".into();
+    };
+    let all = (c.packet + c.trigger_state + c.backstop + c.app).max(1) as f64;
+    let pct = |n: u64| format!("{:.0}", n as f64 * 100.0 / all);
+    format!(
+        "{} / {} / {} / {}",
+        pct(c.packet),
+        pct(c.trigger_state),
+        pct(c.backstop),
+        pct(c.app)
+    )
+}
+
+/// A lateness histogram folded into four buckets, as percentages.
+fn lateness_cell(hist: &[(f64, u64)]) -> String {
+    let all: u64 = hist.iter().map(|b| b.1).sum();
+    if all == 0 {
+        return "-".into();
+    }
+    let mut sums = [0u64; 4];
+    for &(upper_us, n) in hist {
+        let i = match upper_us {
+            u if u <= 10.0 => 0,
+            u if u <= 100.0 => 1,
+            u if u <= 1000.0 => 2,
+            _ => 3,
+        };
+        sums[i] += n;
+    }
+    sums.map(|n| format!("{:.0}", n as f64 * 100.0 / all as f64))
+        .join(" / ")
 }
 
 impl Section for QuicResult {
@@ -452,7 +737,7 @@ impl Section for QuicResult {
             return Ok(Rendered::text(md));
         }
         md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max].\n\n";
-        md += "| scenario | stack | goodput (Mbit/s) | bottleneck drops | sender-declared losses | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | queue delay p99 (µs) | CPU per MB (µs) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "| scenario | stack | goodput (Mbit/s) | bottleneck drops | sender-declared losses | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB (µs) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let mut keys: Vec<(String, String)> = Vec::new();
         for r in &self.rows {
             let k = (r.scenario.clone(), r.stack.clone());
@@ -460,34 +745,49 @@ impl Section for QuicResult {
                 keys.push(k);
             }
         }
-        for (scenario, stack) in &keys {
-            let rs: Vec<&QuicRow> = self
-                .rows
-                .iter()
-                .filter(|r| &r.scenario == scenario && &r.stack == stack)
-                .collect();
-            let col = |g: fn(&QuicRow) -> f64, scale: f64, d: usize| {
-                let v: Vec<f64> = rs.iter().map(|r| g(r) / scale).collect();
-                let (lo, hi) = crate::summary::range(&v);
-                if rs.len() > 1 {
-                    format!("{} [{}, {}]", num(median(v), d), num(lo, d), num(hi, d))
-                } else {
-                    num(median(v), d)
-                }
-            };
+        let timer_driven = |scenario: &str| scenario == APP_LIMITED || scenario == THIN_ACKS;
+        for (scenario, stack) in keys.iter().filter(|k| !timer_driven(&k.0)) {
+            let col = self.column(scenario, stack);
             let _ = writeln!(
                 md,
-                "| {scenario} | {stack} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {scenario} | {stack} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 col(|r| r.goodput_bps, 1e6, 1),
                 col(|r| r.bottleneck_drops as f64, 1.0, 0),
                 col(|r| r.sender_lost_packets, 1.0, 0),
                 col(|r| r.interarrival_stddev_us, 1.0, 1),
                 col(|r| r.sender_gap_stddev_us, 1.0, 1),
+                col(|r| r.burstiness_index, 1.0, 3),
                 col(|r| r.queue_delay_p99_us, 1.0, 0),
                 col(|r| r.cpu_ns_per_mb, 1e3, 0),
                 col(|r| r.p50_us, 1.0, 0),
                 col(|r| r.p99_us, 1.0, 0),
             );
+        }
+        if keys.iter().any(|k| timer_driven(&k.0)) {
+            md += "\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension). Both through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n| scenario | stack | goodput (Mbit/s) | p50 (µs) | p99 (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | sent on packet / trigger state / backstop / app (%) | timer late p50 (µs) | p99 (µs) | ≤ 10 µs / ≤ 100 µs / ≤ 1 ms / > 1 ms (%) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n";
+            for (scenario, stack) in keys.iter().filter(|k| timer_driven(&k.0)) {
+                let col = self.column(scenario, stack);
+                let first = self
+                    .rows
+                    .iter()
+                    .find(|r| &r.scenario == scenario && &r.stack == stack)
+                    .expect("a key comes from a row");
+                let _ = writeln!(
+                    md,
+                    "| {scenario} | {stack} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    col(|r| r.goodput_bps, 1e6, 1),
+                    col(|r| r.p50_us, 1.0, 0),
+                    col(|r| r.p99_us, 1.0, 0),
+                    col(|r| r.sender_gap_stddev_us, 1.0, 1),
+                    col(|r| r.burstiness_index, 1.0, 3),
+                    col(|r| r.queue_delay_p99_us, 1.0, 0),
+                    causes_cell(first.server_causes.as_ref()),
+                    col(|r| r.server_timer_late_p50_us, 1.0, 1),
+                    col(|r| r.server_timer_late_p99_us, 1.0, 1),
+                    lateness_cell(&first.server_timer_late_hist),
+                );
+            }
+            md += "\nCauses and the lateness buckets are round 0's; the other columns medians over rounds.\n";
         }
         let mut plots = Vec::new();
         for (file, title, y_label, pick) in [
@@ -539,6 +839,9 @@ impl Section for QuicResult {
             let _ = writeln!(md, "\n![{title}]({file})");
             plots.push(file.to_string());
         }
+        if !self.bottleneck.is_empty() {
+            md += &bottleneck_table(&self.bottleneck);
+        }
         md += "\n";
         md += &targets_table(&self.targets);
         Ok(Rendered {
@@ -559,6 +862,9 @@ pub struct E14Row {
     pub arm: String,
     /// Transfer size, packets of 1200 bytes.
     pub packets: u64,
+    /// Round (rounds interleave the arms).
+    #[serde(default)]
+    pub round: usize,
     /// Response time, ms.
     #[serde(deserialize_with = "crate::summary::num")]
     pub response_ms: f64,
@@ -619,16 +925,18 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         ("kernel-tcp", Stack::KernelTcp, "keep"),
     ];
     let sizes = e14_sizes(quick);
-    let total = (sizes.len() * arms.len()) as f64;
+    let total = (rounds(quick) * sizes.len() * arms.len()) as f64;
     let mut rows = Vec::new();
-    for (i, &packets) in sizes.iter().enumerate() {
-        for (j, (arm, stack, after_idle)) in arms.iter().enumerate() {
+    for (round, &packets) in (0..rounds(quick)).flat_map(|r| sizes.iter().map(move |n| (r, n))) {
+        for j in 0..arms.len() {
+            let (arm, stack, after_idle) = arms[(j + round) % arms.len()];
             progress(
-                (i * arms.len() + j) as f64 / total,
+                rows.len() as f64 / total,
                 &format!("{packets} packets, {arm}"),
             );
             let run = Run {
-                stack: *stack,
+                stack,
+                seed: round_seed(round),
                 spec: PathSpec {
                     a_to_b: acks,
                     b_to_a: data,
@@ -647,17 +955,13 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             rows.push(E14Row {
                 arm: arm.to_string(),
                 packets,
+                round,
                 response_ms: f(&m.client, &["report", "p50_us"]) / 1000.0,
             });
         }
     }
     let _ = std::fs::remove_dir_all(&tmp);
-    let at = |arm: &str, n: u64| {
-        rows.iter()
-            .find(|r| r.arm == arm && r.packets == n)
-            .map_or(f64::NAN, |r| r.response_ms)
-    };
-    let ratio = at("rate-based", 100) / at("slow-start", 100);
+    let ratio = median(e14_ratios(&rows, 100));
     let targets = vec![TargetCheck::new(
         "response time of a 100-packet transfer after idle, rate-based / slow start",
         "≤ 0.5",
@@ -683,21 +987,26 @@ impl Section for E14 {
         }
         md += "50 Mbit/s, RTT 100 ms, queue of one BDP; the connection downloads 2 MB, is idle for 1 s, then downloads the transfer. QUIC arms: quinn-proto on soft timers with per-packet pacing and a CUBIC that restarts slow start after idle, or resumes at the rate measured before idle (rate-based clocking). The kernel's TCP restarts slow start (`tcp_slow_start_after_idle`).\n\n| packets | slow-start (ms) | rate-based (ms) | kernel-tcp (ms) | rate-based / slow-start |\n| ---: | ---: | ---: | ---: | ---: |\n";
         let mut sizes: Vec<u64> = self.rows.iter().map(|r| r.packets).collect();
+        sizes.sort_unstable();
         sizes.dedup();
         for n in sizes {
             let at = |arm: &str| {
-                self.rows
-                    .iter()
-                    .find(|r| r.arm == arm && r.packets == n)
-                    .map_or(f64::NAN, |r| r.response_ms)
+                spread(
+                    self.rows
+                        .iter()
+                        .filter(|r| r.arm == arm && r.packets == n)
+                        .map(|r| r.response_ms)
+                        .collect(),
+                    1,
+                )
             };
             let _ = writeln!(
                 md,
                 "| {n} | {} | {} | {} | {} |",
-                num(at("slow-start"), 1),
-                num(at("rate-based"), 1),
-                num(at("kernel-tcp"), 1),
-                num(at("rate-based") / at("slow-start"), 2)
+                at("slow-start"),
+                at("rate-based"),
+                at("kernel-tcp"),
+                spread(e14_ratios(&self.rows, n), 2)
             );
         }
         md += "\nThe paper (Tables X–XI) reports rate-based clocking after idle up to 2–3 × faster than slow start for transfers of tens to hundreds of packets.\n\n";
@@ -714,6 +1023,10 @@ impl Section for E14 {
 pub struct E16Row {
     /// `quinn-tokio`, `soft` or `soft-1ms`.
     pub stack: String,
+    /// `default` (quinn's transport defaults: the peer may delay ACKs by 25 ms) or
+    /// `ack-delay-1ms` (each end asks its peer to ACK within 1 ms).
+    #[serde(default)]
+    pub config: String,
     /// Round.
     pub round: usize,
     /// Latency percentiles, µs.
@@ -752,6 +1065,12 @@ pub struct E16 {
     pub targets: Vec<TargetCheck>,
 }
 
+/// E16's transport settings, each run on every stack: (name, arguments for both ends).
+const E16_CONFIGS: [(&str, &[&str]); 2] = [
+    ("default", &[]),
+    ("ack-delay-1ms", &["--max-ack-delay", "1ms"]),
+];
+
 /// Runs E16.
 pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E16> {
     let quick = options.length.quick;
@@ -767,17 +1086,25 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     let tmp = options.out.join("e16-tmp");
     std::fs::create_dir_all(&tmp)?;
     let stacks = [Stack::QuinnTokio, Stack::Soft, Stack::Soft1ms];
-    let total = (rounds(quick) * stacks.len()) as f64;
+    let total = (rounds(quick) * stacks.len() * E16_CONFIGS.len()) as f64;
     let mut rows = Vec::new();
-    for round in 0..rounds(quick) {
+    for (round, &(config, args)) in
+        (0..rounds(quick)).flat_map(|r| E16_CONFIGS.iter().map(move |c| (r, c)))
+    {
         for i in 0..stacks.len() {
             let stack = stacks[(i + round) % stacks.len()];
-            progress(rows.len() as f64 / total, stack.name());
+            progress(
+                rows.len() as f64 / total,
+                &format!("{config} {}", stack.name()),
+            );
+            let mut client_args = rr_args(quick);
+            client_args.extend(args.iter().map(|a| a.to_string()));
             let run = Run {
                 stack,
+                seed: round_seed(round),
                 spec: rr_spec(),
-                server_args: vec![],
-                client_args: rr_args(quick),
+                server_args: args.to_vec(),
+                client_args,
             };
             let m = run_once(&run, &tmp)?;
             let lat: Vec<f64> = m.client["report"]["latencies_us"]
@@ -786,6 +1113,7 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                 .unwrap_or_default();
             rows.push(E16Row {
                 stack: stack.name().into(),
+                config: config.into(),
                 round,
                 p50_us: f(&m.client, &["report", "p50_us"]),
                 p99_us: f(&m.client, &["report", "p99_us"]),
@@ -798,22 +1126,28 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         }
     }
     let _ = std::fs::remove_dir_all(&tmp);
-    let mut r = Vec::new();
-    for row in rows.iter().filter(|x| x.stack == "soft") {
-        if let Some(b) = rows
+    let mut targets = Vec::new();
+    for (config, _) in E16_CONFIGS {
+        let mut r = Vec::new();
+        for row in rows
             .iter()
-            .find(|b| b.stack == "quinn-tokio" && b.round == row.round)
+            .filter(|x| x.stack == "soft" && x.config == config)
         {
-            r.push(row.p99_us / b.p99_us);
+            if let Some(b) = rows
+                .iter()
+                .find(|b| b.stack == "quinn-tokio" && b.round == row.round && b.config == config)
+            {
+                r.push(row.p99_us / b.p99_us);
+            }
         }
+        let m = median(r);
+        targets.push(TargetCheck::new(
+            format!("request/response p99 at 1 % loss, RTT 200 µs, {config}: soft / quinn-tokio"),
+            "≤ 0.5",
+            m,
+            m <= 0.5,
+        ));
     }
-    let m = median(r);
-    let targets = vec![TargetCheck::new(
-        "request/response p99 at 1 % loss, RTT 200 µs: soft / quinn-tokio",
-        "≤ 0.5",
-        m,
-        m <= 0.5,
-    )];
     Ok(E16 {
         mode,
         skipped: None,
@@ -832,19 +1166,34 @@ impl Section for E16 {
             let _ = writeln!(md, "Not run here: {why}.");
             return Ok(Rendered::text(md));
         }
-        md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. Timer lateness is the server driver's: when it handled a quinn timeout against the time quinn asked for.\n\n| stack | round | p50 (µs) | p99 (µs) | p99.9 (µs) | timeouts handled | timer late p50 (µs) | p99 (µs) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps. `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Medians over rounds with [min, max].\n\n| config | stack | p50 (µs) | p99 (µs) | p99.9 (µs) | timers handled | timer late p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        let mut keys: Vec<(String, String)> = Vec::new();
         for r in &self.rows {
+            let k = (r.config.clone(), r.stack.clone());
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        for (config, stack) in &keys {
+            let col = |g: fn(&E16Row) -> f64, digits: usize| {
+                spread(
+                    self.rows
+                        .iter()
+                        .filter(|r| &r.config == config && &r.stack == stack)
+                        .map(g)
+                        .collect(),
+                    digits,
+                )
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
-                r.stack,
-                r.round,
-                num(r.p50_us, 0),
-                num(r.p99_us, 0),
-                num(r.p999_us, 0),
-                num(r.timeouts, 0),
-                num(r.timer_late_p50_us, 1),
-                num(r.timer_late_p99_us, 1)
+                "| {config} | {stack} | {} | {} | {} | {} | {} | {} |",
+                col(|r| r.p50_us, 0),
+                col(|r| r.p99_us, 0),
+                col(|r| r.p999_us, 0),
+                col(|r| r.timeouts, 0),
+                col(|r| r.timer_late_p50_us, 1),
+                col(|r| r.timer_late_p99_us, 1)
             );
         }
         let plot = "e16_latency_cdf.png";
@@ -857,7 +1206,7 @@ impl Section for E16 {
                 v.sort_by(f64::total_cmp);
                 let n = v.len().max(1) as f64;
                 Series {
-                    label: r.stack.clone(),
+                    label: format!("{}, {}", r.stack, r.config),
                     points: v
                         .iter()
                         .enumerate()
@@ -901,9 +1250,15 @@ pub fn expected_seconds(step: &str, quick: bool) -> f64 {
                 .sum::<f64>()
                 * BULK_STACKS.len() as f64;
             let rr = 3.0 * (per_run + rr_requests(quick) as f64 * 0.0008);
-            (bulk + rr) * rounds(quick) as f64
+            let timer = TIMER_STACKS.len() as f64
+                * (2.0 * per_run + if quick { 0.6 + 0.5 } else { 2.0 + 2.0 });
+            (bulk + rr + timer) * rounds(quick) as f64
+                + bottleneck::expected_seconds(quick, rounds(quick))
         }
-        "e14" => e14_sizes(quick).len() as f64 * 3.0 * 4.5,
-        _ => 3.0 * rounds(quick) as f64 * (per_run + rr_requests(quick) as f64 * 0.0008),
+        "e14" => rounds(quick) as f64 * e14_sizes(quick).len() as f64 * 3.0 * 4.5,
+        _ => {
+            (E16_CONFIGS.len() * 3 * rounds(quick)) as f64
+                * (per_run + rr_requests(quick) as f64 * 0.0008)
+        }
     }
 }
