@@ -167,6 +167,77 @@ fn every_experiment_writes_its_table_json_and_plots() {
     let _ = std::fs::remove_dir_all(base);
 }
 
+/// The QUIC steps (root: namespaces and TUN devices) write the fields the checks read; without
+/// root they say why they did not run (CI runs as root, so they run there).
+#[test]
+fn quic_steps_write_what_the_checks_read() {
+    let base = std::env::temp_dir().join(format!("softtimers-quic-{}", std::process::id()));
+    let root = rustix::process::geteuid().is_root();
+    for name in ["quic", "e14", "e16"] {
+        let dir = base.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = lab(&[name], &dir);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let result = json(&dir.join(format!("{name}.json")));
+        if !root {
+            assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+            assert!(result["skipped"].is_string(), "{name}: no reason given");
+            continue;
+        }
+        let rows = &result["rows"];
+        match name {
+            "quic" => {
+                has_fields(
+                    rows,
+                    &[
+                        "stack",
+                        "scenario",
+                        "goodput_bps",
+                        "bottleneck_drops",
+                        "interarrival_stddev_us",
+                        "cpu_ns_per_mb",
+                    ],
+                );
+                let list = rows.as_array().unwrap();
+                for stack in ["quinn-tokio", "soft", "soft-paced", "kernel-tcp"] {
+                    assert!(list.iter().any(|r| r["stack"] == stack), "no {stack} rows");
+                }
+                let rr: Vec<_> = list
+                    .iter()
+                    .filter(|r| r["scenario"].as_str().unwrap().starts_with("rr-"))
+                    .cloned()
+                    .collect();
+                has_fields(&serde_json::Value::Array(rr), &["p50_us", "p99_us"]);
+                has_fields(
+                    &result["bottleneck"],
+                    &["bottleneck", "rate_bps", "delivered_bps", "drops"],
+                );
+            }
+            "e14" => has_fields(rows, &["arm", "packets", "response_ms"]),
+            _ => has_fields(rows, &["stack", "config", "p50_us", "p99_us"]),
+        }
+        let targets = result["targets"].as_array().expect("a targets list");
+        assert!(!targets.is_empty(), "{name}: no targets");
+        for t in targets {
+            for key in ["name", "goal", "met"] {
+                assert!(!t[key].is_null(), "{name}: target without {key}: {t}");
+            }
+            assert!(
+                t.get("measured").is_some(),
+                "{name}: target without measured"
+            );
+        }
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(report.contains("| ---"), "{name}: no table");
+        plots_exist(&dir);
+    }
+    let _ = std::fs::remove_dir_all(base);
+}
+
 #[test]
 fn unknown_experiments_are_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_softtimers"))
