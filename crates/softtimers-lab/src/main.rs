@@ -291,7 +291,7 @@ struct QuicCommon {
     /// Ask the peer to acknowledge only every N ack-eliciting packets (ACK frequency).
     #[arg(long, value_name = "N")]
     ack_every: Option<u32>,
-    /// The largest ACK delay to ask the peer for, with --ack-every.
+    /// The largest ACK delay to ask the peer for (ACK frequency; alone or with --ack-every).
     #[arg(long, value_parser = parse_duration)]
     max_ack_delay: Option<std::time::Duration>,
     /// Also write the result as JSON to this file.

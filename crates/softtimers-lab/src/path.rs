@@ -462,7 +462,7 @@ impl Drop for RunningPath {
     }
 }
 
-/// A packet buffer, reused: allocated and zeroed once (zeroing 64 KiB per packet is what
+/// A packet buffer, reused: allocated and zeroed once (zeroing a buffer per packet is what
 /// an unoptimised build cannot afford), holding `len` bytes.
 struct Packet {
     bytes: Box<[u8]>,
@@ -470,8 +470,9 @@ struct Packet {
 }
 
 impl Packet {
-    /// Larger than any packet a TUN device without offloads hands over.
-    const CAPACITY: usize = 65536;
+    /// Larger than any packet the devices hand over: they have no offloads and an MTU of
+    /// 1500, which `start_with` sets.
+    const CAPACITY: usize = 2048;
 
     fn new() -> Packet {
         Packet {

@@ -151,14 +151,16 @@ pub struct ServerRun {
     pub driver: Option<DriverSide>,
 }
 
-/// What the soft-timer driver saw on one side.
+/// What a QUIC runtime saw on one side: its sends and quinn's timers.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct DriverSide {
     /// Datagrams sent (`null` where the runtime does not count them).
     pub datagrams_sent: Option<u64>,
     /// `sendmsg` calls (`null` likewise).
     pub send_calls: Option<u64>,
-    /// quinn timer expiries handled.
+    /// quinn deadlines the runtime saw pass: the soft-timer driver counts each timeout it
+    /// handles; for stock quinn, each deadline quinn armed that its clock reads found passed
+    /// (one whose expiry a packet's processing superseded counts too, at that moment).
     pub timeouts: u64,
     /// Timer lateness past what quinn asked for, µs: p50, p99, max.
     pub timer_late_p50_us: f64,

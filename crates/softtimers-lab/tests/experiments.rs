@@ -38,6 +38,29 @@ fn has_fields(rows: &serde_json::Value, fields: &[&str]) {
     }
 }
 
+/// Runs one step's quick lab into `dir`; it must succeed.
+fn lab_succeeds(name: &str, dir: &Path) {
+    let out = lab(&[name], dir);
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every target names itself, its goal, whether it was met and what was measured.
+fn targets_complete(name: &str, targets: &[serde_json::Value]) {
+    for t in targets {
+        for key in ["name", "goal", "met"] {
+            assert!(!t[key].is_null(), "{name}: target without {key}: {t}");
+        }
+        assert!(
+            t.get("measured").is_some(),
+            "{name}: target without measured"
+        );
+    }
+}
+
 /// The report links plots by Markdown image syntax; each must exist and be non-empty.
 fn plots_exist(dir: &Path) -> usize {
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
@@ -133,12 +156,7 @@ fn every_experiment_writes_its_table_json_and_plots() {
     for (name, fields, plots) in cases {
         let dir = base.join(name);
         std::fs::create_dir_all(&dir).unwrap();
-        let out = lab(&[name], &dir);
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        lab_succeeds(name, &dir);
         let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
         assert!(
             report.contains(&format!("## {}:", name.to_uppercase())),
@@ -152,15 +170,7 @@ fn every_experiment_writes_its_table_json_and_plots() {
             assert!(result["targets"].is_array(), "{name}: no targets list");
         }
         if let Some(targets) = result["targets"].as_array() {
-            for t in targets {
-                for key in ["name", "goal", "met"] {
-                    assert!(!t[key].is_null(), "{name}: target without {key}: {t}");
-                }
-                assert!(
-                    t.get("measured").is_some(),
-                    "{name}: target without measured"
-                );
-            }
+            targets_complete(name, targets);
         }
         assert_eq!(plots_exist(&dir), plots, "{name}: plots linked");
     }
@@ -176,12 +186,7 @@ fn quic_steps_write_what_the_checks_read() {
     for name in ["quic", "e14", "e16"] {
         let dir = base.join(name);
         std::fs::create_dir_all(&dir).unwrap();
-        let out = lab(&[name], &dir);
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        lab_succeeds(name, &dir);
         let result = json(&dir.join(format!("{name}.json")));
         if !root {
             assert!(std::env::var_os("CI").is_none(), "CI runs as root");
@@ -222,15 +227,7 @@ fn quic_steps_write_what_the_checks_read() {
         }
         let targets = result["targets"].as_array().expect("a targets list");
         assert!(!targets.is_empty(), "{name}: no targets");
-        for t in targets {
-            for key in ["name", "goal", "met"] {
-                assert!(!t[key].is_null(), "{name}: target without {key}: {t}");
-            }
-            assert!(
-                t.get("measured").is_some(),
-                "{name}: target without measured"
-            );
-        }
+        targets_complete(name, targets);
         let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
         assert!(report.contains("| ---"), "{name}: no table");
         plots_exist(&dir);
@@ -418,12 +415,7 @@ fn the_forwarding_experiments_run_or_say_why_not() {
     for (name, fields, plots) in cases {
         let dir = base.join(name);
         std::fs::create_dir_all(&dir).unwrap();
-        let out = lab(&[name], &dir);
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        lab_succeeds(name, &dir);
         let result = json(&dir.join(format!("{name}.json")));
         let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
         assert!(report.contains(&format!("## {}:", name.to_uppercase())));
