@@ -185,16 +185,16 @@ pub struct QuicRow {
     pub p999_us: f64,
     /// Kobayashi's burstiness index of the sender's packets against the bottleneck
     /// (`null` without one).
-    #[serde(deserialize_with = "crate::summary::num")]
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
     pub burstiness_index: f64,
     /// quinn timer expiries the server's runtime handled (`null` for TCP).
-    #[serde(deserialize_with = "crate::summary::num")]
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
     pub server_timeouts: f64,
     /// How late the server's runtime handled them past quinn's deadline, µs, p50.
-    #[serde(deserialize_with = "crate::summary::num")]
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
     pub server_timer_late_p50_us: f64,
     /// p99.
-    #[serde(deserialize_with = "crate::summary::num")]
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
     pub server_timer_late_p99_us: f64,
     /// The server's timer lateness histogram: (upper bound µs, count), by decade.
     #[serde(default)]
@@ -489,19 +489,43 @@ fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
 
 /// Per round, `stack`'s value of `field` over quinn-tokio's, in one scenario.
 fn ratios(rows: &[QuicRow], scenario: &str, stack: &str, field: fn(&QuicRow) -> f64) -> Vec<f64> {
-    let mut out = Vec::new();
-    for r in rows
-        .iter()
-        .filter(|r| r.scenario == scenario && r.stack == stack)
-    {
-        if let Some(base) = rows
-            .iter()
-            .find(|b| b.scenario == scenario && b.stack == "quinn-tokio" && b.round == r.round)
-        {
-            out.push(field(r) / field(base));
+    per_round_ratios(
+        rows,
+        |r| r.round,
+        |r| r.scenario == scenario && r.stack == stack,
+        |r| r.scenario == scenario && r.stack == "quinn-tokio",
+        field,
+    )
+}
+
+/// For each row `is_arm` picks, its `value` over that of the row `is_base` picks in the same
+/// round (rounds without both are left out).
+fn per_round_ratios<R>(
+    rows: &[R],
+    round: impl Fn(&R) -> usize,
+    is_arm: impl Fn(&R) -> bool,
+    is_base: impl Fn(&R) -> bool,
+    value: impl Fn(&R) -> f64,
+) -> Vec<f64> {
+    rows.iter()
+        .filter(|r| is_arm(r))
+        .filter_map(|r| {
+            let base = rows.iter().find(|b| is_base(b) && round(b) == round(r))?;
+            Some(value(r) / value(base))
+        })
+        .collect()
+}
+
+/// The distinct keys of `rows`, in first-seen order (a table's rows).
+fn distinct<R, K: PartialEq>(rows: &[R], key: impl Fn(&R) -> K) -> Vec<K> {
+    let mut keys = Vec::new();
+    for r in rows {
+        let k = key(r);
+        if !keys.contains(&k) {
+            keys.push(k);
         }
     }
-    out
+    keys
 }
 
 /// The emulator's delay error: the worst rate's median over rounds.
@@ -609,18 +633,18 @@ fn spread(v: Vec<f64>, digits: usize) -> String {
 
 /// Per round, rate-based over slow-start response time for `packets`.
 fn e14_ratios(rows: &[E14Row], packets: u64) -> Vec<f64> {
-    let at = |arm: &str, round: usize| {
-        rows.iter()
-            .find(|r| r.arm == arm && r.packets == packets && r.round == round)
-            .map(|r| r.response_ms)
-    };
-    let mut rounds: Vec<usize> = rows.iter().map(|r| r.round).collect();
-    rounds.sort_unstable();
-    rounds.dedup();
-    rounds
-        .into_iter()
-        .filter_map(|k| Some(at("rate-based", k)? / at("slow-start", k)?))
-        .collect()
+    per_round_ratios(
+        rows,
+        |r| r.round,
+        |r| r.arm == "rate-based" && r.packets == packets,
+        |r| r.arm == "slow-start" && r.packets == packets,
+        |r| r.response_ms,
+    )
+}
+
+/// What a row written before a field existed reads as.
+fn nan() -> f64 {
+    f64::NAN
 }
 
 fn num(v: f64, digits: usize) -> String {
@@ -657,15 +681,7 @@ fn bottleneck_table(rows: &[BottleneckRow]) -> String {
         "\n### The emulator's bottleneck beside the kernel's tbf\n\nA UDP sender offers 1.2 × the rate in 1500-byte packets; both bottlenecks hold a {} KB drop-tail queue. The emulator also delays every packet by 1 ms (tbf cannot delay); `emulator` spins up to 300 µs before a packet is due (the `path` command's default), `emulator-calibrated` only the event loop's calibrated window (as in the QUIC runs above, where the emulator shares its CPU with the client). Delay error: when the emulator released each packet to the receiving side against when it was due. Received rate and inter-arrival spread at the receiving socket, after the first 100 ms; the ideal spread is 0. tbf counts the 14-byte Ethernet header in its rate and the receiver counts IP bytes, so tbf's −0.92 % is that header. Medians over rounds with [min, max].\n\n| rate (Mbit/s) | bottleneck | delivered (Mbit/s) | rate error (%) | inter-arrival stddev (µs) | inter-arrival p99 (µs) | drops | delay error p99 (µs) |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         bottleneck::QUEUE_BYTES / 1000
     );
-    let mut keys: Vec<(f64, String)> = Vec::new();
-    for r in rows {
-        if !keys
-            .iter()
-            .any(|k| k.0 == r.rate_bps && k.1 == r.bottleneck)
-        {
-            keys.push((r.rate_bps, r.bottleneck.clone()));
-        }
-    }
+    let mut keys = distinct(rows, |r| (r.rate_bps, r.bottleneck.clone()));
     keys.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     for (rate, which) in keys {
         let col = |g: fn(&BottleneckRow) -> f64, digits: usize| {
@@ -738,13 +754,7 @@ impl Section for QuicResult {
         }
         md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max].\n\n";
         md += "| scenario | stack | goodput (Mbit/s) | bottleneck drops | sender-declared losses | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB (µs) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
-        let mut keys: Vec<(String, String)> = Vec::new();
-        for r in &self.rows {
-            let k = (r.scenario.clone(), r.stack.clone());
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
-        }
+        let keys = distinct(&self.rows, |r| (r.scenario.clone(), r.stack.clone()));
         let timer_driven = |scenario: &str| scenario == APP_LIMITED || scenario == THIN_ACKS;
         for (scenario, stack) in keys.iter().filter(|k| !timer_driven(&k.0)) {
             let col = self.column(scenario, stack);
@@ -1128,18 +1138,13 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     let _ = std::fs::remove_dir_all(&tmp);
     let mut targets = Vec::new();
     for (config, _) in E16_CONFIGS {
-        let mut r = Vec::new();
-        for row in rows
-            .iter()
-            .filter(|x| x.stack == "soft" && x.config == config)
-        {
-            if let Some(b) = rows
-                .iter()
-                .find(|b| b.stack == "quinn-tokio" && b.round == row.round && b.config == config)
-            {
-                r.push(row.p99_us / b.p99_us);
-            }
-        }
+        let r = per_round_ratios(
+            &rows,
+            |r| r.round,
+            |r| r.stack == "soft" && r.config == config,
+            |r| r.stack == "quinn-tokio" && r.config == config,
+            |r| r.p99_us,
+        );
         let m = median(r);
         targets.push(TargetCheck::new(
             format!("request/response p99 at 1 % loss, RTT 200 µs, {config}: soft / quinn-tokio"),
@@ -1167,13 +1172,7 @@ impl Section for E16 {
             return Ok(Rendered::text(md));
         }
         md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps. `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Medians over rounds with [min, max].\n\n| config | stack | p50 (µs) | p99 (µs) | p99.9 (µs) | timers handled | timer late p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
-        let mut keys: Vec<(String, String)> = Vec::new();
-        for r in &self.rows {
-            let k = (r.config.clone(), r.stack.clone());
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
-        }
+        let keys = distinct(&self.rows, |r| (r.config.clone(), r.stack.clone()));
         for (config, stack) in &keys {
             let col = |g: fn(&E16Row) -> f64, digits: usize| {
                 spread(
