@@ -47,7 +47,8 @@ pub enum Pacing {
     /// soft event.
     #[default]
     Quinn,
-    /// Every datagram gets its own departure time at 1.25 × cwnd / srtt and leaves from the
+    /// Every datagram (or every [`DriverConfig::datagrams_per_departure`] of them, sent
+    /// together) gets its own departure time at 1.25 × cwnd / srtt and leaves from the
     /// departure-time scheduler ([`PacketPacer`]), as Linux's `fq` paces the kernel's TCP.
     PerPacket,
 }
@@ -64,6 +65,12 @@ pub struct DriverConfig {
     /// The most datagrams of one GSO send (quinn's pacer path only; capped by what the
     /// socket supports).
     pub max_datagrams: usize,
+    /// With [`Pacing::PerPacket`], how many datagrams leave together at each departure
+    /// time, as one GSO send. 1 spaces every datagram (a system call and, on an idle loop, a
+    /// wake-up per datagram); 2 is the smallest burst Linux's TCP sends under pacing
+    /// (`tcp_min_tso_segs`), at half the system calls, with pairs back to back. Capped by
+    /// what the socket supports (1 without GSO).
+    pub datagrams_per_departure: usize,
     /// `SO_SNDBUF` and `SO_RCVBUF` to ask for.
     pub socket_buffer: Option<usize>,
 }
@@ -74,6 +81,7 @@ impl Default for DriverConfig {
             pacing: Pacing::Quinn,
             timer_granularity: None,
             max_datagrams: DEFAULT_MAX_DATAGRAMS,
+            datagrams_per_departure: 1,
             socket_buffer: Some(8 << 20),
         }
     }
@@ -215,6 +223,8 @@ pub struct Driver {
     timer_lateness: Histogram<u64>,
     release_lateness: Histogram<u64>,
     max_datagrams: usize,
+    /// Datagrams per paced departure (one GSO send).
+    per_departure: usize,
     stop: bool,
 }
 
@@ -248,6 +258,11 @@ impl Driver {
         if config.max_datagrams == 0 {
             return Err(QuicError::Config("max_datagrams must be at least 1".into()));
         }
+        if config.datagrams_per_departure == 0 {
+            return Err(QuicError::Config(
+                "datagrams_per_departure must be at least 1".into(),
+            ));
+        }
         if config.timer_granularity == Some(Duration::ZERO) {
             return Err(QuicError::Config(
                 "a timer granularity of zero: leave it unset to fire at the time asked".into(),
@@ -276,6 +291,10 @@ impl Driver {
             hz,
         };
         let max_datagrams = config.max_datagrams.min(udp.max_gso_segments()).max(1);
+        let per_departure = config
+            .datagrams_per_departure
+            .min(udp.max_gso_segments())
+            .max(1);
         Ok(Driver {
             endpoint,
             socket,
@@ -301,6 +320,7 @@ impl Driver {
             timer_lateness: histogram(),
             release_lateness: histogram(),
             max_datagrams,
+            per_departure,
             stop: false,
         })
     }
@@ -717,7 +737,8 @@ impl Driver {
                     let mut buf = self.spare.pop().unwrap_or_default();
                     buf.clear();
                     let c = self.conns.get_mut(&ch).expect("listed");
-                    let Some(t) = c.conn.poll_transmit(now_std, 1, &mut buf) else {
+                    let Some(t) = c.conn.poll_transmit(now_std, self.per_departure, &mut buf)
+                    else {
                         self.spare.push(buf);
                         continue;
                     };
@@ -736,7 +757,7 @@ impl Driver {
                         ecn: t.ecn,
                         src_ip: t.src_ip,
                         bytes: buf,
-                        segment_size: None,
+                        segment_size: t.segment_size,
                     };
                     let len = d.bytes.len() as u64;
                     self.pacer.push(ch, now, len, d);

@@ -2,8 +2,8 @@
 //!
 //! quinn-proto paces with a token bucket that refills for 2 ms and then lets a burst of 10 to
 //! 256 datagrams go at once, because its authors could not count on a timer finer than 1 ms.
-//! [`PacketPacer`] does what Linux's `fq` does for the kernel's TCP instead: every datagram is
-//! stamped with its own departure time at the connection's pacing rate (1.25 × cwnd / srtt,
+//! [`PacketPacer`] does what Linux's `fq` does for the kernel's TCP instead: every datagram (or
+//! small GSO batch, as the driver is configured) is stamped with its own departure time at the connection's pacing rate (1.25 × cwnd / srtt,
 //! from quinn-proto's `stats()`), and one [`DepartureQueue`] shared by all connections
 //! releases it at that time. The driver asks quinn-proto for a connection's next datagram
 //! only when that connection has nothing waiting in the queue, so quinn-proto sees a packet

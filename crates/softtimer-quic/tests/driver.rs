@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use softtimer_quic::perf::{ClientPlan, ClientReport, PerfClient, PerfServer, ServerReport};
 use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
-use softtimer_quic::{App, ConnId, Driver, DriverConfig, Pacing, QuicEvent, QuicLoop};
+use softtimer_quic::{App, ConnId, Driver, DriverConfig, DriverStats, Pacing, QuicEvent, QuicLoop};
 
 struct Server {
     addr: SocketAddr,
     stop: softtimer_rt::StopHandle,
-    done: thread::JoinHandle<ServerReport>,
+    /// The server's report and its driver's counters, once stopped.
+    done: thread::JoinHandle<(ServerReport, DriverStats)>,
 }
 
 fn start_server(identity: &Identity, tuning: Tuning, config: DriverConfig) -> Server {
@@ -26,7 +27,7 @@ fn start_server(identity: &Identity, tuning: Tuning, config: DriverConfig) -> Se
         tx.send((addr, quic.stop_handle())).unwrap();
         let mut app = PerfServer::new(None);
         quic.run(&mut app).unwrap();
-        app.report
+        (app.report, quic.driver().stats().clone())
     });
     let (addr, stop) = rx.recv().unwrap();
     Server { addr, stop, done }
@@ -72,7 +73,7 @@ fn a_10_mb_download_and_upload_arrive_byte_for_byte() {
             plan,
         );
         server.stop.stop();
-        let served = server.done.join().unwrap();
+        let (served, _) = server.done.join().unwrap();
         assert_eq!(report.error, None, "{pacing:?}");
         assert_eq!(report.download_bytes, 10_000_000, "{pacing:?}");
         assert_eq!(report.verified, Some(true), "{pacing:?}");
@@ -80,6 +81,57 @@ fn a_10_mb_download_and_upload_arrive_byte_for_byte() {
         assert_eq!(served.requests, 1);
         assert!(report.handshake_us > 0.0);
     }
+}
+
+#[test]
+fn paced_pairs_arrive_byte_for_byte_in_half_the_sends() {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let config = DriverConfig {
+        pacing: Pacing::PerPacket,
+        datagrams_per_departure: 2,
+        ..DriverConfig::default()
+    };
+    let server = start_server(&identity, Tuning::default(), config.clone());
+    let download = 4_000_000;
+    let plan = ClientPlan {
+        download,
+        requests: 1,
+        ..ClientPlan::default()
+    };
+    let report = run_client(
+        server.addr,
+        Trust::Cert(identity.cert.clone()),
+        Tuning::default(),
+        config,
+        plan,
+    );
+    server.stop.stop();
+    let (_, stats) = server.done.join().unwrap();
+    assert_eq!(report.error, None);
+    assert_eq!(report.verified, Some(true));
+    assert_eq!(report.download_bytes, download);
+    // No datagram of quinn's carries more than 1452 bytes by default.
+    assert!(stats.datagrams_sent >= download / 1452, "{stats:?}");
+    // Loopback takes GSO: the data leaves in pairs, so there are about half as many sends as
+    // datagrams (the handshake's and the tail's single datagrams make it a little more).
+    assert!(
+        (stats.send_calls as f64) < 0.6 * stats.datagrams_sent as f64,
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn zero_datagrams_per_departure_is_refused() {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let config = DriverConfig {
+        pacing: Pacing::PerPacket,
+        datagrams_per_departure: 0,
+        ..DriverConfig::default()
+    };
+    let err = QuicLoop::new(Default::default(), socket, config, None)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("datagrams_per_departure"), "{err}");
 }
 
 #[test]
@@ -100,7 +152,7 @@ fn many_requests_on_one_connection_each_get_their_answer() {
         plan,
     );
     server.stop.stop();
-    let served = server.done.join().unwrap();
+    let (served, _) = server.done.join().unwrap();
     assert_eq!(report.error, None);
     assert_eq!(report.requests, 200);
     assert_eq!(report.latencies_us.len(), 200);
@@ -320,7 +372,7 @@ fn garbage_and_datagrams_for_unknown_connections_do_not_disturb_the_server() {
         },
     );
     server.stop.stop();
-    let served = server.done.join().unwrap();
+    let (served, _) = server.done.join().unwrap();
     assert_eq!(report.error, None);
     assert_eq!(report.verified, Some(true));
     assert_eq!(served.requests, 1);

@@ -252,7 +252,7 @@ enum Command {
         /// How long the emulator spins before a packet is due instead of sleeping through
         /// it: a duration up to 1s, or `calibrated` (this machine's typical wake-up
         /// lateness). More is more precise and costs CPU while packets are pending.
-        #[arg(long, default_value = "300us", value_parser = parse_spin_window)]
+        #[arg(long, default_value = path::COMMAND_SPIN_ARG, value_parser = parse_spin_window)]
         spin: SpinWindow,
         /// The CPU to pin the emulator to.
         #[arg(long)]
@@ -294,6 +294,16 @@ struct QuicCommon {
     /// The largest ACK delay to ask the peer for (ACK frequency; alone or with --ack-every).
     #[arg(long, value_parser = parse_duration)]
     max_ack_delay: Option<std::time::Duration>,
+    /// How long the soft-timer loop spins before a due event instead of sleeping through
+    /// it (the soft stacks): a duration up to 1s, or `calibrated` (this machine's typical
+    /// wake-up lateness; the default). `0` never spins: cheaper, and events run a wake-up
+    /// late.
+    #[arg(long, value_parser = parse_spin_window)]
+    spin: Option<softtimer_rt::SpinWindow>,
+    /// With `--stack soft-paced`: datagrams that leave together (one GSO send) at each
+    /// departure time. 1 spaces every datagram; 2 halves the system calls and wake-ups.
+    #[arg(long, default_value_t = 1)]
+    per_departure: usize,
     /// Also write the result as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -307,6 +317,8 @@ impl QuicCommon {
             after_idle: self.after_idle,
             ack_every: self.ack_every,
             max_ack_delay: self.max_ack_delay,
+            spin: self.spin,
+            per_departure: self.per_departure,
         }
     }
 }

@@ -1132,9 +1132,7 @@ pub fn parse_spin_window(text: &str) -> Result<SpinWindow, String> {
     }
     let window = parse_duration(text)?;
     if window > Duration::from_secs(1) {
-        return Err(format!(
-            "{text:?}: a spin window over 1 s is a busy loop (use --timer spin)"
-        ));
+        return Err(format!("{text:?}: a spin window over 1 s is a busy loop"));
     }
     Ok(SpinWindow::Fixed(window))
 }

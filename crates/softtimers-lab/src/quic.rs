@@ -23,12 +23,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use softtimer::Clock;
 use softtimer_quic::idle::{AfterIdle, AfterIdleFactory};
 use softtimer_quic::perf::{
     ClientPlan, ClientReport, Pattern, PerfClient, PerfServer, ServerReport, pattern_byte,
 };
 use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
 use softtimer_quic::{DriverConfig, Pacing, QuicLoop, TransmitCauses};
+use softtimer_rt::{LoopConfig, SpinWindow};
 
 /// A stack of the comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -60,8 +62,9 @@ impl Stack {
         }
     }
 
-    fn driver_config(self) -> DriverConfig {
+    fn driver_config(self, per_departure: usize) -> DriverConfig {
         DriverConfig {
+            datagrams_per_departure: per_departure,
             pacing: if self == Stack::SoftPaced {
                 Pacing::PerPacket
             } else {
@@ -98,9 +101,20 @@ pub struct Common {
     pub ack_every: Option<u32>,
     /// Largest ACK delay to ask the peer for.
     pub max_ack_delay: Option<Duration>,
+    /// The soft-timer loop's idle spin window (the soft stacks only; default: calibrated).
+    pub spin: Option<SpinWindow>,
+    /// Datagrams per paced departure (`soft-paced` only).
+    pub per_departure: usize,
 }
 
 impl Common {
+    fn loop_config(&self) -> LoopConfig {
+        LoopConfig {
+            spin_window: self.spin.unwrap_or(SpinWindow::Calibrated),
+            ..LoopConfig::default()
+        }
+    }
+
     fn tuning(&self) -> Result<Tuning> {
         if self.window < 16 * 1024 {
             bail!("--window {} is below 16 KiB", self.window);
@@ -110,6 +124,15 @@ impl Common {
             AfterIdleArg::SlowStart => AfterIdle::SlowStart,
             AfterIdleArg::RateBased => AfterIdle::RateBased,
         };
+        if self.per_departure == 0 {
+            bail!("--per-departure must be at least 1");
+        }
+        if self.per_departure > 1 && self.stack != Stack::SoftPaced {
+            bail!("--per-departure applies to --stack soft-paced only");
+        }
+        if self.spin.is_some() && matches!(self.stack, Stack::QuinnTokio | Stack::KernelTcp) {
+            bail!("--spin applies to the soft-timer stacks only (soft, soft-paced, soft-1ms)");
+        }
         if self.ack_every == Some(0) {
             bail!("--ack-every must be at least 1");
         }
@@ -176,6 +199,11 @@ pub struct DriverSide {
     /// What caused the datagrams to leave (`null` for stock quinn, whose runtime does not
     /// say).
     pub causes: Option<TransmitCauses>,
+    /// The soft-timer loop's idle spin window, µs (`null` for stock quinn).
+    pub spin_window_us: Option<f64>,
+    /// Time the loop spent spinning before due events, ms, by the loop's clock (CPU time
+    /// unless the host took the CPU away meanwhile; `null` for stock quinn).
+    pub idle_spin_ms: Option<f64>,
 }
 
 use crate::harness::process_cpu_ns;
@@ -198,6 +226,12 @@ fn timer_side(h: &Histogram<u64>) -> (f64, f64, f64, Vec<(f64, u64)>) {
 }
 
 fn driver_side(quic: &mut QuicLoop) -> DriverSide {
+    let counters = quic.event_loop().counters();
+    let spin_window_us = {
+        let ev = quic.event_loop();
+        let span = ev.idle_policy().spin_window;
+        ev.clock().duration(span).as_secs_f64() * 1e6
+    };
     let d = quic.driver();
     let (p50, p99, max, hist) = timer_side(d.timer_lateness());
     let paced = !d.release_lateness().is_empty();
@@ -212,6 +246,8 @@ fn driver_side(quic: &mut QuicLoop) -> DriverSide {
             .then(|| d.release_lateness().value_at_quantile(0.99) as f64 / 1000.0),
         timer_late_hist: hist,
         causes: Some(d.stats().causes),
+        spin_window_us: Some(spin_window_us),
+        idle_spin_ms: Some(counters.idle_spin_ns as f64 / 1e6),
     }
 }
 
@@ -230,9 +266,9 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
                 .with_context(|| format!("cannot listen on {}", opts.listen))?;
             let config = server_config(&identity, &tuning)?;
             let mut quic = QuicLoop::new(
-                Default::default(),
+                opts.common.loop_config(),
                 socket,
-                opts.common.stack.driver_config(),
+                opts.common.stack.driver_config(opts.common.per_departure),
                 Some(config),
             )?;
             let mut app = PerfServer::new(opts.connections);
@@ -319,9 +355,9 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
             };
             let socket = UdpSocket::bind(bind).context("binding the client socket")?;
             let mut quic = QuicLoop::new(
-                Default::default(),
+                opts.common.loop_config(),
                 socket,
-                opts.common.stack.driver_config(),
+                opts.common.stack.driver_config(opts.common.per_departure),
                 None,
             )?;
             let config = client_config(&trust, &tuning)?;
@@ -609,6 +645,8 @@ mod tokio_arm {
                 release_late_p99_us: None,
                 timer_late_hist: hist,
                 causes: None,
+                spin_window_us: None,
+                idle_spin_ms: None,
             }
         }
     }

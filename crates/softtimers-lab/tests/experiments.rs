@@ -221,6 +221,37 @@ fn quic_steps_write_what_the_checks_read() {
                     &result["bottleneck"],
                     &["bottleneck", "rate_bps", "delivered_bps", "drops"],
                 );
+                // The pacing variants take their settings: without the spin they spend none
+                // spinning, and pairs per departure take fewer sends than soft-paced's.
+                let variants = &result["pacing_variants"];
+                has_fields(
+                    variants,
+                    &[
+                        "variant",
+                        "cpu_ns_per_mb",
+                        "idle_spin_ns_per_mb",
+                        "spin_window_us",
+                        "server_send_calls",
+                    ],
+                );
+                let paced_sends = list
+                    .iter()
+                    .find(|r| {
+                        r["stack"] == "soft-paced" && r["scenario"] == variants[0]["scenario"]
+                    })
+                    .expect("a soft-paced row beside the variants")["server_send_calls"]
+                    .as_f64()
+                    .unwrap();
+                for v in variants.as_array().unwrap() {
+                    let name = v["variant"].as_str().unwrap();
+                    if name.ends_with("spin-0") {
+                        assert_eq!(v["idle_spin_ns_per_mb"].as_f64(), Some(0.0), "{v}");
+                    }
+                    if name.starts_with("2-per-departure") {
+                        let sends = v["server_send_calls"].as_f64().unwrap();
+                        assert!(sends < 0.75 * paced_sends, "{sends} against {paced_sends}");
+                    }
+                }
             }
             "e14" => has_fields(rows, &["arm", "packets", "response_ms"]),
             _ => has_fields(rows, &["stack", "config", "p50_us", "p99_us"]),

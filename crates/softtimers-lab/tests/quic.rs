@@ -149,4 +149,31 @@ fn unreachable_servers_and_untrusted_certificates_are_clear_errors() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked"), "{err}");
     }
+    // Pacing settings that make no sense are refused with the reason.
+    for (bad, says) in [
+        (vec!["--per-departure", "0"], "at least 1"),
+        (vec!["--per-departure", "2"], "soft-paced only"),
+        (vec!["--spin", "2s"], "busy loop"),
+        (
+            vec!["--spin", "0", "--stack", "quinn-tokio"],
+            "soft-timer stacks only",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args([
+                "quic",
+                "client",
+                "--to",
+                &listen,
+                "--insecure",
+                "--download",
+                "1k",
+            ])
+            .args(&bad)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bad:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{bad:?}: {err}");
+    }
 }

@@ -20,7 +20,7 @@ use softtimer_rt::SpinWindow;
 
 use crate::harness::pin_to;
 use crate::netns::{End, VethLink, spawn_in};
-use crate::path::{ADDR_A, ADDR_B, EmulatorOptions, PathSpec, RunningPath, Side};
+use crate::path::{ADDR_A, ADDR_B, COMMAND_SPIN, EmulatorOptions, PathSpec, RunningPath, Side};
 
 /// The CPU the sender and receiver threads share; the emulator has the other one.
 const TRAFFIC_CPU: usize = 1;
@@ -34,7 +34,7 @@ pub const QUEUE_BYTES: u64 = 64_000;
 /// One bottleneck at one rate, one round.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BottleneckRow {
-    /// `emulator` (spinning up to 300 µs before a packet is due), `emulator-calibrated`
+    /// `emulator` (spinning up to 1 ms before a packet is due), `emulator-calibrated`
     /// (the event loop's calibrated spin window) or `tbf`.
     pub bottleneck: String,
     /// The configured rate, bit/s.
@@ -194,7 +194,7 @@ fn row(
 /// The emulator's spin windows measured: the `path` command's default, and the event
 /// loop's calibrated window (what the QUIC runs use, whose emulator shares its CPU).
 pub const EMULATOR_ARMS: [(&str, SpinWindow); 2] = [
-    ("emulator", SpinWindow::Fixed(Duration::from_micros(300))),
+    ("emulator", SpinWindow::Fixed(COMMAND_SPIN)),
     ("emulator-calibrated", SpinWindow::Calibrated),
 ];
 

@@ -19,7 +19,7 @@ use softtimer_rt::SpinWindow;
 
 use crate::exp::bottleneck::{self, BottleneckRow};
 use crate::harness::{ExpOptions, pin_process, read_json};
-use crate::path::{ADDR_B, EmulatorOptions, PathReport, PathSpec, RunningPath, Side};
+use crate::path::{ADDR_B, COMMAND_SPIN, EmulatorOptions, PathReport, PathSpec, RunningPath, Side};
 use crate::plot::{LineChart, Series, line_chart};
 use crate::quic::Stack;
 use crate::report::{Rendered, Section};
@@ -202,6 +202,20 @@ pub struct QuicRow {
     /// What made the server's datagrams leave (soft-timer stacks only; `null` otherwise).
     #[serde(default)]
     pub server_causes: Option<TransmitCauses>,
+    /// Time both sides' soft-timer loops spent spinning before due events, per megabyte
+    /// moved, ns, by the loops' clock (CPU time unless the host took the CPU away meanwhile;
+    /// within `cpu_ns_per_mb`; `null` for stock quinn and TCP).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub idle_spin_ns_per_mb: f64,
+    /// The server loop's idle spin window, µs (`null` for stock quinn and TCP).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub spin_window_us: f64,
+    /// `sendmsg` calls of the server (`null` for TCP).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub server_send_calls: f64,
+    /// A pacing variant's name (rows of `pacing_variants` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     /// Over time (bulk): (s, queue delay ms, Mbit/s).
     pub timeline: Vec<(f64, f64, f64)>,
 }
@@ -219,9 +233,17 @@ pub struct QuicResult {
     /// The path emulator's bottleneck beside `tbf`, and its delay error by rate.
     #[serde(default)]
     pub bottleneck: Vec<BottleneckRow>,
+    /// Per-packet pacing's CPU against its spacing: `soft-paced` without the idle spin and
+    /// with two datagrams per departure, in the first bulk scenario, run after that
+    /// scenario's `soft-paced` row of each round (their order rotating per round).
+    #[serde(default)]
+    pub pacing_variants: Vec<QuicRow>,
     /// The targets.
     pub targets: Vec<TargetCheck>,
 }
+
+/// The bulk scenario the targets read.
+const BULK_50M_SMALL_QUEUE: &str = "bulk-50M-20ms-0.25bdp";
 
 struct Bulk {
     name: &'static str,
@@ -233,7 +255,7 @@ struct Bulk {
 
 fn bulks(quick: bool) -> Vec<Bulk> {
     let mut v = vec![Bulk {
-        name: "bulk-50M-20ms-0.25bdp",
+        name: BULK_50M_SMALL_QUEUE,
         rate: "50M",
         rate_bps: 50e6,
         rtt: Duration::from_millis(20),
@@ -265,6 +287,18 @@ const BULK_STACKS: [Stack; 4] = [
     Stack::KernelTcp,
 ];
 const RR: &str = "rr-200us-1%";
+
+/// `soft-paced` variants run beside the first bulk scenario: (name, arguments of both
+/// sides). The idle spin and a system call per datagram are what per-packet pacing costs
+/// in user space; these take one or both away.
+const PACING_VARIANTS: [(&str, &[&str]); 3] = [
+    ("spin-0", &["--spin", "0"]),
+    ("2-per-departure", &["--per-departure", "2"]),
+    (
+        "2-per-departure-spin-0",
+        &["--per-departure", "2", "--spin", "0"],
+    ),
+];
 
 /// The emulator's loss seed for a round.
 fn round_seed(round: usize) -> u64 {
@@ -362,6 +396,7 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
             skipped: Some(why),
             rows: vec![],
             bottleneck: vec![],
+            pacing_variants: vec![],
             targets: vec![],
         });
     }
@@ -374,11 +409,13 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
         (bottleneck::rates(quick).len() * (bottleneck::EMULATOR_ARMS.len() + 1)) as f64;
     let total = (rounds(quick)
         * (bulks.len() * BULK_STACKS.len()
+            + PACING_VARIANTS.len()
             + rr_stacks.len()
             + timer_runs.len() * TIMER_STACKS.len())) as f64
         + bottleneck_runs * rounds(quick) as f64;
     let mut done = 0.0;
     let mut rows = Vec::new();
+    let mut pacing_variants = Vec::new();
     for round in 0..rounds(quick) {
         for b in &bulks {
             let bdp = b.rate_bps / 8.0 * b.rtt.as_secs_f64();
@@ -402,6 +439,21 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
                 let m = run_once(&run, &tmp)?;
                 rows.push(row(stack, b.name, round, &m));
                 done += 1.0;
+                // The variants run right after soft-paced, in the same conditions.
+                if b.name == BULK_50M_SMALL_QUEUE && stack == Stack::SoftPaced {
+                    for k in 0..PACING_VARIANTS.len() {
+                        let (variant, args) = PACING_VARIANTS[(k + round) % PACING_VARIANTS.len()];
+                        progress(done / total, &format!("{} soft-paced {variant}", b.name));
+                        let mut run = run.clone();
+                        run.server_args.extend_from_slice(args);
+                        run.client_args.extend(args.iter().map(|a| a.to_string()));
+                        let m = run_once(&run, &tmp)?;
+                        let mut r = row(stack, b.name, round, &m);
+                        r.variant = Some(variant.to_string());
+                        pacing_variants.push(r);
+                        done += 1.0;
+                    }
+                }
             }
         }
         for i in 0..rr_stacks.len() {
@@ -440,13 +492,14 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
         progress(done / total, what);
         done += 1.0;
     })?;
-    let mut targets = quic_targets(&rows);
+    let mut targets = quic_targets(&rows, &pacing_variants);
     targets.insert(0, emulator_target(&bottleneck));
     Ok(QuicResult {
         mode,
         skipped: None,
         rows,
         bottleneck,
+        pacing_variants,
         targets,
     })
 }
@@ -454,8 +507,17 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
 fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
     let data = &m.path.b_to_a;
     let cpu = f(&m.client, &["cpu_ns"]) + f(&m.server, &["cpu_ns"]);
+    let spin_ms =
+        f(&m.client, &["driver", "idle_spin_ms"]) + f(&m.server, &["driver", "idle_spin_ms"]);
     let bytes =
         f(&m.client, &["report", "download_bytes"]) + f(&m.client, &["report", "upload_bytes"]);
+    let per_mb = |ns: f64| {
+        if bytes > 0.0 {
+            ns / (bytes / 1e6)
+        } else {
+            f64::NAN
+        }
+    };
     QuicRow {
         stack: stack.name().into(),
         scenario: scenario.into(),
@@ -466,11 +528,7 @@ fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
         interarrival_stddev_us: data.interarrival_stddev_us.unwrap_or(f64::NAN),
         sender_gap_stddev_us: data.sender_gap_stddev_us.unwrap_or(f64::NAN),
         queue_delay_p99_us: data.queue_delay_p99_us.unwrap_or(f64::NAN),
-        cpu_ns_per_mb: if bytes > 0.0 {
-            cpu / (bytes / 1e6)
-        } else {
-            f64::NAN
-        },
+        cpu_ns_per_mb: per_mb(cpu),
         p50_us: f(&m.client, &["report", "p50_us"]),
         p99_us: f(&m.client, &["report", "p99_us"]),
         p999_us: f(&m.client, &["report", "p999_us"]),
@@ -483,6 +541,10 @@ fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
         )
         .unwrap_or_default(),
         server_causes: serde_json::from_value(m.server["driver"]["causes"].clone()).ok(),
+        idle_spin_ns_per_mb: per_mb(spin_ms * 1e6),
+        spin_window_us: f(&m.server, &["driver", "spin_window_us"]),
+        server_send_calls: f(&m.server, &["driver", "send_calls"]),
+        variant: None,
         timeline: data.timeline.clone(),
     }
 }
@@ -552,7 +614,8 @@ fn emulator_target(rows: &[BottleneckRow]) -> TargetCheck {
     };
     TargetCheck::new(
         format!(
-            "path emulator (spinning up to 300 µs): delay error per packet, p99 (µs), worst rate of {span}"
+            "path emulator (spinning up to {:?}): delay error per packet, p99 (µs), worst rate of {span}",
+            COMMAND_SPIN
         ),
         "≤ 20",
         worst,
@@ -560,8 +623,8 @@ fn emulator_target(rows: &[BottleneckRow]) -> TargetCheck {
     )
 }
 
-fn quic_targets(rows: &[QuicRow]) -> Vec<TargetCheck> {
-    let s = "bulk-50M-20ms-0.25bdp";
+fn quic_targets(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<TargetCheck> {
+    let s = BULK_50M_SMALL_QUEUE;
     let mut t = Vec::new();
     let drops = ratios(rows, s, "soft-paced", |r| r.bottleneck_drops as f64);
     let m = median(drops);
@@ -606,6 +669,9 @@ fn quic_targets(rows: &[QuicRow]) -> Vec<TargetCheck> {
             c <= 1.0,
         ));
     }
+    if !variants.is_empty() {
+        t.push(pairs_cpu_target(rows, variants));
+    }
     let p = median(ratios(rows, RR, "soft", |r| r.p99_us));
     t.push(TargetCheck::new(
         "request/response p99, 1 % loss, RTT 200 µs: soft / quinn-tokio",
@@ -616,8 +682,46 @@ fn quic_targets(rows: &[QuicRow]) -> Vec<TargetCheck> {
     t
 }
 
+/// The first bulk scenario's quinn-tokio and soft-paced rows and the pacing variants, each
+/// variant as stack `soft-paced/<variant>`, so that per-round ratios can pair them.
+fn variant_arms(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<QuicRow> {
+    rows.iter()
+        .filter(|r| {
+            r.scenario == BULK_50M_SMALL_QUEUE
+                && (r.stack == "quinn-tokio" || r.stack == "soft-paced")
+        })
+        .cloned()
+        .chain(variants.iter().map(|r| {
+            let mut r = r.clone();
+            if let Some(v) = &r.variant {
+                r.stack = format!("{}/{v}", r.stack);
+            }
+            r
+        }))
+        .collect()
+}
+
+/// CPU per MB of `soft-paced` with two datagrams per departure against stock quinn, per
+/// round: pacing that costs no CPU, at the price of pairs leaving back to back.
+fn pairs_cpu_target(rows: &[QuicRow], variants: &[QuicRow]) -> TargetCheck {
+    let arms = variant_arms(rows, variants);
+    let c = median(ratios(
+        &arms,
+        BULK_50M_SMALL_QUEUE,
+        "soft-paced/2-per-departure",
+        |r| r.cpu_ns_per_mb,
+    ));
+    TargetCheck::new(
+        "same: CPU per MB, soft-paced with 2 datagrams per departure / quinn-tokio",
+        "≤ 1.0",
+        c,
+        c <= 1.0,
+    )
+}
+
 /// The median of `v` with its [min, max] when there is more than one value.
-fn spread(v: Vec<f64>, digits: usize) -> String {
+fn spread(mut v: Vec<f64>, digits: usize) -> String {
+    v.retain(|x| x.is_finite());
     let (lo, hi) = crate::summary::range(&v);
     if v.len() > 1 {
         format!(
@@ -656,6 +760,47 @@ fn num(v: f64, digits: usize) -> String {
 }
 
 impl QuicResult {
+    /// What per-packet pacing costs: CPU against spacing, by variant.
+    fn pacing_variants_table(&self) -> String {
+        let arms = variant_arms(&self.rows, &self.pacing_variants);
+        let mut md = format!(
+            "\n### What per-packet pacing costs\n\n{BULK_50M_SMALL_QUEUE}, both sides with the same settings: the idle loop's spin before each departure (`--spin`) and one `sendmsg` and wake-up per datagram are what pacing every datagram costs in user space; `spin-0` blocks until each departure instead, `2-per-departure` sends two datagrams (one GSO send) per departure time at twice the interval, as Linux's TCP sends at least two segments per paced burst. The variants run right after `soft-paced` in each round, their order rotating. Medians over rounds with [min, max]; the CPU ratio is per round; idle spin is the loops' clock time spent spinning.\n\n| arm | spin window (µs) | server sendmsg calls | CPU per MB, both sides (ms) | of which idle spin (ms) | CPU / quinn-tokio | sender gap stddev (µs) | receiver inter-arrival stddev (µs) | burstiness index | bottleneck drops | goodput (Mbit/s) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+        );
+        for stack in distinct(&arms, |r| r.stack.clone()) {
+            let col = |g: fn(&QuicRow) -> f64, scale: f64, digits: usize| {
+                spread(
+                    arms.iter()
+                        .filter(|r| r.stack == stack)
+                        .map(|r| g(r) / scale)
+                        .collect(),
+                    digits,
+                )
+            };
+            let ratio = if stack == "quinn-tokio" {
+                "1".to_string()
+            } else {
+                spread(
+                    ratios(&arms, BULK_50M_SMALL_QUEUE, &stack, |r| r.cpu_ns_per_mb),
+                    2,
+                )
+            };
+            let _ = writeln!(
+                md,
+                "| {stack} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} | {} |",
+                col(|r| r.spin_window_us, 1.0, 1),
+                col(|r| r.server_send_calls, 1.0, 0),
+                col(|r| r.cpu_ns_per_mb, 1e6, 1),
+                col(|r| r.idle_spin_ns_per_mb, 1e6, 1),
+                col(|r| r.sender_gap_stddev_us, 1.0, 0),
+                col(|r| r.interarrival_stddev_us, 1.0, 0),
+                col(|r| r.burstiness_index, 1.0, 3),
+                col(|r| r.bottleneck_drops as f64, 1.0, 0),
+                col(|r| r.goodput_bps, 1e6, 1),
+            );
+        }
+        md
+    }
+
     /// A cell for one (scenario, stack): the median over rounds of `g(row) / scale`, with
     /// its range when there are several rounds.
     fn column<'a>(
@@ -678,8 +823,9 @@ impl QuicResult {
 
 fn bottleneck_table(rows: &[BottleneckRow]) -> String {
     let mut md = format!(
-        "\n### The emulator's bottleneck beside the kernel's tbf\n\nA UDP sender offers 1.2 × the rate in 1500-byte packets; both bottlenecks hold a {} KB drop-tail queue. The emulator also delays every packet by 1 ms (tbf cannot delay); `emulator` spins up to 300 µs before a packet is due (the `path` command's default), `emulator-calibrated` only the event loop's calibrated window (as in the QUIC runs above, where the emulator shares its CPU with the client). Delay error: when the emulator released each packet to the receiving side against when it was due. Received rate and inter-arrival spread at the receiving socket, after the first 100 ms; the ideal spread is 0. tbf counts the 14-byte Ethernet header in its rate and the receiver counts IP bytes, so tbf's −0.92 % is that header. Medians over rounds with [min, max].\n\n| rate (Mbit/s) | bottleneck | delivered (Mbit/s) | rate error (%) | inter-arrival stddev (µs) | inter-arrival p99 (µs) | drops | delay error p99 (µs) |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-        bottleneck::QUEUE_BYTES / 1000
+        "\n### The emulator's bottleneck beside the kernel's tbf\n\nA UDP sender offers 1.2 × the rate in 1500-byte packets; both bottlenecks hold a {} KB drop-tail queue. The emulator also delays every packet by 1 ms (tbf cannot delay); `emulator` spins up to {:?} before a packet is due (the `path` command's default), `emulator-calibrated` only the event loop's calibrated window (as in the QUIC runs above, where the emulator shares its CPU with the client). Delay error: when the emulator released each packet to the receiving side against when it was due. Received rate and inter-arrival spread at the receiving socket, after the first 100 ms; the ideal spread is 0. tbf counts the 14-byte Ethernet header in its rate and the receiver counts IP bytes, so tbf's −0.92 % is that header. Medians over rounds with [min, max].\n\n| rate (Mbit/s) | bottleneck | delivered (Mbit/s) | rate error (%) | inter-arrival stddev (µs) | inter-arrival p99 (µs) | drops | delay error p99 (µs) |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        bottleneck::QUEUE_BYTES / 1000,
+        COMMAND_SPIN
     );
     let mut keys = distinct(rows, |r| (r.rate_bps, r.bottleneck.clone()));
     keys.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -753,7 +899,7 @@ impl Section for QuicResult {
             return Ok(Rendered::text(md));
         }
         md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max].\n\n";
-        md += "| scenario | stack | goodput (Mbit/s) | bottleneck drops | sender-declared losses | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB (µs) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "| scenario | stack | goodput (Mbit/s) | bottleneck drops | sender-declared losses | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB, both sides (ms) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let keys = distinct(&self.rows, |r| (r.scenario.clone(), r.stack.clone()));
         let timer_driven = |scenario: &str| scenario == APP_LIMITED || scenario == THIN_ACKS;
         for (scenario, stack) in keys.iter().filter(|k| !timer_driven(&k.0)) {
@@ -768,10 +914,13 @@ impl Section for QuicResult {
                 col(|r| r.sender_gap_stddev_us, 1.0, 1),
                 col(|r| r.burstiness_index, 1.0, 3),
                 col(|r| r.queue_delay_p99_us, 1.0, 0),
-                col(|r| r.cpu_ns_per_mb, 1e3, 0),
+                col(|r| r.cpu_ns_per_mb, 1e6, 1),
                 col(|r| r.p50_us, 1.0, 0),
                 col(|r| r.p99_us, 1.0, 0),
             );
+        }
+        if !self.pacing_variants.is_empty() {
+            md += &self.pacing_variants_table();
         }
         if keys.iter().any(|k| timer_driven(&k.0)) {
             md += "\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension). Both through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n| scenario | stack | goodput (Mbit/s) | p50 (µs) | p99 (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | sent on packet / trigger state / backstop / app (%) | timer late p50 (µs) | p99 (µs) | ≤ 10 µs / ≤ 100 µs / ≤ 1 ms / > 1 ms (%) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n";
@@ -817,7 +966,7 @@ impl Section for QuicResult {
             let series: Vec<Series> = self
                 .rows
                 .iter()
-                .filter(|r| r.scenario == "bulk-50M-20ms-0.25bdp" && r.round == 0)
+                .filter(|r| r.scenario == BULK_50M_SMALL_QUEUE && r.round == 0)
                 .map(|r| Series {
                     label: r.stack.clone(),
                     points: r
@@ -1248,10 +1397,13 @@ pub fn expected_seconds(step: &str, quick: bool) -> f64 {
                 .map(|b| if quick { 0.6 } else { 2.0 } + b.rtt.as_secs_f64() * 10.0 + per_run)
                 .sum::<f64>()
                 * BULK_STACKS.len() as f64;
+            let small_queue = &bulks(quick)[0];
+            let variants = PACING_VARIANTS.len() as f64
+                * (if quick { 0.6 } else { 2.0 } + small_queue.rtt.as_secs_f64() * 10.0 + per_run);
             let rr = 3.0 * (per_run + rr_requests(quick) as f64 * 0.0008);
             let timer = TIMER_STACKS.len() as f64
                 * (2.0 * per_run + if quick { 0.6 + 0.5 } else { 2.0 + 2.0 });
-            (bulk + rr + timer) * rounds(quick) as f64
+            (bulk + variants + rr + timer) * rounds(quick) as f64
                 + bottleneck::expected_seconds(quick, rounds(quick))
         }
         "e14" => rounds(quick) as f64 * e14_sizes(quick).len() as f64 * 3.0 * 4.5,
