@@ -805,7 +805,9 @@ impl Driver {
     }
 
     fn schedule_wake(&mut self, cx: &mut LoopCx<'_, Wake>) {
-        let mut next: Option<Instant> = self.pacer.next_departure();
+        let departure = self.pacer.next_departure();
+        // quinn's timers and the application's wake-ups: the events that need precision.
+        let mut next: Option<Instant> = None;
         let mut earliest = |t: Instant| {
             next = Some(match next {
                 Some(n) if n.is_after(t) => t,
@@ -830,6 +832,18 @@ impl Driver {
                 c.timeout = Some((asked, act_at));
             }
             earliest(act_at);
+        }
+        // A paced departure may be a wake-up late (its successors keep their times, so the
+        // spacing holds): the loop blocks until it rather than spinning before it, unless a
+        // timer that needs precision comes first or within a wake-up's lateness after it.
+        let departure_first = match (departure, next) {
+            (Some(d), Some(p)) => p.is_after(d + cx.spin_window()),
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        cx.set_idle_spin(!departure_first);
+        if departure_first {
+            next = departure;
         }
         match (next, self.wake) {
             (Some(t), Some((_, at))) if t == at => {}

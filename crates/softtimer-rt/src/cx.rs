@@ -88,6 +88,10 @@ pub(crate) struct Core<E, C: Clock> {
     extras: Option<Box<Extras>>,
     pub epoll: OwnedFd,
     pub stop: Arc<StopInner>,
+    /// Whether the idle policy may spin before the next due event ([`LoopCx::set_idle_spin`]).
+    pub idle_spin: bool,
+    /// The idle policy's spin window (set by the loop once it has calibrated it).
+    pub spin_window: Span,
 }
 
 impl<E, C: Clock> Core<E, C> {
@@ -112,6 +116,8 @@ impl<E, C: Clock> Core<E, C> {
             extras,
             epoll,
             stop,
+            idle_spin: true,
+            spin_window: Span::ZERO,
         }
     }
 
@@ -248,6 +254,34 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         let result = call();
         self.core.trigger(TriggerSource::Syscall);
         result
+    }
+
+    /// Whether the idle loop may spin before the next due event (the default) or must block
+    /// until its due time. An application whose next event tolerates a wake-up's lateness
+    /// (tens of µs on a virtual machine) says no: a paced departure a wake-up late leaves the
+    /// spacing as it was, and the loop saves the CPU it would spin for the last
+    /// [`LoopConfig::spin_window`](crate::LoopConfig) before each one. It holds until said
+    /// again, so an application that says no says yes before an event that needs precision.
+    ///
+    /// ```
+    /// use softtimer_rt::{EventLoop, LoopConfig};
+    ///
+    /// let mut ev: EventLoop<u32> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
+    /// let mut cx = ev.cx();
+    /// // The next event is a departure that can be a wake-up late: block until it.
+    /// cx.set_idle_spin(false);
+    /// let t = cx.span(std::time::Duration::from_micros(200));
+    /// cx.schedule_soft_event(t, 1).unwrap();
+    /// ```
+    pub fn set_idle_spin(&mut self, allowed: bool) {
+        self.core.idle_spin = allowed;
+    }
+
+    /// The idle policy's spin window: how long before a due event the loop wakes to spin
+    /// (this machine's wake-up lateness when calibrated), so also about how late an event
+    /// runs when the loop blocks until it.
+    pub fn spin_window(&self) -> Span {
+        self.core.spin_window
     }
 
     /// Asks the loop to return from [`EventLoop::run`] after this batch.

@@ -248,7 +248,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             spin_slice: clock.span(SPIN_SLICE),
         };
         let off = config.mode == TimerMode::Off && signal_period.is_none();
-        let core = Core::new(
+        let mut core = Core::new(
             shared,
             epoll,
             Arc::new(StopInner {
@@ -259,6 +259,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             config.stats,
             config.trace_capacity,
         );
+        core.spin_window = idle.spin_window;
         Ok(EventLoop {
             core,
             events: Vec::with_capacity(config.max_events.max(1)),
@@ -491,12 +492,20 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         let shared = Arc::clone(&self.core.shared);
         let clock = &shared.clock;
         let mut now = clock.now_unordered();
-        let mut action = self.idle.decide(now, shared.next_check());
+        let policy = if self.core.idle_spin {
+            self.idle
+        } else {
+            IdlePolicy {
+                spin_window: Span::ZERO,
+                ..self.idle
+            }
+        };
+        let mut action = policy.decide(now, shared.next_check());
         if let IdleAction::Block { timeout: Some(t) } = action {
             // The loop will wake by itself at `now + t`: move the backstop past that, then
             // decide again in case that changed when a trigger state next has work.
             shared.before_block(now + t);
-            action = self.idle.decide(now, shared.next_check());
+            action = policy.decide(now, shared.next_check());
         }
         match action {
             IdleAction::Fire => {

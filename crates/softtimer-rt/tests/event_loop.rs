@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use softtimer::{Clock, Fired, SoftTimers, Span, SystemClock, TriggerSource};
 use softtimer_rt::{
-    DeadlineDesign, EventLoop, Interest, LoopConfig, RecvBatch, RtError, TimerMode,
+    DeadlineDesign, EventLoop, Interest, LoopConfig, RecvBatch, RtError, SpinWindow, TimerMode,
 };
 
 fn config() -> LoopConfig {
@@ -125,6 +125,44 @@ fn a_blocked_loop_wakes_for_a_soft_event_and_never_fires_early() {
     assert!(at > 0, "the event never fired");
     assert!(at - scheduled > t.ticks(), "fired early");
     assert_eq!(ev.counters().fired_total(), 1);
+}
+
+#[test]
+fn an_event_the_application_lets_run_late_costs_no_spin() {
+    for allowed in [true, false] {
+        let fired = Arc::new(AtomicU32::new(0));
+        let count = Arc::clone(&fired);
+        let config = LoopConfig {
+            spin_window: SpinWindow::Fixed(Duration::from_millis(5)),
+            ..config()
+        };
+        let mut ev: EventLoop<u32> = EventLoop::new(config, move |_, _| {
+            count.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        let stop = ev.stop_handle();
+        let watched = Arc::clone(&fired);
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while watched.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            stop.stop();
+        });
+        let mut cx = ev.cx();
+        cx.set_idle_spin(allowed);
+        // Due in 3 ms, inside the 5 ms window: a loop allowed to spin spins all of it.
+        let t = cx.span(Duration::from_millis(3));
+        cx.schedule_soft_event(t, 1).unwrap();
+        ev.run(|_, _| {}).unwrap();
+        assert_eq!(fired.load(Ordering::SeqCst), 1, "allowed {allowed}");
+        let spun = ev.counters().idle_spin_ns;
+        if allowed {
+            assert!(spun >= 1_000_000, "spun {spun} ns");
+        } else {
+            assert_eq!(spun, 0, "blocked until the event instead");
+        }
+    }
 }
 
 #[test]
