@@ -807,9 +807,9 @@ impl Driver {
     fn schedule_wake(&mut self, cx: &mut LoopCx<'_, Wake>) {
         let departure = self.pacer.next_departure();
         // quinn's timers and the application's wake-ups: the events that need precision.
-        let mut next: Option<Instant> = None;
+        let mut precise: Option<Instant> = None;
         let mut earliest = |t: Instant| {
-            next = Some(match next {
+            precise = Some(match precise {
                 Some(n) if n.is_after(t) => t,
                 Some(n) => n,
                 None => t,
@@ -833,18 +833,8 @@ impl Driver {
             }
             earliest(act_at);
         }
-        // A paced departure may be a wake-up late (its successors keep their times, so the
-        // spacing holds): the loop blocks until it rather than spinning before it, unless a
-        // timer that needs precision comes first or within a wake-up's lateness after it.
-        let departure_first = match (departure, next) {
-            (Some(d), Some(p)) => p.is_after(d + cx.spin_window()),
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        cx.set_idle_spin(!departure_first);
-        if departure_first {
-            next = departure;
-        }
+        let (next, spin) = wake_plan(departure, precise, cx.spin_window());
+        cx.set_idle_spin(spin);
         match (next, self.wake) {
             (Some(t), Some((_, at))) if t == at => {}
             (next, current) => {
@@ -866,6 +856,24 @@ impl Driver {
             self.send_now(d);
             cx.trigger(TriggerSource::Send);
         }
+    }
+}
+
+/// When the driver wakes next, and whether the loop may spin before it: at the earlier of the
+/// next paced departure and the next event that needs precision (one of quinn's timers, an
+/// application wake-up). A departure may run a wake-up late (later departures keep their
+/// times, so the spacing holds), so the loop blocks until it instead of spinning, unless a
+/// precise event is due within `window` (a wake-up's lateness) after it.
+fn wake_plan(
+    departure: Option<Instant>,
+    precise: Option<Instant>,
+    window: Span,
+) -> (Option<Instant>, bool) {
+    match (departure, precise) {
+        (Some(d), Some(p)) if p.is_after(d + window) => (Some(d), false),
+        (Some(d), Some(p)) => (Some(if p.is_after(d) { d } else { p }), true),
+        (Some(d), None) => (Some(d), false),
+        (None, p) => (p, true),
     }
 }
 
@@ -1036,5 +1044,64 @@ impl QuicLoop {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ticks: u64) -> Instant {
+        Instant::from_ticks(ticks)
+    }
+
+    #[test]
+    fn a_departure_alone_is_waited_for_without_spinning() {
+        assert_eq!(
+            wake_plan(Some(at(100)), None, Span::from_ticks(20)),
+            (Some(at(100)), false)
+        );
+    }
+
+    #[test]
+    fn a_timer_well_after_the_departure_leaves_the_departure_unspun() {
+        assert_eq!(
+            wake_plan(Some(at(100)), Some(at(121)), Span::from_ticks(20)),
+            (Some(at(100)), false)
+        );
+    }
+
+    #[test]
+    fn a_timer_within_a_window_after_the_departure_keeps_the_spin_and_the_departure_time() {
+        // At exactly d + window, and inside it: wake for the departure, spinning, so that the
+        // timer after it is not a wake-up late.
+        for p in [101, 110, 120] {
+            assert_eq!(
+                wake_plan(Some(at(100)), Some(at(p)), Span::from_ticks(20)),
+                (Some(at(100)), true),
+                "timer at {p}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_timer_first_is_woken_for_with_the_spin() {
+        assert_eq!(
+            wake_plan(Some(at(100)), Some(at(80)), Span::from_ticks(20)),
+            (Some(at(80)), true)
+        );
+        assert_eq!(
+            wake_plan(Some(at(100)), Some(at(100)), Span::from_ticks(20)),
+            (Some(at(100)), true)
+        );
+        assert_eq!(
+            wake_plan(None, Some(at(80)), Span::from_ticks(20)),
+            (Some(at(80)), true)
+        );
+    }
+
+    #[test]
+    fn nothing_pending_wakes_for_nothing() {
+        assert_eq!(wake_plan(None, None, Span::from_ticks(20)), (None, true));
     }
 }

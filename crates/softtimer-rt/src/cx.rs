@@ -260,8 +260,10 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     /// until its due time. An application whose next event tolerates a wake-up's lateness
     /// (tens of µs on a virtual machine) says no: a paced departure a wake-up late leaves the
     /// spacing as it was, and the loop saves the CPU it would spin for the last
-    /// [`LoopConfig::spin_window`](crate::LoopConfig) before each one. It holds until said
-    /// again, so an application that says no says yes before an event that needs precision.
+    /// [`LoopConfig::spin_window`](crate::LoopConfig) before each one. The loop has one idle
+    /// policy, so this applies to whatever event is next, whoever scheduled it: it holds until
+    /// said again (an application that says no says yes before an event that needs precision)
+    /// or until [`EventLoop::run`](crate::EventLoop::run) returns, which restores the spin.
     ///
     /// ```
     /// use softtimer_rt::{EventLoop, LoopConfig};

@@ -411,6 +411,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     {
         let result = self.run_inner(&mut on_ready, &mut on_turn);
         self.core.stop.flag.store(false, Ordering::Release);
+        self.core.idle_spin = true;
         result
     }
 

@@ -289,8 +289,9 @@ const BULK_STACKS: [Stack; 4] = [
 const RR: &str = "rr-200us-1%";
 
 /// `soft-paced` variants run beside the first bulk scenario: (name, arguments of both
-/// sides). The idle spin and a system call per datagram are what per-packet pacing costs
-/// in user space; these take one or both away.
+/// sides). A system call and a wake-up per datagram are what per-packet pacing costs in user
+/// space, besides the idle spin before quinn's own timers (the driver does not spin before a
+/// departure); these take one or both away.
 const PACING_VARIANTS: [(&str, &[&str]); 3] = [
     ("spin-0", &["--spin", "0"]),
     ("2-per-departure", &["--per-departure", "2"]),
@@ -764,7 +765,7 @@ impl QuicResult {
     fn pacing_variants_table(&self) -> String {
         let arms = variant_arms(&self.rows, &self.pacing_variants);
         let mut md = format!(
-            "\n### What per-packet pacing costs\n\n{BULK_50M_SMALL_QUEUE}, both sides with the same settings: the idle loop's spin before each departure (`--spin`) and one `sendmsg` and wake-up per datagram are what pacing every datagram costs in user space; `spin-0` blocks until each departure instead, `2-per-departure` sends two datagrams (one GSO send) per departure time at twice the interval, as Linux's TCP sends at least two segments per paced burst. The variants run right after `soft-paced` in each round, their order rotating. Medians over rounds with [min, max]; the CPU ratio is per round; idle spin is the loops' clock time spent spinning.\n\n| arm | spin window (µs) | server sendmsg calls | CPU per MB, both sides (ms) | of which idle spin (ms) | CPU / quinn-tokio | sender gap stddev (µs) | receiver inter-arrival stddev (µs) | burstiness index | bottleneck drops | goodput (Mbit/s) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+            "\n### What per-packet pacing costs\n\n{BULK_50M_SMALL_QUEUE}, both sides with the same settings: one `sendmsg` and one wake-up per datagram are what pacing every datagram costs in user space (the driver blocks until a departure rather than spinning before it, and spins only before quinn's own timers); `spin-0` never spins, not even before those, `2-per-departure` sends two datagrams (one GSO send) per departure time at twice the interval, as Linux's TCP sends at least two segments per paced burst. The variants run right after `soft-paced` in each round, their order rotating. Medians over rounds with [min, max]; the CPU ratio is per round; idle spin is the loops' clock time spent spinning.\n\n| arm | spin window (µs) | server sendmsg calls | CPU per MB, both sides (ms) | of which idle spin (ms) | CPU / quinn-tokio | sender gap stddev (µs) | receiver inter-arrival stddev (µs) | burstiness index | bottleneck drops | goodput (Mbit/s) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
         );
         for stack in distinct(&arms, |r| r.stack.clone()) {
             let col = |g: fn(&QuicRow) -> f64, scale: f64, digits: usize| {
