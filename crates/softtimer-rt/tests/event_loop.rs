@@ -28,6 +28,19 @@ fn stop_after<E: Send + 'static>(ev: &EventLoop<E>, after: Duration) {
     });
 }
 
+/// Stops `ev` as soon as `flag` is set (watched from another thread), or after 2 s at most.
+fn stop_once_set<E: Send + 'static>(ev: &EventLoop<E>, flag: &Arc<AtomicU64>) {
+    let stop = ev.stop_handle();
+    let watched = Arc::clone(flag);
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while watched.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop.stop();
+    });
+}
+
 #[test]
 fn every_io_helper_is_a_trigger_state_of_its_source() {
     let mut ev: EventLoop<()> = EventLoop::new(config(), |_, _| {}).unwrap();
@@ -107,16 +120,7 @@ fn a_blocked_loop_wakes_for_a_soft_event_and_never_fires_early() {
         assert!(ev.now >= ev.due);
     })
     .unwrap();
-    let stop = ev.stop_handle();
-    // Stop as soon as the event has fired (watched from outside), or after 2 s at most.
-    let watched = Arc::clone(&fired_at);
-    std::thread::spawn(move || {
-        let start = Instant::now();
-        while watched.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(2) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        stop.stop();
-    });
+    stop_once_set(&ev, &fired_at);
     let t = ev.span(Duration::from_micros(5_000));
     let scheduled = clock.now().ticks();
     ev.cx().schedule_soft_event(t, 1).unwrap();
@@ -130,7 +134,7 @@ fn a_blocked_loop_wakes_for_a_soft_event_and_never_fires_early() {
 #[test]
 fn an_event_the_application_lets_run_late_costs_no_spin() {
     for allowed in [true, false] {
-        let fired = Arc::new(AtomicU32::new(0));
+        let fired = Arc::new(AtomicU64::new(0));
         let count = Arc::clone(&fired);
         let config = LoopConfig {
             spin_window: SpinWindow::Fixed(Duration::from_millis(5)),
@@ -140,15 +144,7 @@ fn an_event_the_application_lets_run_late_costs_no_spin() {
             count.fetch_add(1, Ordering::SeqCst);
         })
         .unwrap();
-        let stop = ev.stop_handle();
-        let watched = Arc::clone(&fired);
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            while watched.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(2) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            stop.stop();
-        });
+        stop_once_set(&ev, &fired);
         let mut cx = ev.cx();
         cx.set_idle_spin(allowed);
         // Due in 3 ms, inside the 5 ms window: a loop allowed to spin spins all of it.
@@ -422,9 +418,11 @@ fn met_deadlines_cost_nothing(design: DeadlineDesign) {
     match design {
         // Every later deadline was later than the armed one: one arm in all.
         DeadlineDesign::LazyTimerfd => assert_eq!(c.deadline_arms, 1),
-        // The first deadline wakes a watcher that had none; every later one is later than
-        // the one it sleeps until: one nudge in all, as the lazy timer has one arm in all.
-        DeadlineDesign::Watcher => assert_eq!(c.watcher_nudges, 1, "{design:?}"),
+        // The first deadline wakes a watcher that had none (unless the watcher thread had not
+        // gone to sleep yet, as when the other tests keep both cores busy: then it finds the
+        // deadline when it does); every later one is later than the one it sleeps until: at
+        // most one nudge in all, as the lazy timer has one arm in all.
+        DeadlineDesign::Watcher => assert!(c.watcher_nudges <= 1, "{design:?}: {c:?}"),
         DeadlineDesign::WatcherSpin => assert_eq!(c.watcher_nudges, 0, "{design:?}"),
     }
     assert_eq!(c.deadline_enforced, 0, "{design:?}");
