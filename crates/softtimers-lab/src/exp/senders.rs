@@ -423,19 +423,41 @@ fn run_interleaved(
 ) -> Result<Vec<Vec<SenderRun>>> {
     let dir = std::env::temp_dir().join(format!("softtimers-senders-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let mut port = 47_000u16;
+    let mut port = FIRST_PORT;
     let runs = interleaved(
         rounds,
         configs,
         progress,
         |(path, sender)| format!("{}, {}", sender.name(), path.name()),
         |&(path, sender)| {
-            port = if port >= 47_900 { 47_000 } else { port + 1 };
+            port = next_free_port(port);
             run_sender(net, path, sender, spec, port, &dir)
         },
     );
     let _ = std::fs::remove_dir_all(&dir);
     runs
+}
+
+/// The receivers' ports: below the kernel's ephemeral range (32768 and up by default), so that
+/// no client socket of another step holds one.
+const FIRST_PORT: u16 = 27_000;
+const LAST_PORT: u16 = 27_900;
+
+/// The port after `port` (wrapping within the range) that TCP and UDP can both bind now:
+/// iperf3 listens on both.
+fn next_free_port(port: u16) -> u16 {
+    let free = |p: u16| {
+        std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, p)).is_ok()
+            && std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, p)).is_ok()
+    };
+    let mut p = port;
+    for _ in FIRST_PORT..=LAST_PORT {
+        p = if p >= LAST_PORT { FIRST_PORT } else { p + 1 };
+        if free(p) {
+            return p;
+        }
+    }
+    p
 }
 
 /// The soft pacer and (where installed) `iperf3 -u` at a constant `spec.rate` on loopback, one
@@ -668,5 +690,21 @@ impl Section for Senders {
         md += "\n";
         md += &targets_table(&self.targets);
         Ok(Rendered::text(md))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_in_use_is_skipped_and_the_range_wraps() {
+        // Held here (or by someone else, if this bind fails): either way it is in use.
+        let _held = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 27_500));
+        let p = next_free_port(27_499);
+        assert_ne!(p, 27_500);
+        assert!((FIRST_PORT..=LAST_PORT).contains(&p), "{p}");
+        let wrapped = next_free_port(LAST_PORT);
+        assert!((FIRST_PORT..LAST_PORT).contains(&wrapped), "{wrapped}");
     }
 }
