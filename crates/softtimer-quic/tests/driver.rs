@@ -50,30 +50,41 @@ fn run_client(
     app.report
 }
 
+/// One client run against a fresh server, both with `config`, the client trusting the
+/// server's certificate (or any, if `insecure`); what each side reports, and the server
+/// driver's counters.
+fn transfer(
+    config: DriverConfig,
+    insecure: bool,
+    plan: ClientPlan,
+) -> (ClientReport, ServerReport, DriverStats) {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let trust = if insecure {
+        Trust::Insecure
+    } else {
+        Trust::Cert(identity.cert.clone())
+    };
+    let server = start_server(&identity, Tuning::default(), config.clone());
+    let report = run_client(server.addr, trust, Tuning::default(), config, plan);
+    server.stop.stop();
+    let (served, stats) = server.done.join().unwrap();
+    (report, served, stats)
+}
+
 #[test]
 fn a_10_mb_download_and_upload_arrive_byte_for_byte() {
     for pacing in [Pacing::Quinn, Pacing::PerPacket] {
-        let identity = Identity::self_signed(&["localhost"]).unwrap();
         let config = DriverConfig {
             pacing,
             ..DriverConfig::default()
         };
-        let server = start_server(&identity, Tuning::default(), config.clone());
         let plan = ClientPlan {
             download: 10_000_000,
             upload: 1_000_000,
             requests: 1,
             ..ClientPlan::default()
         };
-        let report = run_client(
-            server.addr,
-            Trust::Cert(identity.cert.clone()),
-            Tuning::default(),
-            config,
-            plan,
-        );
-        server.stop.stop();
-        let (served, _) = server.done.join().unwrap();
+        let (report, served, _) = transfer(config, false, plan);
         assert_eq!(report.error, None, "{pacing:?}");
         assert_eq!(report.download_bytes, 10_000_000, "{pacing:?}");
         assert_eq!(report.verified, Some(true), "{pacing:?}");
@@ -85,28 +96,18 @@ fn a_10_mb_download_and_upload_arrive_byte_for_byte() {
 
 #[test]
 fn paced_pairs_arrive_byte_for_byte_in_half_the_sends() {
-    let identity = Identity::self_signed(&["localhost"]).unwrap();
     let config = DriverConfig {
         pacing: Pacing::PerPacket,
         datagrams_per_departure: 2,
         ..DriverConfig::default()
     };
-    let server = start_server(&identity, Tuning::default(), config.clone());
     let download = 4_000_000;
     let plan = ClientPlan {
         download,
         requests: 1,
         ..ClientPlan::default()
     };
-    let report = run_client(
-        server.addr,
-        Trust::Cert(identity.cert.clone()),
-        Tuning::default(),
-        config,
-        plan,
-    );
-    server.stop.stop();
-    let (_, stats) = server.done.join().unwrap();
+    let (report, _, stats) = transfer(config, false, plan);
     assert_eq!(report.error, None);
     assert_eq!(report.verified, Some(true));
     assert_eq!(report.download_bytes, download);
@@ -136,23 +137,13 @@ fn zero_datagrams_per_departure_is_refused() {
 
 #[test]
 fn many_requests_on_one_connection_each_get_their_answer() {
-    let identity = Identity::self_signed(&["localhost"]).unwrap();
-    let server = start_server(&identity, Tuning::default(), DriverConfig::default());
     let plan = ClientPlan {
         download: 10_000,
         upload: 1_000,
         requests: 200,
         ..ClientPlan::default()
     };
-    let report = run_client(
-        server.addr,
-        Trust::Insecure,
-        Tuning::default(),
-        DriverConfig::default(),
-        plan,
-    );
-    server.stop.stop();
-    let (served, _) = server.done.join().unwrap();
+    let (report, served, _) = transfer(DriverConfig::default(), true, plan);
     assert_eq!(report.error, None);
     assert_eq!(report.requests, 200);
     assert_eq!(report.latencies_us.len(), 200);

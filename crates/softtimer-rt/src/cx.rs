@@ -13,6 +13,7 @@ use softtimer::{Clock, EventId, Instant, Span, TriggerSource, TriggerStats};
 
 use crate::error::RtError;
 use crate::event_loop::{MAX_TOKEN, StopInner};
+use crate::policy::IdlePolicy;
 use crate::shared::Shared;
 use crate::sys::{self, RecvBatch, send_batch};
 
@@ -88,10 +89,10 @@ pub(crate) struct Core<E, C: Clock> {
     extras: Option<Box<Extras>>,
     pub epoll: OwnedFd,
     pub stop: Arc<StopInner>,
+    /// The idle policy (its spin window calibrated to this machine by default).
+    pub idle: IdlePolicy,
     /// Whether the idle policy may spin before the next due event ([`LoopCx::set_idle_spin`]).
     pub idle_spin: bool,
-    /// The idle policy's spin window (set by the loop once it has calibrated it).
-    pub spin_window: Span,
 }
 
 impl<E, C: Clock> Core<E, C> {
@@ -102,6 +103,7 @@ impl<E, C: Clock> Core<E, C> {
         off: bool,
         stats: bool,
         trace_capacity: usize,
+        idle: IdlePolicy,
     ) -> Self {
         let hz = shared.clock.resolution_hz();
         let extras = (off || stats || trace_capacity > 0).then(|| {
@@ -116,8 +118,8 @@ impl<E, C: Clock> Core<E, C> {
             extras,
             epoll,
             stop,
+            idle,
             idle_spin: true,
-            spin_window: Span::ZERO,
         }
     }
 
@@ -283,7 +285,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     /// (this machine's wake-up lateness when calibrated), so also about how late an event
     /// runs when the loop blocks until it.
     pub fn spin_window(&self) -> Span {
-        self.core.spin_window
+        self.core.idle.spin_window
     }
 
     /// Asks the loop to return from [`EventLoop::run`] after this batch.

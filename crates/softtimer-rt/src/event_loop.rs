@@ -78,7 +78,6 @@ pub struct HelperCpu {
 pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static = SystemClock> {
     core: Core<E, C>,
     events: Vec<epoll::Event>,
-    idle: IdlePolicy,
     mode: &'static str,
     timerfd: Option<OwnedFd>,
     signal_timer: Option<ThreadSignalTimer>,
@@ -248,7 +247,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             spin_slice: clock.span(SPIN_SLICE),
         };
         let off = config.mode == TimerMode::Off && signal_period.is_none();
-        let mut core = Core::new(
+        let core = Core::new(
             shared,
             epoll,
             Arc::new(StopInner {
@@ -258,12 +257,11 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             off,
             config.stats,
             config.trace_capacity,
+            idle,
         );
-        core.spin_window = idle.spin_window;
         Ok(EventLoop {
             core,
             events: Vec::with_capacity(config.max_events.max(1)),
-            idle,
             mode,
             timerfd,
             signal_timer,
@@ -302,7 +300,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
 
     /// The idle policy in force (its spin window is calibrated to this machine by default).
     pub fn idle_policy(&self) -> IdlePolicy {
-        self.idle
+        self.core.idle
     }
 
     /// A snapshot of the runtime's counters.
@@ -494,11 +492,11 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         let clock = &shared.clock;
         let mut now = clock.now_unordered();
         let policy = if self.core.idle_spin {
-            self.idle
+            self.core.idle
         } else {
             IdlePolicy {
                 spin_window: Span::ZERO,
-                ..self.idle
+                ..self.core.idle
             }
         };
         let mut action = policy.decide(now, shared.next_check());

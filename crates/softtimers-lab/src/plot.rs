@@ -28,6 +28,36 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
+/// The largest x (`Axis::X`) or y of every point in `series`, and at least `floor`: the top
+/// of an axis range that an empty or all-zero plot still draws.
+///
+/// ```
+/// use softtimers_lab::plot::{Axis, Series, largest};
+///
+/// let s = vec![Series { label: "a".into(), points: vec![(1.0, 4.0), (3.0, 2.0)] }];
+/// assert_eq!(largest(&s, Axis::X, 0.1), 3.0);
+/// assert_eq!(largest(&s, Axis::Y, 10.0), 10.0);
+/// ```
+pub fn largest(series: &[Series], axis: Axis, floor: f64) -> f64 {
+    series
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .map(|p| match axis {
+            Axis::X => p.0,
+            Axis::Y => p.1,
+        })
+        .fold(floor, f64::max)
+}
+
+/// An axis of a [`Series`]' points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Axis {
+    /// The first coordinate.
+    X,
+    /// The second.
+    Y,
+}
+
 /// What to draw.
 pub struct LineChart<'a> {
     /// Title above the plot.

@@ -108,11 +108,18 @@ pub struct Common {
 }
 
 impl Common {
-    fn loop_config(&self) -> LoopConfig {
-        LoopConfig {
+    /// The soft-timer stacks' loop and driver on `socket`, serving if given a server config.
+    fn quic_loop(
+        &self,
+        socket: UdpSocket,
+        server: Option<quinn::ServerConfig>,
+    ) -> Result<QuicLoop> {
+        let loop_config = LoopConfig {
             spin_window: self.spin.unwrap_or(SpinWindow::Calibrated),
             ..LoopConfig::default()
-        }
+        };
+        let driver = self.stack.driver_config(self.per_departure);
+        Ok(QuicLoop::new(loop_config, socket, driver, server)?)
     }
 
     fn tuning(&self) -> Result<Tuning> {
@@ -265,12 +272,7 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
             let socket = UdpSocket::bind(opts.listen)
                 .with_context(|| format!("cannot listen on {}", opts.listen))?;
             let config = server_config(&identity, &tuning)?;
-            let mut quic = QuicLoop::new(
-                opts.common.loop_config(),
-                socket,
-                opts.common.stack.driver_config(opts.common.per_departure),
-                Some(config),
-            )?;
+            let mut quic = opts.common.quic_loop(socket, Some(config))?;
             let mut app = PerfServer::new(opts.connections);
             quic.run(&mut app)?;
             (app.report, Some(driver_side(&mut quic)))
@@ -354,12 +356,7 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
                 "0.0.0.0:0".parse()?
             };
             let socket = UdpSocket::bind(bind).context("binding the client socket")?;
-            let mut quic = QuicLoop::new(
-                opts.common.loop_config(),
-                socket,
-                opts.common.stack.driver_config(opts.common.per_departure),
-                None,
-            )?;
+            let mut quic = opts.common.quic_loop(socket, None)?;
             let config = client_config(&trust, &tuning)?;
             let started = quic.driver().now();
             let conn = quic.driver().connect(config, opts.to, &opts.server_name)?;

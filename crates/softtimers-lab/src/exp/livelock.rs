@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::harness::{CLIENT_CPU, ExpOptions, read_json, server_cpu};
 use crate::netns::{ForwardPath, Host};
-use crate::plot::{LineChart, Series, line_chart};
+use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{Rendered, Section};
 use crate::router::{ComputeReport, FloodReport, RouterReport};
 use crate::targets::{TargetCheck, targets_table};
@@ -594,14 +594,8 @@ fn forward_table(rows: &[ForwardRow]) -> String {
 }
 
 fn forward_chart(dir: &Path, file: &str, title: &str, series: Vec<Series>) -> Result<()> {
-    let x_max = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .fold(1.0, f64::max);
-    let y_max = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .fold(1.0, f64::max);
+    let x_max = largest(&series, Axis::X, 1.0);
+    let y_max = largest(&series, Axis::Y, 1.0);
     line_chart(
         &dir.join(file),
         &LineChart {

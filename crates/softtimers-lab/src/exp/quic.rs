@@ -8,7 +8,7 @@
 //! (CPU 0), each writing its JSON, and reads back the emulator's own record.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use softtimer_rt::SpinWindow;
 use crate::exp::bottleneck::{self, BottleneckRow};
 use crate::harness::{ExpOptions, pin_process, read_json};
 use crate::path::{ADDR_B, COMMAND_SPIN, EmulatorOptions, PathReport, PathSpec, RunningPath, Side};
-use crate::plot::{LineChart, Series, line_chart};
+use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::quic::Stack;
 use crate::report::{Rendered, Section};
 use crate::targets::{TargetCheck, targets_table};
@@ -136,6 +136,23 @@ fn cannot_run() -> Option<String> {
         .map(|e| e.to_string())
 }
 
+/// How a step begins: its mode (`quick` or `full`), and its scratch directory (made) or why
+/// the step cannot run here.
+fn begin(options: &ExpOptions, step: &str) -> Result<(String, Result<PathBuf, String>)> {
+    let mode = if options.length.quick {
+        "quick"
+    } else {
+        "full"
+    }
+    .to_string();
+    if let Some(why) = cannot_run() {
+        return Ok((mode, Err(why)));
+    }
+    let tmp = options.out.join(format!("{step}-tmp"));
+    std::fs::create_dir_all(&tmp)?;
+    Ok((mode, Ok(tmp)))
+}
+
 /// The median of the finite values (NaN for none).
 fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| x.is_finite());
@@ -221,7 +238,7 @@ pub struct QuicRow {
 }
 
 /// `quic.json`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct QuicResult {
     /// `quick` or `full`.
     pub mode: String,
@@ -390,19 +407,18 @@ fn rr_args(quick: bool) -> Vec<String> {
 /// Runs `quic` (bulk and request/response).
 pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<QuicResult> {
     let quick = options.length.quick;
-    let mode = if quick { "quick" } else { "full" }.to_string();
-    if let Some(why) = cannot_run() {
-        return Ok(QuicResult {
-            mode,
-            skipped: Some(why),
-            rows: vec![],
-            bottleneck: vec![],
-            pacing_variants: vec![],
-            targets: vec![],
-        });
-    }
-    let tmp = options.out.join("quic-tmp");
-    std::fs::create_dir_all(&tmp)?;
+    let (mode, tmp) = begin(options, "quic")?;
+    let tmp = match tmp {
+        Ok(tmp) => tmp,
+        Err(why) => {
+            let skipped = Some(why);
+            return Ok(QuicResult {
+                mode,
+                skipped,
+                ..Default::default()
+            });
+        }
+    };
     let bulks = bulks(quick);
     let rr_stacks = [Stack::QuinnTokio, Stack::Soft, Stack::SoftPaced];
     let timer_runs = timer_runs(quick);
@@ -977,14 +993,8 @@ impl Section for QuicResult {
                         .collect(),
                 })
                 .collect();
-            let x_max = series
-                .iter()
-                .flat_map(|s| s.points.iter().map(|p| p.0))
-                .fold(0.1, f64::max);
-            let y_max = series
-                .iter()
-                .flat_map(|s| s.points.iter().map(|p| p.1))
-                .fold(0.1, f64::max);
+            let x_max = largest(&series, Axis::X, 0.1);
+            let y_max = largest(&series, Axis::Y, 0.1);
             line_chart(
                 &dir.join(file),
                 &LineChart {
@@ -1031,7 +1041,7 @@ pub struct E14Row {
 }
 
 /// `e14.json`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct E14 {
     /// `quick` or `full`.
     pub mode: String,
@@ -1055,17 +1065,18 @@ fn e14_sizes(quick: bool) -> Vec<u64> {
 /// Runs E14.
 pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E14> {
     let quick = options.length.quick;
-    let mode = if quick { "quick" } else { "full" }.to_string();
-    if let Some(why) = cannot_run() {
-        return Ok(E14 {
-            mode,
-            skipped: Some(why),
-            rows: vec![],
-            targets: vec![],
-        });
-    }
-    let tmp = options.out.join("e14-tmp");
-    std::fs::create_dir_all(&tmp)?;
+    let (mode, tmp) = begin(options, "e14")?;
+    let tmp = match tmp {
+        Ok(tmp) => tmp,
+        Err(why) => {
+            let skipped = Some(why);
+            return Ok(E14 {
+                mode,
+                skipped,
+                ..Default::default()
+            });
+        }
+    };
     // 50 Mbit/s, 100 ms RTT, a queue of one BDP.
     let data = link(
         Duration::from_millis(50),
@@ -1212,7 +1223,7 @@ pub struct E16Row {
 }
 
 /// `e16.json`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct E16 {
     /// `quick` or `full`.
     pub mode: String,
@@ -1234,17 +1245,18 @@ const E16_CONFIGS: [(&str, &[&str]); 2] = [
 /// Runs E16.
 pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E16> {
     let quick = options.length.quick;
-    let mode = if quick { "quick" } else { "full" }.to_string();
-    if let Some(why) = cannot_run() {
-        return Ok(E16 {
-            mode,
-            skipped: Some(why),
-            rows: vec![],
-            targets: vec![],
-        });
-    }
-    let tmp = options.out.join("e16-tmp");
-    std::fs::create_dir_all(&tmp)?;
+    let (mode, tmp) = begin(options, "e16")?;
+    let tmp = match tmp {
+        Ok(tmp) => tmp,
+        Err(why) => {
+            let skipped = Some(why);
+            return Ok(E16 {
+                mode,
+                skipped,
+                ..Default::default()
+            });
+        }
+    };
     let stacks = [Stack::QuinnTokio, Stack::Soft, Stack::Soft1ms];
     let total = (rounds(quick) * stacks.len() * E16_CONFIGS.len()) as f64;
     let mut rows = Vec::new();
@@ -1364,10 +1376,7 @@ impl Section for E16 {
                 }
             })
             .collect();
-        let x_max = series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.0))
-            .fold(1.0, f64::max);
+        let x_max = largest(&series, Axis::X, 1.0);
         line_chart(
             &dir.join(plot),
             &LineChart {
