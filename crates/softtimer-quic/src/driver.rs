@@ -18,6 +18,7 @@ use softtimer_rt::{EventLoop, Interest, LoopConfig, LoopCx, LoopTurn, Ready, Sto
 
 use crate::QuicError;
 use crate::pacing::PacketPacer;
+use crate::probe::{self, Flight, Progress, TailProbe};
 
 /// The token of the driver's socket in the loop.
 const SOCKET_TOKEN: u64 = 0;
@@ -73,6 +74,13 @@ pub struct DriverConfig {
     pub datagrams_per_departure: usize,
     /// `SO_SNDBUF` and `SO_RCVBUF` to ask for.
     pub socket_buffer: Option<usize>,
+    /// Send a tail-loss probe (a PING) two smoothed RTTs after the latest data or ACK while
+    /// data is unacknowledged, once per flight ([`probe`](crate::probe)): the peer's
+    /// immediate ACK of it lets quinn-proto find a lost last packet about one RTT later,
+    /// instead of after its probe timeout (which includes the peer's 25 ms ACK delay).
+    /// Needs the connection's controller wrapped in [`probe::FlightTracking`], as
+    /// [`Tuning`](crate::tls::Tuning) does; other connections get no probes.
+    pub tail_probe: bool,
 }
 
 impl Default for DriverConfig {
@@ -83,6 +91,7 @@ impl Default for DriverConfig {
             max_datagrams: DEFAULT_MAX_DATAGRAMS,
             datagrams_per_departure: 1,
             socket_buffer: Some(8 << 20),
+            tail_probe: true,
         }
     }
 }
@@ -144,6 +153,8 @@ pub struct DriverStats {
     pub send_would_block: u64,
     /// quinn-proto timeouts handled.
     pub timeouts: u64,
+    /// Tail-loss probes sent ([`DriverConfig::tail_probe`]).
+    pub tail_probes: u64,
     /// Why datagrams left.
     pub causes: TransmitCauses,
 }
@@ -167,6 +178,43 @@ struct Conn {
     timeout: Option<(std::time::Instant, Instant)>,
     connected: bool,
     dirty: bool,
+    /// The tail-loss probe, and what the driver last saw of the connection's flight.
+    probe: TailProbe,
+    seen: FlightSeen,
+}
+
+/// The counters a tail-loss probe is decided from, as last seen.
+#[derive(Default)]
+struct FlightSeen {
+    /// The controller's key and its flight record (looked up again if quinn replaces it).
+    flight: Option<(usize, Arc<Flight>)>,
+    data_frames: u64,
+    acks: u64,
+}
+
+/// Ack-eliciting frames sent, other than PING (a probe's own).
+fn data_frames(f: &quinn_proto::FrameStats) -> u64 {
+    f.stream
+        + f.crypto
+        + f.reset_stream
+        + f.stop_sending
+        + f.max_data
+        + f.max_stream_data
+        + f.max_streams_bidi
+        + f.max_streams_uni
+        + f.data_blocked
+        + f.stream_data_blocked
+        + f.streams_blocked_bidi
+        + f.streams_blocked_uni
+        + f.new_connection_id
+        + f.retire_connection_id
+        + f.new_token
+        + f.datagram
+        + f.path_challenge
+        + f.path_response
+        + f.ack_frequency
+        + f.immediate_ack
+        + u64::from(f.handshake_done)
 }
 
 struct Datagram {
@@ -371,6 +419,8 @@ impl Driver {
                 timeout: None,
                 connected: false,
                 dirty: true,
+                probe: TailProbe::default(),
+                seen: FlightSeen::default(),
             },
         );
     }
@@ -492,13 +542,7 @@ impl Driver {
     }
 
     fn round_up(&self, t: Instant) -> Instant {
-        let Some(g) = self.config.timer_granularity else {
-            return t;
-        };
-        let g = Span::from_duration(g, self.map.hz).ticks().max(1);
-        let since = t.saturating_since(self.map.soft).ticks();
-        let rounded = since.div_ceil(g) * g;
-        self.map.soft + Span::from_ticks(rounded)
+        round_up(self.map, self.config.timer_granularity, t)
     }
 
     /// Reads every datagram waiting (a bounded number of calls) and hands them to quinn.
@@ -633,6 +677,14 @@ impl Driver {
                 self.stats.timeouts += 1;
                 let late = now_std.saturating_duration_since(asked).as_nanos() as u64;
                 let _ = self.timer_lateness.record(late.max(1));
+            }
+            if let Some(at) = c.probe.deadline()
+                && !round_up(self.map, self.config.timer_granularity, at).is_after(now)
+                && c.probe.fire(now)
+            {
+                c.conn.ping();
+                c.dirty = true;
+                self.stats.tail_probes += 1;
             }
         }
         if let Some(t) = self.app_wake
@@ -818,7 +870,16 @@ impl Driver {
         if let Some(t) = self.app_wake {
             earliest(t);
         }
+        if self.config.tail_probe {
+            self.observe_flights(cx.now());
+        }
         let map = self.map;
+        let granularity = self.config.timer_granularity;
+        for c in self.conns.values() {
+            if let Some(at) = c.probe.deadline() {
+                earliest(round_up(map, granularity, at));
+            }
+        }
         let mut timeouts = Vec::new();
         for (&ch, c) in self.conns.iter_mut() {
             match c.conn.poll_timeout() {
@@ -851,12 +912,54 @@ impl Driver {
         }
     }
 
+    /// Feeds each connection's tail-loss probe what changed since the last turn: data
+    /// sent, ACKs processed, and whether anything is left unacknowledged.
+    fn observe_flights(&mut self, now: Instant) {
+        let hz = self.map.hz;
+        for c in self.conns.values_mut() {
+            if !c.connected {
+                continue;
+            }
+            let key = probe::controller_key(c.conn.congestion_state());
+            if c.seen.flight.as_ref().is_none_or(|(k, _)| *k != key) {
+                c.seen.flight = probe::flight_at(key).map(|f| (key, f));
+            }
+            let Some((_, flight)) = &c.seen.flight else {
+                continue;
+            };
+            let (in_flight, acks) = flight.read();
+            let stats = c.conn.stats();
+            let data = data_frames(&stats.frame_tx);
+            let data_sent = data > c.seen.data_frames;
+            let progress = Progress {
+                data_sent,
+                acked: acks != c.seen.acks,
+                outstanding: data_sent || in_flight > 0,
+            };
+            c.seen.data_frames = data;
+            c.seen.acks = acks;
+            c.probe
+                .observe(now, progress, Span::from_duration(stats.path.rtt, hz));
+        }
+    }
+
     fn on_writable(&mut self, cx: &mut LoopCx<'_, Wake>) {
         if let Some(d) = self.blocked.take() {
             self.send_now(d);
             cx.trigger(TriggerSource::Send);
         }
     }
+}
+
+/// `t` rounded up to `granularity` from the driver's start (tokio's wheel rounds this way).
+fn round_up(map: TimeMap, granularity: Option<Duration>, t: Instant) -> Instant {
+    let Some(g) = granularity else {
+        return t;
+    };
+    let g = Span::from_duration(g, map.hz).ticks().max(1);
+    let since = t.saturating_since(map.soft).ticks();
+    let rounded = since.div_ceil(g) * g;
+    map.soft + Span::from_ticks(rounded)
 }
 
 /// When the driver wakes next, and whether the loop may spin before it: at the earlier of the

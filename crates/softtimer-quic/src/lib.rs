@@ -13,6 +13,9 @@
 //! * with [`Pacing::PerPacket`], every datagram is stamped with its own departure time at
 //!   1.25 × cwnd / srtt and released by the departure-time scheduler of `softtimer-net`
 //!   ([`pacing::PacketPacer`]), so quinn's bursts leave evenly spaced;
+//! * a tail-loss probe ([`probe`]) two smoothed RTTs after the last transmission finds a lost
+//!   last packet in about one RTT instead of quinn-proto's probe timeout, which includes the
+//!   peer's 25 ms ACK delay: a sub-millisecond recovery timer that a 1 ms wheel cannot run;
 //! * [`DriverConfig::timer_granularity`] rounds every timer up the way tokio's wheel does, to
 //!   separate timer precision from everything else two runtimes differ in;
 //! * [`perf`] speaks the QUIC performance protocol (draft-banks-quic-performance, ALPN
@@ -29,6 +32,7 @@ mod driver;
 pub mod idle;
 pub mod pacing;
 pub mod perf;
+pub mod probe;
 pub mod tls;
 
 pub use driver::{

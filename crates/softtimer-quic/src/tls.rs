@@ -13,6 +13,7 @@ use quinn_proto::{
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 
 use crate::QuicError;
+use crate::probe::FlightTracking;
 
 /// The ALPN of the QUIC performance protocol (draft-banks-quic-performance).
 pub const ALPN_PERF: &[u8] = b"perf";
@@ -51,7 +52,9 @@ pub struct Tuning {
     /// Per-stream and connection receive window, and the send window, bytes. Set it to at
     /// least twice the path's bandwidth-delay product.
     pub window: u64,
-    /// The congestion controller (quinn-proto's CUBIC by default).
+    /// The congestion controller (quinn-proto's CUBIC by default). It is wrapped in
+    /// [`FlightTracking`], which lets the driver's tail-loss probe see unacknowledged bytes
+    /// and changes nothing of its behaviour.
     pub controller: Arc<dyn ControllerFactory + Send + Sync>,
     /// Idle timeout of a connection.
     pub idle_timeout: Duration,
@@ -105,7 +108,9 @@ impl Tuning {
             .receive_window(window)
             .send_window(self.window)
             .max_idle_timeout(Some(idle))
-            .congestion_controller_factory(Arc::clone(&self.controller))
+            .congestion_controller_factory(Arc::new(FlightTracking::new(Arc::clone(
+                &self.controller,
+            ))))
             .enable_segmentation_offload(self.gso);
         if !self.mtu_discovery {
             t.mtu_discovery_config(None);

@@ -409,3 +409,123 @@ fn an_unreachable_server_gives_up_at_the_connect_timeout() {
         "{took:?}"
     );
 }
+
+/// A UDP relay between one client and `server` that loses the last datagram of the `nth`
+/// burst of at least `min_burst` datagrams from the server (a burst ends after 1 ms without
+/// another): the tail of a reply, which no later packet reveals as lost.
+struct TailDropRelay {
+    addr: SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Datagrams it dropped.
+    done: thread::JoinHandle<u64>,
+}
+
+fn tail_drop_relay(server: SocketAddr, min_burst: usize, nth: usize) -> TailDropRelay {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // Non-blocking with short sleeps: a socket read timeout sleeps whole jiffies (4 ms at
+    // 250 Hz), which would hold every reply's tail that long.
+    socket.set_nonblocking(true).unwrap();
+    let addr = socket.local_addr().unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stopped = std::sync::Arc::clone(&stop);
+    let done = thread::spawn(move || {
+        let quiet = Duration::from_millis(1);
+        let mut client: Option<SocketAddr> = None;
+        let mut held: Option<Vec<u8>> = None;
+        let mut burst = 0;
+        let mut long_bursts = 0;
+        let mut last_from_server = Instant::now();
+        let mut dropped = 0;
+        let mut buf = vec![0u8; 65536];
+        while !stopped.load(Ordering::Relaxed) {
+            let got = socket.recv_from(&mut buf);
+            if got.is_err() {
+                thread::sleep(Duration::from_micros(50));
+            }
+            if let Ok((n, from)) = got {
+                if from == server {
+                    if let (Some(d), Some(c)) = (held.take(), client) {
+                        socket.send_to(&d, c).unwrap();
+                    }
+                    held = Some(buf[..n].to_vec());
+                    burst += 1;
+                    last_from_server = Instant::now();
+                } else {
+                    client = Some(from);
+                    socket.send_to(&buf[..n], server).unwrap();
+                }
+            }
+            if held.is_some() && last_from_server.elapsed() >= quiet {
+                let d = held.take().unwrap();
+                if burst >= min_burst {
+                    long_bursts += 1;
+                }
+                if burst >= min_burst && long_bursts == nth {
+                    dropped += 1;
+                } else if let Some(c) = client {
+                    socket.send_to(&d, c).unwrap();
+                }
+                burst = 0;
+            }
+        }
+        dropped
+    });
+    TailDropRelay { addr, stop, done }
+}
+
+/// 30 requests of 8 KB in turn through a relay that loses the last datagram of the 20th
+/// reply (the earlier ones settle the RTT estimate): the slowest request (µs), and the
+/// server's tail-loss probes.
+fn lose_the_reply_tail(tail_probe: bool) -> (f64, u64) {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let config = DriverConfig {
+        tail_probe,
+        ..DriverConfig::default()
+    };
+    let server = start_server(&identity, Tuning::default(), config.clone());
+    // 8 KB is 6 datagrams, one burst within quinn's initial window.
+    let relay = tail_drop_relay(server.addr, 5, 20);
+    let plan = ClientPlan {
+        download: 8000,
+        requests: 30,
+        ..ClientPlan::default()
+    };
+    let report = run_client(
+        relay.addr,
+        Trust::Cert(identity.cert.clone()),
+        Tuning::default(),
+        config,
+        plan,
+    );
+    server.stop.stop();
+    let (_, stats) = server.done.join().unwrap();
+    relay.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let dropped = relay.done.join().unwrap();
+    assert_eq!(report.error, None);
+    assert_eq!(report.verified, Some(true));
+    assert_eq!(dropped, 1, "the relay did not drop the reply's tail");
+    assert_eq!(report.lost_packets, 0, "the client lost nothing it sent");
+    let slowest = report.latencies_us.iter().copied().fold(0.0, f64::max);
+    (slowest, stats.tail_probes)
+}
+
+#[test]
+fn a_lost_reply_tail_is_recovered_by_the_tail_probe_before_quinns_probe_timeout() {
+    // quinn-proto's own probe timeout includes the peer's largest ACK delay, 25 ms by
+    // default, so without the probe the request cannot finish sooner than that.
+    let (without, probes) = lose_the_reply_tail(false);
+    assert_eq!(probes, 0);
+    assert!(
+        without >= 25_000.0,
+        "the slowest request took {without} µs without a probe"
+    );
+    // With it: the probe two smoothed RTTs after the last ACK, the client's immediate ACK of
+    // it, quinn's time-threshold loss detection (1 ms at least), the relay's 1 ms holds.
+    let (with, probes) = lose_the_reply_tail(true);
+    assert!(probes >= 1, "no tail-loss probe was sent");
+    assert!(
+        with < 15_000.0,
+        "the slowest request took {with} µs with the probe (without: {without} µs)"
+    );
+}

@@ -304,6 +304,11 @@ struct QuicCommon {
     /// departure time. 1 spaces every datagram; 2 halves the system calls and wake-ups.
     #[arg(long, default_value_t = 1)]
     per_departure: usize,
+    /// Turn off the soft-timer driver's tail-loss probe (a PING two smoothed RTTs after the
+    /// last data or ACK while data is unacknowledged, which finds a lost last packet in about
+    /// an RTT instead of quinn's probe timeout of 25 ms and more).
+    #[arg(long)]
+    no_tail_probe: bool,
     /// Also write the result as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -319,6 +324,7 @@ impl QuicCommon {
             max_ack_delay: self.max_ack_delay,
             spin: self.spin,
             per_departure: self.per_departure,
+            tail_probe: !self.no_tail_probe,
         }
     }
 }

@@ -62,9 +62,10 @@ impl Stack {
         }
     }
 
-    fn driver_config(self, per_departure: usize) -> DriverConfig {
+    fn driver_config(self, per_departure: usize, tail_probe: bool) -> DriverConfig {
         DriverConfig {
             datagrams_per_departure: per_departure,
+            tail_probe,
             pacing: if self == Stack::SoftPaced {
                 Pacing::PerPacket
             } else {
@@ -105,6 +106,8 @@ pub struct Common {
     pub spin: Option<SpinWindow>,
     /// Datagrams per paced departure (`soft-paced` only).
     pub per_departure: usize,
+    /// The soft-timer driver's tail-loss probe (the soft stacks; on by default).
+    pub tail_probe: bool,
 }
 
 impl Common {
@@ -118,7 +121,9 @@ impl Common {
             spin_window: self.spin.unwrap_or(SpinWindow::Calibrated),
             ..LoopConfig::default()
         };
-        let driver = self.stack.driver_config(self.per_departure);
+        let driver = self
+            .stack
+            .driver_config(self.per_departure, self.tail_probe);
         Ok(QuicLoop::new(loop_config, socket, driver, server)?)
     }
 
@@ -139,6 +144,11 @@ impl Common {
         }
         if self.spin.is_some() && matches!(self.stack, Stack::QuinnTokio | Stack::KernelTcp) {
             bail!("--spin applies to the soft-timer stacks only (soft, soft-paced, soft-1ms)");
+        }
+        if !self.tail_probe && matches!(self.stack, Stack::QuinnTokio | Stack::KernelTcp) {
+            bail!(
+                "--no-tail-probe applies to the soft-timer stacks only (soft, soft-paced, soft-1ms)"
+            );
         }
         if self.ack_every == Some(0) {
             bail!("--ack-every must be at least 1");
@@ -208,6 +218,8 @@ pub struct DriverSide {
     pub causes: Option<TransmitCauses>,
     /// The soft-timer loop's idle spin window, µs (`null` for stock quinn).
     pub spin_window_us: Option<f64>,
+    /// Tail-loss probes the soft-timer driver sent (`null` for stock quinn).
+    pub tail_probes: Option<u64>,
     /// Time the loop spent spinning before due events, ms, by the loop's clock (CPU time
     /// unless the host took the CPU away meanwhile; `null` for stock quinn).
     pub idle_spin_ms: Option<f64>,
@@ -246,6 +258,7 @@ fn driver_side(quic: &mut QuicLoop) -> DriverSide {
         datagrams_sent: Some(d.stats().datagrams_sent),
         send_calls: Some(d.stats().send_calls),
         timeouts: d.stats().timeouts,
+        tail_probes: Some(d.stats().tail_probes),
         timer_late_p50_us: p50,
         timer_late_p99_us: p99,
         timer_late_max_us: max,
@@ -642,6 +655,7 @@ mod tokio_arm {
                 release_late_p99_us: None,
                 timer_late_hist: hist,
                 causes: None,
+                tail_probes: None,
                 spin_window_us: None,
                 idle_spin_ms: None,
             }

@@ -254,7 +254,26 @@ fn quic_steps_write_what_the_checks_read() {
                 }
             }
             "e14" => has_fields(rows, &["arm", "packets", "response_ms"]),
-            _ => has_fields(rows, &["stack", "config", "p50_us", "p99_us"]),
+            _ => {
+                has_fields(rows, &["stack", "config", "p50_us", "p99_us"]);
+                // The driver's tail-loss probe: on by default, and off where the config says.
+                let list = rows.as_array().unwrap();
+                let probes = |stack: &str, config: &str| -> Vec<Option<u64>> {
+                    list.iter()
+                        .filter(|r| r["stack"] == stack && r["config"] == config)
+                        .map(|r| r["tail_probes"].as_u64())
+                        .collect()
+                };
+                let off = probes("soft", "no-tail-probe");
+                assert!(
+                    !off.is_empty() && off.iter().all(|&n| n == Some(0)),
+                    "{off:?}"
+                );
+                // 1 % loss each way over hundreds of ten-packet replies loses some tails.
+                let on = probes("soft", "default");
+                assert!(!on.is_empty() && on.iter().all(|&n| n > Some(0)), "{on:?}");
+                assert!(probes("quinn-tokio", "no-tail-probe").is_empty());
+            }
         }
         let targets = result["targets"].as_array().expect("a targets list");
         assert!(!targets.is_empty(), "{name}: no targets");

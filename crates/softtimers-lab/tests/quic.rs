@@ -158,6 +158,10 @@ fn unreachable_servers_and_untrusted_certificates_are_clear_errors() {
             vec!["--spin", "0", "--stack", "quinn-tokio"],
             "soft-timer stacks only",
         ),
+        (
+            vec!["--no-tail-probe", "--stack", "kernel-tcp"],
+            "soft-timer stacks only",
+        ),
     ] {
         let out = Command::new(BIN)
             .args([

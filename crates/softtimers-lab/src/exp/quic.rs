@@ -1194,8 +1194,9 @@ impl Section for E14 {
 pub struct E16Row {
     /// `quinn-tokio`, `soft` or `soft-1ms`.
     pub stack: String,
-    /// `default` (quinn's transport defaults: the peer may delay ACKs by 25 ms) or
-    /// `ack-delay-1ms` (each end asks its peer to ACK within 1 ms).
+    /// `default` (quinn's transport defaults: the peer may delay ACKs by 25 ms),
+    /// `ack-delay-1ms` (each end asks its peer to ACK within 1 ms) or `no-tail-probe` (the
+    /// defaults, with the soft-timer driver's tail-loss probe off; soft stacks only).
     #[serde(default)]
     pub config: String,
     /// Round.
@@ -1218,6 +1219,9 @@ pub struct E16Row {
     /// p99.
     #[serde(deserialize_with = "crate::summary::num")]
     pub timer_late_p99_us: f64,
+    /// Tail-loss probes the soft-timer driver sent, both sides (`null` for stock quinn).
+    #[serde(default)]
+    pub tail_probes: Option<u64>,
     /// Latencies, µs (for the CDF).
     pub latencies_us: Vec<f64>,
 }
@@ -1236,11 +1240,22 @@ pub struct E16 {
     pub targets: Vec<TargetCheck>,
 }
 
-/// E16's transport settings, each run on every stack: (name, arguments for both ends).
-const E16_CONFIGS: [(&str, &[&str]); 2] = [
-    ("default", &[]),
-    ("ack-delay-1ms", &["--max-ack-delay", "1ms"]),
+/// E16's settings: (name, arguments for both ends, the stacks it runs on).
+const E16_CONFIGS: [(&str, &[&str], &[Stack]); 3] = [
+    ("default", &[], &E16_STACKS),
+    ("ack-delay-1ms", &["--max-ack-delay", "1ms"], &E16_STACKS),
+    // What the driver's tail-loss probe contributes (stock quinn has none to turn off).
+    (
+        "no-tail-probe",
+        &["--no-tail-probe"],
+        &[Stack::Soft, Stack::Soft1ms],
+    ),
 ];
+const E16_STACKS: [Stack; 3] = [Stack::QuinnTokio, Stack::Soft, Stack::Soft1ms];
+
+fn e16_runs() -> usize {
+    E16_CONFIGS.iter().map(|(_, _, stacks)| stacks.len()).sum()
+}
 
 /// Runs E16.
 pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E16> {
@@ -1257,10 +1272,9 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             });
         }
     };
-    let stacks = [Stack::QuinnTokio, Stack::Soft, Stack::Soft1ms];
-    let total = (rounds(quick) * stacks.len() * E16_CONFIGS.len()) as f64;
+    let total = (rounds(quick) * e16_runs()) as f64;
     let mut rows = Vec::new();
-    for (round, &(config, args)) in
+    for (round, &(config, args, stacks)) in
         (0..rounds(quick)).flat_map(|r| E16_CONFIGS.iter().map(move |c| (r, c)))
     {
         for i in 0..stacks.len() {
@@ -1293,13 +1307,20 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                 timeouts: f(&m.server, &["driver", "timeouts"]),
                 timer_late_p50_us: f(&m.server, &["driver", "timer_late_p50_us"]),
                 timer_late_p99_us: f(&m.server, &["driver", "timer_late_p99_us"]),
+                tail_probes: [&m.client, &m.server]
+                    .iter()
+                    .map(|side| side["driver"]["tail_probes"].as_u64())
+                    .sum(),
                 latencies_us: lat,
             });
         }
     }
     let _ = std::fs::remove_dir_all(&tmp);
     let mut targets = Vec::new();
-    for (config, _) in E16_CONFIGS {
+    for (config, _, stacks) in E16_CONFIGS {
+        if !stacks.contains(&Stack::QuinnTokio) {
+            continue;
+        }
         let r = per_round_ratios(
             &rows,
             |r| r.round,
@@ -1333,7 +1354,7 @@ impl Section for E16 {
             let _ = writeln!(md, "Not run here: {why}.");
             return Ok(Rendered::text(md));
         }
-        md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps. `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Medians over rounds with [min, max].\n\n| config | stack | p50 (µs) | p99 (µs) | p99.9 (µs) | timers handled | timer late p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps; `no-tail-probe`: the defaults with the soft-timer driver's tail-loss probe off (a PING two smoothed RTTs after the last data or ACK while data is unacknowledged, which the peer acknowledges at once when it arrives after a gap, so that quinn's loss detection finds a lost last packet in about an RTT instead of after its probe timeout). `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Tail probes are both sides'. Medians over rounds with [min, max].\n\n| config | stack | p50 (µs) | p99 (µs) | p99.9 (µs) | timers handled | timer late p50 (µs) | p99 (µs) | tail probes |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let keys = distinct(&self.rows, |r| (r.config.clone(), r.stack.clone()));
         for (config, stack) in &keys {
             let col = |g: fn(&E16Row) -> f64, digits: usize| {
@@ -1348,13 +1369,18 @@ impl Section for E16 {
             };
             let _ = writeln!(
                 md,
-                "| {config} | {stack} | {} | {} | {} | {} | {} | {} |",
+                "| {config} | {stack} | {} | {} | {} | {} | {} | {} | {} |",
                 col(|r| r.p50_us, 0),
                 col(|r| r.p99_us, 0),
                 col(|r| r.p999_us, 0),
                 col(|r| r.timeouts, 0),
                 col(|r| r.timer_late_p50_us, 1),
-                col(|r| r.timer_late_p99_us, 1)
+                col(|r| r.timer_late_p99_us, 1),
+                if stack == "quinn-tokio" {
+                    "-".to_string()
+                } else {
+                    col(|r| r.tail_probes.map_or(f64::NAN, |n| n as f64), 0)
+                }
             );
         }
         let plot = "e16_latency_cdf.png";
@@ -1417,9 +1443,6 @@ pub fn expected_seconds(step: &str, quick: bool) -> f64 {
                 + bottleneck::expected_seconds(quick, rounds(quick))
         }
         "e14" => rounds(quick) as f64 * e14_sizes(quick).len() as f64 * 3.0 * 4.5,
-        _ => {
-            (E16_CONFIGS.len() * 3 * rounds(quick)) as f64
-                * (per_run + rr_requests(quick) as f64 * 0.0008)
-        }
+        _ => (e16_runs() * rounds(quick)) as f64 * (per_run + rr_requests(quick) as f64 * 0.0008),
     }
 }
