@@ -868,6 +868,60 @@ mod tokio_arm {
         }
         Ok(ok)
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use quinn::Runtime;
+
+        #[test]
+        fn a_deadline_is_counted_once_when_a_clock_read_finds_it_passed() {
+            let mut t = Timers::default();
+            let base = Instant::now();
+            let ms = Duration::from_millis;
+            t.arm(0, base + ms(1));
+            t.arm(1, base + ms(5));
+            // Re-arming a timer moves its deadline; it stays one timer.
+            t.arm(1, base + ms(3));
+            t.observe(base);
+            assert_eq!(t.expiries, 0);
+            t.observe(base + ms(2));
+            assert_eq!(t.expiries, 1);
+            assert_eq!(t.lateness.len(), 1);
+            let late = t.lateness.max();
+            assert!((999_000..=1_001_000).contains(&late), "{late} ns");
+            t.observe(base + ms(2));
+            assert_eq!(t.expiries, 1, "counted twice");
+            t.observe(base + ms(4));
+            assert_eq!(t.expiries, 2);
+            assert!(t.armed.is_empty());
+        }
+
+        #[test]
+        fn the_measured_runtime_records_a_real_timers_lateness_and_forgets_dropped_ones() {
+            let rt = runtime().unwrap();
+            let measured = MeasuredRuntime::default();
+            rt.block_on(async {
+                let deadline = measured.now() + Duration::from_millis(2);
+                let mut timer = measured.new_timer(deadline);
+                std::future::poll_fn(|cx| timer.as_mut().poll(cx)).await;
+                // quinn notices the expiry when it next reads the clock.
+                let now = measured.now();
+                assert!(now >= deadline);
+                // A timer dropped before its deadline never counts.
+                let dropped = measured.new_timer(now + Duration::from_millis(1));
+                drop(dropped);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let _ = measured.now();
+            });
+            let t = measured.timers.lock().unwrap();
+            assert_eq!(t.expiries, 1);
+            // tokio rounds a deadline up to its next millisecond tick: late, but not by much.
+            let late = t.lateness.max();
+            assert!(late < 1_000_000_000, "{late} ns");
+            assert!(t.armed.is_empty(), "{:?}", t.armed);
+        }
+    }
 }
 
 /// Parses a byte count: `1000`, `64k`, `10M`, `1G` (powers of 1000), `64KiB`, `1MiB`
