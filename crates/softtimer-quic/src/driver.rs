@@ -153,8 +153,12 @@ pub struct DriverStats {
     pub send_would_block: u64,
     /// quinn-proto timeouts handled.
     pub timeouts: u64,
-    /// Tail-loss probes sent ([`DriverConfig::tail_probe`]).
+    /// Tail-loss probes sent ([`DriverConfig::tail_probe`]). A probe with nothing lost
+    /// (the peer was only delaying its ACK) costs one PING.
     pub tail_probes: u64,
+    /// Tail-loss probes after which quinn-proto declared packets lost before the connection
+    /// next sent data: the probes that found a loss.
+    pub tail_probes_finding_loss: u64,
     /// Why datagrams left.
     pub causes: TransmitCauses,
 }
@@ -190,6 +194,8 @@ struct FlightSeen {
     flight: Option<(usize, Arc<Flight>)>,
     data_frames: u64,
     acks: u64,
+    /// quinn's lost-packet count when the last probe went out, until data is sent again.
+    lost_at_probe: Option<u64>,
 }
 
 /// Ack-eliciting frames sent, other than PING (a probe's own).
@@ -541,10 +547,6 @@ impl Driver {
         self.stop = true;
     }
 
-    fn round_up(&self, t: Instant) -> Instant {
-        round_up(self.map, self.config.timer_granularity, t)
-    }
-
     /// Reads every datagram waiting (a bounded number of calls) and hands them to quinn.
     fn on_readable(&mut self, cx: &mut LoopCx<'_, Wake>) {
         let mut buf = std::mem::take(&mut self.recv_buf);
@@ -681,10 +683,12 @@ impl Driver {
             if let Some(at) = c.probe.deadline()
                 && !round_up(self.map, self.config.timer_granularity, at).is_after(now)
                 && c.probe.fire(now)
+                && !c.conn.is_closed()
             {
                 c.conn.ping();
                 c.dirty = true;
                 self.stats.tail_probes += 1;
+                c.seen.lost_at_probe = Some(c.conn.stats().path.lost_packets);
             }
         }
         if let Some(t) = self.app_wake
@@ -888,7 +892,7 @@ impl Driver {
             }
         }
         for (ch, asked) in timeouts {
-            let act_at = self.round_up(map.to_soft(asked));
+            let act_at = round_up(map, granularity, map.to_soft(asked));
             if let Some(c) = self.conns.get_mut(&ch) {
                 c.timeout = Some((asked, act_at));
             }
@@ -920,9 +924,21 @@ impl Driver {
             if !c.connected {
                 continue;
             }
+            // quinn-proto replaces a connection's controller when its path changes. A record
+            // only the driver still holds belongs to a controller that is gone, even if the
+            // new one sits at the same address.
             let key = probe::controller_key(c.conn.congestion_state());
-            if c.seen.flight.as_ref().is_none_or(|(k, _)| *k != key) {
+            let stale = c
+                .seen
+                .flight
+                .as_ref()
+                .is_none_or(|(k, f)| *k != key || Arc::strong_count(f) == 1);
+            if stale {
                 c.seen.flight = probe::flight_at(key).map(|f| (key, f));
+                // A new controller counts ACKs from zero: that is not an ACK.
+                if let Some((_, f)) = &c.seen.flight {
+                    c.seen.acks = f.read().1;
+                }
             }
             let Some((_, flight)) = &c.seen.flight else {
                 continue;
@@ -938,6 +954,12 @@ impl Driver {
             };
             c.seen.data_frames = data;
             c.seen.acks = acks;
+            if data_sent
+                && let Some(lost) = c.seen.lost_at_probe.take()
+                && stats.path.lost_packets > lost
+            {
+                self.stats.tail_probes_finding_loss += 1;
+            }
             c.probe
                 .observe(now, progress, Span::from_duration(stats.path.rtt, hz));
         }

@@ -3,17 +3,26 @@
 //! When the last packets of a flight are lost, no later packet arrives to reveal the gap, and
 //! quinn-proto (as RFC 9002 asks) waits for its probe timeout: srtt + max(4 × rttvar, 1 ms) +
 //! the peer's largest ACK delay, 25 ms by default, before it sends anything. A request whose
-//! reply lost its last packet takes that long, on any runtime. Linux's TCP answers the same
-//! case with a tail-loss probe (RACK-TLP, RFC 8985): two smoothed RTTs after the last
-//! transmission or ACK, with data still unacknowledged, it sends one more packet. That packet
-//! arrives after the gap, the peer acknowledges it at once (an out-of-order packet is
-//! acknowledged immediately), and the sender's time-threshold loss detection resends the lost
-//! data about one RTT later.
+//! reply lost its last packet takes that long, on any runtime. TCP answers the same case with
+//! a tail-loss probe (RACK-TLP, RFC 8985): about two smoothed RTTs after the last
+//! transmission, with data still unacknowledged, it resends its last segment, and the ACK of
+//! that reveals the loss.
 //!
-//! The driver does the same from outside quinn-proto: [`TailProbe`] decides when (a pure
-//! state machine on the loop's clock), and the probe is a PING (`Connection::ping`). Two
-//! smoothed RTTs on a 200 µs path is 400 µs, which a timer wheel of 1 ms cannot express; on
-//! soft timers it is one more soft event.
+//! The driver does the like from outside quinn-proto: [`TailProbe`] decides when (a pure
+//! state machine on the loop's clock), and the probe is a PING (`Connection::ping`; a driver
+//! cannot make quinn-proto resend a chosen packet). The PING arrives after the gap, the peer
+//! acknowledges it at once (RFC 9000 asks for an immediate ACK of an out-of-order packet), and
+//! quinn-proto's time-threshold loss detection declares the lost packet lost and resends its
+//! data: one round trip more than TCP's probe takes, and still a few milliseconds rather than
+//! 25. Two smoothed RTTs on a 200 µs path is 400 µs, which a timer wheel of 1 ms cannot
+//! express; on soft timers it is one more soft event.
+//!
+//! There is no allowance for a delayed ACK. RFC 8985 adds the peer's worst-case ACK delay
+//! when a single segment is out, and Linux 200 ms, which would make the probe useless for a
+//! lost one-packet request; here a peer that is only delaying its ACK of an odd last packet
+//! gets a PING it did not need (it then holds two unacknowledged packets and acknowledges
+//! both at once). [`DriverStats`](crate::DriverStats) counts the probes and those that found
+//! a loss.
 //!
 //! quinn-proto does not say how many bytes are unacknowledged, but it tells its congestion
 //! controller after every ACK. [`FlightTracking`] wraps a controller factory so that each
@@ -82,7 +91,8 @@ impl Progress {
 
 /// When to send a tail-loss probe: two smoothed RTTs after the latest transmission of data
 /// or ACK, while data is outstanding; at most one probe per flight of new data (a probe's own
-/// PING does not count as data, so probes do not feed themselves).
+/// PING does not count as data, so probes do not feed themselves), and none once an ACK has
+/// left nothing outstanding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TailProbe {
     deadline: Option<Instant>,
@@ -95,6 +105,8 @@ impl TailProbe {
     pub fn observe(&mut self, now: Instant, progress: Progress, srtt: Span) {
         if progress.data_sent {
             self.budget = true;
+        } else if progress.acked && !progress.outstanding {
+            self.budget = false;
         }
         if !(progress.data_sent || progress.acked) {
             return;
@@ -315,6 +327,10 @@ mod tests {
         p.observe(at(120), Progress::ALL_ACKED, SRTT);
         assert_eq!(p.deadline(), None);
         assert!(!p.fire(at(1000)));
+        // Something that is not data left outstanding (an MTU probe, say) and then an ACK
+        // arms nothing: the flight it could have probed for is acknowledged.
+        p.observe(at(1100), Progress::PARTLY_ACKED, SRTT);
+        assert_eq!(p.deadline(), None);
     }
 
     #[test]

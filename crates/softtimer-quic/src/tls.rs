@@ -121,6 +121,10 @@ impl Tuning {
                 ack.ack_eliciting_threshold(VarInt::from_u32(n.saturating_sub(1)));
             }
             ack.max_ack_delay(self.max_ack_delay);
+            // The extension's default (2) lets a receiver sit on one out-of-order packet;
+            // keep RFC 9000's immediate ACK of it, which the default transport has and the
+            // driver's tail-loss probe relies on.
+            ack.reordering_threshold(VarInt::from_u32(1));
             t.ack_frequency_config(Some(ack));
         }
         Ok(t)

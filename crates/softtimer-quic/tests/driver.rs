@@ -58,6 +58,18 @@ fn transfer(
     insecure: bool,
     plan: ClientPlan,
 ) -> (ClientReport, ServerReport, DriverStats) {
+    let (report, served, stats, ()) = transfer_through(config, insecure, plan, |at| (at, ()));
+    (report, served, stats)
+}
+
+/// [`transfer`] with the client sent to the address `route` gives for the server's (a
+/// relay's), and what `route` returned besides, once the run is over.
+fn transfer_through<R>(
+    config: DriverConfig,
+    insecure: bool,
+    plan: ClientPlan,
+    route: impl FnOnce(SocketAddr) -> (SocketAddr, R),
+) -> (ClientReport, ServerReport, DriverStats, R) {
     let identity = Identity::self_signed(&["localhost"]).unwrap();
     let trust = if insecure {
         Trust::Insecure
@@ -65,10 +77,11 @@ fn transfer(
         Trust::Cert(identity.cert.clone())
     };
     let server = start_server(&identity, Tuning::default(), config.clone());
-    let report = run_client(server.addr, trust, Tuning::default(), config, plan);
+    let (to, extra) = route(server.addr);
+    let report = run_client(to, trust, Tuning::default(), config, plan);
     server.stop.stop();
     let (served, stats) = server.done.join().unwrap();
-    (report, served, stats)
+    (report, served, stats, extra)
 }
 
 #[test]
@@ -446,14 +459,15 @@ fn tail_drop_relay(server: SocketAddr, min_burst: usize, nth: usize) -> TailDrop
             if let Ok((n, from)) = got {
                 if from == server {
                     if let (Some(d), Some(c)) = (held.take(), client) {
-                        socket.send_to(&d, c).unwrap();
+                        // A full socket buffer loses it, as a congested link would.
+                        let _ = socket.send_to(&d, c);
                     }
                     held = Some(buf[..n].to_vec());
                     burst += 1;
                     last_from_server = Instant::now();
                 } else {
                     client = Some(from);
-                    socket.send_to(&buf[..n], server).unwrap();
+                    let _ = socket.send_to(&buf[..n], server);
                 }
             }
             if held.is_some() && last_from_server.elapsed() >= quiet {
@@ -464,7 +478,7 @@ fn tail_drop_relay(server: SocketAddr, min_burst: usize, nth: usize) -> TailDrop
                 if burst >= min_burst && long_bursts == nth {
                     dropped += 1;
                 } else if let Some(c) = client {
-                    socket.send_to(&d, c).unwrap();
+                    let _ = socket.send_to(&d, c);
                 }
                 burst = 0;
             }
@@ -476,30 +490,22 @@ fn tail_drop_relay(server: SocketAddr, min_burst: usize, nth: usize) -> TailDrop
 
 /// 30 requests of 8 KB in turn through a relay that loses the last datagram of the 20th
 /// reply (the earlier ones settle the RTT estimate): the slowest request (µs), and the
-/// server's tail-loss probes.
-fn lose_the_reply_tail(tail_probe: bool) -> (f64, u64) {
-    let identity = Identity::self_signed(&["localhost"]).unwrap();
+/// server driver's counters.
+fn lose_the_reply_tail(tail_probe: bool) -> (f64, DriverStats) {
     let config = DriverConfig {
         tail_probe,
         ..DriverConfig::default()
     };
-    let server = start_server(&identity, Tuning::default(), config.clone());
-    // 8 KB is 6 datagrams, one burst within quinn's initial window.
-    let relay = tail_drop_relay(server.addr, 5, 20);
     let plan = ClientPlan {
         download: 8000,
         requests: 30,
         ..ClientPlan::default()
     };
-    let report = run_client(
-        relay.addr,
-        Trust::Cert(identity.cert.clone()),
-        Tuning::default(),
-        config,
-        plan,
-    );
-    server.stop.stop();
-    let (_, stats) = server.done.join().unwrap();
+    // 8 KB is 6 datagrams, one burst within quinn's initial window.
+    let (report, _, stats, relay) = transfer_through(config, false, plan, |server| {
+        let relay = tail_drop_relay(server, 5, 20);
+        (relay.addr, relay)
+    });
     relay.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let dropped = relay.done.join().unwrap();
     assert_eq!(report.error, None);
@@ -507,25 +513,26 @@ fn lose_the_reply_tail(tail_probe: bool) -> (f64, u64) {
     assert_eq!(dropped, 1, "the relay did not drop the reply's tail");
     assert_eq!(report.lost_packets, 0, "the client lost nothing it sent");
     let slowest = report.latencies_us.iter().copied().fold(0.0, f64::max);
-    (slowest, stats.tail_probes)
+    (slowest, stats)
 }
 
 #[test]
 fn a_lost_reply_tail_is_recovered_by_the_tail_probe_before_quinns_probe_timeout() {
     // quinn-proto's own probe timeout includes the peer's largest ACK delay, 25 ms by
     // default, so without the probe the request cannot finish sooner than that.
-    let (without, probes) = lose_the_reply_tail(false);
-    assert_eq!(probes, 0);
+    let (without, stats) = lose_the_reply_tail(false);
+    assert_eq!(stats.tail_probes, 0);
     assert!(
         without >= 25_000.0,
         "the slowest request took {without} µs without a probe"
     );
     // With it: the probe two smoothed RTTs after the last ACK, the client's immediate ACK of
-    // it, quinn's time-threshold loss detection (1 ms at least), the relay's 1 ms holds.
-    let (with, probes) = lose_the_reply_tail(true);
-    assert!(probes >= 1, "no tail-loss probe was sent");
+    // it, quinn's time-threshold loss detection (1 ms at least), the relay's 1 ms holds: a
+    // few ms. Anything under 25 ms is a recovery that did not wait for quinn's timeout.
+    let (with, stats) = lose_the_reply_tail(true);
+    assert!(stats.tail_probes_finding_loss >= 1, "{stats:?}");
     assert!(
-        with < 15_000.0,
+        with < 24_000.0,
         "the slowest request took {with} µs with the probe (without: {without} µs)"
     );
 }

@@ -577,6 +577,15 @@ impl PaceSender {
                         break;
                     }
                 }
+                if !due.is_after(now) {
+                    // Still behind after 64: the remaining expiries are dropped, as a
+                    // timer's overruns beyond what one read handles are. Re-arming in the
+                    // past would fire the event again in the same pass, and a sender slower
+                    // than its interval would never leave it.
+                    let step = self.interval.ticks().max(1);
+                    let missed = now.saturating_since(due).ticks() / step + 1;
+                    due += Span::from_ticks(missed * step);
+                }
                 due
             }
             Clocking::Adaptive { .. } => {

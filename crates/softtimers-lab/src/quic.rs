@@ -220,6 +220,8 @@ pub struct DriverSide {
     pub spin_window_us: Option<f64>,
     /// Tail-loss probes the soft-timer driver sent (`null` for stock quinn).
     pub tail_probes: Option<u64>,
+    /// Of those, the probes after which quinn declared a loss before sending data again.
+    pub tail_probes_finding_loss: Option<u64>,
     /// Time the loop spent spinning before due events, ms, by the loop's clock (CPU time
     /// unless the host took the CPU away meanwhile; `null` for stock quinn).
     pub idle_spin_ms: Option<f64>,
@@ -259,6 +261,7 @@ fn driver_side(quic: &mut QuicLoop) -> DriverSide {
         send_calls: Some(d.stats().send_calls),
         timeouts: d.stats().timeouts,
         tail_probes: Some(d.stats().tail_probes),
+        tail_probes_finding_loss: Some(d.stats().tail_probes_finding_loss),
         timer_late_p50_us: p50,
         timer_late_p99_us: p99,
         timer_late_max_us: max,
@@ -656,6 +659,7 @@ mod tokio_arm {
                 timer_late_hist: hist,
                 causes: None,
                 tail_probes: None,
+                tail_probes_finding_loss: None,
                 spin_window_us: None,
                 idle_spin_ms: None,
             }

@@ -279,6 +279,13 @@ fn quic_steps_write_what_the_checks_read() {
                 // 1 % loss each way over hundreds of ten-packet replies loses some tails.
                 let on = probes("soft", "default");
                 assert!(!on.is_empty() && on.iter().all(|&n| n > Some(0)), "{on:?}");
+                for r in list.iter().filter(|r| r["stack"] == "soft") {
+                    let (sent, found) = (
+                        r["tail_probes"].as_u64(),
+                        r["tail_probes_finding_loss"].as_u64(),
+                    );
+                    assert!(found <= sent, "{r}");
+                }
                 assert!(probes("quinn-tokio", "no-tail-probe").is_empty());
             }
         }

@@ -1249,6 +1249,9 @@ pub struct E16Row {
     /// Tail-loss probes the soft-timer driver sent, both sides (`null` for stock quinn).
     #[serde(default)]
     pub tail_probes: Option<u64>,
+    /// Of those, the probes that found a loss (quinn declared one before sending data again).
+    #[serde(default)]
+    pub tail_probes_finding_loss: Option<u64>,
     /// Latencies, µs (for the CDF).
     pub latencies_us: Vec<f64>,
 }
@@ -1338,6 +1341,10 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                     .iter()
                     .map(|side| side["driver"]["tail_probes"].as_u64())
                     .sum(),
+                tail_probes_finding_loss: [&m.client, &m.server]
+                    .iter()
+                    .map(|side| side["driver"]["tail_probes_finding_loss"].as_u64())
+                    .sum(),
                 latencies_us: lat,
             });
         }
@@ -1381,7 +1388,7 @@ impl Section for E16 {
             let _ = writeln!(md, "Not run here: {why}.");
             return Ok(Rendered::text(md));
         }
-        md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps; `no-tail-probe`: the defaults with the soft-timer driver's tail-loss probe off (a PING two smoothed RTTs after the last data or ACK while data is unacknowledged, which the peer acknowledges at once when it arrives after a gap, so that quinn's loss detection finds a lost last packet in about an RTT instead of after its probe timeout). `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Tail probes are both sides'. Medians over rounds with [min, max].\n\n| config | stack | p50 (µs) | p99 (µs) | p99.9 (µs) | timers handled | timer late p50 (µs) | p99 (µs) | tail probes |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps; `no-tail-probe`: the defaults with the soft-timer driver's tail-loss probe off (a PING two smoothed RTTs after the last data or ACK while data is unacknowledged, which the peer acknowledges at once when it arrives after a gap, so that quinn's loss detection finds a lost last packet in about an RTT instead of after its probe timeout). `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Tail probes are both sides', with those that found a loss (quinn declared a packet lost before it next sent data) in brackets; the others met a peer that was only delaying its ACK. Medians over rounds with [min, max].\n\n| config | stack | p50 (µs) | p99 (µs) | p99.9 (µs) | timers handled | timer late p50 (µs) | p99 (µs) | tail probes (finding a loss) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let keys = distinct(&self.rows, |r| (r.config.clone(), r.stack.clone()));
         for (config, stack) in &keys {
             let col = |g: fn(&E16Row) -> f64, digits: usize| {
@@ -1406,7 +1413,20 @@ impl Section for E16 {
                 if stack == "quinn-tokio" {
                     "-".to_string()
                 } else {
-                    col(|r| r.tail_probes.map_or(f64::NAN, |n| n as f64), 0)
+                    let median_of = |g: fn(&E16Row) -> Option<u64>| {
+                        median(
+                            self.rows
+                                .iter()
+                                .filter(|r| &r.config == config && &r.stack == stack)
+                                .map(|r| g(r).map_or(f64::NAN, |n| n as f64))
+                                .collect(),
+                        )
+                    };
+                    format!(
+                        "{} ({})",
+                        num(median_of(|r| r.tail_probes), 0),
+                        num(median_of(|r| r.tail_probes_finding_loss), 0)
+                    )
                 }
             );
         }
