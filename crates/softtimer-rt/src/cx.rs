@@ -5,7 +5,6 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use rustix::event::epoll;
 use rustix::net::{RecvFlags, SendFlags, SocketAddrAny};
@@ -290,7 +289,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
 
     /// Asks the loop to return from [`EventLoop::run`] after this batch.
     pub fn stop(&mut self) {
-        self.core.stop.flag.store(true, Ordering::Release);
+        self.core.stop.request();
     }
 
     /// Watches `fd` for `interest`; `token` (below [`MAX_TOKEN`]) comes back in [`Ready`].

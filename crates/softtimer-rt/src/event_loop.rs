@@ -33,7 +33,17 @@ const SPIN_SLICE: Duration = Duration::from_micros(20);
 
 pub(crate) struct StopInner {
     pub flag: AtomicBool,
+    /// The facility's: timer signals fire nothing while it is set.
+    pub signals_paused: Arc<AtomicBool>,
     pub fd: OwnedFd,
+}
+
+impl StopInner {
+    /// Asks the loop to stop; timer signals fire nothing from now on.
+    pub(crate) fn request(&self) {
+        self.signals_paused.store(true, Ordering::Release);
+        self.flag.store(true, Ordering::Release);
+    }
 }
 
 /// Where [`EventLoop::run_with`] hands the application a turn.
@@ -57,7 +67,7 @@ pub struct StopHandle(Arc<StopInner>);
 impl StopHandle {
     /// Asks the loop to return from [`EventLoop::run`] (promptly, even if it is blocked).
     pub fn stop(&self) {
-        self.0.flag.store(true, Ordering::Release);
+        self.0.request();
         let _ = rustix::io::write(&self.0.fd, &1u64.to_ne_bytes());
     }
 }
@@ -125,7 +135,10 @@ impl<E: Send + 'static> EventLoop<E, SystemClock> {
 
     /// The timer-signal baseline: a POSIX timer signal, delivered to the loop thread every
     /// `period` (1 µs ..= 1 hour), interrupts whatever it is doing and fires due events from
-    /// the signal handler; trigger states fire nothing. `config.mode` is ignored.
+    /// the signal handler; trigger states fire nothing. `config.mode` is ignored. Signals
+    /// fire events only while the loop runs, until it is asked to stop: a handler slower
+    /// than `period` keeps the thread in signal context, and must not keep it from
+    /// starting, stopping or dropping the loop.
     ///
     /// # Safety
     ///
@@ -247,11 +260,13 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             spin_slice: clock.span(SPIN_SLICE),
         };
         let off = config.mode == TimerMode::Off && signal_period.is_none();
+        let signals_paused = Arc::clone(&shared.signals_paused);
         let core = Core::new(
             shared,
             epoll,
             Arc::new(StopInner {
                 flag: AtomicBool::new(false),
+                signals_paused,
                 fd: stop_fd,
             }),
             off,
@@ -407,7 +422,16 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         F: FnMut(&mut LoopCx<'_, E, C>, Ready),
         T: FnMut(&mut LoopCx<'_, E, C>, LoopTurn) -> bool,
     {
+        // Timer signals fire events during a run only: outside one, nothing would stop a
+        // handler slower than the signal period.
+        if !self.core.stop.flag.load(Ordering::Acquire) {
+            self.core
+                .stop
+                .signals_paused
+                .store(false, Ordering::Release);
+        }
         let result = self.run_inner(&mut on_ready, &mut on_turn);
+        self.core.stop.signals_paused.store(true, Ordering::Release);
         self.core.stop.flag.store(false, Ordering::Release);
         self.core.idle_spin = true;
         result

@@ -8,7 +8,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rustix::event::{EventfdFlags, eventfd};
 use rustix::time::{TimerfdClockId, TimerfdFlags, timerfd_create};
@@ -144,6 +144,11 @@ pub(crate) struct Shared<E, C: Clock> {
     pub handler_panics: AtomicU64,
     /// Timer signals that found the facility locked, not yet moved into the counters.
     pub signal_busy: AtomicU64,
+    /// Timer signals fire nothing: outside runs, and from a stop request on. A handler
+    /// slower than the signal period would otherwise hold the thread in signal context for
+    /// good: before a run, its owner would never reach it; during one, the loop would never
+    /// see the request; after one, its owner could not drop it.
+    pub signals_paused: Arc<AtomicBool>,
     pub backstop_realtime: AtomicBool,
     /// CPU time (ns) the helper threads used, by thread: backstop, watcher.
     pub backstop_cpu_ns: AtomicU64,
@@ -206,6 +211,7 @@ impl<E, C: Clock> Shared<E, C> {
             deadline_wakeups: AtomicU64::new(0),
             handler_panics: AtomicU64::new(0),
             signal_busy: AtomicU64::new(0),
+            signals_paused: Arc::new(AtomicBool::new(true)),
             backstop_realtime: AtomicBool::new(false),
             backstop_cpu_ns: AtomicU64::new(0),
             watcher_cpu_ns: AtomicU64::new(0),

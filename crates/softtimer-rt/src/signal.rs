@@ -23,6 +23,10 @@ pub(crate) trait SignalTarget {
 
 impl<E, C: Clock> SignalTarget for Shared<E, C> {
     fn on_signal(&self) {
+        // The loop is stopping or stopped (see `Shared::signals_paused`).
+        if self.signals_paused.load(Ordering::Relaxed) {
+            return;
+        }
         // `try_lock`: the signal may have interrupted this very thread inside the facility;
         // waiting for the lock would wait forever. A busy facility is a missed interrupt,
         // counted by the atomic below (the counters live under the very lock we failed to

@@ -586,3 +586,54 @@ fn bad_input_is_a_clear_error() {
         Err(RtError::TimersOff)
     ));
 }
+
+/// A timer-signal loop whose handler is slower than the signal period spends all its time
+/// in signal context, like a machine in receive livelock; a stop request must still end it.
+#[test]
+fn a_signal_loop_swamped_by_a_slow_handler_still_stops() {
+    let cfg = LoopConfig {
+        capacity: 16,
+        ..LoopConfig::default()
+    };
+    // SAFETY: the handler spins on the clock and re-arms itself in a facility with room
+    // reserved: no allocation, no lock, so it is async-signal-safe.
+    #[allow(unsafe_code)]
+    let mut ev: EventLoop<()> = unsafe {
+        EventLoop::with_timer_signal(cfg, Duration::from_micros(20), |timers, ev| {
+            let until = Instant::now() + Duration::from_micros(200);
+            while Instant::now() < until {}
+            // Due at once, but after this pass: the next signal, already pending, fires it.
+            let _ = timers.schedule_at(ev.now + Span::from_ticks(1), ());
+        })
+        .unwrap()
+    };
+    let stop = ev.stop_handle();
+    let asked = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let noted = Arc::clone(&asked);
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        *noted.lock().unwrap() = Some(Instant::now());
+        stop.stop();
+    });
+    // The slow event starts on the loop's first turn: from then on the thread lives in the
+    // signal handler.
+    let mut started = false;
+    ev.run_with(
+        |_, _| {},
+        |cx, _| {
+            if !started {
+                started = true;
+                let now = cx.now();
+                cx.schedule_at(now, ()).unwrap();
+            }
+            false
+        },
+    )
+    .unwrap();
+    let asked = asked.lock().unwrap().expect("stopped before it was asked");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "took {:?} to stop",
+        asked.elapsed()
+    );
+}
