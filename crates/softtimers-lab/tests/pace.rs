@@ -98,9 +98,12 @@ fn the_sink_counts_every_datagram_and_the_rate_is_right() {
             got.flow_packets_max - got.flow_packets_min <= 2,
             "{case}: the flows did not share the rate: {got:?}"
         );
-        if scheduler == Departure {
-            // Departure times keep the flows' phases; the per-flow pacers start staggered
-            // too, but each catches up on its own after a stall, so their phases wander.
+        // Departure times keep the flows' phases; the per-flow pacers start staggered too,
+        // but each catches up on its own after a stall, so their phases wander. A stall of
+        // the sender (a busy host: CI runs tests side by side) makes every flow late at
+        // once, and a flow that is late leaves now, without credit: the phases meet. So the
+        // phases are checked on runs the host left alone.
+        if scheduler == Departure && got.gaps_over_1ms <= 3 {
             assert!(
                 got.interarrival_p50_us > 150.0,
                 "{case}: the flows arrived together: {got:?}"
