@@ -517,6 +517,13 @@ impl Driver {
         self.conns.len()
     }
 
+    /// Datagrams waiting in the pacer for their departure times (always 0 under
+    /// [`Pacing::Quinn`]). An application that wants its last data to leave before it
+    /// stops the loop waits for this to reach 0; a connection's close never waits here.
+    pub fn paced_datagrams(&self) -> usize {
+        self.pacer.len()
+    }
+
     /// The driver's counters.
     pub fn stats(&self) -> &DriverStats {
         &self.stats
@@ -787,7 +794,15 @@ impl Driver {
                 let mut pushed = false;
                 let handles: Vec<ConnectionHandle> = self.conns.keys().copied().collect();
                 for ch in handles {
-                    if self.pacer.queued(ch) > 0 || self.blocked.is_some() {
+                    if self.blocked.is_some() {
+                        continue;
+                    }
+                    // A closed connection's CONNECTION_CLOSE leaves at once, ahead of its
+                    // queue: it is not congestion controlled (quinn-proto does not pace it
+                    // either), and a loop that stops right after a close must not leave it
+                    // queued, or the peer waits out its idle timeout.
+                    let closing = self.conns[&ch].conn.is_closed();
+                    if !closing && self.pacer.queued(ch) > 0 {
                         continue;
                     }
                     let mut buf = self.spare.pop().unwrap_or_default();
@@ -815,9 +830,14 @@ impl Driver {
                         bytes: buf,
                         segment_size: t.segment_size,
                     };
+                    pushed = true;
+                    if closing {
+                        sent_any |= self.send_now(d);
+                        cx.trigger(TriggerSource::Send);
+                        continue;
+                    }
                     let len = d.bytes.len() as u64;
                     self.pacer.push(ch, now, len, d);
-                    pushed = true;
                 }
                 if !pushed {
                     break;

@@ -536,3 +536,155 @@ fn a_lost_reply_tail_is_recovered_by_the_tail_probe_before_quinns_probe_timeout(
         "the slowest request took {with} µs with the probe (without: {without} µs)"
     );
 }
+
+/// A UDP relay between one client and `server` that holds every datagram `delay` before
+/// passing it on, both ways: a path with an RTT of twice `delay`.
+struct DelayRelay {
+    addr: SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: thread::JoinHandle<()>,
+}
+
+fn delay_relay(server: SocketAddr, delay: Duration) -> DelayRelay {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // Non-blocking with short sleeps, as in the tail-drop relay.
+    socket.set_nonblocking(true).unwrap();
+    let addr = socket.local_addr().unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stopped = std::sync::Arc::clone(&stop);
+    let done = thread::spawn(move || {
+        let mut client: Option<SocketAddr> = None;
+        let mut held: std::collections::VecDeque<(Instant, SocketAddr, Vec<u8>)> =
+            Default::default();
+        let mut buf = vec![0u8; 65536];
+        while !stopped.load(Ordering::Relaxed) {
+            match socket.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    let to = if from == server {
+                        client
+                    } else {
+                        client = Some(from);
+                        Some(server)
+                    };
+                    if let Some(to) = to {
+                        held.push_back((Instant::now() + delay, to, buf[..n].to_vec()));
+                    }
+                }
+                Err(_) => thread::sleep(Duration::from_micros(50)),
+            }
+            while held
+                .front()
+                .is_some_and(|(due, _, _)| *due <= Instant::now())
+            {
+                let (_, to, d) = held.pop_front().unwrap();
+                let _ = socket.send_to(&d, to);
+            }
+        }
+    });
+    DelayRelay { addr, stop, done }
+}
+
+/// A client that uploads as fast as its pacer lets it, then, `quit_after` the handshake,
+/// closes the connection and stops its loop in the same turn.
+struct UploadThenQuit {
+    conn: ConnId,
+    stream: Option<softtimer_quic::StreamId>,
+    quit_after: Duration,
+    quit_at: Option<softtimer::Instant>,
+}
+
+impl UploadThenQuit {
+    fn upload(&mut self, driver: &mut Driver) {
+        let Some(stream) = self.stream else { return };
+        let chunk = [0u8; 16_384];
+        while driver.write(self.conn, stream, &chunk).unwrap_or(0) > 0 {}
+    }
+}
+
+impl App for UploadThenQuit {
+    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+        match event {
+            QuicEvent::Connected(_) => {
+                self.stream = driver.open_bi(self.conn).unwrap();
+                let ticks = self.quit_after.as_secs_f64() * driver.hz() as f64;
+                self.quit_at = Some(driver.now() + softtimer::Span::from_ticks(ticks as u64));
+                self.upload(driver);
+            }
+            QuicEvent::Writable(..) => self.upload(driver),
+            _ => {}
+        }
+    }
+
+    fn on_turn(&mut self, driver: &mut Driver) -> bool {
+        let Some(at) = self.quit_at else { return false };
+        let now = driver.now();
+        if at.is_after(now) {
+            driver.wake_at(at);
+            return false;
+        }
+        if driver.paced_datagrams() == 0 {
+            // Quit while the pacer holds a datagram: that is the case under test.
+            let ticks = driver.hz() / 10_000;
+            driver.wake_at(now + softtimer::Span::from_ticks(ticks));
+            return false;
+        }
+        self.quit_at = None;
+        driver.close(self.conn, 0, "bye").unwrap();
+        driver.stop();
+        true
+    }
+}
+
+#[test]
+fn a_paced_client_that_closes_and_stops_at_once_still_tells_the_server() {
+    // Through a 40 ms RTT the client's initial window paces its upload at a datagram every
+    // 2.6 ms; it closes while the pacer holds its next datagram, and stops its loop in that
+    // turn. Its CONNECTION_CLOSE must leave all the same, or the server,
+    // which stops once its one connection has closed, waits out its 30 s idle timeout.
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let config = DriverConfig {
+        pacing: Pacing::PerPacket,
+        ..DriverConfig::default()
+    };
+    let server_cfg = server_config(&identity, &Tuning::default()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let server_driver = config.clone();
+    let server = thread::spawn(move || {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut quic =
+            QuicLoop::new(Default::default(), socket, server_driver, Some(server_cfg)).unwrap();
+        tx.send((quic.driver().local_addr().unwrap(), quic.stop_handle()))
+            .unwrap();
+        let mut app = PerfServer::new(Some(1));
+        quic.run(&mut app).unwrap();
+        let _ = done_tx.send(app.report.bytes_received);
+    });
+    let (addr, stop) = rx.recv().unwrap();
+    let relay = delay_relay(addr, Duration::from_millis(20));
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut quic = QuicLoop::new(Default::default(), socket, config, None).unwrap();
+    let client = client_config(&Trust::Insecure, &Tuning::default()).unwrap();
+    let conn = quic
+        .driver()
+        .connect(client, relay.addr, "localhost")
+        .unwrap();
+    let mut app = UploadThenQuit {
+        conn,
+        stream: None,
+        quit_after: Duration::from_millis(50),
+        quit_at: None,
+    };
+    quic.run(&mut app).unwrap();
+    // The close is 20 ms away on the relay; a busy host gets ample time.
+    let served = done_rx.recv_timeout(Duration::from_secs(5));
+    stop.stop();
+    server.join().unwrap();
+    relay.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    relay.done.join().unwrap();
+    assert!(
+        matches!(served, Ok(bytes) if bytes > 0),
+        "the server did not hear the client's close: {served:?}"
+    );
+}
