@@ -98,7 +98,9 @@ pub struct TimerRow {
     /// Smallest and largest run time, s.
     #[serde(deserialize_with = "crate::summary::num_pair")]
     pub run_range_s: (f64, f64),
-    /// Runs cut at 8 s, their time and events extrapolated from the chunks done.
+    /// Runs cut at [`MAX_RUN`] (4 s), their time and events extrapolated from the chunks
+    /// done. After three such runs a configuration is not run again, so its row has fewer
+    /// runs than the others.
     #[serde(default)]
     pub runs_cut_short: usize,
 }
@@ -378,7 +380,10 @@ fn null_handler(interval: Span) -> impl Fn(&mut SoftTimers<()>, Fired<()>) + Sen
 /// the chunks it did: a timer signal every 10 µs can slow the workload a hundredfold on a
 /// virtual machine (each signal costs about as much as its interval), and three such runs
 /// would take minutes.
-const MAX_RUN: Duration = Duration::from_secs(8);
+const MAX_RUN: Duration = Duration::from_secs(4);
+
+/// Runs cut at [`MAX_RUN`] after which a configuration is not run again.
+const CUT_RUNS_ENOUGH: usize = 3;
 
 fn run_once(
     array: &[u32],
@@ -461,13 +466,31 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
     let trigger_states_per_s = probe.triggers.unwrap_or(0) as f64 / probe.elapsed.as_secs_f64();
     let backstop_realtime = probe.backstop_realtime;
 
+    // A configuration cut short in CUT_RUNS_ENOUGH rounds is not run again: its slowdown is
+    // then tens of times the workload, known well enough, and each further run would cost
+    // MAX_RUN.
+    let mut cut_runs: std::collections::HashMap<(TimerSource, u64), usize> = Default::default();
     let runs = interleaved(
         config.runs,
         &configs,
         &mut progress,
         |&(source, us)| format!("{} {}", source.name(), interval_label(source, us)),
-        |&(source, us)| run_once(&array, source, us, config.chunks, false),
+        |&(source, us)| {
+            let cut = cut_runs.entry((source, us)).or_default();
+            if *cut >= CUT_RUNS_ENOUGH {
+                return Ok(None);
+            }
+            let r = run_once(&array, source, us, config.chunks, false)?;
+            *cut += usize::from(r.cut_short);
+            Ok(Some(r))
+        },
     )?;
+    // Skipped rounds are the last ones, so the runs left stay paired with the baseline's
+    // runs of the same rounds.
+    let runs: Vec<Vec<RunResult>> = runs
+        .into_iter()
+        .map(|c| c.into_iter().flatten().collect())
+        .collect();
     let times: Vec<Vec<f64>> = runs
         .iter()
         .map(|c| c.iter().map(|r| r.elapsed.as_secs_f64()).collect())
@@ -798,7 +821,8 @@ pub fn to_markdown(report: &TimersReport) -> String {
     if report.rows.iter().any(|r| r.runs_cut_short > 0) {
         let _ = writeln!(
             out,
-            "\n\\* Runs cut at {} s, their time and events extrapolated from the chunks done.",
+            "\n\\* Runs cut at {} s, their time and events extrapolated from the chunks done; \
+             after {CUT_RUNS_ENOUGH} such runs a configuration is not run again.",
             MAX_RUN.as_secs()
         );
     }
