@@ -385,6 +385,12 @@ const MAX_RUN: Duration = Duration::from_secs(4);
 /// Runs cut at [`MAX_RUN`] after which a configuration is not run again.
 const CUT_RUNS_ENOUGH: usize = 3;
 
+/// The most time `rounds` runs of a configuration slow enough to be cut short take, for the
+/// lab's estimate of what is left.
+pub fn slowest_runs_at_most(rounds: usize) -> Duration {
+    MAX_RUN * rounds.min(CUT_RUNS_ENOUGH) as u32
+}
+
 fn run_once(
     array: &[u32],
     source: TimerSource,

@@ -55,9 +55,10 @@ impl RunLength {
     pub fn mode(self) -> &'static str {
         self.pick("quick", "full")
     }
-    /// One run of a throughput comparison (E1, E2, E13, nginx).
+    /// One run of a throughput comparison (E1, E2, E6, E7, E9, E13, nginx). Runs are short
+    /// and rounds many: the host's drift between rounds, not a run's length, limits a ratio.
     pub fn throughput_run(self) -> Duration {
-        Duration::from_millis(self.pick(400, 2_000))
+        Duration::from_millis(self.pick(400, 1_250))
     }
     /// Interleaved rounds of a throughput comparison.
     pub fn rounds(self) -> usize {
@@ -77,7 +78,7 @@ impl RunLength {
     }
     /// Rounds of `bench timers`.
     pub fn timers_rounds(self) -> usize {
-        self.pick(3, 21)
+        self.pick(3, 17)
     }
     /// How long `bench timers` computes without system calls to measure the backstop.
     pub fn backstop_compute(self) -> Duration {

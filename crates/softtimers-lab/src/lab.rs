@@ -89,6 +89,10 @@ struct Overall {
     done_actual: Duration,
 }
 
+/// Expected time done after which the estimate scales what is left by how fast this machine
+/// has been.
+const SCALE_AFTER: Duration = Duration::from_secs(10);
+
 impl Overall {
     fn new(expected: Vec<Duration>) -> Self {
         let multi = MultiProgress::new();
@@ -112,8 +116,9 @@ impl Overall {
 
     /// The time left while step `i` is `fraction` done after `elapsed`.
     fn remaining(&self, i: usize, fraction: f64, elapsed: Duration) -> Duration {
-        // How much slower (or faster) than expected this machine has been so far.
-        let scale = if self.done_expected >= Duration::from_secs(1) {
+        // How much slower (or faster) than expected this machine has been so far, once
+        // enough has been done to tell: a one-second step says little.
+        let scale = if self.done_expected >= SCALE_AFTER {
             (self.done_actual.as_secs_f64() / self.done_expected.as_secs_f64()).clamp(0.5, 4.0)
         } else {
             1.0
@@ -264,5 +269,18 @@ mod tests {
         o.done_expected = Duration::from_secs(10);
         o.done_actual = Duration::from_secs(20);
         assert_eq!(o.remaining(1, 0.0, Duration::ZERO), Duration::from_secs(40));
+    }
+
+    #[test]
+    fn a_short_step_that_ran_fast_does_not_halve_the_estimate() {
+        let mut o = Overall::new(vec![Duration::from_secs(1), Duration::from_secs(100)]);
+        o.bar
+            .set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        o.done_expected = Duration::from_secs(1);
+        o.done_actual = Duration::from_millis(300);
+        assert_eq!(
+            o.remaining(1, 0.0, Duration::ZERO),
+            Duration::from_secs(100)
+        );
     }
 }

@@ -309,6 +309,11 @@ struct QuicCommon {
     /// an RTT instead of quinn's probe timeout of 25 ms and more).
     #[arg(long)]
     no_tail_probe: bool,
+    /// Close a connection after this long without a packet from the peer (the QUIC stacks;
+    /// the smaller of the two sides' values applies). A server whose client's close was lost
+    /// exits after this long. Default: 30 s.
+    #[arg(long, value_parser = parse_duration)]
+    idle_timeout: Option<std::time::Duration>,
     /// Also write the result as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -325,6 +330,7 @@ impl QuicCommon {
             spin: self.spin,
             per_departure: self.per_departure,
             tail_probe: !self.no_tail_probe,
+            idle_timeout: self.idle_timeout,
         }
     }
 }

@@ -156,6 +156,56 @@ pub(crate) fn command_in(ns: &str, program: impl AsRef<OsStr>) -> Command {
     command
 }
 
+/// Waits until `child`, started with [`command_in`] in namespace `ns`, has a UDP or TCP
+/// socket bound to local `port`: a server is ready when its socket is, with no fixed sleep to
+/// guess at. Returns `Ok(false)` if the child exited first, an error after `timeout`.
+///
+/// The child's own `/proc/PID/net` tables are read once `/proc/PID/ns/net` is `ns` (until
+/// `ip netns exec` has switched, they would show the caller's namespace).
+pub(crate) fn wait_until_bound(
+    ns: &str,
+    child: &mut std::process::Child,
+    port: u16,
+    timeout: std::time::Duration,
+) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let wanted = std::fs::metadata(format!("/run/netns/{ns}"))
+        .with_context(|| format!("namespace {ns}"))?
+        .ino();
+    let pid = child.id();
+    let suffix = format!(":{port:04X}");
+    let bound = || {
+        let in_ns =
+            std::fs::metadata(format!("/proc/{pid}/ns/net")).is_ok_and(|m| m.ino() == wanted);
+        in_ns
+            && ["udp", "udp6", "tcp", "tcp6"].iter().any(|table| {
+                std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).is_ok_and(|text| {
+                    text.lines().skip(1).any(|line| {
+                        line.split_whitespace()
+                            .nth(1)
+                            .is_some_and(|local| local.ends_with(&suffix))
+                    })
+                })
+            })
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if bound() {
+            return Ok(true);
+        }
+        if child.try_wait().context("waiting for a child")?.is_some() {
+            return Ok(false);
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!(
+                "nothing was listening on port {port} in namespace {ns} after {:.1} s",
+                timeout.as_secs_f64()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// A thread running inside a network namespace ([`spawn_in`]).
 pub struct InNamespace<T>(std::thread::JoinHandle<Option<T>>);
 

@@ -427,6 +427,18 @@ impl RunningPath {
         command_in(self.namespace(side), program)
     }
 
+    /// Waits until `child`, started with [`command`](Self::command) on `side`, has a socket
+    /// bound to `port`; `Ok(false)` if it exited first.
+    pub fn wait_until_bound(
+        &self,
+        side: Side,
+        child: &mut std::process::Child,
+        port: u16,
+        timeout: Duration,
+    ) -> Result<bool> {
+        crate::netns::wait_until_bound(self.namespace(side), child, port, timeout)
+    }
+
     /// Stops the emulator and returns what it measured; the namespaces and devices go when
     /// this is dropped (the devices with the emulator's descriptors).
     pub fn finish(mut self) -> Result<PathReport> {

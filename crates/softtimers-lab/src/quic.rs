@@ -108,6 +108,8 @@ pub struct Common {
     pub per_departure: usize,
     /// The soft-timer driver's tail-loss probe (the soft stacks; on by default).
     pub tail_probe: bool,
+    /// The connection's idle timeout (the QUIC stacks; default: [`Tuning`]'s, 30 s).
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Common {
@@ -153,15 +155,31 @@ impl Common {
         if self.ack_every == Some(0) {
             bail!("--ack-every must be at least 1");
         }
+        if self.idle_timeout.is_some() && self.stack == Stack::KernelTcp {
+            bail!("--idle-timeout applies to the QUIC stacks only");
+        }
+        let idle_timeout = self.idle_timeout.unwrap_or(Tuning::default().idle_timeout);
+        if !(MIN_IDLE_TIMEOUT..=MAX_IDLE_TIMEOUT).contains(&idle_timeout) {
+            bail!(
+                "--idle-timeout {idle_timeout:?} is out of range ({MIN_IDLE_TIMEOUT:?} to \
+                 {MAX_IDLE_TIMEOUT:?})"
+            );
+        }
         Ok(Tuning {
             window: self.window,
             controller: Arc::new(AfterIdleFactory::new(mode)),
             ack_every: self.ack_every,
             max_ack_delay: self.max_ack_delay,
+            idle_timeout,
             ..Tuning::default()
         })
     }
 }
+
+/// The shortest `--idle-timeout`: a few RTTs of a slow path.
+const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(100);
+/// The longest `--idle-timeout`: a day.
+const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(86_400);
 
 /// `softtimers quic server`.
 #[derive(Clone, Debug)]

@@ -92,6 +92,11 @@ struct Measured {
     other_cpu_pct: f64,
 }
 
+/// E13's configurations per round: plain soft timers, then every design at every deadline.
+pub fn configs() -> usize {
+    1 + DeadlineDesign::ALL.len() * DEADLINES_US.len()
+}
+
 /// E13 (Table XIII): the cost and firing rate of each deadline design.
 pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E13> {
     let length = options.length;
@@ -100,6 +105,7 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     for design in DeadlineDesign::ALL {
         configs.extend(DEADLINES_US.map(|d| Some((design, d))));
     }
+    debug_assert_eq!(configs.len(), self::configs());
     let base = Setup::plain(
         Workload::HttpKeepAlive,
         length.throughput_run(),

@@ -96,10 +96,12 @@ pub struct Carry {
 /// Time a server run takes beyond its load (start, connect, stop, join).
 const RUN_OVERHEAD: Duration = Duration::from_millis(150);
 
-/// About how long one `bench timers` run (100,000 chunks) takes.
-const TIMERS_RUN: Duration = Duration::from_millis(400);
-/// `bench timers`' configurations per round at intervals 10, 20 and 50 µs.
-const TIMERS_CONFIGS: usize = 11;
+/// About how long one `bench timers` run (100,000 chunks, a fresh loop) takes on average
+/// over its configurations, the slowest (timer signals every 10 µs) apart.
+const TIMERS_RUN: Duration = Duration::from_millis(1_150);
+/// `bench timers`' configurations per round at intervals 10, 20 and 50 µs, the slowest
+/// apart.
+const TIMERS_CONFIGS: usize = 10;
 
 fn runs(n: usize, each: Duration) -> Duration {
     (each + RUN_OVERHEAD) * n as u32
@@ -250,13 +252,16 @@ impl Step {
         let rounds = length.rounds();
         match self {
             Step::Info => Duration::from_secs(1),
-            Step::BenchCore => Duration::from_secs(if length.quick { 8 } else { 90 }),
+            Step::BenchCore => Duration::from_secs(if length.quick { 2 } else { 4 }),
             Step::BenchTimers => {
+                // The slowest configuration: cut short three times, then not run again.
                 TIMERS_RUN * (length.timers_rounds() * TIMERS_CONFIGS) as u32
+                    + bench_timers::slowest_runs_at_most(length.timers_rounds())
                     + length.backstop_compute()
-                    + Duration::from_secs(1)
+                    + length.state_time() * 11
             }
-            Step::E1 | Step::E2 => runs(rounds * 7, throughput),
+            Step::E1 => runs(rounds * 8, throughput),
+            Step::E2 => runs(rounds * 7, throughput),
             Step::E3 => runs(4, length.trace_run()),
             Step::E4 => runs(1, length.timeline()) + Duration::from_millis(500),
             Step::E5 if after_e3 => Duration::from_millis(500),
@@ -282,7 +287,7 @@ impl Step {
                     livelock::runs(name, length.quick) as f64 * livelock::run_seconds(length.quick),
                 )
             }
-            Step::E13 => runs(rounds * 6, throughput),
+            Step::E13 => runs(rounds * deadline::configs(), throughput),
             Step::Quic | Step::E14 | Step::E16 => {
                 Duration::from_secs_f64(quic::expected_seconds(self.name(), length.quick))
             }
