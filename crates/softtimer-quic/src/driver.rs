@@ -51,6 +51,8 @@ pub enum Pacing {
     /// Every datagram (or every [`DriverConfig::datagrams_per_departure`] of them, sent
     /// together) gets its own departure time at 1.25 × cwnd / srtt and leaves from the
     /// departure-time scheduler ([`PacketPacer`]), as Linux's `fq` paces the kernel's TCP.
+    /// A closed connection's CONNECTION_CLOSE leaves at once: like quinn-proto, the driver
+    /// does not pace what is not congestion controlled.
     PerPacket,
 }
 
@@ -517,9 +519,10 @@ impl Driver {
         self.conns.len()
     }
 
-    /// Datagrams waiting in the pacer for their departure times (always 0 under
-    /// [`Pacing::Quinn`]). An application that wants its last data to leave before it
-    /// stops the loop waits for this to reach 0; a connection's close never waits here.
+    /// Departures waiting in the pacer (datagrams, or GSO batches of
+    /// [`DriverConfig::datagrams_per_departure`]); always 0 under [`Pacing::Quinn`]. An
+    /// application that wants its last data to leave before it stops the loop waits for this
+    /// to reach 0; a connection's close never waits here.
     pub fn paced_datagrams(&self) -> usize {
         self.pacer.len()
     }
@@ -549,7 +552,10 @@ impl Driver {
         });
     }
 
-    /// Makes [`QuicLoop::run`] return at the end of this turn, after sending what is due.
+    /// Makes [`QuicLoop::run`] return at the end of this turn, after sending what is due
+    /// (a connection's close included). Paced datagrams not yet due stay queued
+    /// ([`paced_datagrams`](Self::paced_datagrams)), and a datagram the socket refused
+    /// this turn (its buffer full) is not sent.
     pub fn stop(&mut self) {
         self.stop = true;
     }

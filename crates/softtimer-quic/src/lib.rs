@@ -12,7 +12,8 @@
 //!   stock quinn uses them), and each send and receive is a trigger state;
 //! * with [`Pacing::PerPacket`], every datagram is stamped with its own departure time at
 //!   1.25 × cwnd / srtt and released by the departure-time scheduler of `softtimer-net`
-//!   ([`pacing::PacketPacer`]), so quinn's bursts leave evenly spaced;
+//!   ([`pacing::PacketPacer`]), so quinn's bursts leave evenly spaced (a closed
+//!   connection's CONNECTION_CLOSE is not paced);
 //! * a tail-loss probe ([`probe`]) two smoothed RTTs after the last transmission finds a lost
 //!   last packet in about one RTT instead of quinn-proto's probe timeout, which includes the
 //!   peer's 25 ms ACK delay: a sub-millisecond recovery timer that a 1 ms wheel cannot run;

@@ -586,12 +586,15 @@ fn delay_relay(server: SocketAddr, delay: Duration) -> DelayRelay {
 }
 
 /// A client that uploads as fast as its pacer lets it, then, `quit_after` the handshake,
-/// closes the connection and stops its loop in the same turn.
+/// closes the connection and stops its loop in the same turn. It gives up (stops without a
+/// close) if the connection is lost or at `give_up_at`, so a failure cannot hang the test.
 struct UploadThenQuit {
     conn: ConnId,
     stream: Option<softtimer_quic::StreamId>,
     quit_after: Duration,
     quit_at: Option<softtimer::Instant>,
+    give_up_at: softtimer::Instant,
+    closed: bool,
 }
 
 impl UploadThenQuit {
@@ -607,18 +610,24 @@ impl App for UploadThenQuit {
         match event {
             QuicEvent::Connected(_) => {
                 self.stream = driver.open_bi(self.conn).unwrap();
-                let ticks = self.quit_after.as_secs_f64() * driver.hz() as f64;
-                self.quit_at = Some(driver.now() + softtimer::Span::from_ticks(ticks as u64));
+                let after = softtimer::Span::from_duration(self.quit_after, driver.hz());
+                self.quit_at = Some(driver.now() + after);
                 self.upload(driver);
             }
             QuicEvent::Writable(..) => self.upload(driver),
+            QuicEvent::Lost(..) => driver.stop(),
             _ => {}
         }
     }
 
     fn on_turn(&mut self, driver: &mut Driver) -> bool {
-        let Some(at) = self.quit_at else { return false };
         let now = driver.now();
+        if !self.give_up_at.is_after(now) {
+            driver.stop();
+            return true;
+        }
+        driver.wake_at(self.give_up_at);
+        let Some(at) = self.quit_at else { return false };
         if at.is_after(now) {
             driver.wake_at(at);
             return false;
@@ -631,6 +640,7 @@ impl App for UploadThenQuit {
         }
         self.quit_at = None;
         driver.close(self.conn, 0, "bye").unwrap();
+        self.closed = true;
         driver.stop();
         true
     }
@@ -670,11 +680,15 @@ fn a_paced_client_that_closes_and_stops_at_once_still_tells_the_server() {
         .driver()
         .connect(client, relay.addr, "localhost")
         .unwrap();
+    let give_up_at = quic.driver().now()
+        + softtimer::Span::from_duration(Duration::from_secs(10), quic.driver().hz());
     let mut app = UploadThenQuit {
         conn,
         stream: None,
         quit_after: Duration::from_millis(50),
         quit_at: None,
+        give_up_at,
+        closed: false,
     };
     quic.run(&mut app).unwrap();
     // The close is 20 ms away on the relay; a busy host gets ample time.
@@ -683,6 +697,10 @@ fn a_paced_client_that_closes_and_stops_at_once_still_tells_the_server() {
     server.join().unwrap();
     relay.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     relay.done.join().unwrap();
+    assert!(
+        app.closed,
+        "the client gave up before it could close with a datagram held"
+    );
     assert!(
         matches!(served, Ok(bytes) if bytes > 0),
         "the server did not hear the client's close: {served:?}"

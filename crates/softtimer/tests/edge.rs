@@ -191,6 +191,25 @@ fn schedule_at_in_the_past_fires_at_the_next_trigger() {
 }
 
 #[test]
+fn a_handler_re_arming_at_the_passs_own_now_fires_at_the_next_trigger() {
+    // Linux defers a timer armed for a time already passed to the next tick; a pass that
+    // fired a re-armed event again would never end for a handler that always does this.
+    let (clock, mut timers) = facility(1_000);
+    timers.schedule_at(at(1_005), 0u32).unwrap();
+    clock.advance(10);
+    for pass in 0..3u32 {
+        let mut fired = Vec::new();
+        timers.trigger(TriggerSource::Loop, |timers, ev| {
+            fired.push(ev.event);
+            timers.schedule_at(ev.now, ev.event + 1).unwrap();
+        });
+        assert_eq!(fired, [pass], "pass {pass}");
+        assert_eq!(timers.pending(), 1);
+        clock.advance(1);
+    }
+}
+
+#[test]
 fn a_million_pending_events_fire_in_order() {
     let (clock, mut timers) = facility(0);
     let n: u64 = 1_000_000;

@@ -49,7 +49,7 @@ pub struct CoreBenchConfig {
 }
 
 impl CoreBenchConfig {
-    /// The full run (about a minute) or the quick one (a few seconds, for CI).
+    /// The full run (a few seconds here) or the quick one (about a second, for CI).
     pub fn new(quick: bool) -> Self {
         let length = RunLength::new(quick);
         CoreBenchConfig {

@@ -49,7 +49,8 @@ pub struct TimersConfig {
 }
 
 impl TimersConfig {
-    /// The full run (about a minute) or the quick one.
+    /// The full run (17 rounds, about five minutes here) or the quick one (three rounds,
+    /// about a minute).
     pub fn new(quick: bool, intervals_us: Vec<u64>) -> Result<Self> {
         for &us in &intervals_us {
             if us == 0 || us > 3_600_000_000 {
@@ -98,11 +99,14 @@ pub struct TimerRow {
     /// Smallest and largest run time, s.
     #[serde(deserialize_with = "crate::summary::num_pair")]
     pub run_range_s: (f64, f64),
-    /// Runs cut at [`MAX_RUN`] (4 s), their time and events extrapolated from the chunks
-    /// done. After three such runs a configuration is not run again, so its row has fewer
-    /// runs than the others.
+    /// Runs cut at the report's `max_run_s`, their time and events extrapolated from the
+    /// chunks done.
     #[serde(default)]
     pub runs_cut_short: usize,
+    /// Runs made: fewer than the report's `runs` when the configuration was not run again
+    /// after `cut_runs_enough` runs cut short (0 in reports from before this was recorded).
+    #[serde(default)]
+    pub runs: usize,
 }
 
 /// What `bench timers` produces.
@@ -116,8 +120,15 @@ pub struct TimersReport {
     pub baseline_run_s: f64,
     /// Workload chunks per run.
     pub chunks: u64,
-    /// Runs per configuration.
+    /// Runs per configuration (rounds).
     pub runs: usize,
+    /// A run slower than this was cut short, s (absent in older reports).
+    #[serde(default)]
+    pub max_run_s: Option<f64>,
+    /// After this many runs cut short a configuration was not run again (absent in older
+    /// reports).
+    #[serde(default)]
+    pub cut_runs_enough: Option<usize>,
     /// The CPU the loop thread was pinned to.
     pub pinned_cpu: Option<usize>,
     /// Whether the backstop thread had real-time priority.
@@ -385,6 +396,12 @@ const MAX_RUN: Duration = Duration::from_secs(4);
 /// Runs cut at [`MAX_RUN`] after which a configuration is not run again.
 const CUT_RUNS_ENOUGH: usize = 3;
 
+/// Configurations per round for `intervals` event intervals: the run without events, the
+/// backstop alone, soft at every trigger state, then soft, timerfd and signal at each.
+pub fn configurations(intervals: usize) -> usize {
+    3 + 3 * intervals
+}
+
 /// The most time `rounds` runs of a configuration slow enough to be cut short take, for the
 /// lab's estimate of what is left.
 pub fn slowest_runs_at_most(rounds: usize) -> Duration {
@@ -461,6 +478,7 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
             configs.push((source, us));
         }
     }
+    debug_assert_eq!(configs.len(), configurations(config.intervals_us.len()));
     // Warm up (page in the array, calibrate the clock) and measure the trigger rate.
     let probe = run_once(
         &array,
@@ -483,7 +501,8 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         |&(source, us)| format!("{} {}", source.name(), interval_label(source, us)),
         |&(source, us)| {
             let cut = cut_runs.entry((source, us)).or_default();
-            if *cut >= CUT_RUNS_ENOUGH {
+            // The baseline always runs: every row is paired with it round by round.
+            if source != TimerSource::None && *cut >= CUT_RUNS_ENOUGH {
                 return Ok(None);
             }
             let r = run_once(&array, source, us, config.chunks, false)?;
@@ -541,6 +560,7 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
             median_run_s: t,
             run_range_s: range(&times[i]),
             runs_cut_short: runs[i].iter().filter(|r| r.cut_short).count(),
+            runs: runs[i].len(),
         });
     }
     let mut targets = check_targets(&rows);
@@ -567,6 +587,8 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         baseline_run_s: base,
         chunks: config.chunks,
         runs: config.runs,
+        max_run_s: Some(MAX_RUN.as_secs_f64()),
+        cut_runs_enough: Some(CUT_RUNS_ENOUGH),
         pinned_cpu,
         backstop_realtime,
         rows,
@@ -821,15 +843,24 @@ pub fn to_markdown(report: &TimersReport) -> String {
             r.median_run_s,
             r.run_range_s.0,
             r.run_range_s.1,
-            if r.runs_cut_short > 0 { " *" } else { "" },
+            match (r.runs_cut_short, r.runs) {
+                (0, _) => String::new(),
+                (_, runs) if runs > 0 && runs < report.runs => format!(" * ({runs} runs)"),
+                _ => " *".to_string(),
+            },
         );
     }
     if report.rows.iter().any(|r| r.runs_cut_short > 0) {
+        let cut_at = report
+            .max_run_s
+            .map_or(String::new(), |s| format!(" at {s:.0} s"));
+        let dropped = report.cut_runs_enough.map_or(String::new(), |n| {
+            format!("; after {n} such runs a configuration was not run again")
+        });
         let _ = writeln!(
             out,
-            "\n\\* Runs cut at {} s, their time and events extrapolated from the chunks done; \
-             after {CUT_RUNS_ENOUGH} such runs a configuration is not run again.",
-            MAX_RUN.as_secs()
+            "\n\\* Runs cut{cut_at}, their time and events extrapolated from the chunks \
+             done{dropped}."
         );
     }
     let _ = writeln!(out, "\n{PAPER_TABLE_I}\n");

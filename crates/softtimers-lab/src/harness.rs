@@ -55,8 +55,9 @@ impl RunLength {
     pub fn mode(self) -> &'static str {
         self.pick("quick", "full")
     }
-    /// One run of a throughput comparison (E1, E2, E6, E7, E9, E13, nginx). Runs are short
-    /// and rounds many: the host's drift between rounds, not a run's length, limits a ratio.
+    /// One run of a throughput comparison (E1, E2, E6, E7, E9, E13, nginx). Runs are kept
+    /// short: the host's drift between rounds, not a run's length, limits a ratio, and
+    /// the ratios are paired within rounds. (`--client wrk` takes whole seconds: 1 s.)
     pub fn throughput_run(self) -> Duration {
         Duration::from_millis(self.pick(400, 1_250))
     }

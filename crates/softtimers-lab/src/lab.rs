@@ -266,8 +266,8 @@ mod tests {
             Duration::from_secs(30)
         );
         // The first step took twice as long as expected: the next one is expected to, too.
-        o.done_expected = Duration::from_secs(10);
-        o.done_actual = Duration::from_secs(20);
+        o.done_expected = Duration::from_secs(20);
+        o.done_actual = Duration::from_secs(40);
         assert_eq!(o.remaining(1, 0.0, Duration::ZERO), Duration::from_secs(40));
     }
 

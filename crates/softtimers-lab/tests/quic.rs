@@ -162,6 +162,12 @@ fn unreachable_servers_and_untrusted_certificates_are_clear_errors() {
             vec!["--no-tail-probe", "--stack", "kernel-tcp"],
             "soft-timer stacks only",
         ),
+        (
+            vec!["--idle-timeout", "3s", "--stack", "kernel-tcp"],
+            "QUIC stacks only",
+        ),
+        (vec!["--idle-timeout", "1ms"], "out of range"),
+        (vec!["--idle-timeout", "100000s"], "out of range"),
     ] {
         let out = Command::new(BIN)
             .args([

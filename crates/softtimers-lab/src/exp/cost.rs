@@ -221,14 +221,20 @@ fn ratio_checks(rows: &[CostRow]) -> Vec<TargetCheck> {
     )
 }
 
+/// E1's timerfd and timer-signal intervals, µs.
+const E1_INTERVALS_US: [u64; 3] = [10, 20, 50];
+/// E1's configurations besides the run without events.
+pub const E1_CONFIGS: usize = 2 + 2 * E1_INTERVALS_US.len();
+
 /// E1 (Table I): cost per event with a null handler, from the saturated HTTP server's loss:
 /// soft timers at every trigger state, a timerfd and a timer signal every 10, 20 and 50 µs.
 pub fn e1(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E1> {
     let mut configs = vec![(TimerSource::BackstopOnly, 0), (TimerSource::Soft, 0)];
-    for us in [10, 20, 50] {
+    for us in E1_INTERVALS_US {
         configs.push((TimerSource::Timerfd, us));
         configs.push((TimerSource::Signal, us));
     }
+    debug_assert_eq!(configs.len(), E1_CONFIGS);
     let (run, baseline_rps, rows) = cost_table(options, HandlerKind::Null, &configs, progress)?;
     let mut targets = ratio_checks(&rows);
     if let Some(soft) = rows

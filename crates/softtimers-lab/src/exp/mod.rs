@@ -98,10 +98,9 @@ const RUN_OVERHEAD: Duration = Duration::from_millis(150);
 
 /// About how long one `bench timers` run (100,000 chunks, a fresh loop) takes on average
 /// over its configurations, the slowest (timer signals every 10 µs) apart.
-const TIMERS_RUN: Duration = Duration::from_millis(1_150);
-/// `bench timers`' configurations per round at intervals 10, 20 and 50 µs, the slowest
-/// apart.
-const TIMERS_CONFIGS: usize = 10;
+const TIMERS_RUN: Duration = Duration::from_millis(1_300);
+/// `bench timers`' intervals in the lab, µs.
+const TIMERS_INTERVALS_US: [u64; 3] = [10, 20, 50];
 
 fn runs(n: usize, each: Duration) -> Duration {
     (each + RUN_OVERHEAD) * n as u32
@@ -255,12 +254,14 @@ impl Step {
             Step::BenchCore => Duration::from_secs(if length.quick { 2 } else { 4 }),
             Step::BenchTimers => {
                 // The slowest configuration: cut short three times, then not run again.
-                TIMERS_RUN * (length.timers_rounds() * TIMERS_CONFIGS) as u32
+                let configs = bench_timers::configurations(TIMERS_INTERVALS_US.len()) - 1;
+                TIMERS_RUN * (length.timers_rounds() * configs) as u32
                     + bench_timers::slowest_runs_at_most(length.timers_rounds())
                     + length.backstop_compute()
                     + length.state_time() * 11
             }
-            Step::E1 => runs(rounds * 8, throughput),
+            // The configurations and the run without events.
+            Step::E1 => runs(rounds * (cost::E1_CONFIGS + 1), throughput),
             Step::E2 => runs(rounds * 7, throughput),
             Step::E3 => runs(4, length.trace_run()),
             Step::E4 => runs(1, length.timeline()) + Duration::from_millis(500),
@@ -329,7 +330,8 @@ impl Step {
                 save(out, &bench_core::run(&config, progress))
             }
             Step::BenchTimers => {
-                let config = bench_timers::TimersConfig::new(length.quick, vec![10, 20, 50])?;
+                let config =
+                    bench_timers::TimersConfig::new(length.quick, TIMERS_INTERVALS_US.to_vec())?;
                 save(out, &bench_timers::run(&config, progress)?)
             }
             Step::E1 => save(out, &cost::e1(options, progress)?),

@@ -95,9 +95,17 @@ fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
         .spawn()
         .context("starting the quic server")?;
     pin_process(server.id(), SERVER_CPU);
-    if !path.wait_until_bound(Side::B, &mut server, SERVER_PORT, Duration::from_secs(10))? {
-        tools::finish(server, "the quic server")?;
-        bail!("the quic server exited before it listened");
+    match path.wait_until_bound(Side::B, &mut server, SERVER_PORT, Duration::from_secs(10)) {
+        Ok(true) => {}
+        Ok(false) => {
+            tools::finish(server, "the quic server")?;
+            bail!("the quic server exited before it listened");
+        }
+        Err(e) => {
+            let _ = server.kill();
+            let _ = server.wait();
+            return Err(e);
+        }
     }
     let client = path
         .command(Side::A, &exe)
@@ -116,7 +124,15 @@ fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .context("starting the quic client")?;
+        .context("starting the quic client");
+    let client = match client {
+        Ok(client) => client,
+        Err(e) => {
+            let _ = server.kill();
+            let _ = server.wait();
+            return Err(e);
+        }
+    };
     pin_process(client.id(), CLIENT_CPU);
     let client_result = tools::finish(client, "the quic client");
     if client_result.is_err() {
