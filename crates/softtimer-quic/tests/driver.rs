@@ -433,14 +433,23 @@ struct TailDropRelay {
     done: thread::JoinHandle<u64>,
 }
 
-fn tail_drop_relay(server: SocketAddr, min_burst: usize, nth: usize) -> TailDropRelay {
-    use std::sync::atomic::{AtomicBool, Ordering};
+/// A relay's socket on loopback, its address, and the flag that stops it. The socket is
+/// non-blocking, read with short sleeps: a socket read timeout sleeps whole jiffies (4 ms at
+/// 250 Hz), which would hold every datagram that long.
+fn relay_socket() -> (
+    UdpSocket,
+    SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    // Non-blocking with short sleeps: a socket read timeout sleeps whole jiffies (4 ms at
-    // 250 Hz), which would hold every reply's tail that long.
     socket.set_nonblocking(true).unwrap();
     let addr = socket.local_addr().unwrap();
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    (socket, addr, Default::default())
+}
+
+fn tail_drop_relay(server: SocketAddr, min_burst: usize, nth: usize) -> TailDropRelay {
+    use std::sync::atomic::Ordering;
+    let (socket, addr, stop) = relay_socket();
     let stopped = std::sync::Arc::clone(&stop);
     let done = thread::spawn(move || {
         let quiet = Duration::from_millis(1);
@@ -546,12 +555,8 @@ struct DelayRelay {
 }
 
 fn delay_relay(server: SocketAddr, delay: Duration) -> DelayRelay {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    // Non-blocking with short sleeps, as in the tail-drop relay.
-    socket.set_nonblocking(true).unwrap();
-    let addr = socket.local_addr().unwrap();
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    use std::sync::atomic::Ordering;
+    let (socket, addr, stop) = relay_socket();
     let stopped = std::sync::Arc::clone(&stop);
     let done = thread::spawn(move || {
         let mut client: Option<SocketAddr> = None;

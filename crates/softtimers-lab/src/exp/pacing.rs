@@ -771,7 +771,7 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
         TargetCheck::new(
             "E6 timerfd overhead / soft overhead at 20 µs",
             ">= 5",
-            timerfd / soft.max(1e-9),
+            overhead_ratio(timerfd, soft),
             soft <= timerfd / 5.0,
         ),
     ];
@@ -781,6 +781,19 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
         rows,
         targets,
     })
+}
+
+/// `timerfd`'s overhead over `soft`'s. A soft overhead at or below zero (within noise of
+/// none) makes any positive timerfd overhead unboundedly larger; with both at or below zero
+/// the ratio means nothing (NaN, shown as "n/a").
+fn overhead_ratio(timerfd: f64, soft: f64) -> f64 {
+    if soft > 0.0 {
+        timerfd / soft
+    } else if timerfd > 0.0 {
+        f64::INFINITY
+    } else {
+        f64::NAN
+    }
 }
 
 impl Section for E6 {
@@ -969,5 +982,20 @@ impl Section for E7 {
         let _ = writeln!(md, "\n{PAPER_TABLES_VIII_IX}\n");
         md += &targets_table(&self.targets);
         Ok(Rendered::text(md))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overhead_ratio;
+
+    #[test]
+    fn the_overhead_ratio_is_unbounded_or_undefined_where_soft_costs_nothing() {
+        assert_eq!(overhead_ratio(10.0, 2.0), 5.0);
+        assert_eq!(overhead_ratio(10.0, 0.0), f64::INFINITY);
+        assert_eq!(overhead_ratio(10.0, -3.0), f64::INFINITY);
+        // Both within noise of none: no ratio, not −10⁹.
+        assert!(overhead_ratio(-10.5, -9.8).is_nan());
+        assert!(overhead_ratio(0.0, 0.0).is_nan());
     }
 }
