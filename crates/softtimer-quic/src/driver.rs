@@ -194,6 +194,10 @@ struct Conn {
 struct FlightSeen {
     /// The controller's key and its flight record (looked up again if quinn replaces it).
     flight: Option<(usize, Arc<Flight>)>,
+    /// A controller found untracked (a factory not wrapped in `FlightTracking`): not looked
+    /// up again, which would take the registry's lock every turn. A connection's
+    /// controllers all come from one factory, so a replacement is untracked too.
+    untracked: Option<usize>,
     data_frames: u64,
     acks: u64,
     /// quinn's lost-packet count when the last probe went out, until data is sent again.
@@ -960,7 +964,13 @@ impl Driver {
                 .as_ref()
                 .is_none_or(|(k, f)| *k != key || Arc::strong_count(f) == 1);
             if stale {
+                if c.seen.untracked == Some(key) {
+                    continue;
+                }
                 c.seen.flight = probe::flight_at(key).map(|f| (key, f));
+                if c.seen.flight.is_none() {
+                    c.seen.untracked = Some(key);
+                }
                 // A new controller counts ACKs from zero: that is not an ACK.
                 if let Some((_, f)) = &c.seen.flight {
                     c.seen.acks = f.read().1;
