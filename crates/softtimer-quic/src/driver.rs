@@ -968,9 +968,7 @@ impl Driver {
                     continue;
                 }
                 c.seen.flight = probe::flight_at(key).map(|f| (key, f));
-                if c.seen.flight.is_none() {
-                    c.seen.untracked = Some(key);
-                }
+                c.seen.untracked = c.seen.flight.is_none().then_some(key);
                 // A new controller counts ACKs from zero: that is not an ACK.
                 if let Some((_, f)) = &c.seen.flight {
                     c.seen.acks = f.read().1;
