@@ -189,15 +189,25 @@ struct Conn {
     seen: FlightSeen,
 }
 
+/// A connection's congestion controller as the flight registry knows it, by its key.
+#[derive(Default)]
+enum Controller {
+    /// Not looked up yet.
+    #[default]
+    Unknown,
+    /// Its flight record (looked up again if quinn replaces the controller).
+    Tracked(usize, Arc<Flight>),
+    /// Not in the registry (a factory not wrapped in `FlightTracking`): not looked up
+    /// again, which would take the registry's lock every turn. A connection's controllers
+    /// all come from one factory, so a replacement is untracked too.
+    Untracked(usize),
+}
+
 /// The counters a tail-loss probe is decided from, as last seen.
 #[derive(Default)]
 struct FlightSeen {
-    /// The controller's key and its flight record (looked up again if quinn replaces it).
-    flight: Option<(usize, Arc<Flight>)>,
-    /// A controller found untracked (a factory not wrapped in `FlightTracking`): not looked
-    /// up again, which would take the registry's lock every turn. A connection's
-    /// controllers all come from one factory, so a replacement is untracked too.
-    untracked: Option<usize>,
+    /// What the registry said of the connection's controller.
+    controller: Controller,
     data_frames: u64,
     acks: u64,
     /// quinn's lost-packet count when the last probe went out, until data is sent again.
@@ -958,23 +968,22 @@ impl Driver {
             // only the driver still holds belongs to a controller that is gone, even if the
             // new one sits at the same address.
             let key = probe::controller_key(c.conn.congestion_state());
-            let stale = c
-                .seen
-                .flight
-                .as_ref()
-                .is_none_or(|(k, f)| *k != key || Arc::strong_count(f) == 1);
+            let stale = match &c.seen.controller {
+                Controller::Unknown => true,
+                Controller::Tracked(k, f) => *k != key || Arc::strong_count(f) == 1,
+                Controller::Untracked(k) => *k != key,
+            };
             if stale {
-                if c.seen.untracked == Some(key) {
-                    continue;
-                }
-                c.seen.flight = probe::flight_at(key).map(|f| (key, f));
-                c.seen.untracked = c.seen.flight.is_none().then_some(key);
-                // A new controller counts ACKs from zero: that is not an ACK.
-                if let Some((_, f)) = &c.seen.flight {
-                    c.seen.acks = f.read().1;
-                }
+                c.seen.controller = match probe::flight_at(key) {
+                    Some(f) => {
+                        // A new controller counts ACKs from zero: that is not an ACK.
+                        c.seen.acks = f.read().1;
+                        Controller::Tracked(key, f)
+                    }
+                    None => Controller::Untracked(key),
+                };
             }
-            let Some((_, flight)) = &c.seen.flight else {
+            let Controller::Tracked(_, flight) = &c.seen.controller else {
                 continue;
             };
             let (in_flight, acks) = flight.read();

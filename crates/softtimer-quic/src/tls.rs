@@ -44,6 +44,9 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// A connection's idle timeout unless [`Tuning::idle_timeout`] says otherwise.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The transport settings every arm of a comparison shares, so that only the runtime and
 /// the pacing differ: flow-control windows, the congestion controller, MTU discovery, ACK
 /// frequency, idle timeout.
@@ -74,7 +77,7 @@ impl Default for Tuning {
         Tuning {
             window: 16 << 20,
             controller: Arc::new(quinn_proto::congestion::CubicConfig::default()),
-            idle_timeout: Duration::from_secs(30),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             mtu_discovery: false,
             ack_every: None,
             max_ack_delay: None,

@@ -402,6 +402,15 @@ pub fn configurations(intervals: usize) -> usize {
     3 + 3 * intervals
 }
 
+/// The event periods of the idle-policy rows, µs.
+const IDLE_POLICY_PERIODS_US: [u64; 2] = [100, 1000];
+
+/// Runs of [`TimersConfig::state_time`] each: the backstop's wake-up states and the
+/// idle-policy rows.
+pub fn state_runs() -> usize {
+    LoopState::ALL.len() + IDLE_POLICY_PERIODS_US.len() * IdlePolicyKind::ALL.len()
+}
+
 /// The most time `rounds` runs of a configuration slow enough to be cut short take, for the
 /// lab's estimate of what is left.
 pub fn slowest_runs_at_most(rounds: usize) -> Duration {
@@ -573,7 +582,7 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         .collect::<Result<Vec<_>>>()?;
     progress(1.0, "idle policy");
     let mut idle_policy = Vec::new();
-    for period_us in [100, 1000] {
+    for period_us in IDLE_POLICY_PERIODS_US {
         for policy in IdlePolicyKind::ALL {
             idle_policy.push(measure_idle_policy(period_us, policy, config.state_time)?);
         }

@@ -108,7 +108,8 @@ pub struct Common {
     pub per_departure: usize,
     /// The soft-timer driver's tail-loss probe (the soft stacks; on by default).
     pub tail_probe: bool,
-    /// The connection's idle timeout (the QUIC stacks; default: [`Tuning`]'s, 30 s).
+    /// The connection's idle timeout (the QUIC stacks; default:
+    /// [`softtimer_quic::tls::DEFAULT_IDLE_TIMEOUT`], 30 s).
     pub idle_timeout: Option<Duration>,
 }
 
@@ -158,7 +159,9 @@ impl Common {
         if self.idle_timeout.is_some() && self.stack == Stack::KernelTcp {
             bail!("--idle-timeout applies to the QUIC stacks only");
         }
-        let idle_timeout = self.idle_timeout.unwrap_or(Tuning::default().idle_timeout);
+        let idle_timeout = self
+            .idle_timeout
+            .unwrap_or(softtimer_quic::tls::DEFAULT_IDLE_TIMEOUT);
         if !(MIN_IDLE_TIMEOUT..=MAX_IDLE_TIMEOUT).contains(&idle_timeout) {
             bail!(
                 "--idle-timeout {idle_timeout:?} is out of range ({MIN_IDLE_TIMEOUT:?} to \

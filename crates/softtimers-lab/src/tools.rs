@@ -33,6 +33,12 @@ fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Kills `child` and reaps it (a run abandoned on an error); errors are moot by then.
+pub fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Waits for `child` (a program the lab started, with its stderr piped); an error carrying
 /// its stderr if it failed.
 pub fn finish(mut child: Child, what: &str) -> Result<()> {

@@ -226,6 +226,12 @@ const E1_INTERVALS_US: [u64; 3] = [10, 20, 50];
 /// E1's configurations besides the run without events.
 pub const E1_CONFIGS: usize = 2 + 2 * E1_INTERVALS_US.len();
 
+/// E2's intervals, µs, and the sources at each.
+const E2_INTERVALS_US: [u64; 2] = [10, 20];
+const E2_SOURCES: [TimerSource; 3] = [TimerSource::Soft, TimerSource::Timerfd, TimerSource::Signal];
+/// E2's configurations besides the run without events.
+pub const E2_CONFIGS: usize = E2_INTERVALS_US.len() * E2_SOURCES.len();
+
 /// E1 (Table I): cost per event with a null handler, from the saturated HTTP server's loss:
 /// soft timers at every trigger state, a timerfd and a timer signal every 10, 20 and 50 µs.
 pub fn e1(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E1> {
@@ -278,8 +284,8 @@ impl Section for E1 {
 /// E2 (Tables II–III): the synthetic handler every 10 and 20 µs from each source.
 pub fn e2(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E2> {
     let mut configs = Vec::new();
-    for us in [10, 20] {
-        for source in [TimerSource::Soft, TimerSource::Timerfd, TimerSource::Signal] {
+    for us in E2_INTERVALS_US {
+        for source in E2_SOURCES {
             configs.push((source, us));
         }
     }

@@ -139,8 +139,7 @@ impl Drop for Bench {
 
 fn kill(children: impl IntoIterator<Item = Child>) {
     for mut c in children {
-        let _ = c.kill();
-        let _ = c.wait();
+        crate::tools::kill(&mut c);
     }
 }
 

@@ -258,11 +258,11 @@ impl Step {
                 TIMERS_RUN * (length.timers_rounds() * configs) as u32
                     + bench_timers::slowest_runs_at_most(length.timers_rounds())
                     + length.backstop_compute()
-                    + length.state_time() * 11
+                    + length.state_time() * bench_timers::state_runs() as u32
             }
             // The configurations and the run without events.
             Step::E1 => runs(rounds * (cost::E1_CONFIGS + 1), throughput),
-            Step::E2 => runs(rounds * 7, throughput),
+            Step::E2 => runs(rounds * (cost::E2_CONFIGS + 1), throughput),
             Step::E3 => runs(4, length.trace_run()),
             Step::E4 => runs(1, length.timeline()) + Duration::from_millis(500),
             Step::E5 if after_e3 => Duration::from_millis(500),

@@ -31,6 +31,8 @@ const EMULATOR_CPU: usize = 0;
 const SERVER_CPU: usize = 1;
 const CLIENT_CPU: usize = 0;
 const SERVER_PORT: u16 = 4433;
+/// How long a server may take to listen (it makes its certificate first).
+const WAIT_LISTEN: Duration = Duration::from_secs(10);
 
 /// One transfer through the emulated path.
 #[derive(Clone, Debug)]
@@ -95,44 +97,32 @@ fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
         .spawn()
         .context("starting the quic server")?;
     pin_process(server.id(), SERVER_CPU);
-    match path.wait_until_bound(Side::B, &mut server, SERVER_PORT, Duration::from_secs(10)) {
-        Ok(true) => {}
+    let client = match path.wait_until_bound(Side::B, &mut server, SERVER_PORT, WAIT_LISTEN) {
+        Ok(true) => path
+            .command(Side::A, &exe)
+            .args([
+                "quic",
+                "client",
+                "--to",
+                &listen,
+                "--stack",
+                stack,
+                "--insecure",
+            ])
+            .arg("--json")
+            .arg(&client_json)
+            .args(&run.client_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting the quic client"),
         Ok(false) => {
             tools::finish(server, "the quic server")?;
             bail!("the quic server exited before it listened");
         }
-        Err(e) => {
-            let _ = server.kill();
-            let _ = server.wait();
-            return Err(e);
-        }
-    }
-    let client = path
-        .command(Side::A, &exe)
-        .args([
-            "quic",
-            "client",
-            "--to",
-            &listen,
-            "--stack",
-            stack,
-            "--insecure",
-        ])
-        .arg("--json")
-        .arg(&client_json)
-        .args(&run.client_args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting the quic client");
-    let client = match client {
-        Ok(client) => client,
-        Err(e) => {
-            let _ = server.kill();
-            let _ = server.wait();
-            return Err(e);
-        }
+        Err(e) => Err(e),
     };
+    let client = client.inspect_err(|_| tools::kill(&mut server))?;
     pin_process(client.id(), CLIENT_CPU);
     let client_result = tools::finish(client, "the quic client");
     if client_result.is_err() {

@@ -229,8 +229,7 @@ struct SenderRun {
 }
 
 fn kill(mut child: Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+    crate::tools::kill(&mut child);
 }
 
 /// One sender, its receiver and the observer, on `path`.
