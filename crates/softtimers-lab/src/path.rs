@@ -62,6 +62,10 @@ pub struct DirectionReport {
     pub delivered_bytes: u64,
     /// Dropped at the tail of a full queue.
     pub queue_drops: u64,
+    /// Of `queue_drops`, those in the second half of the time this direction delivered
+    /// packets (from the first 50 ms with a delivery to the last): a bulk transfer's drops
+    /// after its start, where a window's overshoot at the end of slow start is not counted.
+    pub queue_drops_second_half: u64,
     /// Lost at random.
     pub random_losses: u64,
     /// Writes that failed.
@@ -129,9 +133,17 @@ struct Direction {
     last_written: Option<Instant>,
     expected_span: u64,
     actual_span: u64,
-    timeline: Vec<(u64, u64)>, // per bucket: (max queue delay ns, bytes)
+    timeline: Vec<Bucket>,
     input_gaps: Gaps,
     output_gaps: Gaps,
+}
+
+/// One 50 ms stretch of a direction's timeline.
+#[derive(Clone, Copy, Default)]
+struct Bucket {
+    max_queue_delay_ns: u64,
+    bytes: u64,
+    queue_drops: u64,
 }
 
 /// Running mean and variance of gaps (Welford), idle gaps left out.
@@ -190,11 +202,11 @@ impl Direction {
         })
     }
 
-    fn bucket(&mut self, at: Instant, start: Instant, hz: u64) -> &mut (u64, u64) {
+    fn bucket(&mut self, at: Instant, start: Instant, hz: u64) -> &mut Bucket {
         let ns = at.saturating_since(start).as_nanos(hz);
         let i = (ns / TIMELINE_BUCKET.as_nanos() as u64) as usize;
         if self.timeline.len() <= i {
-            self.timeline.resize(i + 1, (0, 0));
+            self.timeline.resize(i + 1, Bucket::default());
         }
         &mut self.timeline[i]
     }
@@ -217,21 +229,36 @@ impl Direction {
             r.rate_error_pct =
                 Some((self.expected_span as f64 / self.actual_span as f64 - 1.0) * 100.0);
         }
+        r.queue_drops_second_half = drops_in_second_half(&self.timeline);
         let secs = TIMELINE_BUCKET.as_secs_f64();
         r.timeline = self
             .timeline
             .iter()
             .enumerate()
-            .map(|(i, &(q, bytes))| {
+            .map(|(i, b)| {
                 (
                     i as f64 * secs,
-                    q as f64 / 1e6,
-                    bytes as f64 * 8.0 / secs / 1e6,
+                    b.max_queue_delay_ns as f64 / 1e6,
+                    b.bytes as f64 * 8.0 / secs / 1e6,
                 )
             })
             .collect();
         self.report
     }
+}
+
+/// Queue drops from the middle of the delivering span (first to last bucket with bytes
+/// delivered) on; none if nothing was delivered.
+fn drops_in_second_half(timeline: &[Bucket]) -> u64 {
+    let delivering = |b: &&Bucket| b.bytes > 0;
+    let (Some(first), Some(last)) = (
+        timeline.iter().position(|b| delivering(&b)),
+        timeline.iter().rposition(|b| delivering(&b)),
+    ) else {
+        return 0;
+    };
+    let middle = first + (last + 1 - first) / 2;
+    timeline[middle..].iter().map(|b| b.queue_drops).sum()
 }
 
 /// A TUN device (no packet information header), non-blocking.
@@ -586,11 +613,12 @@ fn emulate(
                         let q = queued.as_nanos(hz);
                         let _ = d.queue_delay.record(q.max(1));
                         let b = d.bucket(now, start, hz);
-                        b.0 = b.0.max(q);
+                        b.max_queue_delay_ns = b.max_queue_delay_ns.max(q);
                         queue.push(at, (from, buf, at, back_to_back));
                     }
                     Offer::QueueFull => {
                         d.report.queue_drops += 1;
+                        d.bucket(now, start, hz).queue_drops += 1;
                         spare.push(buf);
                     }
                     Offer::Lost => {
@@ -633,7 +661,7 @@ fn emulate(
                         d.last_written = Some(written);
                         d.output_gaps.add(written, hz);
                         let b = d.bucket(at, start, hz);
-                        b.1 += buf.len as u64;
+                        b.bytes += buf.len as u64;
                     }
                     Err(_) => d.report.write_errors += 1,
                 }
@@ -769,5 +797,37 @@ mod tests {
             crate::pace::parse_spin_window(COMMAND_SPIN_ARG),
             Ok(SpinWindow::Fixed(COMMAND_SPIN))
         );
+    }
+
+    fn bucket(bytes: u64, queue_drops: u64) -> Bucket {
+        Bucket {
+            max_queue_delay_ns: 0,
+            bytes,
+            queue_drops,
+        }
+    }
+
+    #[test]
+    fn second_half_drops_count_from_the_middle_of_the_delivering_span() {
+        // Idle before and after; deliveries in buckets 2..=7, so the second half is 5..=7
+        // (and the idle tail after it).
+        let timeline = [
+            bucket(0, 0),
+            bucket(0, 0),
+            bucket(10, 40),
+            bucket(10, 0),
+            bucket(10, 2),
+            bucket(10, 3),
+            bucket(10, 0),
+            bucket(10, 4),
+            bucket(0, 1),
+        ];
+        assert_eq!(drops_in_second_half(&timeline), 3 + 4 + 1);
+        // An odd span: buckets 0..=2, the middle one is the second half's first.
+        let odd = [bucket(1, 5), bucket(1, 6), bucket(1, 7)];
+        assert_eq!(drops_in_second_half(&odd), 6 + 7);
+        // Nothing delivered: no span, no second half.
+        assert_eq!(drops_in_second_half(&[bucket(0, 9)]), 0);
+        assert_eq!(drops_in_second_half(&[]), 0);
     }
 }

@@ -4,6 +4,8 @@
 use std::process::Command;
 use std::time::Duration;
 
+mod common;
+
 use softtimer_net::Rate;
 use softtimers_lab::pace::{self, PaceOptions, PaceTimer, SinkInput, SinkOptions, SinkTarget};
 
@@ -259,7 +261,10 @@ fn pace_and_sink_write_the_json_the_checks_read() {
             ])
         })
     };
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        common::wait_for_udp_port(port, Duration::from_secs(10)),
+        "the sink did not bind {listen}"
+    );
     let out = softtimers(&[
         "pace",
         "--to",
@@ -500,7 +505,10 @@ fn the_router_forwards_every_datagram_at_a_low_rate() {
             }
             got
         });
-        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            common::wait_for_udp_port(port, Duration::from_secs(10)),
+            "{design}: the router did not bind {listen}"
+        );
         let flood = softtimers(&[
             "flood",
             "--to",

@@ -5,6 +5,8 @@ use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_softtimers");
 
 fn free_port() -> u16 {
@@ -23,7 +25,8 @@ fn transfer(server_stack: &str, client_stack: &str) -> serde_json::Value {
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
     let cert = dir.join("cert.der");
     let mut server = Command::new(BIN)
         .args([
@@ -45,7 +48,10 @@ fn transfer(server_stack: &str, client_stack: &str) -> serde_json::Value {
     while !cert.exists() && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        common::wait_for_udp_port(port, Duration::from_secs(10)),
+        "the server did not bind {addr}"
+    );
     let json = dir.join("client.json");
     let out = Command::new(BIN)
         .args(["quic", "client", "--to", &addr, "--stack", client_stack])
@@ -120,7 +126,10 @@ fn unreachable_servers_and_untrusted_certificates_are_clear_errors() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        common::wait_for_udp_port(port, Duration::from_secs(10)),
+        "the server did not bind {listen}"
+    );
     let out = Command::new(BIN)
         .args(["quic", "client", "--to", &listen, "--download", "1k"])
         .output()

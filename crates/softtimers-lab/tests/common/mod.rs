@@ -5,6 +5,7 @@ use std::path::PathBuf;
 /// The external tool `name`, found as the lab finds it (on `PATH`). Where it is missing the
 /// test is skipped with a printed reason, except under CI (`CI` set), where a missing tool
 /// fails the test: CI installs every tool the tests use.
+#[allow(dead_code)] // not every test binary that includes this module uses a tool
 pub fn tool(name: &str) -> Option<PathBuf> {
     let found = softtimers_lab::tools::find(name);
     if found.is_none() {
@@ -14,4 +15,33 @@ pub fn tool(name: &str) -> Option<PathBuf> {
         eprintln!("skipped: {name} is not installed (not on PATH)");
     }
     found
+}
+
+/// Waits until some socket in this network namespace has UDP `port` bound (as
+/// `/proc/net/udp` and `udp6` list it), up to `timeout`; whether it did. A server started in
+/// another process is then ready for datagrams, however slowly a loaded machine started it.
+#[allow(dead_code)] // not every test binary that includes this module waits for a port
+pub fn wait_for_udp_port(port: u16, timeout: std::time::Duration) -> bool {
+    let suffix = format!(":{port:04X}");
+    let bound = || {
+        ["/proc/net/udp", "/proc/net/udp6"].iter().any(|table| {
+            std::fs::read_to_string(table).is_ok_and(|text| {
+                text.lines().skip(1).any(|line| {
+                    line.split_whitespace()
+                        .nth(1)
+                        .is_some_and(|local| local.ends_with(&suffix))
+                })
+            })
+        })
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if bound() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
