@@ -156,6 +156,29 @@ pub(crate) fn command_in(ns: &str, program: impl AsRef<OsStr>) -> Command {
     command
 }
 
+/// Whether a UDP or TCP socket (IPv4 or IPv6) is bound to local `port` in the network
+/// namespace whose `/proc/.../net` directory is `proc_net` (`/proc/net` for the caller's own,
+/// `/proc/PID/net` for a process's).
+///
+/// ```
+/// let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let port = socket.local_addr().unwrap().port();
+/// assert!(softtimers_lab::netns::port_bound("/proc/net".as_ref(), port));
+/// ```
+pub fn port_bound(proc_net: &std::path::Path, port: u16) -> bool {
+    // A table's second column is the local address, `HEXADDR:HEXPORT`, the port as `%04X`.
+    let suffix = format!(":{port:04X}");
+    ["udp", "udp6", "tcp", "tcp6"].iter().any(|table| {
+        std::fs::read_to_string(proc_net.join(table)).is_ok_and(|text| {
+            text.lines().skip(1).any(|line| {
+                line.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|local| local.ends_with(&suffix))
+            })
+        })
+    })
+}
+
 /// Waits until `child`, started with [`command_in`] in namespace `ns`, has a UDP or TCP
 /// socket bound to local `port`: a server is ready when its socket is, with no fixed sleep to
 /// guess at. Returns `Ok(false)` if the child exited first, an error after `timeout`.
@@ -173,20 +196,11 @@ pub(crate) fn wait_until_bound(
         .with_context(|| format!("namespace {ns}"))?
         .ino();
     let pid = child.id();
-    let suffix = format!(":{port:04X}");
+    let proc_net = std::path::PathBuf::from(format!("/proc/{pid}/net"));
     let bound = || {
         let in_ns =
             std::fs::metadata(format!("/proc/{pid}/ns/net")).is_ok_and(|m| m.ino() == wanted);
-        in_ns
-            && ["udp", "udp6", "tcp", "tcp6"].iter().any(|table| {
-                std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).is_ok_and(|text| {
-                    text.lines().skip(1).any(|line| {
-                        line.split_whitespace()
-                            .nth(1)
-                            .is_some_and(|local| local.ends_with(&suffix))
-                    })
-                })
-            })
+        in_ns && port_bound(&proc_net, port)
     };
     let deadline = std::time::Instant::now() + timeout;
     loop {

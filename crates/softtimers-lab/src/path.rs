@@ -62,9 +62,11 @@ pub struct DirectionReport {
     pub delivered_bytes: u64,
     /// Dropped at the tail of a full queue.
     pub queue_drops: u64,
-    /// Of `queue_drops`, those in the second half of the time this direction delivered
-    /// packets (from the first 50 ms with a delivery to the last): a bulk transfer's drops
-    /// after its start, where a window's overshoot at the end of slow start is not counted.
+    /// Of `queue_drops`, those from the 50 ms in which this direction's delivered bytes
+    /// passed half of their total on (later drops included): a bulk transfer's drops once
+    /// its start, and a window's overshoot at the end of slow start, are behind it. Drops
+    /// count at their arrival and bytes at their delivery, one delay later (under 50 ms on
+    /// the paths the lab emulates).
     pub queue_drops_second_half: u64,
     /// Lost at random.
     pub random_losses: u64,
@@ -247,17 +249,22 @@ impl Direction {
     }
 }
 
-/// Queue drops from the middle of the delivering span (first to last bucket with bytes
-/// delivered) on; none if nothing was delivered.
+/// Queue drops from the bucket in which the delivered bytes pass half of their total on;
+/// none if nothing was delivered. Halving by bytes, not by time, keeps a stray late packet
+/// (a probe, a close) from moving the middle.
 fn drops_in_second_half(timeline: &[Bucket]) -> u64 {
-    let delivering = |b: &&Bucket| b.bytes > 0;
-    let (Some(first), Some(last)) = (
-        timeline.iter().position(|b| delivering(&b)),
-        timeline.iter().rposition(|b| delivering(&b)),
-    ) else {
+    let total: u64 = timeline.iter().map(|b| b.bytes).sum();
+    if total == 0 {
         return 0;
-    };
-    let middle = first + (last + 1 - first) / 2;
+    }
+    let mut delivered = 0;
+    let middle = timeline
+        .iter()
+        .position(|b| {
+            delivered += b.bytes;
+            delivered * 2 > total
+        })
+        .expect("the bytes reach their total");
     timeline[middle..].iter().map(|b| b.queue_drops).sum()
 }
 
@@ -766,10 +773,11 @@ pub fn summary(report: &PathReport) -> String {
     let mut out = String::new();
     for (name, d) in [("a→b", &report.a_to_b), ("b→a", &report.b_to_a)] {
         out += &format!(
-            "{name}: {} packets, {} delivered, {} queue drops, {} lost, {} device drops; delay error p50 {} µs, p99 {} µs, max {} µs; queueing p99 {} µs; rate error {} %\n",
+            "{name}: {} packets, {} delivered, {} queue drops ({} in the second half), {} lost, {} device drops; delay error p50 {} µs, p99 {} µs, max {} µs; queueing p99 {} µs; rate error {} %\n",
             d.packets,
             d.delivered,
             d.queue_drops,
+            d.queue_drops_second_half,
             d.random_losses,
             d.device_drops.map_or("-".to_string(), |n| n.to_string()),
             f(d.delay_error_p50_us),
@@ -808,9 +816,9 @@ mod tests {
     }
 
     #[test]
-    fn second_half_drops_count_from_the_middle_of_the_delivering_span() {
-        // Idle before and after; deliveries in buckets 2..=7, so the second half is 5..=7
-        // (and the idle tail after it).
+    fn second_half_drops_count_from_where_half_the_bytes_were_delivered() {
+        // 60 bytes delivered in buckets 2..=7; the 31st byte comes in bucket 5, so the
+        // second half is 5..=7 and the idle tail after it.
         let timeline = [
             bucket(0, 0),
             bucket(0, 0),
@@ -823,10 +831,15 @@ mod tests {
             bucket(0, 1),
         ];
         assert_eq!(drops_in_second_half(&timeline), 3 + 4 + 1);
-        // An odd span: buckets 0..=2, the middle one is the second half's first.
-        let odd = [bucket(1, 5), bucket(1, 6), bucket(1, 7)];
-        assert_eq!(drops_in_second_half(&odd), 6 + 7);
-        // Nothing delivered: no span, no second half.
+        // Exactly half by the end of bucket 1: the second half starts after it.
+        let even = [bucket(1, 5), bucket(1, 6), bucket(2, 7)];
+        assert_eq!(drops_in_second_half(&even), 7);
+        // A stray packet long after the transfer does not move the middle.
+        let mut strayed = timeline.to_vec();
+        strayed.extend([bucket(0, 0); 20]);
+        strayed.push(bucket(1, 0));
+        assert_eq!(drops_in_second_half(&strayed), 3 + 4 + 1);
+        // Nothing delivered: no second half.
         assert_eq!(drops_in_second_half(&[bucket(0, 9)]), 0);
         assert_eq!(drops_in_second_half(&[]), 0);
     }

@@ -262,7 +262,7 @@ fn pace_and_sink_write_the_json_the_checks_read() {
         })
     };
     assert!(
-        common::wait_for_udp_port(port, Duration::from_secs(10)),
+        common::wait_for_port(port, Duration::from_secs(10), || !sink.is_finished()),
         "the sink did not bind {listen}"
     );
     let out = softtimers(&[
@@ -506,7 +506,7 @@ fn the_router_forwards_every_datagram_at_a_low_rate() {
             got
         });
         assert!(
-            common::wait_for_udp_port(port, Duration::from_secs(10)),
+            common::wait_for_port(port, Duration::from_secs(10), || !router.is_finished()),
             "{design}: the router did not bind {listen}"
         );
         let flood = softtimers(&[

@@ -48,10 +48,12 @@ fn transfer(server_stack: &str, client_stack: &str) -> serde_json::Value {
     while !cert.exists() && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(
-        common::wait_for_udp_port(port, Duration::from_secs(10)),
-        "the server did not bind {addr}"
-    );
+    if !common::wait_for_port(port, Duration::from_secs(10), || {
+        matches!(server.try_wait(), Ok(None))
+    }) {
+        let _ = server.kill();
+        panic!("the server did not bind {addr}");
+    }
     let json = dir.join("client.json");
     let out = Command::new(BIN)
         .args(["quic", "client", "--to", &addr, "--stack", client_stack])
@@ -126,10 +128,12 @@ fn unreachable_servers_and_untrusted_certificates_are_clear_errors() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(
-        common::wait_for_udp_port(port, Duration::from_secs(10)),
-        "the server did not bind {listen}"
-    );
+    if !common::wait_for_port(port, Duration::from_secs(10), || {
+        matches!(server.try_wait(), Ok(None))
+    }) {
+        let _ = server.kill();
+        panic!("the server did not bind {listen}");
+    }
     let out = Command::new(BIN)
         .args(["quic", "client", "--to", &listen, "--download", "1k"])
         .output()

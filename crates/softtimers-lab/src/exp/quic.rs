@@ -295,9 +295,9 @@ struct Bulk {
     rate_bps: f64,
     rtt: Duration,
     bdp_fraction: f64,
-    /// The download of a full run: about 2 s at what the QUIC stacks reach here (this VM's
-    /// QUIC stacks move at most about 240 Mbit/s, so 500 Mbit/s runs download less than
-    /// 2 s at the bottleneck rate).
+    /// The download of a full run: about 2 s at what the QUIC stacks reach (on the VM of
+    /// docs/RESULTS.md they move at most about 240 Mbit/s, so 500 Mbit/s runs download less
+    /// than 2 s at the bottleneck rate).
     download_bytes: u64,
     /// A run's typical transfer time, s, over the stacks (for the time estimate).
     expected_s: f64,
@@ -332,8 +332,9 @@ fn bulks(quick: bool) -> Vec<Bulk> {
             download_bytes: 50_000_000,
             expected_s: 1.8,
         });
-        // A 15.6 KB queue, 13 datagrams: what a burst of GSO segments overruns. Stock quinn
-        // and the kernel's TCP reach about 80 Mbit/s here.
+        // A 15.6 KB queue, 12 of QUIC's 1228-byte IP packets: what a burst of GSO segments
+        // overruns. In `quic10` stock quinn and the kernel's TCP reached about 80 Mbit/s
+        // here (2.5 s for 25 MB), per-packet pacing about 200 (1 s).
         v.push(Bulk {
             name: "bulk-500M-1ms-0.25bdp",
             rate: "500M",
@@ -971,7 +972,7 @@ impl Section for QuicResult {
             let _ = writeln!(md, "Not run here: {why}.");
             return Ok(Rendered::text(md));
         }
-        md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max].\n\n";
+        md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the 50 ms in which half of the data direction's bytes had been delivered on (drops at the end of slow start fall in the first half).\n\n";
         md += "| scenario | stack | goodput (Mbit/s) | data share of delivered bytes | bottleneck drops | of which in the second half | sender-declared losses | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB, both sides (ms) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let keys = distinct(&self.rows, |r| (r.scenario.clone(), r.stack.clone()));
         let timer_driven = |scenario: &str| scenario == APP_LIMITED || scenario == THIN_ACKS;

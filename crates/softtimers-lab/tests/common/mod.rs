@@ -17,29 +17,22 @@ pub fn tool(name: &str) -> Option<PathBuf> {
     found
 }
 
-/// Waits until some socket in this network namespace has UDP `port` bound (as
-/// `/proc/net/udp` and `udp6` list it), up to `timeout`; whether it did. A server started in
-/// another process is then ready for datagrams, however slowly a loaded machine started it.
+/// Waits until a socket in this network namespace has `port` bound, up to `timeout`, while
+/// `alive` says the server that should bind it still runs; whether it was bound. A server
+/// started in another process is then ready for datagrams, however slowly a loaded machine
+/// started it.
 #[allow(dead_code)] // not every test binary that includes this module waits for a port
-pub fn wait_for_udp_port(port: u16, timeout: std::time::Duration) -> bool {
-    let suffix = format!(":{port:04X}");
-    let bound = || {
-        ["/proc/net/udp", "/proc/net/udp6"].iter().any(|table| {
-            std::fs::read_to_string(table).is_ok_and(|text| {
-                text.lines().skip(1).any(|line| {
-                    line.split_whitespace()
-                        .nth(1)
-                        .is_some_and(|local| local.ends_with(&suffix))
-                })
-            })
-        })
-    };
+pub fn wait_for_port(
+    port: u16,
+    timeout: std::time::Duration,
+    mut alive: impl FnMut() -> bool,
+) -> bool {
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        if bound() {
+        if softtimers_lab::netns::port_bound("/proc/net".as_ref(), port) {
             return true;
         }
-        if std::time::Instant::now() >= deadline {
+        if !alive() || std::time::Instant::now() >= deadline {
             return false;
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
