@@ -156,24 +156,40 @@ pub(crate) fn command_in(ns: &str, program: impl AsRef<OsStr>) -> Command {
     command
 }
 
-/// Whether a UDP or TCP socket (IPv4 or IPv6) is bound to local `port` in the network
-/// namespace whose `/proc/.../net` directory is `proc_net` (`/proc/net` for the caller's own,
-/// `/proc/PID/net` for a process's).
+/// Whether a server's socket has local `port` in the network namespace whose `/proc/.../net`
+/// directory is `proc_net` (`/proc/net` for the caller's own, `/proc/PID/net` for a
+/// process's): a UDP socket (IPv4 or IPv6) bound to it, or a TCP socket listening on it. A
+/// TCP connection's port (a client's, or one in `TIME_WAIT`) does not count.
 ///
 /// ```
+/// use softtimers_lab::netns::port_bound;
+/// let proc_net = std::path::Path::new("/proc/net");
 /// let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-/// let port = socket.local_addr().unwrap().port();
-/// assert!(softtimers_lab::netns::port_bound("/proc/net".as_ref(), port));
+/// assert!(port_bound(proc_net, socket.local_addr().unwrap().port()));
+/// let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+/// assert!(port_bound(proc_net, listener.local_addr().unwrap().port()));
+/// // A connection's own port is not a server's.
+/// let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+/// assert!(!port_bound(proc_net, client.local_addr().unwrap().port()));
 /// ```
 pub fn port_bound(proc_net: &std::path::Path, port: u16) -> bool {
-    // A table's second column is the local address, `HEXADDR:HEXPORT`, the port as `%04X`.
+    // A table's second column is the local address, `HEXADDR:HEXPORT` with the port as
+    // `%04X`, and its fourth the state (`0A`: TCP_LISTEN).
     let suffix = format!(":{port:04X}");
-    ["udp", "udp6", "tcp", "tcp6"].iter().any(|table| {
+    [
+        ("udp", false),
+        ("udp6", false),
+        ("tcp", true),
+        ("tcp6", true),
+    ]
+    .iter()
+    .any(|&(table, must_listen)| {
         std::fs::read_to_string(proc_net.join(table)).is_ok_and(|text| {
             text.lines().skip(1).any(|line| {
-                line.split_whitespace()
-                    .nth(1)
-                    .is_some_and(|local| local.ends_with(&suffix))
+                let mut fields = line.split_whitespace();
+                let local = fields.nth(1);
+                let state = fields.nth(1);
+                local.is_some_and(|l| l.ends_with(&suffix)) && (!must_listen || state == Some("0A"))
             })
         })
     })

@@ -195,10 +195,11 @@ pub struct QuicRow {
     pub goodput_bps: f64,
     /// Packets dropped at the bottleneck queue (the emulator's count, data direction).
     pub bottleneck_drops: u64,
-    /// Of those, the drops in the second half of the data direction's delivering time: a
-    /// bulk transfer's drops once its slow start's overshoot is behind it.
-    #[serde(default)]
-    pub bottleneck_drops_second_half: u64,
+    /// Of those, the drops from the start of the 50 ms in which the data direction's
+    /// delivered bytes passed half their total: a bulk transfer's drops once its slow
+    /// start's overshoot is behind it (`null` in results from before it was counted).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub bottleneck_drops_second_half: f64,
     /// Packets the sender declared lost (QUIC stacks; `null` for TCP).
     #[serde(deserialize_with = "crate::summary::num")]
     pub sender_lost_packets: f64,
@@ -333,8 +334,8 @@ fn bulks(quick: bool) -> Vec<Bulk> {
             expected_s: 1.8,
         });
         // A 15.6 KB queue, 12 of QUIC's 1228-byte IP packets: what a burst of GSO segments
-        // overruns. In `quic10` stock quinn and the kernel's TCP reached about 80 Mbit/s
-        // here (2.5 s for 25 MB), per-packet pacing about 200 (1 s).
+        // overruns. In `quic11` (docs/RESULTS.md) stock quinn and the kernel's TCP reached
+        // about 80 Mbit/s here (2.5 s for 25 MB), per-packet pacing about 190 (1 s).
         v.push(Bulk {
             name: "bulk-500M-1ms-0.25bdp",
             rate: "500M",
@@ -596,7 +597,7 @@ fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
         round,
         goodput_bps: f(&m.client, &["report", "goodput_bps"]),
         bottleneck_drops: data.queue_drops,
-        bottleneck_drops_second_half: data.queue_drops_second_half,
+        bottleneck_drops_second_half: data.queue_drops_second_half as f64,
         sender_lost_packets: f(&m.server, &["served", "lost_packets"]),
         data_share: f(&m.client, &["report", "download_bytes"]) / data.delivered_bytes as f64,
         interarrival_stddev_us: data.interarrival_stddev_us.unwrap_or(f64::NAN),
@@ -972,7 +973,7 @@ impl Section for QuicResult {
             let _ = writeln!(md, "Not run here: {why}.");
             return Ok(Rendered::text(md));
         }
-        md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the 50 ms in which half of the data direction's bytes had been delivered on (drops at the end of slow start fall in the first half).\n\n";
+        md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the start of the 50 ms interval in which the data direction's delivered bytes passed half their total (drops at the end of slow start fall in the first half).\n\n";
         md += "| scenario | stack | goodput (Mbit/s) | data share of delivered bytes | bottleneck drops | of which in the second half | sender-declared losses | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB, both sides (ms) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let keys = distinct(&self.rows, |r| (r.scenario.clone(), r.stack.clone()));
         let timer_driven = |scenario: &str| scenario == APP_LIMITED || scenario == THIN_ACKS;
@@ -984,7 +985,7 @@ impl Section for QuicResult {
                 col(|r| r.goodput_bps, 1e6, 1),
                 col(|r| r.data_share, 1.0, 3),
                 col(|r| r.bottleneck_drops as f64, 1.0, 0),
-                col(|r| r.bottleneck_drops_second_half as f64, 1.0, 0),
+                col(|r| r.bottleneck_drops_second_half, 1.0, 0),
                 col(|r| r.sender_lost_packets, 1.0, 0),
                 col(|r| r.interarrival_stddev_us, 1.0, 1),
                 col(|r| r.sender_gap_stddev_us, 1.0, 1),
