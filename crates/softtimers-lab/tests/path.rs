@@ -84,11 +84,21 @@ fn probe_rtt(tag: &str, one_way_us: u64) -> (Duration, softtimers_lab::path::Pat
         for i in 0..200u32 {
             let start = Instant::now();
             s.send_to(&i.to_be_bytes(), to).unwrap();
-            if let Ok(n) = s.recv(&mut buf)
-                && n == 4
-                && buf[..4] == i.to_be_bytes()
+            // Wait up to 1 s for this probe's echo, skipping a late echo of an earlier
+            // probe (an echo server slow to start on a loaded machine), which would
+            // otherwise put every later reply one probe behind.
+            while let Some(left) = Duration::from_secs(1).checked_sub(start.elapsed())
+                && !left.is_zero()
             {
-                rtts.push(start.elapsed());
+                s.set_read_timeout(Some(left)).unwrap();
+                match s.recv(&mut buf) {
+                    Ok(4) if buf[..4] == i.to_be_bytes() => {
+                        rtts.push(start.elapsed());
+                        break;
+                    }
+                    Ok(_) => continue,
+                    Err(_) => break,
+                }
             }
             std::thread::sleep(Duration::from_millis(2));
         }
