@@ -195,8 +195,8 @@ pub fn port_bound(proc_net: &std::path::Path, port: u16) -> bool {
     })
 }
 
-/// Waits until `child`, started with [`command_in`] in namespace `ns`, has a UDP or TCP
-/// socket bound to local `port`: a server is ready when its socket is, with no fixed sleep to
+/// Waits until `child`, started with [`command_in`] in namespace `ns`, has a UDP socket
+/// bound to local `port` or a TCP socket listening on it ([`port_bound`]): a server is ready when its socket is, with no fixed sleep to
 /// guess at. Returns `Ok(false)` if the child exited first, an error after `timeout`.
 ///
 /// The child's own `/proc/PID/net` tables are read once `/proc/PID/ns/net` is `ns` (until

@@ -51,7 +51,7 @@ fn transfer(server_stack: &str, client_stack: &str) -> serde_json::Value {
     if !common::wait_for_port(port, Duration::from_secs(10), || {
         matches!(server.try_wait(), Ok(None))
     }) {
-        let _ = server.kill();
+        softtimers_lab::tools::kill(&mut server);
         panic!("the server did not bind {addr}");
     }
     let json = dir.join("client.json");
@@ -131,7 +131,7 @@ fn unreachable_servers_and_untrusted_certificates_are_clear_errors() {
     if !common::wait_for_port(port, Duration::from_secs(10), || {
         matches!(server.try_wait(), Ok(None))
     }) {
-        let _ = server.kill();
+        softtimers_lab::tools::kill(&mut server);
         panic!("the server did not bind {listen}");
     }
     let out = Command::new(BIN)

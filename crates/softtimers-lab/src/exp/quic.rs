@@ -1530,16 +1530,15 @@ pub fn expected_seconds(step: &str, quick: bool) -> f64 {
     let per_run = 1.2;
     match step {
         "quic" => {
-            let bulk: f64 = bulks(quick)
-                .iter()
-                .map(|b| if quick { 0.6 } else { b.expected_s } + b.rtt.as_secs_f64() * 10.0 + per_run)
-                .sum::<f64>()
-                * BULK_STACKS.len() as f64;
-            let small_queue = &bulks(quick)[0];
-            let variants = PACING_VARIANTS.len() as f64
-                * (if quick { 0.6 } else { small_queue.expected_s }
-                    + small_queue.rtt.as_secs_f64() * 10.0
-                    + per_run);
+            // One bulk run: its transfer, a few RTTs of start and end, the fixed cost.
+            let bulk_run = |b: &Bulk| {
+                let transfer = if quick { 0.6 } else { b.expected_s };
+                transfer + b.rtt.as_secs_f64() * 10.0 + per_run
+            };
+            let scenarios = bulks(quick);
+            let bulk = scenarios.iter().map(bulk_run).sum::<f64>() * BULK_STACKS.len() as f64;
+            // The variants run in the first scenario only.
+            let variants = PACING_VARIANTS.len() as f64 * bulk_run(&scenarios[0]);
             let rr = 3.0 * (per_run + rr_requests(quick) as f64 * 0.0008);
             let timer = TIMER_STACKS.len() as f64
                 * (2.0 * per_run + if quick { 0.6 + 0.5 } else { 2.0 + 2.0 });

@@ -22,7 +22,7 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
@@ -228,10 +228,6 @@ struct SenderRun {
     seconds: f64,
 }
 
-fn kill(mut child: Child) {
-    crate::tools::kill(&mut child);
-}
-
 /// One sender, its receiver and the observer, on `path`.
 fn run_sender(
     net: &Network<'_>,
@@ -247,7 +243,7 @@ fn run_sender(
     let observed = dir.join(format!("observed-{port}.json"));
     let sent_json = dir.join(format!("sent-{port}.json"));
     let limit = format!("{}s", spec.seconds + 20);
-    let observer = net
+    let mut observer = net
         .command(path, End::Receiver, CLIENT_CPU, &net.exe)
         .args(["sink", "--observe", &port.to_string(), "--interface"])
         .arg(&interface)
@@ -273,10 +269,10 @@ fn run_sender(
             .args(["--duration", &limit, "--idle", "500ms"])
             .spawn()
     };
-    let receiver = match receiver {
+    let mut receiver = match receiver {
         Ok(r) => r,
         Err(e) => {
-            kill(observer);
+            crate::tools::kill(&mut observer);
             return Err(anyhow!(e).context("starting the receiver"));
         }
     };
@@ -298,8 +294,8 @@ fn run_sender(
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_ns = waited_children_cpu_ns().saturating_sub(cpu_before);
     if let Err(e) = sent {
-        kill(receiver);
-        kill(observer);
+        crate::tools::kill(&mut receiver);
+        crate::tools::kill(&mut observer);
         return Err(e);
     }
     let received = crate::tools::finish(receiver, "the receiver");
