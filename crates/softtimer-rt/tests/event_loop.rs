@@ -235,9 +235,23 @@ fn a_handler_sends_on_a_socket_and_reschedules_itself() {
 
 /// The periodic backstop fires events while the loop thread computes for 50 ms without a
 /// system call. Each event must fire within `T < actual < T + X + 1`; being descheduled by
-/// the kernel can break that, so violations are counted and a small share is allowed.
+/// the kernel can break that, so violations are counted and a small share is allowed. A
+/// host that takes the core away for longer spoils one attempt, not three: a backstop that
+/// does not keep the bound fails every attempt.
 #[test]
 fn the_backstop_keeps_the_bound_while_the_loop_computes() {
+    let mut failures = Vec::new();
+    for _ in 0..3 {
+        match backstop_bound_attempt() {
+            Ok(()) => return,
+            Err(why) => failures.push(why),
+        }
+    }
+    panic!("every attempt broke the bound: {failures:#?}");
+}
+
+/// One run of 40 events behind 50 ms of computing; `Err` says how the bound was broken.
+fn backstop_bound_attempt() -> Result<(), String> {
     let clock = SystemClock::new();
     let lateness = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&lateness);
@@ -302,12 +316,14 @@ fn the_backstop_keeps_the_bound_while_the_loop_computes() {
     };
     let (strict, beyond_margin) = (late(0), late(x / 4));
     eprintln!("bound: {strict} of 40 past X + 1; {beyond_margin} past X + 1 + X/4");
-    assert!(
-        beyond_margin <= 2,
-        "{beyond_margin} of 40 events fired later than X + X/4 past due (allowed: 2); \
-         {strict} later than X"
-    );
     assert!(ev.counters().fired(TriggerSource::Backstop) >= 35);
+    if beyond_margin > 2 {
+        return Err(format!(
+            "{beyond_margin} of 40 events fired later than X + X/4 past due (allowed: 2); \
+             {strict} later than X"
+        ));
+    }
+    Ok(())
 }
 
 #[test]
