@@ -11,7 +11,7 @@
 //! | [`senders`] | `pace` and `iperf3 -u` at the same rate, on loopback and a veth link, measured by one capture | — |
 //! | [`livelock`] | E10, E11, E12: a user-space router flooded across network namespaces; the 4.2BSD structure against polling with quotas, feedback and a CPU budget | livelock Figs. 6-1, 6-3 to 6-6, 7-1 |
 //! | [`deadline`] | E13: the deadline backstop | Table XIII |
-//! | [`quic`], [`bottleneck`] | quic, E14, E16: the path emulator's bottleneck beside `tbf`; quinn-proto on soft timers (quinn's pacer, per-packet pacing, timers rounded to 1 ms) against stock quinn on tokio and kernel TCP through the path emulator; response time after idle; recovery timers under loss | TCP paper Tables X–XI |
+//! | [`quic`], [`bottleneck`] | quic, E14, E16: the path emulator's bottleneck beside `tbf`; quinn-proto on soft timers (quinn's pacer, per-packet pacing, timers rounded to 1 ms) against stock quinn on tokio and kernel TCP through the path emulator; response time after idle; recovery timers under loss | soft-timers paper, Tables X–XI |
 //! | [`nginx`] | the HTTP server against nginx | — |
 //!
 //! A new family (polling, livelock, transport) is a module here with a result type
@@ -77,7 +77,7 @@ pub enum Step {
     E13,
     /// QUIC on soft timers against stock quinn and kernel TCP.
     Quic,
-    /// E14: response time after idle (TCP paper Tables X–XI).
+    /// E14: response time after idle (soft-timers paper, Tables X–XI).
     E14,
     /// E16: recovery timers under loss.
     E16,
@@ -211,7 +211,7 @@ impl Step {
             Step::E12 => "E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)",
             Step::E13 => "E13: the deadline backstop (Table XIII)",
             Step::Quic => "quic: QUIC on soft timers against stock quinn and kernel TCP",
-            Step::E14 => "E14: response time after idle (TCP paper Tables X-XI)",
+            Step::E14 => "E14: response time after idle (soft-timers paper, Tables X-XI)",
             Step::E16 => "E16: recovery timers under loss",
             Step::Nginx => "the HTTP server against nginx with one worker",
         }
