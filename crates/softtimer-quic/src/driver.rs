@@ -485,6 +485,32 @@ impl Driver {
             .map_err(|e| QuicError::Stream(format!("finish on stream {stream}: {e}")))
     }
 
+    /// Abandons the sending side of `stream`: the peer's reads end with
+    /// [`ReadStatus::Reset`] and this `code`; what was written and not yet acknowledged is not
+    /// sent again.
+    pub fn reset(&mut self, id: ConnId, stream: StreamId, code: u32) -> Result<(), QuicError> {
+        self.conn(id)?
+            .conn
+            .send_stream(stream)
+            .reset(VarInt::from_u32(code))
+            .map_err(|e| QuicError::Stream(format!("reset of stream {stream}: {e}")))
+    }
+
+    /// Asks the peer to stop sending on `stream` with `code` (the peer sees
+    /// [`QuicEvent::Stopped`]); data still arriving on it is discarded.
+    pub fn stop_sending(
+        &mut self,
+        id: ConnId,
+        stream: StreamId,
+        code: u32,
+    ) -> Result<(), QuicError> {
+        self.conn(id)?
+            .conn
+            .recv_stream(stream)
+            .stop(VarInt::from_u32(code))
+            .map_err(|e| QuicError::Stream(format!("stop-sending on stream {stream}: {e}")))
+    }
+
     /// Hands every chunk of `stream` available now to `sink`, in order, and says whether
     /// more may come.
     pub fn read(

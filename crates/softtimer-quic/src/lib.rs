@@ -22,6 +22,10 @@
 //! * [`perf`] speaks the QUIC performance protocol (draft-banks-quic-performance, ALPN
 //!   `perf`), which quinn's `perf` tool and msquic's `secnetperf` also speak.
 //!
+//! An application sees [`QuicEvent`]s through its [`App`] and works its streams through the
+//! [`Driver`]: `open_bi` or `accept_bi`, `write`, `finish`, `read`, `reset`, `stop_sending`
+//! and `close` (see [`QuicLoop`]'s example).
+//!
 //! quinn-proto is used as published: what it fixes (its pacer's burst interval and minimum
 //! burst, its 1 ms loss-detection granularity) is worked around from outside.
 //!

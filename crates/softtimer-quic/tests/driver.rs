@@ -281,6 +281,120 @@ fn a_connection_closed_by_the_peer_is_reported_with_its_reason() {
     assert!(error.contains("go away"), "{error}");
 }
 
+/// A server that refuses every request: it asks the client to stop sending and resets its
+/// own side of the stream with code 42.
+struct Refuser;
+impl App for Refuser {
+    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+        if let QuicEvent::StreamOpened(c) = event {
+            while let Ok(Some(stream)) = driver.accept_bi(c) {
+                driver.stop_sending(c, stream, 9).unwrap();
+                driver.reset(c, stream, 42).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stream_reset_by_the_server_fails_the_request_with_its_code() {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let server_cfg = server_config(&identity, &Tuning::default()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let server = thread::spawn(move || {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut quic = QuicLoop::new(
+            Default::default(),
+            socket,
+            DriverConfig::default(),
+            Some(server_cfg),
+        )
+        .unwrap();
+        tx.send((quic.driver().local_addr().unwrap(), quic.stop_handle()))
+            .unwrap();
+        quic.run(&mut Refuser).unwrap();
+    });
+    let (addr, stop) = rx.recv().unwrap();
+    let started = Instant::now();
+    let report = run_client(
+        addr,
+        Trust::Insecure,
+        Tuning::default(),
+        DriverConfig::default(),
+        ClientPlan {
+            download: 1_000_000,
+            requests: 3,
+            ..ClientPlan::default()
+        },
+    );
+    stop.stop();
+    server.join().unwrap();
+    let error = report.error.expect("the reset is reported");
+    assert!(error.contains("reset the stream (code 42)"), "{error}");
+    assert_eq!(report.requests, 0, "no request completed");
+    // Reported when the reset arrives, not at an idle timeout.
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// A client that abandons one request half-way through its header, then makes a whole one.
+struct Abandoner {
+    whole: Option<softtimer_quic::StreamId>,
+    got: u64,
+    done: bool,
+}
+impl App for Abandoner {
+    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+        match event {
+            QuicEvent::Connected(c) => {
+                let half = driver.open_bi(c).unwrap().unwrap();
+                assert_eq!(driver.write(c, half, &[0, 0, 0, 0]).unwrap(), 4);
+                driver.reset(c, half, 5).unwrap();
+                let whole = driver.open_bi(c).unwrap().unwrap();
+                assert_eq!(driver.write(c, whole, &1000u64.to_be_bytes()).unwrap(), 8);
+                driver.finish(c, whole).unwrap();
+                self.whole = Some(whole);
+            }
+            // A late event for the stream already read to its end: nothing to do.
+            QuicEvent::Readable(c, stream) if Some(stream) == self.whole && !self.done => {
+                let mut got = 0;
+                let status = driver.read(c, stream, |d| got += d.len() as u64).unwrap();
+                self.got += got;
+                if status == softtimer_quic::ReadStatus::Finished {
+                    self.done = true;
+                    driver.close(c, 0, "done").unwrap();
+                    driver.stop();
+                }
+            }
+            QuicEvent::Lost(..) => driver.stop(),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_request_reset_by_the_client_is_counted_and_the_next_one_answered() {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let server = start_server(&identity, Tuning::default(), DriverConfig::default());
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut quic =
+        QuicLoop::new(Default::default(), socket, DriverConfig::default(), None).unwrap();
+    let client = client_config(&Trust::Insecure, &Tuning::default()).unwrap();
+    quic.driver()
+        .connect(client, server.addr, "localhost")
+        .unwrap();
+    let mut app = Abandoner {
+        whole: None,
+        got: 0,
+        done: false,
+    };
+    quic.run(&mut app).unwrap();
+    server.stop.stop();
+    let (served, _) = server.done.join().unwrap();
+    assert!(app.done, "the whole request was answered");
+    assert_eq!(app.got, 1000);
+    assert_eq!(served.aborted, 1, "{served:?}");
+    assert_eq!(served.requests, 1, "{served:?}");
+}
+
 #[test]
 fn a_vanished_peer_times_out_at_the_idle_timeout() {
     // The server answers the handshake, then its loop stops: the client's connection dies
