@@ -338,3 +338,112 @@ fn the_path_command_refuses_bad_input_and_runs_a_command() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("status 3"), "{err}");
 }
+
+/// Runs `ip` with `args`, for setting up what a test needs; panics if it fails.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Removes what a test made with `ip`, also when the test fails.
+struct Made(Vec<&'static str>, String);
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        let mut args = self.0.clone();
+        args.push(&self.1);
+        let _ = Command::new("ip").args(&args).output();
+    }
+}
+
+#[test]
+fn names_that_exist_already_are_refused_and_left_alone() {
+    let _serial = serial();
+    if !can_run() {
+        return;
+    }
+    let pid = std::process::id();
+    let l = link(100, None, QueueLimit::Bytes(64_000));
+    let spec = PathSpec {
+        a_to_b: l,
+        b_to_a: l,
+    };
+    let netns = |name: &str| std::path::Path::new("/run/netns").join(name).exists();
+
+    // A namespace with the name the path would give its first namespace.
+    let taken = Made(vec!["netns", "del"], format!("st-taken-{pid}-a"));
+    ip(&["netns", "add", &taken.1]);
+    let err = RunningPath::start("taken", spec, None)
+        .err()
+        .expect("refused");
+    assert!(format!("{err:#}").contains("exists already"), "{err:#}");
+    assert!(
+        netns(&taken.1),
+        "the namespace that was there is left alone"
+    );
+    assert!(!netns(&format!("st-taken-{pid}-b")));
+    assert!(!device_exists(&format!("st{pid}takena")));
+    drop(taken);
+
+    // A device with the name the path would give its first TUN device.
+    let busy = Made(vec!["link", "del"], format!("st{pid}busya"));
+    ip(&["tuntap", "add", "dev", &busy.1, "mode", "tun"]);
+    let err = RunningPath::start("busy", spec, None)
+        .err()
+        .expect("refused");
+    assert!(format!("{err:#}").contains("exists already"), "{err:#}");
+    assert!(
+        device_exists(&busy.1),
+        "the device that was there is left alone"
+    );
+    assert!(!device_exists(&format!("st{pid}busyb")));
+    for role in ["a", "b"] {
+        let ns = format!("st-busy-{pid}-{role}");
+        assert!(!netns(&ns), "{ns} left behind");
+    }
+}
+
+#[test]
+fn without_root_the_path_command_says_so() {
+    let bin = env!("CARGO_BIN_EXE_softtimers");
+    let out = if rustix::process::geteuid().is_root() {
+        // Run a copy as `nobody`, from a directory anyone may enter (the build's may not be).
+        let dir = std::env::temp_dir().join(format!("softtimers-nonroot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("softtimers");
+        std::fs::copy(bin, &copy).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&copy)
+            .args(["path", "--delay", "1ms", "--", "true"])
+            .output();
+        let _ = std::fs::remove_dir_all(&dir);
+        match out {
+            Ok(out) => out,
+            Err(e) => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "setpriv (util-linux) is needed on CI: {e}"
+                );
+                eprintln!("skipped: no setpriv to drop root with ({e})");
+                return;
+            }
+        }
+    } else {
+        Command::new(bin)
+            .args(["path", "--delay", "1ms", "--", "true"])
+            .output()
+            .unwrap()
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("need root"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
