@@ -238,18 +238,11 @@ fn many_concurrent_streams_are_all_answered() {
     assert!(app.received.values().all(|&n| n == 50_000));
 }
 
-/// Closes the connection as soon as it is up, from the server side.
-struct Closer;
-impl App for Closer {
-    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
-        if let QuicEvent::Connected(c) = event {
-            driver.close(c, 7, "go away").unwrap();
-        }
-    }
-}
-
-#[test]
-fn a_connection_closed_by_the_peer_is_reported_with_its_reason() {
+/// A server running `app` with the default configuration, on its own thread: its address,
+/// its stop handle and the thread.
+fn start_app_server(
+    mut app: impl App + Send + 'static,
+) -> (SocketAddr, softtimer_rt::StopHandle, thread::JoinHandle<()>) {
     let identity = Identity::self_signed(&["localhost"]).unwrap();
     let server_cfg = server_config(&identity, &Tuning::default()).unwrap();
     let (tx, rx) = mpsc::channel();
@@ -264,9 +257,25 @@ fn a_connection_closed_by_the_peer_is_reported_with_its_reason() {
         .unwrap();
         tx.send((quic.driver().local_addr().unwrap(), quic.stop_handle()))
             .unwrap();
-        quic.run(&mut Closer).unwrap();
+        quic.run(&mut app).unwrap();
     });
     let (addr, stop) = rx.recv().unwrap();
+    (addr, stop, server)
+}
+
+/// Closes the connection as soon as it is up, from the server side.
+struct Closer;
+impl App for Closer {
+    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+        if let QuicEvent::Connected(c) = event {
+            driver.close(c, 7, "go away").unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_connection_closed_by_the_peer_is_reported_with_its_reason() {
+    let (addr, stop, server) = start_app_server(Closer);
     let report = run_client(
         addr,
         Trust::Insecure,
@@ -297,23 +306,7 @@ impl App for Refuser {
 
 #[test]
 fn a_stream_reset_by_the_server_fails_the_request_with_its_code() {
-    let identity = Identity::self_signed(&["localhost"]).unwrap();
-    let server_cfg = server_config(&identity, &Tuning::default()).unwrap();
-    let (tx, rx) = mpsc::channel();
-    let server = thread::spawn(move || {
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut quic = QuicLoop::new(
-            Default::default(),
-            socket,
-            DriverConfig::default(),
-            Some(server_cfg),
-        )
-        .unwrap();
-        tx.send((quic.driver().local_addr().unwrap(), quic.stop_handle()))
-            .unwrap();
-        quic.run(&mut Refuser).unwrap();
-    });
-    let (addr, stop) = rx.recv().unwrap();
+    let (addr, stop, server) = start_app_server(Refuser);
     let started = Instant::now();
     let report = run_client(
         addr,
