@@ -50,6 +50,17 @@ fn run_client(
     app.report
 }
 
+/// A client loop with the default configuration, connecting to `to` and trusting any
+/// certificate.
+fn client_loop(to: SocketAddr, tuning: &Tuning) -> (QuicLoop, ConnId) {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut quic =
+        QuicLoop::new(Default::default(), socket, DriverConfig::default(), None).unwrap();
+    let client = client_config(&Trust::Insecure, tuning).unwrap();
+    let conn = quic.driver().connect(client, to, "localhost").unwrap();
+    (quic, conn)
+}
+
 /// One client run against a fresh server, both with `config`, the client trusting the
 /// server's certificate (or any, if `insecure`); what each side reports, and the server
 /// driver's counters.
@@ -216,14 +227,7 @@ impl App for Concurrent {
 fn many_concurrent_streams_are_all_answered() {
     let identity = Identity::self_signed(&["localhost"]).unwrap();
     let server = start_server(&identity, Tuning::default(), DriverConfig::default());
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut quic =
-        QuicLoop::new(Default::default(), socket, DriverConfig::default(), None).unwrap();
-    let client = client_config(&Trust::Insecure, &Tuning::default()).unwrap();
-    let conn = quic
-        .driver()
-        .connect(client, server.addr, "localhost")
-        .unwrap();
+    let (mut quic, conn) = client_loop(server.addr, &Tuning::default());
     let mut app = Concurrent {
         conn,
         streams: 64,
@@ -367,13 +371,7 @@ impl App for Abandoner {
 fn a_request_reset_by_the_client_is_counted_and_the_next_one_answered() {
     let identity = Identity::self_signed(&["localhost"]).unwrap();
     let server = start_server(&identity, Tuning::default(), DriverConfig::default());
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut quic =
-        QuicLoop::new(Default::default(), socket, DriverConfig::default(), None).unwrap();
-    let client = client_config(&Trust::Insecure, &Tuning::default()).unwrap();
-    quic.driver()
-        .connect(client, server.addr, "localhost")
-        .unwrap();
+    let (mut quic, _) = client_loop(server.addr, &Tuning::default());
     let mut app = Abandoner {
         whole: None,
         got: 0,
@@ -399,14 +397,7 @@ fn a_vanished_peer_times_out_at_the_idle_timeout() {
         ..Tuning::default()
     };
     let server = start_server(&identity, tuning.clone(), DriverConfig::default());
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut quic =
-        QuicLoop::new(Default::default(), socket, DriverConfig::default(), None).unwrap();
-    let client = client_config(&Trust::Insecure, &tuning).unwrap();
-    let conn = quic
-        .driver()
-        .connect(client, server.addr, "localhost")
-        .unwrap();
+    let (mut quic, conn) = client_loop(server.addr, &tuning);
 
     struct Vanish {
         stop: Option<softtimer_rt::StopHandle>,
