@@ -1098,19 +1098,46 @@ pub trait App {
 
 /// A [`Driver`] and the soft-timer event loop that runs it, on the calling thread.
 ///
+/// An echo server: every stream a client opens gets back what the client sent on it, once the
+/// client has finished it; a stream that cannot be read closes its connection.
+///
 /// ```no_run
 /// use std::net::UdpSocket;
-/// use softtimer_quic::{App, Driver, DriverConfig, QuicEvent, QuicLoop};
+/// use softtimer_quic::{App, Driver, DriverConfig, QuicEvent, QuicLoop, ReadStatus};
 /// use softtimer_quic::tls::{Identity, Tuning, server_config};
 ///
-/// struct Echo;
+/// #[derive(Default)]
+/// struct Echo {
+///     // What each stream has sent so far (a real server would bound this).
+///     pending: std::collections::HashMap<(softtimer_quic::ConnId, softtimer_quic::StreamId), Vec<u8>>,
+/// }
 /// impl App for Echo {
 ///     fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
-///         if let QuicEvent::StreamOpened(conn) = event {
-///             while let Ok(Some(stream)) = driver.accept_bi(conn) {
-///                 let _ = driver.write(conn, stream, b"hello");
-///                 let _ = driver.finish(conn, stream);
+///         match event {
+///             QuicEvent::StreamOpened(conn) => {
+///                 // Take the new streams; their data arrives as Readable events.
+///                 while let Ok(Some(stream)) = driver.accept_bi(conn) {
+///                     self.pending.insert((conn, stream), Vec::new());
+///                 }
 ///             }
+///             QuicEvent::Readable(conn, stream) => {
+///                 let buf = self.pending.entry((conn, stream)).or_default();
+///                 match driver.read(conn, stream, |chunk| buf.extend_from_slice(chunk)) {
+///                     Ok(ReadStatus::Finished) => {
+///                         let data = self.pending.remove(&(conn, stream)).unwrap_or_default();
+///                         // Short replies fit the stream's window; a long one would go on
+///                         // writing at each Writable event.
+///                         let _ = driver.write(conn, stream, &data);
+///                         let _ = driver.finish(conn, stream);
+///                     }
+///                     Ok(ReadStatus::Blocked) => {}
+///                     Ok(ReadStatus::Reset(_)) | Err(_) => {
+///                         self.pending.remove(&(conn, stream));
+///                         let _ = driver.close(conn, 1, "bad stream");
+///                     }
+///                 }
+///             }
+///             _ => {}
 ///         }
 ///     }
 /// }
@@ -1119,7 +1146,7 @@ pub trait App {
 /// let server = server_config(&identity, &Tuning::default()).unwrap();
 /// let socket = UdpSocket::bind("127.0.0.1:4433").unwrap();
 /// let mut quic = QuicLoop::new(Default::default(), socket, DriverConfig::default(), Some(server)).unwrap();
-/// quic.run(&mut Echo).unwrap();
+/// quic.run(&mut Echo::default()).unwrap();
 /// ```
 pub struct QuicLoop {
     ev: EventLoop<Wake>,

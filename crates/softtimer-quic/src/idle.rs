@@ -118,6 +118,26 @@ impl AfterIdleController {
     }
 }
 
+impl AfterIdleController {
+    /// An acknowledgement of `bytes` at `now` with the smoothed RTT `srtt`: the delivery
+    /// rate over each full RTT that was not application-limited, and the idle threshold.
+    fn note_ack(&mut self, now: Instant, bytes: u64, app_limited: bool, srtt: Duration) {
+        self.srtt = srtt;
+        self.idle_after = MIN_IDLE.max(srtt * 2);
+        self.last_activity = Some(now);
+        let start = *self.meter_start.get_or_insert(now);
+        self.meter_bytes += bytes;
+        let elapsed = now.saturating_duration_since(start);
+        if elapsed >= self.srtt && !elapsed.is_zero() {
+            if !app_limited {
+                self.delivery_rate = Some(self.meter_bytes as f64 / elapsed.as_secs_f64());
+            }
+            self.meter_start = Some(now);
+            self.meter_bytes = 0;
+        }
+    }
+}
+
 impl Controller for AfterIdleController {
     fn on_sent(&mut self, now: Instant, bytes: u64, last_packet_number: u64) {
         if let Some(last) = self.last_activity
@@ -137,19 +157,7 @@ impl Controller for AfterIdleController {
         app_limited: bool,
         rtt: &RttEstimator,
     ) {
-        self.srtt = rtt.get();
-        self.idle_after = MIN_IDLE.max(rtt.get() * 2);
-        self.last_activity = Some(now);
-        let start = *self.meter_start.get_or_insert(now);
-        self.meter_bytes += bytes;
-        let elapsed = now.saturating_duration_since(start);
-        if elapsed >= self.srtt && !elapsed.is_zero() {
-            if !app_limited {
-                self.delivery_rate = Some(self.meter_bytes as f64 / elapsed.as_secs_f64());
-            }
-            self.meter_start = Some(now);
-            self.meter_bytes = 0;
-        }
+        self.note_ack(now, bytes, app_limited, rtt.get());
         self.inner.on_ack(now, sent, bytes, app_limited, rtt);
     }
 
@@ -206,5 +214,90 @@ impl Controller for AfterIdleController {
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MTU: u16 = 1200;
+
+    fn controller(mode: AfterIdle, now: Instant) -> AfterIdleController {
+        let boxed = Arc::new(AfterIdleFactory::new(mode)).build(now, MTU);
+        *boxed
+            .into_any()
+            .downcast::<AfterIdleController>()
+            .expect("the factory builds its own controller")
+    }
+
+    /// Sends and acknowledges `rate` bytes/s for one second in 1 ms steps at RTT 100 ms,
+    /// then stays idle for `idle` and sends once more; returns the window before and after
+    /// that send.
+    fn busy_then_idle(mode: AfterIdle, rate: u64, idle: Duration) -> (u64, u64, u64) {
+        let t0 = Instant::now();
+        let mut c = controller(mode, t0);
+        let srtt = Duration::from_millis(100);
+        let per_ms = rate / 1000;
+        let mut now = t0;
+        for pn in 0..1000 {
+            now += Duration::from_millis(1);
+            c.on_sent(now, per_ms, pn);
+            c.note_ack(now, per_ms, false, srtt);
+        }
+        let before = c.window();
+        c.on_sent(now + idle, per_ms, 1000);
+        (before, c.window(), c.restarts)
+    }
+
+    #[test]
+    fn rate_based_clocking_resumes_at_the_rate_measured_before_idle() {
+        // 6.25 MB/s (50 Mbit/s) at RTT 100 ms: a window of 625 KB.
+        let (_, after, restarts) =
+            busy_then_idle(AfterIdle::RateBased, 6_250_000, Duration::from_secs(1));
+        assert_eq!(restarts, 1);
+        let bdp = 625_000.0;
+        assert!(
+            (after as f64 - bdp).abs() <= 0.02 * bdp,
+            "window {after} after idle, against the measured rate × RTT {bdp}"
+        );
+    }
+
+    #[test]
+    fn slow_start_restart_goes_back_to_the_initial_window() {
+        let (_, after, restarts) =
+            busy_then_idle(AfterIdle::SlowStart, 6_250_000, Duration::from_secs(1));
+        assert_eq!(restarts, 1);
+        let initial = controller(AfterIdle::SlowStart, Instant::now()).initial_window();
+        assert_eq!(after, initial);
+    }
+
+    #[test]
+    fn keep_and_short_pauses_leave_the_window_alone() {
+        let (before, after, restarts) =
+            busy_then_idle(AfterIdle::Keep, 6_250_000, Duration::from_secs(1));
+        assert_eq!((restarts, after), (1, before), "keep changes nothing");
+        // A pause shorter than two RTTs (and than the 200 ms floor) is no idle period.
+        let (before, after, restarts) =
+            busy_then_idle(AfterIdle::SlowStart, 6_250_000, Duration::from_millis(150));
+        assert_eq!((restarts, after), (0, before));
+    }
+
+    #[test]
+    fn an_application_limited_rate_is_not_resumed() {
+        // Only application-limited acknowledgements: no rate measured, so rate-based
+        // clocking has nothing to resume at and keeps CUBIC's window.
+        let t0 = Instant::now();
+        let mut c = controller(AfterIdle::RateBased, t0);
+        let mut now = t0;
+        for pn in 0..500 {
+            now += Duration::from_millis(1);
+            c.on_sent(now, 1200, pn);
+            c.note_ack(now, 1200, true, Duration::from_millis(20));
+        }
+        let before = c.window();
+        c.on_sent(now + Duration::from_secs(1), 1200, 500);
+        assert_eq!(c.delivery_rate, None);
+        assert_eq!(c.window(), before);
     }
 }

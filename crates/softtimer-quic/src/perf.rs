@@ -69,7 +69,7 @@ pub struct ServerReport {
     /// Requests whose stream the peer reset or stopped.
     pub aborted: u64,
     /// Packets this side sent, over its closed connections (`None` where the stack does not
-    /// say, as the kernel's TCP through a plain socket).
+    /// say; the lab's kernel-TCP server fills it from `TCP_INFO`).
     pub sent_packets: Option<u64>,
     /// Packets this side declared lost (retransmitted), over its closed connections.
     pub lost_packets: Option<u64>,

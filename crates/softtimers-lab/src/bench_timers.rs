@@ -49,7 +49,7 @@ pub struct TimersConfig {
 }
 
 impl TimersConfig {
-    /// The full run (17 rounds, about five minutes here) or the quick one (three rounds,
+    /// The full run (13 rounds, about four minutes here) or the quick one (three rounds,
     /// about a minute).
     pub fn new(quick: bool, intervals_us: Vec<u64>) -> Result<Self> {
         for &us in &intervals_us {

@@ -79,7 +79,7 @@ impl RunLength {
     }
     /// Rounds of `bench timers`.
     pub fn timers_rounds(self) -> usize {
-        self.pick(3, 17)
+        self.pick(3, 13)
     }
     /// How long `bench timers` computes without system calls to measure the backstop.
     pub fn backstop_compute(self) -> Duration {

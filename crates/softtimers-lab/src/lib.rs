@@ -36,6 +36,7 @@
 //! | [`netns`] | a veth link between two network namespaces, made and removed by an experiment |
 //! | [`http`], [`rpc`] | the workloads: HTTP server and load generator, UDP RPC server and client |
 //! | [`targets`], [`summary`] | target checks; medians, percentiles, per-round ratios |
+//! | [`tcp_info`] | the kernel's TCP counts of a connection (segments sent, retransmitted) |
 //! | [`plot`], [`tools`], [`alloc_count`] | PNG line charts; finding curl, wrk, nginx on `PATH`; the counting allocator |
 //!
 //! The modules are public so that the criterion benchmarks and the tests use the same code
@@ -61,4 +62,5 @@ pub mod router;
 pub mod rpc;
 pub mod summary;
 pub mod targets;
+pub mod tcp_info;
 pub mod tools;

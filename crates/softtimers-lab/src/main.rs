@@ -249,6 +249,9 @@ enum Command {
         /// Random loss from b to a, if not --loss.
         #[arg(long, value_parser = path::parse_loss)]
         reverse_loss: Option<f64>,
+        /// Drop-tail queue from b to a, if not --queue.
+        #[arg(long, value_parser = path::parse_queue)]
+        reverse_queue: Option<softtimer_net::path::QueueLimit>,
         /// How long the emulator spins before a packet is due instead of sleeping through
         /// it: a duration up to 1s, or `calibrated` (this machine's typical wake-up
         /// lateness). More is more precise and costs CPU while packets are pending.
@@ -650,6 +653,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             reverse_delay,
             reverse_rate,
             reverse_loss,
+            reverse_queue,
             spin,
             cpu,
             seed,
@@ -665,7 +669,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let b_to_a = softtimer_net::path::LinkConfig {
                 delay: reverse_delay.unwrap_or(delay),
                 rate: reverse_rate.or(rate),
-                queue,
+                queue: reverse_queue.unwrap_or(queue),
                 loss: reverse_loss.unwrap_or(loss),
             };
             let cpus = softtimers_lab::harness::cpus();

@@ -469,6 +469,12 @@ fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
             report.bytes_sent += sent;
             report.requests += 1;
         }
+        // The connection's own count of what it sent and resent, as QUIC's stacks report
+        // theirs (a plain socket has no other way to say).
+        if let Some(c) = crate::tcp_info::counts(&stream) {
+            *report.sent_packets.get_or_insert(0) += c.segments_out;
+            *report.lost_packets.get_or_insert(0) += c.retransmitted;
+        }
         closed += 1;
         if opts.connections.is_some_and(|n| closed >= n) {
             return Ok(report);
@@ -988,14 +994,18 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 
 /// One line about a server run.
 pub fn server_summary(run: &ServerRun) -> String {
+    let count = |n: Option<u64>| n.map_or_else(|| "unavailable".to_string(), |n| n.to_string());
     format!(
-        "{}: {} connections, {} requests, {} bytes sent, {} received, {:.0} ns CPU per MB",
+        "{}: {} connections, {} requests, {} bytes sent, {} received, {:.0} ns CPU per MB; \
+         packets sent {}, lost {}",
         run.stack.name(),
         run.served.connections,
         run.served.requests,
         run.served.bytes_sent,
         run.served.bytes_received,
-        run.cpu_ns_per_mb
+        run.cpu_ns_per_mb,
+        count(run.served.sent_packets),
+        count(run.served.lost_packets),
     )
 }
 

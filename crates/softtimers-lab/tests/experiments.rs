@@ -216,7 +216,35 @@ fn quic_steps_write_what_the_checks_read() {
                     .filter(|r| r["scenario"].as_str().unwrap().starts_with("rr-"))
                     .cloned()
                     .collect();
-                has_fields(&serde_json::Value::Array(rr), &["p50_us", "p99_us"]);
+                has_fields(&serde_json::Value::Array(rr.clone()), &["p50_us", "p99_us"]);
+                // Every request's latency is kept for the CDF (300 requests in a quick run).
+                for r in &rr {
+                    let n = r["latencies_us"].as_array().map_or(0, Vec::len);
+                    assert_eq!(n, 300, "{}", r["stack"]);
+                }
+                for r in list {
+                    // Each side's CPU is kept, and the two add up to the row's.
+                    let (both, server, client) = (
+                        r["cpu_ns_per_mb"].as_f64().unwrap(),
+                        r["server_cpu_ns_per_mb"].as_f64().unwrap(),
+                        r["client_cpu_ns_per_mb"].as_f64().unwrap(),
+                    );
+                    assert!(server > 0.0 && client > 0.0, "{r}");
+                    assert!((server + client - both).abs() <= 1e-6 * both, "{r}");
+                    // The kernel's TCP says what it resent (TCP_INFO), as QUIC's stacks do.
+                    assert!(r["sender_lost_packets"].as_f64().is_some(), "{r}");
+                }
+                // The timer-driven workloads, the transfer after idle among them, on all four
+                // timer arms.
+                for scenario in ["app-256k-50ms", "thin-acks-50M-20ms", "after-idle-100pkt"] {
+                    for stack in ["quinn-tokio", "soft", "soft-paced", "soft-1ms"] {
+                        assert!(
+                            list.iter()
+                                .any(|r| r["scenario"] == scenario && r["stack"] == stack),
+                            "no {stack} row in {scenario}"
+                        );
+                    }
+                }
                 has_fields(
                     &result["bottleneck"],
                     &["bottleneck", "rate_bps", "delivered_bps", "drops"],
@@ -263,7 +291,10 @@ fn quic_steps_write_what_the_checks_read() {
                     }
                 }
             }
-            "e14" => has_fields(rows, &["arm", "packets", "response_ms"]),
+            "e14" => {
+                has_fields(rows, &["arm", "packets", "response_ms"]);
+                assert!(dir.join("e14_response_time.png").exists());
+            }
             _ => {
                 has_fields(rows, &["stack", "config", "p50_us", "p99_us"]);
                 // The driver's tail-loss probe: on by default, and off where the config says.

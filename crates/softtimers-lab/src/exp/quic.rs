@@ -200,7 +200,8 @@ pub struct QuicRow {
     /// start's overshoot is behind it (`null` in results from before it was counted).
     #[serde(default = "nan", deserialize_with = "crate::summary::num")]
     pub bottleneck_drops_second_half: f64,
-    /// Packets the sender declared lost (QUIC stacks; `null` for TCP).
+    /// Packets the sender declared lost: QUIC's lost packets, the kernel TCP's retransmitted
+    /// segments (`TCP_INFO`; `null` in results from before it was read).
     #[serde(deserialize_with = "crate::summary::num")]
     pub sender_lost_packets: f64,
     /// The downloaded application bytes over the IP bytes the data direction delivered:
@@ -219,6 +220,13 @@ pub struct QuicRow {
     /// CPU time of both sides per megabyte moved, ns.
     #[serde(deserialize_with = "crate::summary::num")]
     pub cpu_ns_per_mb: f64,
+    /// Of that, the server's (the data's sender; `null` in results from before it was
+    /// kept apart).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub server_cpu_ns_per_mb: f64,
+    /// And the client's.
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub client_cpu_ns_per_mb: f64,
     /// Request latency p50, µs.
     #[serde(deserialize_with = "crate::summary::num")]
     pub p50_us: f64,
@@ -263,6 +271,9 @@ pub struct QuicRow {
     pub variant: Option<String>,
     /// Over time (bulk): (s, queue delay ms, Mbit/s).
     pub timeline: Vec<(f64, f64, f64)>,
+    /// Every request's latency, µs, in order (request/response rows only, for the CDF).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latencies_us: Vec<f64>,
 }
 
 /// `quic.json`.
@@ -324,6 +335,26 @@ fn bulks(quick: bool) -> Vec<Bulk> {
             download_bytes: 12_500_000,
             expected_s: 2.2,
         });
+        // The other corners of the matrix (50 Mbit/s at 1 ms, 500 Mbit/s at 20 ms), with
+        // transfers of about 1 s plus slow start, to keep the full lab under 30 minutes.
+        v.push(Bulk {
+            name: "bulk-50M-1ms-0.25bdp",
+            rate: "50M",
+            rate_bps: 50e6,
+            rtt: Duration::from_millis(1),
+            bdp_fraction: 0.25,
+            download_bytes: 6_250_000,
+            expected_s: 1.2,
+        });
+        v.push(Bulk {
+            name: "bulk-50M-1ms-1bdp",
+            rate: "50M",
+            rate_bps: 50e6,
+            rtt: Duration::from_millis(1),
+            bdp_fraction: 1.0,
+            download_bytes: 6_250_000,
+            expected_s: 1.2,
+        });
         v.push(Bulk {
             name: "bulk-500M-1ms-1bdp",
             rate: "500M",
@@ -345,6 +376,24 @@ fn bulks(quick: bool) -> Vec<Bulk> {
             download_bytes: 25_000_000,
             expected_s: 2.1,
         });
+        v.push(Bulk {
+            name: "bulk-500M-20ms-0.25bdp",
+            rate: "500M",
+            rate_bps: 500e6,
+            rtt: Duration::from_millis(20),
+            bdp_fraction: 0.25,
+            download_bytes: 25_000_000,
+            expected_s: 1.6,
+        });
+        v.push(Bulk {
+            name: "bulk-500M-20ms-1bdp",
+            rate: "500M",
+            rate_bps: 500e6,
+            rtt: Duration::from_millis(20),
+            bdp_fraction: 1.0,
+            download_bytes: 25_000_000,
+            expected_s: 1.6,
+        });
     }
     v
 }
@@ -355,6 +404,17 @@ const BULK_STACKS: [Stack; 4] = [
     Stack::SoftPaced,
     Stack::KernelTcp,
 ];
+
+/// The stacks of a bulk scenario: the target's scenario also runs `soft-1ms` (quinn's pacer
+/// on the soft-timer loop with every timer rounded up to 1 ms), which separates what the
+/// timers' precision does to quinn's own pacer from everything else the runtimes differ in.
+fn bulk_stacks(b: &Bulk) -> Vec<Stack> {
+    let mut stacks = BULK_STACKS.to_vec();
+    if b.name == BULK_50M_SMALL_QUEUE {
+        stacks.push(Stack::Soft1ms);
+    }
+    stacks
+}
 const RR: &str = "rr-200us-1%";
 
 /// `soft-paced` variants run beside the first bulk scenario: (name, arguments of both
@@ -385,6 +445,14 @@ const TIMER_STACKS: [Stack; 4] = [
 ];
 const APP_LIMITED: &str = "app-256k-50ms";
 const THIN_ACKS: &str = "thin-acks-50M-20ms";
+/// A 100-packet transfer after 1 s of idle, on a connection that moved 2 MB before: the
+/// window quinn's CUBIC kept goes out behind its pacer (or ours), which only timers clock.
+const AFTER_IDLE: &str = "after-idle-100pkt";
+
+/// The timer-driven scenarios, whose rows the report tables apart from the bulk ones.
+fn timer_driven(scenario: &str) -> bool {
+    [APP_LIMITED, THIN_ACKS, AFTER_IDLE].contains(&scenario)
+}
 
 fn timer_spec() -> PathSpec {
     let rtt = Duration::from_millis(20);
@@ -413,9 +481,13 @@ fn timer_runs(quick: bool) -> Vec<(&'static str, Vec<&'static str>, Vec<String>)
     let mut thin_client: Vec<String> = thin.map(String::from).to_vec();
     thin_client.push("--download".into());
     thin_client.push(((50e6 / 8.0 * if quick { 0.6 } else { 2.0 }) as u64).to_string());
+    let after_idle: Vec<String> = ["--warmup", "2M", "--idle", "1s", "--download", "120000"]
+        .map(String::from)
+        .to_vec();
     vec![
         (APP_LIMITED, vec![], app_limited),
         (THIN_ACKS, thin.to_vec(), thin_client),
+        (AFTER_IDLE, vec![], after_idle),
     ]
 }
 
@@ -481,7 +553,7 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
     let bottleneck_runs =
         (bottleneck::rates(quick).len() * (bottleneck::EMULATOR_ARMS.len() + 1)) as f64;
     let total = (rounds(quick)
-        * (bulks.len() * BULK_STACKS.len()
+        * (bulks.iter().map(|b| bulk_stacks(b).len()).sum::<usize>()
             + PACING_VARIANTS.len()
             + rr_stacks.len()
             + timer_runs.len() * TIMER_STACKS.len())) as f64
@@ -496,8 +568,9 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
             let data = link(b.rtt / 2, Some(b.rate), queue, 0.0);
             let acks = link(b.rtt / 2, None, QueueLimit::Packets(10_000), 0.0);
             // Rotate the order each round: interleaved, not one stack always first.
-            for i in 0..BULK_STACKS.len() {
-                let stack = BULK_STACKS[(i + round) % BULK_STACKS.len()];
+            let stacks = bulk_stacks(b);
+            for i in 0..stacks.len() {
+                let stack = stacks[(i + round) % stacks.len()];
                 progress(done / total, &format!("{} {}", b.name, stack.name()));
                 let run = Run {
                     stack,
@@ -579,7 +652,8 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
 
 fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
     let data = &m.path.b_to_a;
-    let cpu = f(&m.client, &["cpu_ns"]) + f(&m.server, &["cpu_ns"]);
+    let server_cpu = f(&m.server, &["cpu_ns"]);
+    let client_cpu = f(&m.client, &["cpu_ns"]);
     let spin_ms =
         f(&m.client, &["driver", "idle_spin_ms"]) + f(&m.server, &["driver", "idle_spin_ms"]);
     let bytes =
@@ -603,7 +677,9 @@ fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
         interarrival_stddev_us: data.interarrival_stddev_us.unwrap_or(f64::NAN),
         sender_gap_stddev_us: data.sender_gap_stddev_us.unwrap_or(f64::NAN),
         queue_delay_p99_us: data.queue_delay_p99_us.unwrap_or(f64::NAN),
-        cpu_ns_per_mb: per_mb(cpu),
+        cpu_ns_per_mb: per_mb(server_cpu + client_cpu),
+        server_cpu_ns_per_mb: per_mb(server_cpu),
+        client_cpu_ns_per_mb: per_mb(client_cpu),
         p50_us: f(&m.client, &["report", "p50_us"]),
         p99_us: f(&m.client, &["report", "p99_us"]),
         p999_us: f(&m.client, &["report", "p999_us"]),
@@ -621,7 +697,20 @@ fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
         server_send_calls: f(&m.server, &["driver", "send_calls"]),
         variant: None,
         timeline: data.timeline.clone(),
+        latencies_us: if scenario == RR {
+            latencies(&m.client)
+        } else {
+            Vec::new()
+        },
     }
+}
+
+/// The client's request latencies, µs, from its JSON.
+fn latencies(client: &serde_json::Value) -> Vec<f64> {
+    client["report"]["latencies_us"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
+        .unwrap_or_default()
 }
 
 /// Per round, `stack`'s value of `field` over quinn-tokio's, in one scenario.
@@ -974,14 +1063,13 @@ impl Section for QuicResult {
             return Ok(Rendered::text(md));
         }
         md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the start of the 50 ms interval in which the data direction's delivered bytes passed half their total (drops at the end of slow start fall in the first half).\n\n";
-        md += "| scenario | stack | goodput (Mbit/s) | data share of delivered bytes | bottleneck drops | of which in the second half | sender-declared losses | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB, both sides (ms) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "| scenario | stack | goodput (Mbit/s) | data share of delivered bytes | bottleneck drops | of which in the second half | sender-declared losses (TCP: segments resent) | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB, both sides (ms) | of which the server's (ms) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let keys = distinct(&self.rows, |r| (r.scenario.clone(), r.stack.clone()));
-        let timer_driven = |scenario: &str| scenario == APP_LIMITED || scenario == THIN_ACKS;
         for (scenario, stack) in keys.iter().filter(|k| !timer_driven(&k.0)) {
             let col = self.column(scenario, stack);
             let _ = writeln!(
                 md,
-                "| {scenario} | {stack} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {scenario} | {stack} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 col(|r| r.goodput_bps, 1e6, 1),
                 col(|r| r.data_share, 1.0, 3),
                 col(|r| r.bottleneck_drops as f64, 1.0, 0),
@@ -992,6 +1080,7 @@ impl Section for QuicResult {
                 col(|r| r.burstiness_index, 1.0, 3),
                 col(|r| r.queue_delay_p99_us, 1.0, 0),
                 col(|r| r.cpu_ns_per_mb, 1e6, 1),
+                col(|r| r.server_cpu_ns_per_mb, 1e6, 1),
                 col(|r| r.p50_us, 1.0, 0),
                 col(|r| r.p99_us, 1.0, 0),
             );
@@ -1000,7 +1089,7 @@ impl Section for QuicResult {
             md += &self.pacing_variants_table();
         }
         if keys.iter().any(|k| timer_driven(&k.0)) {
-            md += "\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension). Both through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n| scenario | stack | goodput (Mbit/s) | p50 (µs) | p99 (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | sent on packet / trigger state / backstop / app (%) | timer late p50 (µs) | p99 (µs) | ≤ 10 µs / ≤ 100 µs / ≤ 1 ms / > 1 ms (%) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n";
+            md += "\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension); `after-idle-100pkt`: the client downloads 2 MB, is idle for 1 s, then asks for 100 packets (120 KB), which leave behind the pacer with quinn's CUBIC as it is (p50 and p99 are that one response; the other columns cover the whole connection, the warm-up included). All through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n| scenario | stack | goodput (Mbit/s) | p50 (µs) | p99 (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | sent on packet / trigger state / backstop / app (%) | timer late p50 (µs) | p99 (µs) | ≤ 10 µs / ≤ 100 µs / ≤ 1 ms / > 1 ms (%) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n";
             for (scenario, stack) in keys.iter().filter(|k| timer_driven(&k.0)) {
                 let col = self.column(scenario, stack);
                 let first = self
@@ -1066,6 +1155,19 @@ impl Section for QuicResult {
                     series,
                 },
             )?;
+            let _ = writeln!(md, "\n![{title}]({file})");
+            plots.push(file.to_string());
+        }
+        let rr: Vec<Series> = self
+            .rows
+            .iter()
+            .filter(|r| r.scenario == RR && r.round == 0 && !r.latencies_us.is_empty())
+            .map(|r| cdf_series(r.stack.clone(), &r.latencies_us))
+            .collect();
+        if !rr.is_empty() {
+            let file = "quic_rr_latency_cdf.png";
+            let title = "Request/response latency CDF (1 % loss, RTT 200 µs, round 0)";
+            latency_cdf_chart(&dir.join(file), title, rr)?;
             let _ = writeln!(md, "\n![{title}]({file})");
             plots.push(file.to_string());
         }
@@ -1241,7 +1343,6 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 impl Section for E14 {
     const FILE: &'static str = "e14.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
-        let _ = dir;
         let mut md =
             String::from("## E14: response time after idle (soft-timers paper, Tables X–XI)\n\n");
         if let Some(why) = &self.skipped {
@@ -1279,8 +1380,65 @@ impl Section for E14 {
             );
         }
         md += "\nThe paper's regular TCP starts its slow start from a small window (typically two packets, its appendix says), and its 5 packets took 496 ms, about five RTTs; this slow-start arm restarts from quinn-proto's initial window of 10 packets, so its small transfers leave in one paced window. Table XI (100 Mbit/s, same RTT) shows the same shape: response time cut by 71–89 % up to 1000 packets, 11 % at 100,000.\n\n";
+        let plot = "e14_response_time.png";
+        line_chart(&dir.join(plot), &self.chart())?;
+        let _ = writeln!(md, "![E14 response time after idle]({plot})\n");
         md += &targets_table(&self.targets);
-        Ok(Rendered::text(md))
+        Ok(Rendered {
+            markdown: md,
+            plots: vec![plot.into()],
+        })
+    }
+}
+
+impl E14 {
+    /// Response time against transfer size, both on log10 scales: each arm's median over
+    /// rounds, and the paper's Table X.
+    fn chart(&self) -> LineChart<'static> {
+        let mut sizes: Vec<u64> = self.rows.iter().map(|r| r.packets).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let log = |packets: u64, ms: f64| ((packets as f64).log10(), ms.log10());
+        let mut series: Vec<Series> = ["slow-start", "rate-based", "kernel-tcp"]
+            .iter()
+            .map(|arm| Series {
+                label: (*arm).to_string(),
+                points: sizes
+                    .iter()
+                    .map(|&n| {
+                        let at: Vec<f64> = self
+                            .rows
+                            .iter()
+                            .filter(|r| r.arm == *arm && r.packets == n)
+                            .map(|r| r.response_ms)
+                            .collect();
+                        log(n, median(at))
+                    })
+                    .filter(|p| p.1.is_finite())
+                    .collect(),
+            })
+            .collect();
+        for (label, pick) in [
+            ("paper: regular TCP", 1usize),
+            ("paper: rate-based", 2usize),
+        ] {
+            series.push(Series {
+                label: label.into(),
+                points: PAPER_TABLE_X
+                    .iter()
+                    .map(|p| log(p.0, if pick == 1 { p.1 } else { p.2 }))
+                    .collect(),
+            });
+        }
+        let y_max = largest(&series, Axis::Y, 1.0);
+        LineChart {
+            title: "E14: response time after idle (50 Mbit/s, RTT 100 ms)",
+            x_label: "transfer, log10(packets)",
+            y_label: "response time, log10(ms)",
+            x_range: (0.5, 5.2),
+            y_range: (1.0, y_max + 0.2),
+            series,
+        }
     }
 }
 
@@ -1394,10 +1552,6 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                 client_args,
             };
             let m = run_once(&run, &tmp)?;
-            let lat: Vec<f64> = m.client["report"]["latencies_us"]
-                .as_array()
-                .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
-                .unwrap_or_default();
             rows.push(E16Row {
                 stack: stack.name().into(),
                 config: config.into(),
@@ -1416,7 +1570,7 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                     .iter()
                     .map(|side| side["driver"]["tail_probes_finding_loss"].as_u64())
                     .sum(),
-                latencies_us: lat,
+                latencies_us: latencies(&m.client),
             });
         }
     }
@@ -1506,32 +1660,9 @@ impl Section for E16 {
             .rows
             .iter()
             .filter(|r| r.round == 0)
-            .map(|r| {
-                let mut v = r.latencies_us.clone();
-                v.sort_by(f64::total_cmp);
-                let n = v.len().max(1) as f64;
-                Series {
-                    label: format!("{}, {}", r.stack, r.config),
-                    points: v
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &x)| (x / 1000.0, (i + 1) as f64 / n))
-                        .collect(),
-                }
-            })
+            .map(|r| cdf_series(format!("{}, {}", r.stack, r.config), &r.latencies_us))
             .collect();
-        let x_max = largest(&series, Axis::X, 1.0);
-        line_chart(
-            &dir.join(plot),
-            &LineChart {
-                title: "Request latency CDF (round 0)",
-                x_label: "latency (ms)",
-                y_label: "fraction of requests",
-                x_range: (0.0, x_max.min(50.0)),
-                y_range: (0.0, 1.0),
-                series,
-            },
-        )?;
+        latency_cdf_chart(&dir.join(plot), "Request latency CDF (round 0)", series)?;
         let _ = writeln!(md, "\n![latency CDF]({plot})\n");
         md += &targets_table(&self.targets);
         Ok(Rendered {
@@ -1539,6 +1670,37 @@ impl Section for E16 {
             plots: vec![plot.into()],
         })
     }
+}
+
+/// A latency CDF's line: latencies in ms against the fraction of requests at or below.
+fn cdf_series(label: String, latencies_us: &[f64]) -> Series {
+    let mut v = latencies_us.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len().max(1) as f64;
+    Series {
+        label,
+        points: v
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| (x / 1000.0, (i + 1) as f64 / n))
+            .collect(),
+    }
+}
+
+/// Draws latency CDFs, the x axis cut at 50 ms (a timeout's tail would squeeze the rest).
+fn latency_cdf_chart(path: &Path, title: &str, series: Vec<Series>) -> Result<()> {
+    let x_max = largest(&series, Axis::X, 1.0);
+    line_chart(
+        path,
+        &LineChart {
+            title,
+            x_label: "latency (ms)",
+            y_label: "fraction of requests",
+            x_range: (0.0, x_max.min(50.0)),
+            y_range: (0.0, 1.0),
+            series,
+        },
+    )
 }
 
 /// Runs, for the progress estimate: (quic, e14, e16) seconds.
@@ -1553,12 +1715,22 @@ pub fn expected_seconds(step: &str, quick: bool) -> f64 {
                 transfer + b.rtt.as_secs_f64() * 10.0 + per_run
             };
             let scenarios = bulks(quick);
-            let bulk = scenarios.iter().map(bulk_run).sum::<f64>() * BULK_STACKS.len() as f64;
+            let bulk = scenarios
+                .iter()
+                .map(|b| bulk_run(b) * bulk_stacks(b).len() as f64)
+                .sum::<f64>();
             // The variants run in the first scenario only.
             let variants = PACING_VARIANTS.len() as f64 * bulk_run(&scenarios[0]);
             let rr = 3.0 * (per_run + rr_requests(quick) as f64 * 0.0008);
+            // The bursts, the thinned-ACK download, and the warm-up, idle second and
+            // transfer after idle.
             let timer = TIMER_STACKS.len() as f64
-                * (2.0 * per_run + if quick { 0.6 + 0.5 } else { 2.0 + 2.0 });
+                * (3.0 * per_run
+                    + if quick {
+                        0.6 + 0.5 + 1.6
+                    } else {
+                        2.0 + 2.0 + 1.6
+                    });
             (bulk + variants + rr + timer) * rounds(quick) as f64
                 + bottleneck::expected_seconds(quick, rounds(quick))
         }
