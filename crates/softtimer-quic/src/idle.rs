@@ -231,12 +231,19 @@ mod tests {
             .expect("the factory builds its own controller")
     }
 
-    /// Sends and acknowledges `rate` bytes/s for one second in 1 ms steps at RTT 100 ms,
-    /// then stays idle for `idle` and sends once more; returns the window before and after
-    /// that send.
+    /// A window well above the initial one, as after a transfer's slow start (CUBIC's own
+    /// growth needs quinn-proto's RTT estimator, which only quinn-proto can make).
+    const GROWN_WINDOW: u64 = 400_000;
+
+    /// Sends and acknowledges `rate` bytes/s for one second in 1 ms steps at RTT 100 ms with
+    /// a grown window, then stays idle for `idle` and sends once more; returns the window
+    /// before and after that send, and the idle periods the controller counted.
     fn busy_then_idle(mode: AfterIdle, rate: u64, idle: Duration) -> (u64, u64, u64) {
         let t0 = Instant::now();
         let mut c = controller(mode, t0);
+        let mut grown = CubicConfig::default();
+        grown.initial_window(GROWN_WINDOW);
+        c.inner = Arc::new(grown).build(t0, MTU);
         let srtt = Duration::from_millis(100);
         let per_ms = rate / 1000;
         let mut now = t0;
@@ -265,10 +272,11 @@ mod tests {
 
     #[test]
     fn slow_start_restart_goes_back_to_the_initial_window() {
-        let (_, after, restarts) =
+        let (before, after, restarts) =
             busy_then_idle(AfterIdle::SlowStart, 6_250_000, Duration::from_secs(1));
-        assert_eq!(restarts, 1);
+        assert_eq!((restarts, before), (1, GROWN_WINDOW));
         let initial = controller(AfterIdle::SlowStart, Instant::now()).initial_window();
+        assert!(initial < GROWN_WINDOW / 10);
         assert_eq!(after, initial);
     }
 
@@ -276,11 +284,11 @@ mod tests {
     fn keep_and_short_pauses_leave_the_window_alone() {
         let (before, after, restarts) =
             busy_then_idle(AfterIdle::Keep, 6_250_000, Duration::from_secs(1));
-        assert_eq!((restarts, after), (1, before), "keep changes nothing");
+        assert_eq!((restarts, before, after), (1, GROWN_WINDOW, GROWN_WINDOW));
         // A pause shorter than two RTTs (and than the 200 ms floor) is no idle period.
-        let (before, after, restarts) =
+        let (_, after, restarts) =
             busy_then_idle(AfterIdle::SlowStart, 6_250_000, Duration::from_millis(150));
-        assert_eq!((restarts, after), (0, before));
+        assert_eq!((restarts, after), (0, GROWN_WINDOW));
     }
 
     #[test]
@@ -289,6 +297,9 @@ mod tests {
         // clocking has nothing to resume at and keeps CUBIC's window.
         let t0 = Instant::now();
         let mut c = controller(AfterIdle::RateBased, t0);
+        let mut grown = CubicConfig::default();
+        grown.initial_window(GROWN_WINDOW);
+        c.inner = Arc::new(grown).build(t0, MTU);
         let mut now = t0;
         for pn in 0..500 {
             now += Duration::from_millis(1);
@@ -298,6 +309,9 @@ mod tests {
         let before = c.window();
         c.on_sent(now + Duration::from_secs(1), 1200, 500);
         assert_eq!(c.delivery_rate, None);
-        assert_eq!(c.window(), before);
+        assert_eq!(
+            (c.restarts, before, c.window()),
+            (1, GROWN_WINDOW, GROWN_WINDOW)
+        );
     }
 }

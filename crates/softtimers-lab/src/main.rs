@@ -420,8 +420,8 @@ enum Bench {
         /// Event interval in µs (repeatable; default 10, 20 and 50).
         #[arg(long = "interval", value_name = "US")]
         intervals: Vec<u64>,
-        /// Three rounds instead of 17, and shorter backstop and idle-policy runs (about a
-        /// minute instead of about five).
+        /// Three rounds instead of 13, and shorter backstop and idle-policy runs (about a
+        /// minute instead of about four).
         #[arg(long)]
         quick: bool,
         /// Also write the result as JSON to this file.

@@ -222,18 +222,22 @@ fn quic_steps_write_what_the_checks_read() {
                     let n = r["latencies_us"].as_array().map_or(0, Vec::len);
                     assert_eq!(n, 300, "{}", r["stack"]);
                 }
-                for r in list {
-                    // Each side's CPU is kept, and the two add up to the row's.
-                    let (both, server, client) = (
-                        r["cpu_ns_per_mb"].as_f64().unwrap(),
-                        r["server_cpu_ns_per_mb"].as_f64().unwrap(),
-                        r["client_cpu_ns_per_mb"].as_f64().unwrap(),
-                    );
-                    assert!(server > 0.0 && client > 0.0, "{r}");
-                    assert!((server + client - both).abs() <= 1e-6 * both, "{r}");
+                for r in list.iter().filter(|r| r["scenario"] != "after-idle-100pkt") {
+                    // Each side's CPU is kept (after idle there is no per-megabyte figure).
+                    for side in ["server_cpu_ns_per_mb", "client_cpu_ns_per_mb"] {
+                        assert!(r[side].as_f64().is_some_and(|ns| ns > 0.0), "{side}: {r}");
+                    }
                     // The kernel's TCP says what it resent (TCP_INFO), as QUIC's stacks do.
                     assert!(r["sender_lost_packets"].as_f64().is_some(), "{r}");
                 }
+                // The third arm runs beside the others in the target's bulk scenario.
+                assert!(
+                    list.iter()
+                        .any(|r| r["stack"] == "soft-1ms"
+                            && r["scenario"] == "bulk-50M-20ms-0.25bdp"),
+                    "no soft-1ms bulk row"
+                );
+                assert!(dir.join("quic_rr_latency_cdf.png").exists());
                 // The timer-driven workloads, the transfer after idle among them, on all four
                 // timer arms.
                 for scenario in ["app-256k-50ms", "thin-acks-50M-20ms", "after-idle-100pkt"] {
