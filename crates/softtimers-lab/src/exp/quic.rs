@@ -452,6 +452,8 @@ const THIN_ACKS: &str = "thin-acks-50M-20ms";
 /// A 100-packet transfer after 1 s of idle, on a connection that moved 2 MB before: the
 /// window quinn's CUBIC kept goes out behind its pacer (or ours), which only timers clock.
 const AFTER_IDLE: &str = "after-idle-100pkt";
+/// The bytes the connection moves before its idle period, in `after-idle-100pkt`.
+const AFTER_IDLE_WARMUP: u64 = 2_000_000;
 
 /// The timer-driven scenarios, whose rows the report tables apart from the bulk ones.
 fn timer_driven(scenario: &str) -> bool {
@@ -485,9 +487,15 @@ fn timer_runs(quick: bool) -> Vec<(&'static str, Vec<&'static str>, Vec<String>)
     let mut thin_client: Vec<String> = thin.map(String::from).to_vec();
     thin_client.push("--download".into());
     thin_client.push(((50e6 / 8.0 * if quick { 0.6 } else { 2.0 }) as u64).to_string());
-    let after_idle: Vec<String> = ["--warmup", "2M", "--idle", "1s", "--download", "120000"]
-        .map(String::from)
-        .to_vec();
+    let after_idle: Vec<String> = [
+        "--warmup".into(),
+        AFTER_IDLE_WARMUP.to_string(),
+        "--idle".into(),
+        "1s".into(),
+        "--download".into(),
+        "120000".into(),
+    ]
+    .to_vec();
     vec![
         (APP_LIMITED, vec![], app_limited),
         (THIN_ACKS, thin.to_vec(), thin_client),
@@ -660,12 +668,17 @@ fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
     let client_cpu = f(&m.client, &["cpu_ns"]);
     let spin_ms =
         f(&m.client, &["driver", "idle_spin_ms"]) + f(&m.server, &["driver", "idle_spin_ms"]);
-    let bytes =
-        f(&m.client, &["report", "download_bytes"]) + f(&m.client, &["report", "upload_bytes"]);
     // After idle, the CPU and the delivered bytes cover the warm-up too, which the client's
-    // count of the (one) response leaves out: no per-megabyte figure.
+    // count of the (one) response leaves out.
+    let warmup = if scenario == AFTER_IDLE {
+        AFTER_IDLE_WARMUP as f64
+    } else {
+        0.0
+    };
+    let downloaded = f(&m.client, &["report", "download_bytes"]) + warmup;
+    let bytes = downloaded + f(&m.client, &["report", "upload_bytes"]);
     let per_mb = |ns: f64| {
-        if bytes > 0.0 && scenario != AFTER_IDLE {
+        if bytes > 0.0 {
             ns / (bytes / 1e6)
         } else {
             f64::NAN
@@ -679,11 +692,7 @@ fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
         bottleneck_drops: data.queue_drops,
         bottleneck_drops_second_half: data.queue_drops_second_half as f64,
         sender_lost_packets: f(&m.server, &["served", "lost_packets"]),
-        data_share: if scenario == AFTER_IDLE {
-            f64::NAN
-        } else {
-            f(&m.client, &["report", "download_bytes"]) / data.delivered_bytes as f64
-        },
+        data_share: downloaded / data.delivered_bytes as f64,
         interarrival_stddev_us: data.interarrival_stddev_us.unwrap_or(f64::NAN),
         sender_gap_stddev_us: data.sender_gap_stddev_us.unwrap_or(f64::NAN),
         queue_delay_p99_us: data.queue_delay_p99_us.unwrap_or(f64::NAN),
