@@ -107,10 +107,15 @@ impl PerfServer {
     }
 
     fn read(&mut self, driver: &mut Driver, conn: ConnId, stream: StreamId) {
-        // A late event for a stream already answered: nothing to do.
+        // A late event for a stream already answered, or for one whose request was read to
+        // its end and whose answer waits for flow-control credit: nothing to read (quinn-proto
+        // may report a finished stream readable again, and reading it then is an error).
         let Some(state) = self.streams.get_mut(&(conn, stream)) else {
             return;
         };
+        if state.responding {
+            return;
+        }
         let before = state.uploaded;
         let status = driver.read(conn, stream, |mut data| {
             if state.header.len() < 8 {

@@ -200,3 +200,75 @@ fn unreachable_servers_and_untrusted_certificates_are_clear_errors() {
         assert!(err.contains(says), "{bad:?}: {err}");
     }
 }
+
+/// quinn's own `perf` client uploads, finishes, and waits until its upload is acknowledged
+/// before it reads the answer. An answer larger than the client's stream window then waits
+/// for credit with the request read to its end; quinn-proto may report such a stream readable
+/// again, and the server once took the error that read gave for an abort and dropped the
+/// answer, so every such request hung at the window.
+#[test]
+fn an_answer_larger_than_the_window_of_a_client_that_reads_late_completes() {
+    use softtimer_quic::tls::{Trust, Tuning, client_config};
+    for stack in ["soft", "soft-paced"] {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut server = Command::new(BIN)
+            .args(["quic", "server", "--listen", &addr, "--stack", stack])
+            .args(["--connections", "1"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        if !common::wait_for_port(port, Duration::from_secs(10), || {
+            matches!(server.try_wait(), Ok(None))
+        }) {
+            softtimers_lab::tools::kill(&mut server);
+            panic!("the server did not bind {addr}");
+        }
+        let tuning = Tuning {
+            window: 64 * 1024,
+            ..Tuning::default()
+        };
+        let config = client_config(&Trust::Insecure, &tuning).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let download: u64 = 1_000_000;
+        let answered = rt.block_on(async {
+            let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+            endpoint.set_default_client_config(config);
+            let conn = endpoint
+                .connect(addr.parse().unwrap(), "localhost")
+                .unwrap()
+                .await
+                .unwrap();
+            let mut answered = Vec::new();
+            for _ in 0..3 {
+                let (mut send, mut recv) = conn.open_bi().await.unwrap();
+                send.write_all(&download.to_be_bytes()).await.unwrap();
+                send.write_all(&[42u8; 100_000]).await.unwrap();
+                send.finish().unwrap();
+                // As quinn's perf does: read nothing until the upload is acknowledged.
+                let _ = send.stopped().await;
+                let read = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    recv.read_to_end(2 * download as usize),
+                )
+                .await;
+                answered.push(read.map(|r| r.map(|b| b.len() as u64).ok()));
+            }
+            conn.close(0u32.into(), b"done");
+            endpoint.wait_idle().await;
+            answered
+        });
+        let status = server.wait().unwrap();
+        for a in &answered {
+            assert_eq!(
+                *a,
+                Ok(Some(download)),
+                "{stack}: an answer did not complete: {answered:?}"
+            );
+        }
+        assert!(status.success());
+    }
+}
