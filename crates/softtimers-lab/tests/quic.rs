@@ -17,6 +17,26 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Starts `softtimers quic server` of `stack` on a free loopback port for one connection, and
+/// waits until it listens; returns it and its address.
+fn serve_one_connection(stack: &str) -> (std::process::Child, String) {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut server = Command::new(BIN)
+        .args(["quic", "server", "--listen", &addr, "--stack", stack])
+        .args(["--connections", "1"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    if !common::wait_for_port(port, Duration::from_secs(10), || {
+        matches!(server.try_wait(), Ok(None))
+    }) {
+        softtimers_lab::tools::kill(&mut server);
+        panic!("the server did not bind {addr}");
+    }
+    (server, addr)
+}
+
 /// Runs a server of `server_stack` for one connection and a client of `client_stack`
 /// against it; returns the client's JSON.
 fn transfer(server_stack: &str, client_stack: &str) -> serde_json::Value {
@@ -121,19 +141,7 @@ fn unreachable_servers_and_untrusted_certificates_are_clear_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no answer from the server"), "{err}");
 
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut server = Command::new(BIN)
-        .args(["quic", "server", "--listen", &listen, "--connections", "1"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    if !common::wait_for_port(port, Duration::from_secs(10), || {
-        matches!(server.try_wait(), Ok(None))
-    }) {
-        softtimers_lab::tools::kill(&mut server);
-        panic!("the server did not bind {listen}");
-    }
+    let (mut server, listen) = serve_one_connection("soft");
     let out = Command::new(BIN)
         .args(["quic", "client", "--to", &listen, "--download", "1k"])
         .output()
@@ -210,20 +218,7 @@ fn unreachable_servers_and_untrusted_certificates_are_clear_errors() {
 fn an_answer_larger_than_the_window_of_a_client_that_reads_late_completes() {
     use softtimer_quic::tls::{Trust, Tuning, client_config};
     for stack in ["soft", "soft-paced"] {
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let mut server = Command::new(BIN)
-            .args(["quic", "server", "--listen", &addr, "--stack", stack])
-            .args(["--connections", "1"])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        if !common::wait_for_port(port, Duration::from_secs(10), || {
-            matches!(server.try_wait(), Ok(None))
-        }) {
-            softtimers_lab::tools::kill(&mut server);
-            panic!("the server did not bind {addr}");
-        }
+        let (mut server, addr) = serve_one_connection(stack);
         let tuning = Tuning {
             window: 64 * 1024,
             ..Tuning::default()
