@@ -1121,7 +1121,10 @@ pub trait App {
 ///                 }
 ///             }
 ///             QuicEvent::Readable(conn, stream) => {
-///                 let buf = self.pending.entry((conn, stream)).or_default();
+///                 // A stream already answered may still be reported readable: skip it.
+///                 let Some(buf) = self.pending.get_mut(&(conn, stream)) else {
+///                     return;
+///                 };
 ///                 match driver.read(conn, stream, |chunk| buf.extend_from_slice(chunk)) {
 ///                     Ok(ReadStatus::Finished) => {
 ///                         let data = self.pending.remove(&(conn, stream)).unwrap_or_default();
