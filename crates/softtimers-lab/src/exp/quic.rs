@@ -301,11 +301,10 @@ pub struct QuicResult {
 /// The bulk scenario the targets read.
 const BULK_50M_SMALL_QUEUE: &str = "bulk-50M-20ms-0.25bdp";
 
+/// A bulk scenario: a bottleneck of `mbit` Mbit/s, an RTT, a queue of a fraction of the BDP.
 struct Bulk {
-    name: &'static str,
-    rate: &'static str,
-    rate_bps: f64,
-    rtt: Duration,
+    mbit: u32,
+    rtt_ms: u64,
     bdp_fraction: f64,
     /// The download of a full run: about 2 s at what the QUIC stacks reach in the first
     /// scenarios, about 1 s in the matrix's other corners (on the VM of docs/RESULTS.md they
@@ -315,87 +314,63 @@ struct Bulk {
     expected_s: f64,
 }
 
+impl Bulk {
+    const fn new(
+        mbit: u32,
+        rtt_ms: u64,
+        bdp_fraction: f64,
+        download_bytes: u64,
+        expected_s: f64,
+    ) -> Self {
+        Bulk {
+            mbit,
+            rtt_ms,
+            bdp_fraction,
+            download_bytes,
+            expected_s,
+        }
+    }
+    /// The scenario's name in the rows, e.g. `bulk-50M-20ms-0.25bdp`.
+    fn name(&self) -> String {
+        format!(
+            "bulk-{}M-{}ms-{}bdp",
+            self.mbit, self.rtt_ms, self.bdp_fraction
+        )
+    }
+    /// The rate as the path takes it.
+    fn rate(&self) -> String {
+        format!("{}M", self.mbit)
+    }
+    fn rate_bps(&self) -> f64 {
+        f64::from(self.mbit) * 1e6
+    }
+    fn rtt(&self) -> Duration {
+        Duration::from_millis(self.rtt_ms)
+    }
+}
+
 fn bulks(quick: bool) -> Vec<Bulk> {
-    let mut v = vec![Bulk {
-        name: BULK_50M_SMALL_QUEUE,
-        rate: "50M",
-        rate_bps: 50e6,
-        rtt: Duration::from_millis(20),
-        bdp_fraction: 0.25,
-        download_bytes: 12_500_000,
-        expected_s: 2.3,
-    }];
+    // The target's scenario (BULK_50M_SMALL_QUEUE) first: the quick lab runs only it.
+    let mut v = vec![Bulk::new(50, 20, 0.25, 12_500_000, 2.3)];
     if !quick {
-        v.push(Bulk {
-            name: "bulk-50M-20ms-1bdp",
-            rate: "50M",
-            rate_bps: 50e6,
-            rtt: Duration::from_millis(20),
-            bdp_fraction: 1.0,
-            download_bytes: 12_500_000,
-            expected_s: 2.2,
-        });
-        // The other corners of the matrix (50 Mbit/s at 1 ms, 500 Mbit/s at 20 ms), with
-        // transfers of about 1 s plus slow start where the stacks reach the rate, to keep the
-        // full lab under 30 minutes. At 50 Mbit/s, RTT 1 ms and 0.25 BDP (two packets of
-        // queue) every stack but per-packet pacing reaches 5–9 Mbit/s: 6–9 s for 6.25 MB.
-        v.push(Bulk {
-            name: "bulk-50M-1ms-0.25bdp",
-            rate: "50M",
-            rate_bps: 50e6,
-            rtt: Duration::from_millis(1),
-            bdp_fraction: 0.25,
-            download_bytes: 6_250_000,
-            expected_s: 6.5,
-        });
-        v.push(Bulk {
-            name: "bulk-50M-1ms-1bdp",
-            rate: "50M",
-            rate_bps: 50e6,
-            rtt: Duration::from_millis(1),
-            bdp_fraction: 1.0,
-            download_bytes: 6_250_000,
-            expected_s: 1.2,
-        });
-        v.push(Bulk {
-            name: "bulk-500M-1ms-1bdp",
-            rate: "500M",
-            rate_bps: 500e6,
-            rtt: Duration::from_millis(1),
-            bdp_fraction: 1.0,
-            download_bytes: 50_000_000,
-            expected_s: 1.8,
-        });
-        // A 15.6 KB queue, 12 of QUIC's 1228-byte IP packets: what a burst of GSO segments
-        // overruns. In `quic11` (docs/RESULTS.md) stock quinn and the kernel's TCP reached
-        // about 80 Mbit/s here (2.5 s for 25 MB), per-packet pacing about 190 (1 s).
-        v.push(Bulk {
-            name: "bulk-500M-1ms-0.25bdp",
-            rate: "500M",
-            rate_bps: 500e6,
-            rtt: Duration::from_millis(1),
-            bdp_fraction: 0.25,
-            download_bytes: 25_000_000,
-            expected_s: 2.1,
-        });
-        v.push(Bulk {
-            name: "bulk-500M-20ms-0.25bdp",
-            rate: "500M",
-            rate_bps: 500e6,
-            rtt: Duration::from_millis(20),
-            bdp_fraction: 0.25,
-            download_bytes: 25_000_000,
-            expected_s: 1.6,
-        });
-        v.push(Bulk {
-            name: "bulk-500M-20ms-1bdp",
-            rate: "500M",
-            rate_bps: 500e6,
-            rtt: Duration::from_millis(20),
-            bdp_fraction: 1.0,
-            download_bytes: 25_000_000,
-            expected_s: 1.6,
-        });
+        v.extend([
+            Bulk::new(50, 20, 1.0, 12_500_000, 2.2),
+            // The other corners of the matrix (50 Mbit/s at 1 ms, 500 Mbit/s at 20 ms), with
+            // transfers of about 1 s plus slow start where the stacks reach the rate, to keep
+            // the full lab under 30 minutes. At 50 Mbit/s, RTT 1 ms and 0.25 BDP (two packets
+            // of queue) every stack but per-packet pacing reaches 5–9 Mbit/s: 6–9 s for
+            // 6.25 MB.
+            Bulk::new(50, 1, 0.25, 6_250_000, 6.5),
+            Bulk::new(50, 1, 1.0, 6_250_000, 1.2),
+            Bulk::new(500, 1, 1.0, 50_000_000, 1.8),
+            // A 15.6 KB queue, 12 of QUIC's 1228-byte IP packets: what a burst of GSO
+            // segments overruns. In `quic11` (docs/RESULTS.md) stock quinn and the kernel's
+            // TCP reached about 80 Mbit/s here (2.5 s for 25 MB), per-packet pacing about 190
+            // (1 s).
+            Bulk::new(500, 1, 0.25, 25_000_000, 2.1),
+            Bulk::new(500, 20, 0.25, 25_000_000, 1.6),
+            Bulk::new(500, 20, 1.0, 25_000_000, 1.6),
+        ]);
     }
     v
 }
@@ -412,7 +387,7 @@ const BULK_STACKS: [Stack; 4] = [
 /// timers' precision does to quinn's own pacer from everything else the runtimes differ in.
 fn bulk_stacks(b: &Bulk) -> Vec<Stack> {
     let mut stacks = BULK_STACKS.to_vec();
-    if b.name == BULK_50M_SMALL_QUEUE {
+    if b.name() == BULK_50M_SMALL_QUEUE {
         stacks.push(Stack::Soft1ms);
     }
     stacks
@@ -510,7 +485,7 @@ fn rounds(quick: bool) -> usize {
 fn bulk_bytes(b: &Bulk, quick: bool) -> u64 {
     if quick {
         // 0.6 s at the bottleneck rate.
-        (b.rate_bps / 8.0 * 0.6) as u64
+        (b.rate_bps() / 8.0 * 0.6) as u64
     } else {
         b.download_bytes
     }
@@ -560,14 +535,13 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
         }
     };
     let bulks = bulks(quick);
-    let rr_stacks = RR_STACKS;
     let timer_runs = timer_runs(quick);
     let bottleneck_runs =
         (bottleneck::rates(quick).len() * (bottleneck::EMULATOR_ARMS.len() + 1)) as f64;
     let total = (rounds(quick)
         * (bulks.iter().map(|b| bulk_stacks(b).len()).sum::<usize>()
             + PACING_VARIANTS.len()
-            + rr_stacks.len()
+            + RR_STACKS.len()
             + timer_runs.len() * TIMER_STACKS.len())) as f64
         + bottleneck_runs * rounds(quick) as f64;
     let mut done = 0.0;
@@ -575,15 +549,17 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
     let mut pacing_variants = Vec::new();
     for round in 0..rounds(quick) {
         for b in &bulks {
-            let bdp = b.rate_bps / 8.0 * b.rtt.as_secs_f64();
+            let name = b.name();
+            let bdp = b.rate_bps() / 8.0 * b.rtt().as_secs_f64();
             let queue = QueueLimit::Bytes(((bdp * b.bdp_fraction) as u64).max(3000));
-            let data = link(b.rtt / 2, Some(b.rate), queue, 0.0);
-            let acks = link(b.rtt / 2, None, QueueLimit::Packets(10_000), 0.0);
+            let rate = b.rate();
+            let data = link(b.rtt() / 2, Some(&rate), queue, 0.0);
+            let acks = link(b.rtt() / 2, None, QueueLimit::Packets(10_000), 0.0);
             // Rotate the order each round: interleaved, not one stack always first.
             let stacks = bulk_stacks(b);
             for i in 0..stacks.len() {
                 let stack = stacks[(i + round) % stacks.len()];
-                progress(done / total, &format!("{} {}", b.name, stack.name()));
+                progress(done / total, &format!("{name} {}", stack.name()));
                 let run = Run {
                     stack,
                     seed: round_seed(round),
@@ -595,18 +571,18 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
                     client_args: vec!["--download".into(), bulk_bytes(b, quick).to_string()],
                 };
                 let m = run_once(&run, &tmp)?;
-                rows.push(row(stack, b.name, round, &m));
+                rows.push(row(stack, &name, round, &m));
                 done += 1.0;
                 // The variants run right after soft-paced, in the same conditions.
-                if b.name == BULK_50M_SMALL_QUEUE && stack == Stack::SoftPaced {
+                if name == BULK_50M_SMALL_QUEUE && stack == Stack::SoftPaced {
                     for k in 0..PACING_VARIANTS.len() {
                         let (variant, args) = PACING_VARIANTS[(k + round) % PACING_VARIANTS.len()];
-                        progress(done / total, &format!("{} soft-paced {variant}", b.name));
+                        progress(done / total, &format!("{name} soft-paced {variant}"));
                         let mut run = run.clone();
                         run.server_args.extend_from_slice(args);
                         run.client_args.extend(args.iter().map(|a| a.to_string()));
                         let m = run_once(&run, &tmp)?;
-                        let mut r = row(stack, b.name, round, &m);
+                        let mut r = row(stack, &name, round, &m);
                         r.variant = Some(variant.to_string());
                         pacing_variants.push(r);
                         done += 1.0;
@@ -614,8 +590,8 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
                 }
             }
         }
-        for i in 0..rr_stacks.len() {
-            let stack = rr_stacks[(i + round) % rr_stacks.len()];
+        for i in 0..RR_STACKS.len() {
+            let stack = RR_STACKS[(i + round) % RR_STACKS.len()];
             progress(done / total, &format!("{RR} {}", stack.name()));
             let run = Run {
                 stack,
@@ -1248,9 +1224,12 @@ fn e14_sizes(quick: bool) -> Vec<u64> {
 /// within its time.
 const E14_LARGEST: u64 = 100_000;
 
+/// A row of the paper's Table X: packets, regular TCP's and rate-based clocking's ms.
+type PaperRow = (u64, f64, f64);
+
 /// The soft-timers paper's Table X (50 Mbit/s, RTT 100 ms): transfer size in packets,
 /// response time with regular TCP and with rate-based clocking, ms.
-const PAPER_TABLE_X: [(u64, f64, f64); 5] = [
+const PAPER_TABLE_X: [PaperRow; 5] = [
     (5, 496.0, 101.2),
     (100, 1145.0, 123.7),
     (1000, 1714.0, 340.0),
@@ -1437,18 +1416,12 @@ impl E14 {
                     .collect(),
             })
             .collect();
-        for (label, pick) in [
-            ("paper: regular TCP", 1usize),
-            ("paper: rate-based", 2usize),
-        ] {
-            series.push(Series {
-                label: label.into(),
-                points: PAPER_TABLE_X
-                    .iter()
-                    .map(|p| log(p.0, if pick == 1 { p.1 } else { p.2 }))
-                    .collect(),
-            });
-        }
+        let paper = |label: &str, ms: fn(&PaperRow) -> f64| Series {
+            label: label.into(),
+            points: PAPER_TABLE_X.iter().map(|p| log(p.0, ms(p))).collect(),
+        };
+        series.push(paper("paper: regular TCP", |p| p.1));
+        series.push(paper("paper: rate-based", |p| p.2));
         let y_max = largest(&series, Axis::Y, 1.0);
         LineChart {
             title: "E14: response time after idle (50 Mbit/s, RTT 100 ms)",
@@ -1731,7 +1704,7 @@ pub fn expected_seconds(step: &str, quick: bool) -> f64 {
             // One bulk run: its transfer, a few RTTs of start and end, the fixed cost.
             let bulk_run = |b: &Bulk| {
                 let transfer = if quick { 0.6 } else { b.expected_s };
-                transfer + b.rtt.as_secs_f64() * 10.0 + per_run
+                transfer + b.rtt().as_secs_f64() * 10.0 + per_run
             };
             let scenarios = bulks(quick);
             let bulk = scenarios
@@ -1758,5 +1731,34 @@ pub fn expected_seconds(step: &str, quick: bool) -> f64 {
             .map(|n| 3.0 * e14_run_seconds(n))
             .sum(),
         _ => (e16_runs() * rounds(quick)) as f64 * (per_run + rr_requests(quick) as f64 * 0.0008),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_scenarios_cover_the_matrix_under_their_row_names() {
+        let names: Vec<String> = bulks(false).iter().map(Bulk::name).collect();
+        assert_eq!(
+            names,
+            [
+                "bulk-50M-20ms-0.25bdp",
+                "bulk-50M-20ms-1bdp",
+                "bulk-50M-1ms-0.25bdp",
+                "bulk-50M-1ms-1bdp",
+                "bulk-500M-1ms-1bdp",
+                "bulk-500M-1ms-0.25bdp",
+                "bulk-500M-20ms-0.25bdp",
+                "bulk-500M-20ms-1bdp",
+            ]
+        );
+        assert_eq!(bulks(true)[0].name(), BULK_50M_SMALL_QUEUE);
+        let b = &bulks(false)[4];
+        assert_eq!(
+            (b.rate(), b.rate_bps(), b.rtt()),
+            ("500M".to_string(), 500e6, Duration::from_millis(1))
+        );
     }
 }
