@@ -48,6 +48,32 @@ pub struct CoreBenchConfig {
     pub slot_ticks: Option<u64>,
 }
 
+/// `softtimers bench core` on the command line.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CoreArgs {
+    /// Fewer repetitions (a few seconds).
+    #[arg(long)]
+    pub quick: bool,
+    /// The facility's finest wheel-slot width in clock ticks, rounded down to a power of
+    /// two (default: about 30 ns); for comparing widths.
+    #[arg(long, value_name = "TICKS", value_parser = clap::value_parser!(u64).range(1..=(1u64 << 40)))]
+    pub slot_ticks: Option<u64>,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+impl CoreArgs {
+    /// Runs the benchmark with a progress bar.
+    pub fn run(&self) -> CoreReport {
+        let config = CoreBenchConfig {
+            slot_ticks: self.slot_ticks,
+            ..CoreBenchConfig::new(self.quick)
+        };
+        crate::harness::with_progress("bench core", |p| run(&config, p))
+    }
+}
+
 impl CoreBenchConfig {
     /// The full run (a few seconds here) or the quick one (about a second, for CI).
     pub fn new(quick: bool) -> Self {

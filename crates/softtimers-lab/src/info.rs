@@ -10,6 +10,21 @@ use softtimer::{Clock, Config, SystemClock, monotonic_nanos};
 
 use crate::bench_core::per_call_ns;
 
+/// `softtimers info` on the command line.
+#[derive(clap::Args, Debug, Clone)]
+pub struct InfoArgs {
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+impl InfoArgs {
+    /// Measures.
+    pub fn run(&self) -> Info {
+        run()
+    }
+}
+
 /// The cost of one read of a candidate clock.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClockCost {

@@ -1,14 +1,15 @@
-//! `softtimers lab`: runs the steps of [`crate::exp`] in order and writes the report.
+//! `softtimers lab`: runs the steps of [`crate::exp`] in order and writes the report; and
+//! `softtimers report DIR` ([`rewrite`]): the report again from the JSON files in `DIR`.
 //!
 //! Each step writes its JSON; its report section is then rendered from that JSON (the same
 //! path as `softtimers report`), and `report.md` is rewritten after every step, so an
 //! interrupted run keeps what finished. A progress line for the whole run estimates the time
 //! left from each step's expected duration, corrected by how long the finished steps took.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use crate::exp::{Carry, Step};
@@ -62,6 +63,49 @@ impl Which {
             Which::All => None,
             Which::One(step) => Some(step.name()),
         }
+    }
+}
+
+/// `softtimers lab` on the command line.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LabArgs {
+    /// One experiment only (default: all).
+    #[arg(value_enum, default_value = "all")]
+    pub step: Which,
+    /// A short run (a few seconds per step), as CI does.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where to write the report, JSON and plots.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// The HTTP load generator: the project's own, or wrk as a cross-check.
+    #[arg(long, value_enum, default_value = "own")]
+    pub client: Client,
+}
+
+impl LabArgs {
+    /// Runs the lab; returns the report's path.
+    pub fn run(&self) -> Result<PathBuf> {
+        run(&LabOptions {
+            quick: self.quick,
+            out: self.out.clone(),
+            step: self.step,
+            client: self.client,
+        })
+    }
+}
+
+/// `softtimers report` on the command line.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// The directory a lab run wrote (`results/` by default).
+    pub dir: PathBuf,
+}
+
+impl ReportArgs {
+    /// Renders the report again; returns its path.
+    pub fn run(&self) -> Result<PathBuf> {
+        rewrite(&self.dir)
     }
 }
 
@@ -250,6 +294,47 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// `softtimers report DIR`: rewrites `DIR/report.md` and the plots from the JSON files
+/// present, running nothing. Sections whose JSON is missing are listed as skipped; a JSON
+/// file that cannot be rendered is reported in the same place. Returns the report's path.
+pub fn rewrite(dir: &Path) -> Result<PathBuf> {
+    if !dir.is_dir() {
+        bail!("{} is not a directory", dir.display());
+    }
+    let mut sections = Vec::new();
+    let mut missing = Vec::new();
+    let mut broken = Vec::new();
+    for step in Step::ALL {
+        match step.render(dir) {
+            None => missing.push(format!("`{}`", step.file())),
+            Some(Ok(r)) => sections.push(r),
+            Some(Err(e)) => broken.push(format!("`{}` ({e:#})", step.file())),
+        }
+    }
+    if sections.is_empty() && broken.is_empty() {
+        bail!(
+            "{} holds no lab results (none of {})",
+            dir.display(),
+            missing.join(", ")
+        );
+    }
+    let mut header = format!(
+        "{TITLE}Rendered by `softtimers report` from the JSON files in this directory; each \
+         section states how its runs were made. Every figure was measured on the machine \
+         that wrote the JSON; compare ratios, not absolute times.\n"
+    );
+    if !missing.is_empty() {
+        header += &format!(
+            "\nSkipped, no JSON in this directory: {}.\n",
+            missing.join(", ")
+        );
+    }
+    if !broken.is_empty() {
+        header += &format!("\nSkipped, cannot be rendered: {}.\n", broken.join("; "));
+    }
+    write_report(dir, &assemble(&header, &sections))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,5 +367,14 @@ mod tests {
             o.remaining(1, 0.0, Duration::ZERO),
             Duration::from_secs(100)
         );
+    }
+
+    #[test]
+    fn an_empty_directory_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("softtimers-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = rewrite(&dir).unwrap_err();
+        assert!(format!("{err}").contains("holds no lab results"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -3,8 +3,9 @@
 //! Every lab step writes `DIR/<name>.json` holding everything its report section needs: the
 //! rows, the targets, how the runs were made, and the data of its plots. The Markdown section
 //! and the PNG plots are rendered from that file alone ([`Section::render`]), so
-//! `softtimers report DIR` ([`rewrite`]) rebuilds `DIR/report.md` and the plots without
-//! running anything, and `softtimers lab` renders through the same path after every step.
+//! `softtimers report DIR` ([`crate::lab::rewrite`]) rebuilds `DIR/report.md` and the plots
+//! without running anything, and `softtimers lab` renders through the same path after every
+//! step. This module knows no step: the registry ([`crate::exp::Step`]) calls it.
 
 use std::path::{Path, PathBuf};
 
@@ -12,8 +13,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::exp::Step;
-use crate::harness::{read_json, write_json};
+use softtimers_tools::json::{read_json, write_json};
 
 /// A rendered report section: its Markdown (starting with a `## ` heading) and the plot files
 /// it wrote and links (relative to the output directory).
@@ -92,47 +92,6 @@ pub fn write_report(dir: &Path, text: &str) -> Result<PathBuf> {
 /// The opening of every report.
 pub const TITLE: &str = "# softtimers lab report\n\n";
 
-/// `softtimers report DIR`: rewrites `DIR/report.md` and the plots from the JSON files
-/// present, running nothing. Sections whose JSON is missing are listed as skipped; a JSON
-/// file that cannot be rendered is reported in the same place. Returns the report's path.
-pub fn rewrite(dir: &Path) -> Result<PathBuf> {
-    if !dir.is_dir() {
-        bail!("{} is not a directory", dir.display());
-    }
-    let mut sections = Vec::new();
-    let mut missing = Vec::new();
-    let mut broken = Vec::new();
-    for step in Step::ALL {
-        match step.render(dir) {
-            None => missing.push(format!("`{}`", step.file())),
-            Some(Ok(r)) => sections.push(r),
-            Some(Err(e)) => broken.push(format!("`{}` ({e:#})", step.file())),
-        }
-    }
-    if sections.is_empty() && broken.is_empty() {
-        bail!(
-            "{} holds no lab results (none of {})",
-            dir.display(),
-            missing.join(", ")
-        );
-    }
-    let mut header = format!(
-        "{TITLE}Rendered by `softtimers report` from the JSON files in this directory; each \
-         section states how its runs were made. Every figure was measured on the machine \
-         that wrote the JSON; compare ratios, not absolute times.\n"
-    );
-    if !missing.is_empty() {
-        header += &format!(
-            "\nSkipped, no JSON in this directory: {}.\n",
-            missing.join(", ")
-        );
-    }
-    if !broken.is_empty() {
-        header += &format!("\nSkipped, cannot be rendered: {}.\n", broken.join("; "));
-    }
-    write_report(dir, &assemble(&header, &sections))
-}
-
 /// The sections of a report, split at their `## ` headings (the header before the first is
 /// left out): for comparing two renderings of the same results.
 pub fn sections(report: &str) -> Vec<&str> {
@@ -152,14 +111,5 @@ mod tests {
     fn sections_split_at_second_level_headings() {
         let r = "# t\n\nintro\n\n## A\n\ntext\n### sub\n\n## B\nmore\n";
         assert_eq!(sections(r), vec!["## A\n\ntext\n### sub", "## B\nmore"]);
-    }
-
-    #[test]
-    fn an_empty_directory_is_an_error() {
-        let dir = std::env::temp_dir().join(format!("softtimers-report-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let err = rewrite(&dir).unwrap_err();
-        assert!(format!("{err}").contains("holds no lab results"), "{err}");
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

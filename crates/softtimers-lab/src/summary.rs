@@ -1,8 +1,6 @@
 //! Summary statistics over samples (median, percentiles, per-round ratios), and the JSON
 //! helper that reads back the non-finite numbers JSON cannot hold.
 
-use serde::{Deserialize, Deserializer};
-
 /// The median (the mean of the middle two for an even count); NaN for no samples.
 pub fn median(samples: &[f64]) -> f64 {
     percentile(samples, 50.0)
@@ -40,18 +38,8 @@ pub fn range(samples: &[f64]) -> (f64, f64) {
     )
 }
 
-/// Reads a number that may have been written as `null`: JSON has no NaN or infinity, so
-/// `serde_json` writes them as `null`; they come back as NaN. Use as
-/// `#[serde(deserialize_with = "crate::summary::num")]` on every `f64` of a row type.
-pub fn num<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
-}
-
-/// [`num`] for a pair of numbers.
-pub fn num_pair<'de, D: Deserializer<'de>>(d: D) -> Result<(f64, f64), D::Error> {
-    let (a, b) = <(Option<f64>, Option<f64>)>::deserialize(d)?;
-    Ok((a.unwrap_or(f64::NAN), b.unwrap_or(f64::NAN)))
-}
+/// The JSON helpers for numbers written as `null` (NaN), where the tools define them.
+pub use softtimers_tools::json::{num, num_pair};
 
 #[cfg(test)]
 mod tests {
@@ -71,22 +59,5 @@ mod tests {
         assert_eq!(paired_ratios(&[2.0, 3.0, 9.0], &[1.0, 3.0]), vec![2.0, 1.0]);
         assert_eq!(median_ratio(&[2.0, 3.0, 8.0], &[2.0, 1.0, 2.0]), 3.0);
         assert_eq!(range(&[2.0, -1.0, 5.0]), (-1.0, 5.0));
-    }
-
-    #[test]
-    fn nulls_read_back_as_nan() {
-        #[derive(serde::Deserialize)]
-        struct Row {
-            #[serde(deserialize_with = "num")]
-            x: f64,
-            #[serde(deserialize_with = "num_pair")]
-            r: (f64, f64),
-        }
-        let row: Row = serde_json::from_str(r#"{"x": null, "r": [1.5, null]}"#).unwrap();
-        assert!(row.x.is_nan());
-        assert_eq!(row.r.0, 1.5);
-        assert!(row.r.1.is_nan());
-        let text = serde_json::to_string(&f64::NAN).unwrap();
-        assert_eq!(text, "null", "what the writer does, and why `num` exists");
     }
 }

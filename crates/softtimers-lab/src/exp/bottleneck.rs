@@ -19,8 +19,10 @@ use softtimer_net::path::{LinkConfig, QueueLimit};
 use softtimer_rt::SpinWindow;
 
 use crate::harness::pin_to;
-use crate::netns::{End, VethLink, spawn_in};
-use crate::path::{ADDR_A, ADDR_B, COMMAND_SPIN, EmulatorOptions, PathSpec, RunningPath, Side};
+use softtimers_tools::netns::{End, VethLink, spawn_in};
+use softtimers_tools::path::{
+    ADDR_A, ADDR_B, COMMAND_SPIN, EmulatorOptions, PathSpec, RunningPath, Side,
+};
 
 /// The CPU the sender and receiver threads share; the emulator has the other one.
 const TRAFFIC_CPU: usize = 1;

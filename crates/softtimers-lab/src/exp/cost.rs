@@ -16,18 +16,10 @@ use crate::harness::{
     ExpOptions, HandlerKind, RunInfo, Setup, TimerSource, Workload, interleaved, interval_label,
     run,
 };
+use crate::paper::{PAPER_TABLE_I, PAPER_TABLES_II_III};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, median_ratio};
 use crate::targets::{TargetCheck, soft_vs_hardware_targets, targets_table};
-
-/// The paper's Table I, beside which `bench timers` and E1 put their figures.
-pub const PAPER_TABLE_I: &str = "The paper's Table I (per-event cost with a null handler, \
-    from a web server's slowdown): 8253 timer on a 300 MHz PII 4.45 µs, on a 500 MHz PIII \
-    4.36 µs; APIC on the PIII 0.8 µs; soft timers ≈ 0 (no observable slowdown).";
-
-/// The paper's Tables II–III, beside which E2 puts its figures.
-pub const PAPER_TABLES_II_III: &str = "The paper (Tables II–III, PIII-500, Flash): every \
-    10 µs, APIC 5.1 µs vs soft 3.5 µs per event; every 20 µs, APIC 7.0 µs vs soft 4.3 µs.";
 
 /// One timer configuration against the run without events (E1, E2).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -10,14 +10,10 @@ use serde::{Deserialize, Serialize};
 use softtimer_rt::DeadlineDesign;
 
 use crate::harness::{ExpOptions, RunInfo, Setup, TimerSource, Workload, interleaved, run};
+use crate::paper::PAPER_TABLE_XIII;
 use crate::report::{Rendered, Section};
 use crate::summary::{median, median_ratio, paired_ratios, range};
 use crate::targets::{TargetCheck, targets_table};
-
-/// The paper's Table XIII, beside which E13 puts its figures.
-pub const PAPER_TABLE_XIII: &str = "The paper (Table XIII, PIII-500, Flash): 1000 µs: 1 % \
-    overhead, 0 % fired; 100 µs: 1.1 %, 0.006 %; 50 µs: 1.3 %, 0.4 %; 20 µs: 2.1 %, 10 %; \
-    10 µs: 4.6 %, 26.3 %.";
 
 /// The soft events' interval, µs.
 const INTERVAL_US: u64 = 20;

@@ -13,26 +13,11 @@ use serde::{Deserialize, Serialize};
 use softtimer::{Span, TriggerSource, TriggerStats};
 
 use crate::harness::{ExpOptions, RunInfo, Setup, TimerSource, Workload, run, trigger_source_name};
+use crate::paper::{PAPER_FIG_3, PAPER_TABLE_IV, PAPER_TABLE_V};
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, percentile};
 use crate::targets::{TargetCheck, targets_table};
-
-/// The paper's Table IV, beside which E3 puts its figures.
-pub const PAPER_TABLE_IV: &str = "The paper (Table IV, 300 MHz PII): ST-Apache max 476, \
-    mean 31.52, median 18, stddev 32, 5.3 % > 100 µs, 0.39 % > 150 µs; ST-Apache-compute \
-    585 / 31.59 / 18 / 32.1 / 5.3 / 0.43; ST-Flash 1000 / 22.53 / 17 / 20.8 / 1.09 / 0.013; \
-    ST-nfs 910 / 2.13 / 2 / 3.3 / 0.021 / 0.011.";
-
-/// The paper's Fig. 3, beside which E4 puts its figures.
-pub const PAPER_FIG_3: &str = "The paper (Fig. 3, ST-Apache-compute, 10 s): the medians \
-    stay between about 15 and 25 µs in both window sizes, with no long stretch without \
-    trigger states.";
-
-/// The paper's Table V and Fig. 4, beside which E5 puts its figures.
-pub const PAPER_TABLE_V: &str = "The paper (Table V, ST-Apache): syscalls 47.7 %, ip-output \
-    28.8 %, ip-intr 16.5 %, tcpip-others 4.9 %, traps 2.1 %; Fig. 4: leaving out system \
-    calls or IP output moves the CDF most.";
 
 /// Points per CDF line.
 const CDF_POINTS: u32 = 400;

@@ -16,10 +16,10 @@ use serde::{Deserialize, Serialize};
 use crate::harness::{
     CLIENT_CPU, Client, ExpOptions, RunInfo, Setup, Workload, pin_process, pin_to, run, server_cpu,
 };
-use crate::http::{file_body, run_load};
 use crate::report::{Rendered, Section};
 use crate::summary::median;
-use crate::tools;
+use softtimers_tools::http::{file_body, run_load};
+use softtimers_tools::process as tools;
 
 /// nginx's tuning for a small static file, as written into its configuration (and shown in
 /// the report).

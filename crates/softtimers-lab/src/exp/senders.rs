@@ -12,7 +12,7 @@
 //! threads and idle spinning included, measured alike for both tools.
 //!
 //! Two paths: loopback, and (as root) a veth pair between two network namespaces with a
-//! 1 Gbit/s `tbf` on the sender's end ([`crate::netns`]), made for this step and removed
+//! 1 Gbit/s `tbf` on the sender's end ([`softtimers_tools::netns`]), made for this step and removed
 //! after it. Without root the veth path is skipped and the section says so.
 //!
 //! A burst is a run of datagrams closer than a quarter of the target interval; B is
@@ -30,12 +30,12 @@ use serde::{Deserialize, Serialize};
 use softtimer_net::Rate;
 
 use crate::harness::{CLIENT_CPU, ExpOptions, interleaved, read_json, waited_children_cpu_ns};
-use crate::netns::{End, VethLink};
-use crate::pace::{PaceReport, SinkReport};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, paired_ratios, range};
 use crate::targets::{TargetCheck, targets_table};
-use crate::tools;
+use softtimers_tools::netns::{End, VethLink};
+use softtimers_tools::pace::{PaceReport, SinkReport};
+use softtimers_tools::process as tools;
 
 /// The rate every sender is asked for (the figure the targets name).
 pub const RATE: &str = "100M";
@@ -272,7 +272,7 @@ fn run_sender(
     let mut receiver = match receiver {
         Ok(r) => r,
         Err(e) => {
-            crate::tools::kill(&mut observer);
+            softtimers_tools::process::kill(&mut observer);
             return Err(anyhow!(e).context("starting the receiver"));
         }
     };
@@ -290,16 +290,16 @@ fn run_sender(
         .args(sender.args(to, port, spec, &sent_json))
         .spawn()
         .context("starting the sender")
-        .and_then(|child| crate::tools::finish(child, sender.name()));
+        .and_then(|child| softtimers_tools::process::finish(child, sender.name()));
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_ns = waited_children_cpu_ns().saturating_sub(cpu_before);
     if let Err(e) = sent {
-        crate::tools::kill(&mut receiver);
-        crate::tools::kill(&mut observer);
+        softtimers_tools::process::kill(&mut receiver);
+        softtimers_tools::process::kill(&mut observer);
         return Err(e);
     }
-    let received = crate::tools::finish(receiver, "the receiver");
-    crate::tools::finish(observer, "the observer")?;
+    let received = softtimers_tools::process::finish(receiver, "the receiver");
+    softtimers_tools::process::finish(observer, "the observer")?;
     received?;
     let sink: SinkReport = read_json(&observed)?;
     let sent = if sender.is_iperf3() {

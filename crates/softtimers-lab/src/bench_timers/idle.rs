@@ -1,0 +1,267 @@
+//! The idle loop: the wake-ups each backstop state costs, and the idle policies (block,
+//! spin a window, spin always) against events 100 µs and 1 ms apart.
+
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use rustix::event::{EventfdFlags, eventfd};
+use serde::{Deserialize, Serialize};
+use softtimer::{Clock, Span};
+use softtimer_rt::{EventLoop, Interest, LoopConfig, SpinWindow};
+
+use crate::harness::thread_cpu_ns;
+use crate::summary::{median, percentile};
+use crate::targets::TargetCheck;
+
+/// What the loop is doing while its backstop's wake-ups are counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoopState {
+    /// Nothing pending, blocked in `epoll_wait`.
+    Idle,
+    /// An event every 100 µs, and trigger states keep up.
+    Busy,
+    /// An event pending while the loop thread computes without system calls.
+    Computing,
+}
+
+impl LoopState {
+    /// Every state, in report order.
+    pub const ALL: [LoopState; 3] = [LoopState::Idle, LoopState::Busy, LoopState::Computing];
+    /// The name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoopState::Idle => "idle",
+            LoopState::Busy => "busy",
+            LoopState::Computing => "computing",
+        }
+    }
+}
+
+/// Backstop wake-ups per second in one state of the loop.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WakeupRow {
+    /// What the loop was doing.
+    pub state: LoopState,
+    /// Backstop timer wake-ups per second.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub backstop_wakeups_per_s: f64,
+    /// Backstop timer arms (system calls) per second.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub backstop_arms_per_s: f64,
+    /// Events fired per second.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub events_per_s: f64,
+}
+
+/// How a loop whose only work is a periodic event waits for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdlePolicyKind {
+    /// Block with a precise timeout, then spin the measured wake-up lateness (the default).
+    Calibrated,
+    /// Never spin (timer slack 1 ns).
+    Block,
+    /// Never spin, with the kernel's default 50 µs timer slack: the loop before it set its
+    /// own.
+    BlockDefaultSlack,
+    /// Spin whenever an event is due within a backstop period: the paper's idle loop.
+    Spin,
+}
+
+impl IdlePolicyKind {
+    /// Every policy, in report order.
+    pub const ALL: [IdlePolicyKind; 4] = [
+        IdlePolicyKind::Calibrated,
+        IdlePolicyKind::Block,
+        IdlePolicyKind::BlockDefaultSlack,
+        IdlePolicyKind::Spin,
+    ];
+    /// The name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            IdlePolicyKind::Calibrated => "calibrated",
+            IdlePolicyKind::Block => "block",
+            IdlePolicyKind::BlockDefaultSlack => "block-default-slack",
+            IdlePolicyKind::Spin => "spin",
+        }
+    }
+}
+
+/// A loop whose only work is one event re-armed every `period_us`, pinned, for a while.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct IdlePolicyRow {
+    /// The event's period, µs.
+    pub period_us: u64,
+    /// How the loop waits.
+    pub policy: IdlePolicyKind,
+    /// The spin window, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub spin_window_us: f64,
+    /// Median lateness past the due time, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub late_p50_us: f64,
+    /// 99th percentile of lateness, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub late_p99_us: f64,
+    /// CPU time of the loop thread over wall time, %.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub cpu_pct: f64,
+    /// Events fired.
+    pub events: usize,
+    /// Backstop wake-ups.
+    pub backstop_wakeups: u64,
+}
+
+/// The event periods of the idle-policy rows, µs.
+pub(super) const IDLE_POLICY_PERIODS_US: [u64; 2] = [100, 1000];
+
+/// Stops `ev` after `time`, from another thread.
+pub(super) fn stop_after(ev: &EventLoop<()>, time: Duration) {
+    let stop = ev.stop_handle();
+    std::thread::spawn(move || {
+        std::thread::sleep(time);
+        stop.stop();
+    });
+}
+
+/// Runs a loop in one `state` for `time` and counts the backstop's wake-ups and arms.
+pub(super) fn measure_wakeups(state: LoopState, time: Duration) -> Result<WakeupRow> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let hz = softtimer::SystemClock::new().resolution_hz();
+    let period = Span::from_micros(100, hz);
+    let fired = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&fired);
+    let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), move |t, f| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        let _ = t.schedule_at(f.due + period, ());
+    })?;
+    let start = Instant::now();
+    match state {
+        LoopState::Idle => {
+            stop_after(&ev, time);
+            ev.run(|_, _| {})?;
+        }
+        LoopState::Busy => {
+            ev.cx().schedule_soft_event(period, ())?;
+            stop_after(&ev, time);
+            ev.run(|_, _| {})?;
+        }
+        LoopState::Computing => {
+            // One callback that computes for `time` without a system call, an event pending.
+            let kick: OwnedFd = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
+            ev.cx().register(&kick, Interest::READABLE, 1)?;
+            ev.cx().schedule_soft_event(period, ())?;
+            ev.run(|cx, _| {
+                let mut acc = 0u64;
+                while start.elapsed() < time {
+                    for k in 0..1000u64 {
+                        acc = acc.wrapping_mul(6364136223846793005).wrapping_add(k);
+                    }
+                }
+                std::hint::black_box(acc);
+                cx.stop();
+            })?;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let c = ev.counters();
+    Ok(WakeupRow {
+        state,
+        backstop_wakeups_per_s: c.backstop_wakeups as f64 / secs,
+        backstop_arms_per_s: c.backstop_arms as f64 / secs,
+        events_per_s: fired.load(Ordering::Relaxed) as f64 / secs,
+    })
+}
+
+/// A loop whose only work is one event re-armed every `period_us`, waiting under `policy`.
+pub(super) fn measure_idle_policy(
+    period_us: u64,
+    policy: IdlePolicyKind,
+    time: Duration,
+) -> Result<IdlePolicyRow> {
+    use std::sync::{Arc, Mutex};
+    let hz = softtimer::SystemClock::new().resolution_hz();
+    let period = Span::from_micros(period_us, hz);
+    let spin_window = match policy {
+        IdlePolicyKind::Calibrated => SpinWindow::Calibrated,
+        IdlePolicyKind::Spin => SpinWindow::Fixed(Duration::from_millis(1)),
+        IdlePolicyKind::Block | IdlePolicyKind::BlockDefaultSlack => {
+            SpinWindow::Fixed(Duration::ZERO)
+        }
+    };
+    let late = Arc::new(Mutex::new(Vec::with_capacity(
+        (time.as_micros() as usize / period_us as usize) + 16,
+    )));
+    let sink = Arc::clone(&late);
+    let mut ev: EventLoop<()> = EventLoop::new(
+        LoopConfig {
+            spin_window,
+            ..LoopConfig::default()
+        },
+        move |t, f| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(f.late().as_nanos(hz) as f64 / 1000.0);
+            }
+            let _ = t.schedule_at(f.due + period, ());
+        },
+    )?;
+    if policy == IdlePolicyKind::BlockDefaultSlack {
+        // The kernel's default slack (50 µs), as the loop had before it set its own.
+        let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(50_000));
+    }
+    ev.cx().schedule_soft_event(period, ())?;
+    stop_after(&ev, time);
+    let (cpu0, start) = (thread_cpu_ns(), Instant::now());
+    ev.run(|_, _| {})?;
+    let cpu_pct = (thread_cpu_ns() - cpu0) as f64 / start.elapsed().as_nanos() as f64 * 100.0;
+    let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
+    let v = late.lock().map(|v| v.clone()).unwrap_or_default();
+    Ok(IdlePolicyRow {
+        period_us,
+        policy,
+        spin_window_us: ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0,
+        late_p50_us: median(&v),
+        late_p99_us: percentile(&v, 99.0),
+        cpu_pct,
+        events: v.len(),
+        backstop_wakeups: ev.counters().backstop_wakeups,
+    })
+}
+
+pub(super) fn wakeup_and_idle_targets(
+    wakeups: &[WakeupRow],
+    idle: &[IdlePolicyRow],
+) -> Vec<TargetCheck> {
+    let mut targets = Vec::new();
+    if let Some(w) = wakeups.iter().find(|w| w.state == LoopState::Idle) {
+        targets.push(TargetCheck::new(
+            "backstop wake-ups per second, idle with nothing pending",
+            "0",
+            w.backstop_wakeups_per_s,
+            w.backstop_wakeups_per_s == 0.0,
+        ));
+    }
+    for (period, cpu_goal) in [(100, 15.0), (1000, 3.0)] {
+        if let Some(r) = idle
+            .iter()
+            .find(|r| r.period_us == period && r.policy == IdlePolicyKind::Calibrated)
+        {
+            targets.push(TargetCheck::new(
+                format!("an event every {period} µs: lateness p99, µs (calibrated idle policy)"),
+                "<= 5",
+                r.late_p99_us,
+                r.late_p99_us <= 5.0,
+            ));
+            targets.push(TargetCheck::new(
+                format!("an event every {period} µs: CPU of the loop, %"),
+                &format!("<= {cpu_goal}"),
+                r.cpu_pct,
+                r.cpu_pct <= cpu_goal,
+            ));
+        }
+    }
+    targets
+}

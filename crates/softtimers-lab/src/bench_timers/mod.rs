@@ -1,0 +1,489 @@
+//! `softtimers bench timers`: what an event costs from each timer source, measured from the
+//! slowdown of a workload (the method of the paper's Table I), before any network workload.
+//!
+//! The workload runs on the event loop: an always-readable eventfd makes every iteration one
+//! `epoll_wait` (a system call, so a trigger state) followed by a chunk of pointer chasing
+//! through 64 MB (a few microseconds of cache misses). Events with a null handler (it only
+//! re-arms itself) fire every 10, 20 and 50 µs from each source: soft timers, a periodic
+//! `timerfd`, and a POSIX timer signal; soft timers also fire "at every trigger state" (the
+//! paper's setting). Each configuration runs the same number of chunks; the runs are
+//! interleaved and repeated, and the median time of each is compared with the median time of
+//! the run without events.
+
+mod backstop;
+mod idle;
+mod markdown;
+
+pub use backstop::{BackstopLateness, measure_backstop};
+pub use idle::{IdlePolicyKind, IdlePolicyRow, LoopState, WakeupRow};
+pub use markdown::to_markdown;
+
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rustix::event::{EventfdFlags, eventfd};
+use serde::{Deserialize, Serialize};
+use softtimer::{Clock, Fired, SoftTimers, Span};
+use softtimer_rt::{Interest, LoopConfig};
+
+use crate::harness::{RunLength, TimerSource, interleaved, interval_label, pin_to_last_cpu};
+use crate::report::{Rendered, Section};
+use crate::summary::{median, paired_ratios, range};
+use crate::targets::{TargetCheck, soft_vs_hardware_targets};
+use idle::*;
+
+/// Pointer-chasing steps per chunk (about 3 µs of cache misses on the project's VM).
+const STEPS_PER_CHUNK: usize = 32;
+
+/// Elements (u32) of the workload's array: 64 MB, far beyond the caches.
+const ARRAY_LEN: usize = 16 << 20;
+
+/// How much to measure.
+#[derive(Clone, Debug)]
+pub struct TimersConfig {
+    /// Event intervals, µs.
+    pub intervals_us: Vec<u64>,
+    /// Workload chunks per run.
+    pub chunks: u64,
+    /// Runs per configuration (the median is reported).
+    pub runs: usize,
+    /// How long the loop thread computes without system calls while the backstop's
+    /// lateness is measured.
+    pub backstop_compute: Duration,
+    /// How long each backstop wake-up state and each idle-policy row runs.
+    pub state_time: Duration,
+}
+
+/// `softtimers bench timers` on the command line.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TimersArgs {
+    /// Event interval in µs (repeatable; default 10, 20 and 50).
+    #[arg(long = "interval", value_name = "US")]
+    pub intervals: Vec<u64>,
+    /// Three rounds instead of 13, and shorter backstop and idle-policy runs (about a
+    /// minute instead of about four).
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+impl TimersArgs {
+    /// Runs the benchmark with a progress bar.
+    pub fn run(&self) -> Result<TimersReport> {
+        let intervals = if self.intervals.is_empty() {
+            vec![10, 20, 50]
+        } else {
+            self.intervals.clone()
+        };
+        let config = TimersConfig::new(self.quick, intervals)?;
+        crate::harness::with_progress("bench timers", |p| run(&config, p))
+    }
+}
+
+impl TimersConfig {
+    /// The full run (13 rounds, about four minutes here) or the quick one (three rounds,
+    /// about a minute).
+    pub fn new(quick: bool, intervals_us: Vec<u64>) -> Result<Self> {
+        for &us in &intervals_us {
+            if us == 0 || us > 3_600_000_000 {
+                bail!("interval {us} µs is out of range (1 ..= 3600000000 µs, one hour)");
+            }
+        }
+        let length = RunLength::new(quick);
+        Ok(TimersConfig {
+            intervals_us,
+            // Many short interleaved rounds: the median of paired ratios tightens with the
+            // number of rounds, while long runs only average the machine's drift in.
+            chunks: 100_000,
+            runs: length.timers_rounds(),
+            backstop_compute: length.backstop_compute(),
+            state_time: length.state_time(),
+        })
+    }
+}
+
+/// One (source, interval) result.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TimerRow {
+    /// `soft`, `timerfd` or `signal`.
+    pub source: TimerSource,
+    /// Event interval, µs; 0 means "at every trigger state" (soft only).
+    pub interval_us: u64,
+    /// Events per second asked for (for interval 0: the trigger-state rate).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub events_asked_per_s: f64,
+    /// Events per second delivered (handler calls).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub events_delivered_per_s: f64,
+    /// Workload slowdown against the run without events, %: the median over rounds of
+    /// this run's time against the baseline run of the same round.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub slowdown_pct: f64,
+    /// Smallest and largest per-round slowdown, %.
+    #[serde(deserialize_with = "crate::summary::num_pair")]
+    pub slowdown_range_pct: (f64, f64),
+    /// Slowdown divided by events delivered, µs per event.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub cost_per_event_us: f64,
+    /// Median run time, s.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub median_run_s: f64,
+    /// Smallest and largest run time, s.
+    #[serde(deserialize_with = "crate::summary::num_pair")]
+    pub run_range_s: (f64, f64),
+    /// Runs cut at the report's `max_run_s`, their time and events extrapolated from the
+    /// chunks done.
+    #[serde(default)]
+    pub runs_cut_short: usize,
+    /// Runs made: fewer than the report's `runs` when the configuration was not run again
+    /// after `cut_runs_enough` runs cut short (0 in reports from before this was recorded).
+    #[serde(default)]
+    pub runs: usize,
+}
+
+/// What `bench timers` produces.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TimersReport {
+    /// Trigger states per second of the workload (from a run with statistics on).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub trigger_states_per_s: f64,
+    /// Median run time without events, s.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub baseline_run_s: f64,
+    /// Workload chunks per run.
+    pub chunks: u64,
+    /// Runs per configuration (rounds).
+    pub runs: usize,
+    /// A run slower than this was cut short, s (absent in older reports).
+    #[serde(default)]
+    pub max_run_s: Option<f64>,
+    /// After this many runs cut short a configuration was not run again (absent in older
+    /// reports).
+    #[serde(default)]
+    pub cut_runs_enough: Option<usize>,
+    /// The CPU the loop thread was pinned to.
+    pub pinned_cpu: Option<usize>,
+    /// Whether the backstop thread had real-time priority.
+    pub backstop_realtime: Option<bool>,
+    /// One row per (source, interval).
+    pub rows: Vec<TimerRow>,
+    /// How late the backstop fires events while the loop thread computes.
+    pub backstop: BackstopLateness,
+    /// Backstop timer wake-ups per second: idle, busy with events, computing.
+    pub backstop_wakeups_per_s: Vec<WakeupRow>,
+    /// A loop whose only work is one periodic event: lateness and CPU, by idle policy.
+    pub idle_policy: Vec<IdlePolicyRow>,
+    /// The targets against this run.
+    pub targets: Vec<TargetCheck>,
+}
+
+/// A random cyclic permutation: following `a[i]` visits every element, each step a likely
+/// cache miss.
+fn pointer_chase_array() -> Vec<u32> {
+    let mut order: Vec<u32> = (0..ARRAY_LEN as u32).collect();
+    // Sattolo's algorithm, with a fixed LCG so every run chases the same cycle.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for i in (1..ARRAY_LEN).rev() {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let j = (state >> 33) as usize % i;
+        order.swap(i, j);
+    }
+    let mut next = vec![0u32; ARRAY_LEN];
+    for w in 0..ARRAY_LEN {
+        next[order[w] as usize] = order[(w + 1) % ARRAY_LEN];
+    }
+    next
+}
+
+struct RunResult {
+    /// The run's time, extrapolated to all its chunks if it was cut short.
+    elapsed: Duration,
+    /// Events fired, extrapolated likewise.
+    fired: u64,
+    /// Whether the run was cut at [`MAX_RUN`].
+    cut_short: bool,
+    triggers: Option<u64>,
+    backstop_realtime: Option<bool>,
+}
+
+/// The null handler: re-arms a periodic event at its own schedule (so that late firings do
+/// not stretch the period), or at the next tick for "every trigger state". It allocates
+/// nothing (the facility has room reserved), so it is async-signal-safe.
+fn null_handler(interval: Span) -> impl Fn(&mut SoftTimers<()>, Fired<()>) + Send + Sync {
+    move |timers, ev| {
+        let next = if interval.is_zero() {
+            ev.now
+        } else {
+            ev.due + interval
+        };
+        let _ = timers.schedule_at(next, ());
+    }
+}
+
+/// A run the events slow down past this is cut short, its time and events extrapolated from
+/// the chunks it did: a timer signal every 10 µs can slow the workload a hundredfold on a
+/// virtual machine (each signal costs about as much as its interval), and three such runs
+/// would take minutes.
+const MAX_RUN: Duration = Duration::from_secs(4);
+
+/// Runs cut at [`MAX_RUN`] after which a configuration is not run again.
+const CUT_RUNS_ENOUGH: usize = 3;
+
+/// Configurations per round for `intervals` event intervals: the run without events, the
+/// backstop alone, soft at every trigger state, then soft, timerfd and signal at each.
+pub fn configurations(intervals: usize) -> usize {
+    3 + 3 * intervals
+}
+
+/// Runs of [`TimersConfig::state_time`] each: the backstop's wake-up states and the
+/// idle-policy rows.
+pub fn state_runs() -> usize {
+    LoopState::ALL.len() + IDLE_POLICY_PERIODS_US.len() * IdlePolicyKind::ALL.len()
+}
+
+/// The most time `rounds` runs of a configuration slow enough to be cut short take, for the
+/// lab's estimate of what is left.
+pub fn slowest_runs_at_most(rounds: usize) -> Duration {
+    MAX_RUN * rounds.min(CUT_RUNS_ENOUGH) as u32
+}
+
+fn run_once(
+    array: &[u32],
+    source: TimerSource,
+    interval_us: u64,
+    chunks: u64,
+    stats: bool,
+) -> Result<RunResult> {
+    let period = Duration::from_micros(interval_us.max(1));
+    let config = LoopConfig {
+        stats,
+        capacity: 16,
+        ..LoopConfig::default()
+    };
+    let interval = Span::from_micros(interval_us, softtimer::SystemClock::new().resolution_hz());
+    // SAFETY: the handler (`null_handler`) only calls `schedule_at` on a facility with room
+    // reserved (`capacity`), which neither allocates nor locks; the payload `()` has no
+    // destructor. That is async-signal-safe.
+    #[allow(unsafe_code)]
+    let mut ev = unsafe { source.new_loop(config, period, null_handler(interval))? };
+    let work: OwnedFd = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
+        .context("eventfd for the workload")?;
+    ev.cx().register(&work, Interest::READABLE, 1)?;
+    if source.has_events() {
+        ev.cx().schedule_soft_event(interval, ())?;
+    }
+    let mut position = 0u32;
+    let mut remaining = chunks;
+    let start = Instant::now();
+    ev.run(|cx, _ready| {
+        // The eventfd stays readable (it is never read), so `epoll_wait` returns at once
+        // every iteration: one system call per chunk of work.
+        for _ in 0..STEPS_PER_CHUNK {
+            position = array[position as usize];
+        }
+        remaining -= 1;
+        if remaining == 0 || (remaining % 1024 == 0 && start.elapsed() > MAX_RUN) {
+            cx.stop();
+        }
+    })?;
+    let elapsed = start.elapsed();
+    std::hint::black_box(position);
+    let triggers = ev.stats().map(|s| s.total_triggers());
+    let done = chunks - remaining;
+    let scale = chunks as f64 / done.max(1) as f64;
+    Ok(RunResult {
+        elapsed: elapsed.mul_f64(scale),
+        fired: (ev.counters().fired_total() as f64 * scale) as u64,
+        cut_short: remaining > 0,
+        triggers,
+        backstop_realtime: ev.backstop_realtime(),
+    })
+}
+
+/// Runs the benchmark. `progress` is told the fraction done.
+pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result<TimersReport> {
+    let pin = pin_to_last_cpu();
+    let pinned_cpu = pin.cpu;
+    let array = pointer_chase_array();
+    // The configurations: the baseline, soft at every trigger state, then each source at
+    // each interval.
+    let mut configs = vec![
+        (TimerSource::None, 0),
+        (TimerSource::BackstopOnly, 0),
+        (TimerSource::Soft, 0),
+    ];
+    for &us in &config.intervals_us {
+        for source in [TimerSource::Soft, TimerSource::Timerfd, TimerSource::Signal] {
+            configs.push((source, us));
+        }
+    }
+    debug_assert_eq!(configs.len(), configurations(config.intervals_us.len()));
+    // Warm up (page in the array, calibrate the clock) and measure the trigger rate.
+    let probe = run_once(
+        &array,
+        TimerSource::BackstopOnly,
+        0,
+        config.chunks / 4,
+        true,
+    )?;
+    let trigger_states_per_s = probe.triggers.unwrap_or(0) as f64 / probe.elapsed.as_secs_f64();
+    let backstop_realtime = probe.backstop_realtime;
+
+    // A configuration cut short in CUT_RUNS_ENOUGH rounds is not run again: its slowdown is
+    // then tens of times the workload, known well enough, and each further run would cost
+    // MAX_RUN.
+    let mut cut_runs: std::collections::HashMap<(TimerSource, u64), usize> = Default::default();
+    let runs = interleaved(
+        config.runs,
+        &configs,
+        &mut progress,
+        |&(source, us)| format!("{} {}", source.name(), interval_label(source, us)),
+        |&(source, us)| {
+            let cut = cut_runs.entry((source, us)).or_default();
+            // The baseline always runs: every row is paired with it round by round.
+            if source != TimerSource::None && *cut >= CUT_RUNS_ENOUGH {
+                return Ok(None);
+            }
+            let r = run_once(&array, source, us, config.chunks, false)?;
+            *cut += usize::from(r.cut_short);
+            Ok(Some(r))
+        },
+    )?;
+    // Skipped rounds are the last ones, so the runs left stay paired with the baseline's
+    // runs of the same rounds.
+    let runs: Vec<Vec<RunResult>> = runs
+        .into_iter()
+        .map(|c| c.into_iter().flatten().collect())
+        .collect();
+    let times: Vec<Vec<f64>> = runs
+        .iter()
+        .map(|c| c.iter().map(|r| r.elapsed.as_secs_f64()).collect())
+        .collect();
+    let base = median(&times[0]);
+    let mut rows = Vec::new();
+    for (i, &(source, us)) in configs.iter().enumerate().skip(1) {
+        let t = median(&times[i]);
+        let delivered = median(
+            &runs[i]
+                .iter()
+                .map(|r| r.fired as f64 / r.elapsed.as_secs_f64())
+                .collect::<Vec<_>>(),
+        );
+        let events_per_run = delivered * t;
+        // Paired by round: machine noise drifts slowly, so a run is compared with the
+        // baseline run made just before it.
+        let paired: Vec<f64> = paired_ratios(&times[i], &times[0])
+            .into_iter()
+            .map(|r| (r - 1.0) * 100.0)
+            .collect();
+        let slowdown = median(&paired);
+        let cost_us = if events_per_run > 0.0 {
+            slowdown / 100.0 * base / events_per_run * 1e6
+        } else {
+            f64::NAN
+        };
+        rows.push(TimerRow {
+            source,
+            interval_us: us,
+            events_asked_per_s: if !source.has_events() {
+                0.0
+            } else if us == 0 {
+                trigger_states_per_s
+            } else {
+                1e6 / us as f64
+            },
+            events_delivered_per_s: delivered,
+            slowdown_pct: slowdown,
+            slowdown_range_pct: range(&paired),
+            cost_per_event_us: cost_us,
+            median_run_s: t,
+            run_range_s: range(&times[i]),
+            runs_cut_short: runs[i].iter().filter(|r| r.cut_short).count(),
+            runs: runs[i].len(),
+        });
+    }
+    let mut targets = check_targets(&rows);
+    progress(1.0, "backstop lateness");
+    let backstop = measure_backstop(config.backstop_compute)?;
+    progress(1.0, "backstop wake-ups");
+    let backstop_wakeups_per_s = LoopState::ALL
+        .into_iter()
+        .map(|state| measure_wakeups(state, config.state_time))
+        .collect::<Result<Vec<_>>>()?;
+    progress(1.0, "idle policy");
+    let mut idle_policy = Vec::new();
+    for period_us in IDLE_POLICY_PERIODS_US {
+        for policy in IdlePolicyKind::ALL {
+            idle_policy.push(measure_idle_policy(period_us, policy, config.state_time)?);
+        }
+    }
+    targets.extend(wakeup_and_idle_targets(
+        &backstop_wakeups_per_s,
+        &idle_policy,
+    ));
+    Ok(TimersReport {
+        trigger_states_per_s,
+        baseline_run_s: base,
+        chunks: config.chunks,
+        runs: config.runs,
+        max_run_s: Some(MAX_RUN.as_secs_f64()),
+        cut_runs_enough: Some(CUT_RUNS_ENOUGH),
+        pinned_cpu,
+        backstop_realtime,
+        rows,
+        targets,
+        backstop,
+        backstop_wakeups_per_s,
+        idle_policy,
+    })
+}
+
+fn row(rows: &[TimerRow], source: TimerSource, us: u64) -> Option<&TimerRow> {
+    rows.iter()
+        .find(|r| r.source == source && r.interval_us == us)
+}
+
+fn check_targets(rows: &[TimerRow]) -> Vec<TargetCheck> {
+    let mut targets = Vec::new();
+    if let Some(soft) = row(rows, TimerSource::Soft, 0) {
+        // The soft cost per event comes from the run with the most events.
+        targets = soft_vs_hardware_targets(
+            "slowdown, soft events at every trigger state",
+            soft.slowdown_pct,
+            soft.cost_per_event_us,
+            rows.iter().filter(|r| r.source.is_hardware()).map(|r| {
+                (
+                    r.source.name().to_string(),
+                    r.interval_us,
+                    r.cost_per_event_us,
+                )
+            }),
+        );
+    }
+    if let Some(soft10) = row(rows, TimerSource::Soft, 10) {
+        let share = soft10.events_delivered_per_s / soft10.events_asked_per_s * 100.0;
+        targets.push(TargetCheck::new(
+            "events delivered at 10 µs, soft",
+            ">= 95 % of asked",
+            share,
+            share >= 95.0,
+        ));
+    }
+    targets
+}
+
+impl Section for TimersReport {
+    const FILE: &'static str = "bench_timers.json";
+    fn render(&self, _dir: &std::path::Path) -> Result<Rendered> {
+        let mut md = String::from(
+            "## Cost per timer event, synthetic workload (`softtimers bench timers`)\n\n",
+        );
+        md += &to_markdown(self);
+        Ok(Rendered::text(md))
+    }
+}

@@ -1,0 +1,149 @@
+//! E11: the polling router's packet quota (Figs. 6-5, 6-6).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::harness::ExpOptions;
+use crate::paper::PAPER_FIGS_6;
+use crate::report::{Rendered, Section};
+use crate::targets::TargetCheck;
+
+use super::{
+    Bench, Design, ForwardRow, RouterArgs, flood_seconds, forward_chart, forward_row,
+    forward_table, runs, series_by, unavailable,
+};
+
+pub(super) fn quotas(quick: bool) -> Vec<&'static str> {
+    if quick {
+        vec!["1", "10", "unlimited"]
+    } else {
+        vec!["1", "5", "10", "20", "100", "unlimited"]
+    }
+}
+
+pub(super) fn e11_fractions(quick: bool) -> Vec<f64> {
+    if quick {
+        vec![1.0]
+    } else {
+        vec![0.2, 0.4, 0.7, 1.0]
+    }
+}
+
+/// E11's result (`e11.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct E11 {
+    /// `quick` or `full`.
+    pub mode: String,
+    /// Why it did not run here (no root, no `ip`), if it did not.
+    #[serde(default)]
+    pub skipped: Option<String>,
+    /// Seconds of flood per run.
+    pub flood_s: f64,
+    /// The source's top rate, datagrams/s.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub source_max_pps: f64,
+    /// One row per screening, quota and offered rate.
+    pub rows: Vec<ForwardRow>,
+    /// The targets against this run (none are set for E11: it is reported).
+    pub targets: Vec<TargetCheck>,
+}
+
+/// E11: the polling router with each quota, without and with screening.
+pub fn e11(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E11> {
+    let quick = options.length.quick;
+    let flood_s = flood_seconds(quick);
+    if let Some(why) = unavailable() {
+        return Ok(E11 {
+            mode: options.length.mode().to_string(),
+            skipped: Some(why),
+            flood_s,
+            source_max_pps: f64::NAN,
+            rows: Vec::new(),
+            targets: Vec::new(),
+        });
+    }
+    let mut bench = Bench::new("eleven")?;
+    let total = runs("e11", quick) as f64;
+    progress(0.0, "the source's top rate");
+    let max = bench.source_max(flood_s)?;
+    let mut rows = Vec::new();
+    let mut done = 1.0;
+    for screen in [false, true] {
+        let design = Design {
+            router: softtimers_tools::router::RouterDesign::Polling,
+            screen,
+        };
+        for quota in quotas(quick) {
+            for f in e11_fractions(quick) {
+                progress(
+                    done / total,
+                    &format!("{}, quota {quota}, {:.0}/s", design.name(), f * max),
+                );
+                let args = RouterArgs {
+                    quota: quota.to_string(),
+                    ..RouterArgs::plain(design)
+                };
+                let p = bench.run(&args, (f * max) as u64, flood_s, false)?;
+                rows.push(forward_row(design, quota, &p, false));
+                done += 1.0;
+            }
+        }
+    }
+    progress(1.0, "done");
+    Ok(E11 {
+        mode: options.length.mode().to_string(),
+        skipped: None,
+        flood_s,
+        source_max_pps: max,
+        rows,
+        targets: Vec::new(),
+    })
+}
+
+impl Section for E11 {
+    const FILE: &'static str = "e11.json";
+    fn render(&self, dir: &Path) -> Result<Rendered> {
+        let mut md = String::from("## E11: the polling quota (livelock Figs. 6-5, 6-6)\n\n");
+        if let Some(why) = &self.skipped {
+            let _ = writeln!(md, "Not run here: {why}.");
+            return Ok(Rendered::text(md));
+        }
+        let _ = writeln!(
+            md,
+            "The polling router with each packet quota per turn, without and with the screening \
+             stage (32-packet queue, feedback at 75 % / 25 %, 1 ms timeout); {:.1} s of flood \
+             per run; source top rate {:.0} datagrams/s.\n",
+            self.flood_s, self.source_max_pps
+        );
+        md += &forward_table(&self.rows);
+        let mut plots = Vec::new();
+        for (screen, file, title) in [
+            (false, "e11_quota.png", "Polling quota, no screening"),
+            (
+                true,
+                "e11_quota_screen.png",
+                "Polling quota, with screening",
+            ),
+        ] {
+            let series = series_by(
+                self.rows
+                    .iter()
+                    .filter(|r| r.design.ends_with("+screen") == screen)
+                    .map(|r| (r, format!("quota {}", r.quota))),
+            );
+            if series.iter().any(|s| s.points.len() > 1) {
+                forward_chart(dir, file, title, series)?;
+                let _ = writeln!(md, "\n![{title}]({file})");
+                plots.push(file.to_string());
+            }
+        }
+        let _ = writeln!(md, "\n{PAPER_FIGS_6}\n");
+        Ok(Rendered {
+            markdown: md,
+            plots,
+        })
+    }
+}

@@ -1,0 +1,470 @@
+//! `quic`: every stack through every scenario, round by round; a row per run from the three
+//! JSON files (client, server, emulator), and the targets read from the rows.
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use softtimer_net::path::QueueLimit;
+use softtimer_quic::TransmitCauses;
+use softtimers_tools::path::{COMMAND_SPIN, PathSpec};
+use softtimers_tools::quic::Stack;
+
+use crate::exp::bottleneck::{self, BottleneckRow};
+use crate::harness::ExpOptions;
+use crate::targets::TargetCheck;
+
+use super::{
+    AFTER_IDLE, AFTER_IDLE_WARMUP, BULK_50M_SMALL_QUEUE, Measured, PACING_VARIANTS, RR, RR_STACKS,
+    Run, TIMER_STACKS, begin, bulk_bytes, bulk_stacks, bulks, f, link, median, nan,
+    per_round_ratios, round_seed, rounds, rr_args, rr_spec, run_once, timer_runs, timer_spec,
+};
+
+/// A row of `quic.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct QuicRow {
+    /// `quinn-tokio`, `soft`, `soft-paced`, `kernel-tcp` or `soft-1ms`.
+    pub stack: String,
+    /// The scenario, e.g. `bulk-50M-20ms-0.25bdp` or `rr-200us-1%`.
+    pub scenario: String,
+    /// Round (rounds interleave the stacks).
+    pub round: usize,
+    /// Download goodput, bit/s.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub goodput_bps: f64,
+    /// Packets dropped at the bottleneck queue (the emulator's count, data direction).
+    pub bottleneck_drops: u64,
+    /// Of those, the drops from the start of the 50 ms in which the data direction's
+    /// delivered bytes passed half their total: a bulk transfer's drops once its slow
+    /// start's overshoot is behind it (`null` in results from before it was counted).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub bottleneck_drops_second_half: f64,
+    /// Packets the sender declared lost: QUIC's lost packets, the kernel TCP's retransmitted
+    /// segments (`TCP_INFO`; `null` in results from before it was read).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub sender_lost_packets: f64,
+    /// The downloaded application bytes over the IP bytes the data direction delivered:
+    /// what headers and retransmissions leave of the bottleneck's rate for goodput.
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub data_share: f64,
+    /// Inter-arrival stddev at the receiver, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub interarrival_stddev_us: f64,
+    /// The sender's departure-gap stddev (before the bottleneck), µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub sender_gap_stddev_us: f64,
+    /// Queueing delay at the bottleneck, p99, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub queue_delay_p99_us: f64,
+    /// CPU time of both sides per megabyte moved, ns.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub cpu_ns_per_mb: f64,
+    /// Of that, the server's (the data's sender; `null` in results from before it was
+    /// kept apart).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub server_cpu_ns_per_mb: f64,
+    /// And the client's.
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub client_cpu_ns_per_mb: f64,
+    /// Request latency p50, µs.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub p50_us: f64,
+    /// p99.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub p99_us: f64,
+    /// p99.9.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub p999_us: f64,
+    /// Kobayashi's burstiness index of the sender's packets against the bottleneck
+    /// (`null` without one).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub burstiness_index: f64,
+    /// quinn timer expiries the server's runtime handled (`null` for TCP).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub server_timeouts: f64,
+    /// How late the server's runtime handled them past quinn's deadline, µs, p50.
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub server_timer_late_p50_us: f64,
+    /// p99.
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub server_timer_late_p99_us: f64,
+    /// The server's timer lateness histogram: (upper bound µs, count), by decade.
+    #[serde(default)]
+    pub server_timer_late_hist: Vec<(f64, u64)>,
+    /// What made the server's datagrams leave (soft-timer stacks only; `null` otherwise).
+    #[serde(default)]
+    pub server_causes: Option<TransmitCauses>,
+    /// Time both sides' soft-timer loops spent spinning before due events, per megabyte
+    /// moved, ns, by the loops' clock (CPU time unless the host took the CPU away meanwhile;
+    /// within `cpu_ns_per_mb`; `null` for stock quinn and TCP).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub idle_spin_ns_per_mb: f64,
+    /// The server loop's idle spin window, µs (`null` for stock quinn and TCP).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub spin_window_us: f64,
+    /// `sendmsg` calls of the server (`null` for TCP).
+    #[serde(default = "nan", deserialize_with = "crate::summary::num")]
+    pub server_send_calls: f64,
+    /// A pacing variant's name (rows of `pacing_variants` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// Over time (bulk): (s, queue delay ms, Mbit/s).
+    pub timeline: Vec<(f64, f64, f64)>,
+    /// Every request's latency, µs, in order (request/response rows only, for the CDF).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latencies_us: Vec<f64>,
+}
+
+/// `quic.json`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct QuicResult {
+    /// `quick` or `full`.
+    pub mode: String,
+    /// Why it did not run here, if it did not.
+    #[serde(default)]
+    pub skipped: Option<String>,
+    /// One row per stack, scenario and round.
+    pub rows: Vec<QuicRow>,
+    /// The path emulator's bottleneck beside `tbf`, and its delay error by rate.
+    #[serde(default)]
+    pub bottleneck: Vec<BottleneckRow>,
+    /// Per-packet pacing's CPU against its spacing: `soft-paced` without the idle spin and
+    /// with two datagrams per departure, in the first bulk scenario, run after that
+    /// scenario's `soft-paced` row of each round (their order rotating per round).
+    #[serde(default)]
+    pub pacing_variants: Vec<QuicRow>,
+    /// The targets.
+    pub targets: Vec<TargetCheck>,
+}
+
+/// Runs `quic` (bulk and request/response).
+pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<QuicResult> {
+    let quick = options.length.quick;
+    let (mode, tmp) = begin(options, "quic")?;
+    let tmp = match tmp {
+        Ok(tmp) => tmp,
+        Err(why) => {
+            let skipped = Some(why);
+            return Ok(QuicResult {
+                mode,
+                skipped,
+                ..Default::default()
+            });
+        }
+    };
+    let bulks = bulks(quick);
+    let timer_runs = timer_runs(quick);
+    let bottleneck_runs =
+        (bottleneck::rates(quick).len() * (bottleneck::EMULATOR_ARMS.len() + 1)) as f64;
+    let total = (rounds(quick)
+        * (bulks.iter().map(|b| bulk_stacks(b).len()).sum::<usize>()
+            + PACING_VARIANTS.len()
+            + RR_STACKS.len()
+            + timer_runs.len() * TIMER_STACKS.len())) as f64
+        + bottleneck_runs * rounds(quick) as f64;
+    let mut done = 0.0;
+    let mut rows = Vec::new();
+    let mut pacing_variants = Vec::new();
+    for round in 0..rounds(quick) {
+        for b in &bulks {
+            let name = b.name();
+            let bdp = b.rate_bps() / 8.0 * b.rtt().as_secs_f64();
+            let queue = QueueLimit::Bytes(((bdp * b.bdp_fraction) as u64).max(3000));
+            let rate = b.rate();
+            let data = link(b.rtt() / 2, Some(&rate), queue, 0.0);
+            let acks = link(b.rtt() / 2, None, QueueLimit::Packets(10_000), 0.0);
+            // Rotate the order each round: interleaved, not one stack always first.
+            let stacks = bulk_stacks(b);
+            for i in 0..stacks.len() {
+                let stack = stacks[(i + round) % stacks.len()];
+                progress(done / total, &format!("{name} {}", stack.name()));
+                let run = Run {
+                    stack,
+                    seed: round_seed(round),
+                    spec: PathSpec {
+                        a_to_b: acks,
+                        b_to_a: data,
+                    },
+                    server_args: vec![],
+                    client_args: vec!["--download".into(), bulk_bytes(b, quick).to_string()],
+                };
+                let m = run_once(&run, &tmp)?;
+                rows.push(row(stack, &name, round, &m));
+                done += 1.0;
+                // The variants run right after soft-paced, in the same conditions.
+                if name == BULK_50M_SMALL_QUEUE && stack == Stack::SoftPaced {
+                    for k in 0..PACING_VARIANTS.len() {
+                        let (variant, args) = PACING_VARIANTS[(k + round) % PACING_VARIANTS.len()];
+                        progress(done / total, &format!("{name} soft-paced {variant}"));
+                        let mut run = run.clone();
+                        run.server_args.extend_from_slice(args);
+                        run.client_args.extend(args.iter().map(|a| a.to_string()));
+                        let m = run_once(&run, &tmp)?;
+                        let mut r = row(stack, &name, round, &m);
+                        r.variant = Some(variant.to_string());
+                        pacing_variants.push(r);
+                        done += 1.0;
+                    }
+                }
+            }
+        }
+        for i in 0..RR_STACKS.len() {
+            let stack = RR_STACKS[(i + round) % RR_STACKS.len()];
+            progress(done / total, &format!("{RR} {}", stack.name()));
+            let run = Run {
+                stack,
+                seed: round_seed(round),
+                spec: rr_spec(),
+                server_args: vec![],
+                client_args: rr_args(quick),
+            };
+            let m = run_once(&run, &tmp)?;
+            rows.push(row(stack, RR, round, &m));
+            done += 1.0;
+        }
+        for (scenario, server_args, client_args) in &timer_runs {
+            for i in 0..TIMER_STACKS.len() {
+                let stack = TIMER_STACKS[(i + round) % TIMER_STACKS.len()];
+                progress(done / total, &format!("{scenario} {}", stack.name()));
+                let run = Run {
+                    stack,
+                    seed: round_seed(round),
+                    spec: timer_spec(),
+                    server_args: server_args.clone(),
+                    client_args: client_args.clone(),
+                };
+                let m = run_once(&run, &tmp)?;
+                rows.push(row(stack, scenario, round, &m));
+                done += 1.0;
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    let bottleneck = bottleneck::measure(quick, rounds(quick), &mut |what| {
+        progress(done / total, what);
+        done += 1.0;
+    })?;
+    let mut targets = quic_targets(&rows, &pacing_variants);
+    targets.insert(0, emulator_target(&bottleneck));
+    Ok(QuicResult {
+        mode,
+        skipped: None,
+        rows,
+        bottleneck,
+        pacing_variants,
+        targets,
+    })
+}
+
+pub(super) fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
+    let data = &m.path.b_to_a;
+    let server_cpu = f(&m.server, &["cpu_ns"]);
+    let client_cpu = f(&m.client, &["cpu_ns"]);
+    let spin_ms =
+        f(&m.client, &["driver", "idle_spin_ms"]) + f(&m.server, &["driver", "idle_spin_ms"]);
+    // After idle, the CPU and the delivered bytes cover the warm-up too, which the client's
+    // count of the (one) response leaves out.
+    let warmup = if scenario == AFTER_IDLE {
+        AFTER_IDLE_WARMUP as f64
+    } else {
+        0.0
+    };
+    let downloaded = f(&m.client, &["report", "download_bytes"]) + warmup;
+    let bytes = downloaded + f(&m.client, &["report", "upload_bytes"]);
+    let per_mb = |ns: f64| {
+        if bytes > 0.0 {
+            ns / (bytes / 1e6)
+        } else {
+            f64::NAN
+        }
+    };
+    QuicRow {
+        stack: stack.name().into(),
+        scenario: scenario.into(),
+        round,
+        goodput_bps: f(&m.client, &["report", "goodput_bps"]),
+        bottleneck_drops: data.queue_drops,
+        bottleneck_drops_second_half: data.queue_drops_second_half as f64,
+        sender_lost_packets: f(&m.server, &["served", "lost_packets"]),
+        data_share: downloaded / data.delivered_bytes as f64,
+        interarrival_stddev_us: data.interarrival_stddev_us.unwrap_or(f64::NAN),
+        sender_gap_stddev_us: data.sender_gap_stddev_us.unwrap_or(f64::NAN),
+        queue_delay_p99_us: data.queue_delay_p99_us.unwrap_or(f64::NAN),
+        cpu_ns_per_mb: per_mb(server_cpu + client_cpu),
+        server_cpu_ns_per_mb: per_mb(server_cpu),
+        client_cpu_ns_per_mb: per_mb(client_cpu),
+        p50_us: f(&m.client, &["report", "p50_us"]),
+        p99_us: f(&m.client, &["report", "p99_us"]),
+        p999_us: f(&m.client, &["report", "p999_us"]),
+        burstiness_index: data.burstiness_index.unwrap_or(f64::NAN),
+        server_timeouts: f(&m.server, &["driver", "timeouts"]),
+        server_timer_late_p50_us: f(&m.server, &["driver", "timer_late_p50_us"]),
+        server_timer_late_p99_us: f(&m.server, &["driver", "timer_late_p99_us"]),
+        server_timer_late_hist: serde_json::from_value(
+            m.server["driver"]["timer_late_hist"].clone(),
+        )
+        .unwrap_or_default(),
+        server_causes: serde_json::from_value(m.server["driver"]["causes"].clone()).ok(),
+        idle_spin_ns_per_mb: per_mb(spin_ms * 1e6),
+        spin_window_us: f(&m.server, &["driver", "spin_window_us"]),
+        server_send_calls: f(&m.server, &["driver", "send_calls"]),
+        variant: None,
+        timeline: data.timeline.clone(),
+        latencies_us: if scenario == RR {
+            latencies(&m.client)
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// The client's request latencies, µs, from its JSON.
+pub(super) fn latencies(client: &serde_json::Value) -> Vec<f64> {
+    client["report"]["latencies_us"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
+        .unwrap_or_default()
+}
+
+/// Per round, `stack`'s value of `field` over quinn-tokio's, in one scenario.
+pub(super) fn ratios(
+    rows: &[QuicRow],
+    scenario: &str,
+    stack: &str,
+    field: fn(&QuicRow) -> f64,
+) -> Vec<f64> {
+    per_round_ratios(
+        rows,
+        |r| r.round,
+        |r| r.scenario == scenario && r.stack == stack,
+        |r| r.scenario == scenario && r.stack == "quinn-tokio",
+        field,
+    )
+}
+
+/// The emulator's delay error: the worst rate's median over rounds.
+pub(super) fn emulator_target(rows: &[BottleneckRow]) -> TargetCheck {
+    let mut rates: Vec<f64> = rows.iter().map(|r| r.rate_bps).collect();
+    rates.sort_by(f64::total_cmp);
+    rates.dedup();
+    let worst = rates
+        .iter()
+        .map(|&rate| {
+            median(
+                rows.iter()
+                    .filter(|r| {
+                        r.bottleneck == bottleneck::EMULATOR_ARMS[0].0 && r.rate_bps == rate
+                    })
+                    .map(|r| r.delay_error_p99_us)
+                    .collect(),
+            )
+        })
+        .fold(f64::NAN, f64::max);
+    let span = match (rates.first(), rates.last()) {
+        (Some(lo), Some(hi)) => format!("{}–{} Mbit/s", lo / 1e6, hi / 1e6),
+        _ => "no rate".into(),
+    };
+    TargetCheck::new(
+        format!(
+            "path emulator (spinning up to {:?}): delay error per packet, p99 (µs), worst rate of {span}",
+            COMMAND_SPIN
+        ),
+        "≤ 20",
+        worst,
+        worst <= 20.0,
+    )
+}
+
+pub(super) fn quic_targets(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<TargetCheck> {
+    let s = BULK_50M_SMALL_QUEUE;
+    let mut t = Vec::new();
+    let drops = ratios(rows, s, "soft-paced", |r| r.bottleneck_drops as f64);
+    let m = median(drops);
+    t.push(TargetCheck::new(
+        "bulk 50 Mbit/s, RTT 20 ms, queue 0.25 BDP: bottleneck drops, soft-paced / quinn-tokio (median)",
+        "≤ 0.1",
+        m,
+        m <= 0.1,
+    ));
+    let g = median(ratios(rows, s, "soft-paced", |r| r.goodput_bps));
+    t.push(TargetCheck::new(
+        "same: goodput, soft-paced / quinn-tokio",
+        "≥ 1.0",
+        g,
+        g >= 1.0,
+    ));
+    let abs = median(
+        rows.iter()
+            .filter(|r| r.scenario == s && r.stack == "soft-paced")
+            .map(|r| r.goodput_bps / 50e6)
+            .collect(),
+    );
+    t.push(TargetCheck::new(
+        "same: soft-paced goodput / bottleneck rate",
+        "≥ 0.95",
+        abs,
+        abs >= 0.95,
+    ));
+    let sd = median(ratios(rows, s, "soft-paced", |r| r.interarrival_stddev_us));
+    t.push(TargetCheck::new(
+        "same: receiver inter-arrival stddev, soft-paced / quinn-tokio",
+        "≤ 0.1",
+        sd,
+        sd <= 0.1,
+    ));
+    for stack in ["soft", "soft-paced"] {
+        let c = median(ratios(rows, s, stack, |r| r.cpu_ns_per_mb));
+        t.push(TargetCheck::new(
+            format!("same: CPU per MB, {stack} / quinn-tokio"),
+            "≤ 1.0",
+            c,
+            c <= 1.0,
+        ));
+    }
+    if !variants.is_empty() {
+        t.push(pairs_cpu_target(rows, variants));
+    }
+    let p = median(ratios(rows, RR, "soft", |r| r.p99_us));
+    t.push(TargetCheck::new(
+        "request/response p99, 1 % loss, RTT 200 µs: soft / quinn-tokio",
+        "≤ 0.5",
+        p,
+        p <= 0.5,
+    ));
+    t
+}
+
+/// The first bulk scenario's quinn-tokio and soft-paced rows and the pacing variants, each
+/// variant as stack `soft-paced/<variant>`, so that per-round ratios can pair them.
+pub(super) fn variant_arms(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<QuicRow> {
+    rows.iter()
+        .filter(|r| {
+            r.scenario == BULK_50M_SMALL_QUEUE
+                && (r.stack == "quinn-tokio" || r.stack == "soft-paced")
+        })
+        .cloned()
+        .chain(variants.iter().map(|r| {
+            let mut r = r.clone();
+            if let Some(v) = &r.variant {
+                r.stack = format!("{}/{v}", r.stack);
+            }
+            r
+        }))
+        .collect()
+}
+
+/// CPU per MB of `soft-paced` with two datagrams per departure against stock quinn, per
+/// round: pacing that costs no CPU, at the price of pairs leaving back to back.
+pub(super) fn pairs_cpu_target(rows: &[QuicRow], variants: &[QuicRow]) -> TargetCheck {
+    let arms = variant_arms(rows, variants);
+    let c = median(ratios(
+        &arms,
+        BULK_50M_SMALL_QUEUE,
+        "soft-paced/2-per-departure",
+        |r| r.cpu_ns_per_mb,
+    ));
+    TargetCheck::new(
+        "same: CPU per MB, soft-paced with 2 datagrams per departure / quinn-tokio",
+        "≤ 1.0",
+        c,
+        c <= 1.0,
+    )
+}

@@ -1,0 +1,70 @@
+//! How long runs last, in quick and full mode: every duration and repetition count of the
+//! lab and the benchmarks, in one place.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How long runs last: a quick run (a few seconds per step, as CI does) or the full one.
+/// Every duration and repetition count of the lab and the benchmarks is here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunLength {
+    /// Short runs.
+    pub quick: bool,
+}
+
+impl RunLength {
+    /// Quick or full.
+    pub fn new(quick: bool) -> Self {
+        RunLength { quick }
+    }
+    fn pick<T>(self, quick: T, full: T) -> T {
+        if self.quick { quick } else { full }
+    }
+    /// `quick` or `full`.
+    pub fn mode(self) -> &'static str {
+        self.pick("quick", "full")
+    }
+    /// One run of a throughput comparison (E1, E2, E6, E7, E9, E13, nginx). Runs are kept
+    /// short: the host's drift between rounds, not a run's length, limits a ratio, and
+    /// the ratios are paired within rounds. (`--client wrk` takes whole seconds: 1 s.)
+    pub fn throughput_run(self) -> Duration {
+        Duration::from_millis(self.pick(400, 1_250))
+    }
+    /// Interleaved rounds of a throughput comparison.
+    pub fn rounds(self) -> usize {
+        self.pick(1, 5)
+    }
+    /// One run that records trigger states (E3, and E5 on its own).
+    pub fn trace_run(self) -> Duration {
+        Duration::from_millis(self.pick(500, 6_000))
+    }
+    /// Trigger states recorded in a [`trace_run`](Self::trace_run).
+    pub fn trace_capacity(self) -> usize {
+        self.pick(200_000, 2_000_000)
+    }
+    /// E4's run, whose trace is cut into windows.
+    pub fn timeline(self) -> Duration {
+        Duration::from_secs(self.pick(1, 10))
+    }
+    /// Rounds of `bench timers`.
+    pub fn timers_rounds(self) -> usize {
+        self.pick(3, 13)
+    }
+    /// How long `bench timers` computes without system calls to measure the backstop.
+    pub fn backstop_compute(self) -> Duration {
+        Duration::from_millis(self.pick(300, 2_000))
+    }
+    /// How long each backstop wake-up state and idle-policy row of `bench timers` runs.
+    pub fn state_time(self) -> Duration {
+        Duration::from_millis(self.pick(300, 2_000))
+    }
+    /// Samples per operation in `bench core`.
+    pub fn core_reps(self) -> usize {
+        self.pick(15, 151)
+    }
+    /// Trigger checks per sample in `bench core`.
+    pub fn core_trigger_batch(self) -> usize {
+        self.pick(2_000, 20_000)
+    }
+}

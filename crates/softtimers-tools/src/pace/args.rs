@@ -1,0 +1,148 @@
+//! `softtimers pace` and `softtimers sink` on the command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use softtimer_net::Rate;
+use softtimer_rt::SpinWindow;
+
+use super::{
+    PaceOptions, PaceReport, PaceTimer, Scheduler, SinkOptions, SinkReport, SinkTarget, pace, sink,
+};
+use crate::parse::{parse_duration, parse_spin_window};
+
+/// `softtimers pace`: send UDP datagrams at a rate, paced by the timer chosen.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PaceArgs {
+    /// Where to send (`host:port`).
+    #[arg(long)]
+    pub to: SocketAddr,
+    /// The rate, bits per second with an optional k, M, G suffix (for example 500M).
+    #[arg(long)]
+    pub rate: Rate,
+    /// UDP payload bytes per datagram (24 ..= 65507).
+    #[arg(long, default_value_t = 1472)]
+    pub size: usize,
+    /// Flows, each paced at rate / flows.
+    #[arg(long, default_value_t = 1)]
+    pub flows: u32,
+    /// How long to send (10s, 500ms, ...).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// What paces the datagrams.
+    #[arg(long, value_enum, default_value = "soft")]
+    pub timer: PaceTimer,
+    /// The soft pacer's burst rate, at which a flow that fell behind catches up (default:
+    /// twice --rate).
+    #[arg(long)]
+    pub burst: Option<Rate>,
+    /// With `--timer soft`: how long before a send the idle loop stops blocking and spins
+    /// (`calibrated`: this machine's measured wake-up lateness; `0`: never spin; or a
+    /// duration such as `20us`). More spinning is more precise and costs more CPU.
+    #[arg(long, default_value = "calibrated", value_parser = parse_spin_window)]
+    pub spin_window: SpinWindow,
+    /// With `--timer soft`: send each flow's datagram with its own `send`, even when
+    /// several flows are due at once (default: one `sendmmsg` for them).
+    #[arg(long)]
+    pub no_batch: bool,
+    /// With `--timer soft`: one soft-timer event per flow (`per-flow`, the paper's pacer),
+    /// or one departure-time queue for all flows with one event at its next departure.
+    #[arg(long, value_enum, default_value = "per-flow")]
+    pub scheduler: Scheduler,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl PaceArgs {
+    /// The options these arguments stand for.
+    pub fn options(&self) -> PaceOptions {
+        PaceOptions {
+            to: self.to,
+            rate: self.rate,
+            burst: self.burst,
+            size: self.size,
+            flows: self.flows,
+            duration: self.duration,
+            timer: self.timer,
+            spin_window: self.spin_window,
+            batch: !self.no_batch,
+            scheduler: self.scheduler,
+        }
+    }
+
+    /// Sends, and returns what was measured.
+    pub fn run(&self) -> Result<PaceReport> {
+        pace(&self.options())
+    }
+}
+
+/// `softtimers sink`: receive UDP datagrams and measure them.
+#[derive(clap::Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["listen", "observe"])))]
+pub struct SinkArgs {
+    /// Where to listen (`host:port`).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Observe datagrams to this port without owning it (a capture on --interface, with
+    /// the same kernel timestamps; needs root): measures another tool's traffic, such as
+    /// `iperf3 -u`, whose own server receives it.
+    #[arg(long, conflicts_with = "listen")]
+    pub observe: Option<u16>,
+    /// The interface --observe captures on.
+    #[arg(long, default_value = "lo", requires = "observe")]
+    pub interface: String,
+    /// Stop after this long (default: when the traffic stops).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Stop after this long without a datagram, once one has come.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub idle: Duration,
+    /// The RTT the burstiness index is normalised by.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    pub rtt: Duration,
+    /// A constant-rate virtual bottleneck for the burstiness index (for example the
+    /// sender's target rate); default: Kobayashi's slow-start bottleneck.
+    #[arg(long)]
+    pub bottleneck: Option<Rate>,
+    /// Gaps at most this long make datagrams one back-to-back burst.
+    #[arg(long, default_value = "2us", value_parser = parse_duration)]
+    pub burst_gap: Duration,
+    /// The rate the sender was asked for: the report says how far the received rate is
+    /// off it (`conformance_pct`).
+    #[arg(long)]
+    pub rate: Option<Rate>,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl SinkArgs {
+    /// The options these arguments stand for.
+    pub fn options(&self) -> SinkOptions {
+        let target = match (self.listen, self.observe) {
+            (Some(addr), _) => SinkTarget::Listen(addr),
+            (None, Some(port)) => SinkTarget::Observe {
+                interface: self.interface.clone(),
+                port,
+            },
+            (None, None) => unreachable!("clap requires --listen or --observe"),
+        };
+        SinkOptions {
+            target,
+            duration: self.duration,
+            idle: self.idle,
+            rtt: self.rtt,
+            bottleneck: self.bottleneck,
+            burst_gap: self.burst_gap,
+            expected_rate: self.rate,
+        }
+    }
+
+    /// Receives until the traffic stops (or `--duration`), and returns what was measured.
+    pub fn run(&self) -> Result<SinkReport> {
+        sink(&self.options())
+    }
+}

@@ -1,0 +1,337 @@
+//! `softtimers pace` and `softtimers sink`: a paced UDP sender and a measuring receiver.
+//!
+//! `pace` sends UDP datagrams at a rate, paced by the timer chosen: soft timers on the event
+//! loop (the paper's adaptive pacer, one event per flow), a periodic `timerfd` or a timer
+//! signal at the packet interval (sending every packet due at each expiry), a spinning loop,
+//! or no pacing at all. It reports the achieved rate, the process's CPU time per packet
+//! (`getrusage`, idle spinning included) and the send-interval statistics.
+//!
+//! `sink` receives on a port, takes the kernel's receive timestamp of every datagram, and
+//! reports the rate, the inter-arrival statistics, the longest back-to-back burst and the
+//! burstiness index of Kobayashi's Section V. It measures any sender's traffic (datagrams
+//! without the `pace` header are counted as foreign and measured all the same), and it can
+//! observe a port another program owns (`--observe PORT`: a capture on the interface, with
+//! the same kernel timestamps), so that `iperf3 -u` and `pace` are measured alike.
+
+mod args;
+mod sender;
+mod sink;
+
+pub use args::{PaceArgs, SinkArgs};
+pub use sink::{
+    SinkInput, SinkOptions, SinkReport, SinkTarget, bind_sink, sink, sink_markdown, sink_on,
+};
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant as StdInstant};
+
+use anyhow::{Result, bail, ensure};
+use serde::{Deserialize, Serialize};
+use softtimer::{Clock, SystemClock};
+use softtimer_net::Rate;
+use softtimer_net::pacer::{FlowPacer, PacerConfig};
+use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader};
+use softtimer_rt::SpinWindow;
+
+use crate::cpu::process_cpu_ns;
+use sender::{Flow, SendCounters, Sender, connect, run_departure, run_loop, run_spin, run_unpaced};
+
+/// What paces the sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PaceTimer {
+    /// Soft timers on the event loop: the adaptive pacer, one event outstanding per flow,
+    /// fired at trigger states; the loop blocks with a precise timeout and spins only for
+    /// the last stretch before a send.
+    Soft,
+    /// A periodic `timerfd` at the packet interval, in the loop's epoll set; each expiry
+    /// sends every packet that is due.
+    Timerfd,
+    /// A POSIX timer signal at the packet interval; each signal sends every packet due.
+    Signal,
+    /// A loop that spins on the clock and sends each packet when due (a whole core).
+    Spin,
+    /// No pacing: the datagrams of the whole run back to back, as fast as the socket
+    /// takes them.
+    None,
+}
+
+/// How the soft pacer schedules many flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheduler {
+    /// The soft-timers paper's pacer: one soft-timer event per flow, a target and a burst
+    /// rate each.
+    PerFlow,
+    /// Departure-time scheduling (Kobayashi, Carousel): each flow's next datagram is stamped
+    /// with its departure time into one two-level queue, and one soft-timer event at the
+    /// queue's next departure sends everything due, in one `sendmmsg`.
+    Departure,
+}
+
+/// How `pace` runs.
+#[derive(Clone, Debug)]
+pub struct PaceOptions {
+    /// Where to send.
+    pub to: SocketAddr,
+    /// The total target rate (split evenly over the flows).
+    pub rate: Rate,
+    /// The burst rate of the soft pacer (default: twice the rate).
+    pub burst: Option<Rate>,
+    /// UDP payload bytes per datagram.
+    pub size: usize,
+    /// Flows, each paced on its own at `rate / flows`.
+    pub flows: u32,
+    /// How long to send.
+    pub duration: Duration,
+    /// What paces.
+    pub timer: PaceTimer,
+    /// The soft loop's spin window (how long before a send it stops blocking and spins).
+    pub spin_window: SpinWindow,
+    /// With soft timers: datagrams of several flows due at one trigger state leave in one
+    /// `sendmmsg` (off: one `send` each).
+    pub batch: bool,
+    /// With soft timers: how the flows are scheduled.
+    pub scheduler: Scheduler,
+}
+
+/// What `pace` measured (`pace --json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PaceReport {
+    /// What paced.
+    pub timer: PaceTimer,
+    /// The target rate, bit/s.
+    pub target_bps: u64,
+    /// The rate achieved: the bits of every datagram but the last over the time from the
+    /// first send to the last.
+    pub achieved_bps: f64,
+    /// |achieved − target| / target, %.
+    pub conformance_pct: f64,
+    /// Datagrams sent.
+    pub packets: u64,
+    /// Sends the kernel refused (buffer full, unreachable port): not counted as sent.
+    pub send_errors: u64,
+    /// The process's CPU time (user + system, every thread) per datagram sent, ns.
+    pub cpu_ns_per_packet: f64,
+    /// The process's CPU time over the run, % of one core.
+    pub cpu_pct: f64,
+    /// Datagram payload bytes.
+    pub size: usize,
+    /// Flows.
+    pub flows: u32,
+    /// The run's length, s.
+    pub duration_s: f64,
+    /// Mean interval between a flow's consecutive sends, µs.
+    pub send_interval_mean_us: f64,
+    /// Their standard deviation, µs.
+    pub send_interval_stddev_us: f64,
+    /// The longest, µs.
+    pub send_interval_max_us: f64,
+    /// The soft loop's spin window, µs (`null` for the other timers).
+    pub spin_window_us: Option<f64>,
+    /// Send system calls made (`sendmmsg` counts once however many datagrams it carried).
+    pub send_calls: u64,
+}
+
+/// Checks `pace`'s options: sizes, the flow count, the duration, and a packet interval the
+/// timers can keep (at least 1 µs per flow for the hardware timers).
+pub fn check_pace(options: &PaceOptions) -> Result<()> {
+    ensure!(
+        (PacketHeader::LEN..=MAX_DATAGRAM).contains(&options.size),
+        "--size {}: a datagram carries {}..={} bytes (the header is {} bytes)",
+        options.size,
+        PacketHeader::LEN,
+        MAX_DATAGRAM,
+        PacketHeader::LEN
+    );
+    ensure!(
+        (1..=100_000).contains(&options.flows),
+        "--flows {}: want 1..=100000",
+        options.flows
+    );
+    ensure!(
+        options.rate.bits_per_sec() >= u64::from(options.flows),
+        "--rate {} over {} flows is under 1 bit/s per flow",
+        options.rate,
+        options.flows
+    );
+    ensure!(
+        options.duration >= Duration::from_millis(10)
+            && options.duration <= Duration::from_secs(3600),
+        "--duration {:?}: want 10 ms ..= 1 hour",
+        options.duration
+    );
+    if let Some(burst) = options.burst {
+        ensure!(
+            burst >= options.rate,
+            "--burst {burst} is below --rate {}",
+            options.rate
+        );
+    }
+    if matches!(options.timer, PaceTimer::Timerfd | PaceTimer::Signal) {
+        let interval = packet_interval(options.rate, options.size);
+        ensure!(
+            interval >= Duration::from_micros(1),
+            "{} datagrams of {} bytes are {:?} apart: the {} timer cannot fire more often than \
+             every 1 µs",
+            options.rate,
+            options.size,
+            interval,
+            options.timer.name()
+        );
+    }
+    Ok(())
+}
+
+impl PaceTimer {
+    /// The name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            PaceTimer::Soft => "soft",
+            PaceTimer::Timerfd => "timerfd",
+            PaceTimer::Signal => "signal",
+            PaceTimer::Spin => "spin",
+            PaceTimer::None => "none",
+        }
+    }
+}
+
+/// The interval between datagrams of `size` bytes at `rate` (all flows together).
+fn packet_interval(rate: Rate, size: usize) -> Duration {
+    Duration::from_nanos(rate.ticks_for_bytes(size as u64, 1_000_000_000))
+}
+
+/// Runs `pace` and returns what it measured.
+pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
+    check_pace(options)?;
+    let clock = SystemClock::new();
+    let hz = clock.resolution_hz();
+    let sender = Arc::new(Sender {
+        socket: connect(options.to)?,
+        payload: vec![0u8; options.size - PacketHeader::LEN].into_boxed_slice(),
+        counters: SendCounters::default(),
+        hz,
+    });
+    let per_flow =
+        Rate::from_bits_per_sec((options.rate.bits_per_sec() / u64::from(options.flows)).max(1))?;
+    let burst = options.burst.map_or_else(
+        || {
+            Rate::from_bits_per_sec(
+                per_flow
+                    .bits_per_sec()
+                    .saturating_mul(2)
+                    .min(softtimer_net::MAX_RATE_BPS),
+            )
+        },
+        |b| Rate::from_bits_per_sec((b.bits_per_sec() / u64::from(options.flows)).max(1)),
+    )?;
+    let config = match options.timer {
+        // Timer-driven pacing sends, at each expiry, every datagram the target rate has made
+        // due since the train started: a late expiry is made up at once, not lost.
+        PaceTimer::Timerfd | PaceTimer::Signal => PacerConfig::new(per_flow, unlimited_burst())?,
+        _ => PacerConfig::new(per_flow, burst)?,
+    };
+    let flows: Vec<Flow> = (0..options.flows)
+        .map(|id| Flow {
+            id,
+            seq: 0,
+            pacer: FlowPacer::new(config, hz),
+            last_sent: None,
+        })
+        .collect();
+    let cpu_before = process_cpu_ns();
+    let started = StdInstant::now();
+    let spin_window_us = match options.timer {
+        PaceTimer::Soft if options.scheduler == Scheduler::Departure => {
+            run_departure(options, &sender, flows)?
+        }
+        PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => {
+            run_loop(options, &sender, flows)?
+        }
+        PaceTimer::Spin => {
+            run_spin(options, &sender, flows, &clock);
+            None
+        }
+        PaceTimer::None => {
+            run_unpaced(options, &sender);
+            None
+        }
+    };
+    let elapsed = started.elapsed();
+    let cpu_ns = process_cpu_ns().saturating_sub(cpu_before);
+    let c = &sender.counters;
+    let packets = c.packets.load(Ordering::Relaxed);
+    let refused = c.errors.load(Ordering::Relaxed);
+    if packets == 0 && refused > 0 {
+        bail!(
+            "every send to {} was refused ({refused} tries): is anything listening there?",
+            options.to
+        );
+    }
+    let span_ns = c
+        .last_ns
+        .load(Ordering::Relaxed)
+        .saturating_sub(c.first_ns.load(Ordering::Relaxed));
+    let achieved_bps = if packets > 1 && span_ns > 0 {
+        (packets - 1) as f64 * options.size as f64 * 8.0 / (span_ns as f64 / 1e9)
+    } else {
+        f64::NAN
+    };
+    let target = options.rate.bits_per_sec() as f64;
+    let gaps = c.gaps.load(Ordering::Relaxed).max(1) as f64;
+    let mean_us = c.gap_sum_ns.load(Ordering::Relaxed) as f64 / gaps / 1000.0;
+    let var =
+        f64::from_bits(c.gap_sum_sq_us2_bits.load(Ordering::Relaxed)) / gaps - mean_us * mean_us;
+    Ok(PaceReport {
+        timer: options.timer,
+        target_bps: options.rate.bits_per_sec(),
+        achieved_bps,
+        conformance_pct: (achieved_bps - target).abs() / target * 100.0,
+        packets,
+        send_errors: c.errors.load(Ordering::Relaxed),
+        cpu_ns_per_packet: cpu_ns as f64 / packets.max(1) as f64,
+        cpu_pct: cpu_ns as f64 / elapsed.as_nanos().max(1) as f64 * 100.0,
+        size: options.size,
+        flows: options.flows,
+        duration_s: elapsed.as_secs_f64(),
+        send_interval_mean_us: mean_us,
+        send_interval_stddev_us: var.max(0.0).sqrt(),
+        send_interval_max_us: c.gap_max_ns.load(Ordering::Relaxed) as f64 / 1000.0,
+        spin_window_us,
+        send_calls: c.calls.load(Ordering::Relaxed),
+    })
+}
+
+/// The fastest burst rate: catch up at once.
+fn unlimited_burst() -> Rate {
+    Rate::from_bits_per_sec(softtimer_net::MAX_RATE_BPS).expect("the maximum rate is a rate")
+}
+
+/// Prints `pace`'s report.
+pub fn pace_markdown(r: &PaceReport) -> String {
+    format!(
+        "timer {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
+         target {:.3} Mbit/s, achieved {:.3} Mbit/s (off by {:.3} %)\n\
+         CPU {:.1} % of a core, {:.0} ns per datagram; {} send calls; send errors {}\n\
+         send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n",
+        r.timer.name(),
+        r.packets,
+        r.size,
+        r.duration_s,
+        r.flows,
+        r.target_bps as f64 / 1e6,
+        r.achieved_bps / 1e6,
+        r.conformance_pct,
+        r.cpu_pct,
+        r.cpu_ns_per_packet,
+        r.send_calls,
+        r.send_errors,
+        r.send_interval_mean_us,
+        r.send_interval_stddev_us,
+        r.send_interval_max_us,
+        r.spin_window_us
+            .map_or_else(String::new, |w| format!("; spin window {w:.1} µs")),
+    )
+}

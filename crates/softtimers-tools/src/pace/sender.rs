@@ -1,0 +1,440 @@
+//! `pace`'s sending side: a connected socket and its counters, and the four ways the
+//! datagrams are paced (an event loop with soft timers or a hardware timer, one departure
+//! queue, a spinning loop, none).
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant as StdInstant};
+
+use anyhow::{Context, Result, bail};
+use softtimer::{Clock, Fired, Instant, SoftTimers, Span, SystemClock};
+use softtimer_net::Rate;
+use softtimer_net::pacer::{FlowPacer, PacerConfig};
+use softtimer_net::udp::{PacketHeader, realtime_ns};
+use softtimer_rt::{EventLoop, LoopConfig, TimerMode};
+
+use super::{PaceOptions, PaceTimer, packet_interval};
+
+/// One flow's state, carried as the payload of its one pending event: no state is shared
+/// between the loop and a signal handler but the counters.
+#[derive(Clone, Debug)]
+pub(super) struct Flow {
+    pub(super) id: u32,
+    pub(super) seq: u64,
+    pub(super) pacer: FlowPacer,
+    pub(super) last_sent: Option<Instant>,
+}
+
+/// What every sender updates (atomics: the timer-signal handler may not lock).
+#[derive(Default)]
+pub(super) struct SendCounters {
+    pub(super) calls: AtomicU64,
+    pub(super) packets: AtomicU64,
+    pub(super) errors: AtomicU64,
+    pub(super) first_ns: AtomicU64,
+    pub(super) last_ns: AtomicU64,
+    pub(super) gaps: AtomicU64,
+    pub(super) gap_sum_ns: AtomicU64,
+    /// Sum of squared gaps, µs², as `f64` bits (one sender at a time writes).
+    pub(super) gap_sum_sq_us2_bits: AtomicU64,
+    pub(super) gap_max_ns: AtomicU64,
+}
+
+/// The sending side: a connected socket, a zero payload, and the counters.
+pub(super) struct Sender {
+    pub(super) socket: OwnedFd,
+    pub(super) payload: Box<[u8]>,
+    pub(super) counters: SendCounters,
+    pub(super) hz: u64,
+}
+
+impl Sender {
+    /// The header of flow `flow`'s next datagram, sent at `sent_ns`.
+    fn header(flow: &Flow, sent_ns: u64) -> [u8; PacketHeader::LEN] {
+        let mut header = [0u8; PacketHeader::LEN];
+        PacketHeader {
+            flow: flow.id,
+            seq: flow.seq,
+            sent_ns,
+        }
+        .write(&mut header);
+        header
+    }
+
+    /// Sends flow `flow`'s next datagram at `now` (async-signal-safe: two system calls, no
+    /// allocation, no lock).
+    pub(super) fn send(&self, flow: &mut Flow, now: Instant) -> bool {
+        let sent_ns = realtime_ns();
+        let header = Self::header(flow, sent_ns);
+        let iov = [
+            std::io::IoSlice::new(&header),
+            std::io::IoSlice::new(&self.payload),
+        ];
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        let ok = rustix::net::sendmsg(
+            &self.socket,
+            &iov,
+            &mut rustix::net::SendAncillaryBuffer::default(),
+            rustix::net::SendFlags::empty(),
+        )
+        .is_ok();
+        if !ok {
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.account(flow, now, sent_ns);
+        true
+    }
+
+    /// Counts flow `flow`'s datagram as sent at `now` (`sent_ns` on the realtime clock).
+    fn account(&self, flow: &mut Flow, now: Instant, sent_ns: u64) {
+        flow.seq += 1;
+        let c = &self.counters;
+        if c.packets.fetch_add(1, Ordering::Relaxed) == 0 {
+            c.first_ns.store(sent_ns, Ordering::Relaxed);
+        }
+        c.last_ns.store(sent_ns, Ordering::Relaxed);
+        if let Some(last) = flow.last_sent {
+            let gap_ns = now.saturating_since(last).as_nanos(self.hz);
+            c.gaps.fetch_add(1, Ordering::Relaxed);
+            c.gap_sum_ns.fetch_add(gap_ns, Ordering::Relaxed);
+            let gap_us = gap_ns as f64 / 1000.0;
+            let sum = f64::from_bits(c.gap_sum_sq_us2_bits.load(Ordering::Relaxed));
+            c.gap_sum_sq_us2_bits
+                .store((sum + gap_us * gap_us).to_bits(), Ordering::Relaxed);
+            c.gap_max_ns.fetch_max(gap_ns, Ordering::Relaxed);
+        }
+        flow.last_sent = Some(now);
+    }
+
+    /// Sends the datagrams whose headers are queued in `batch` (one `send` for one, one
+    /// `sendmmsg` per up to [`BATCH`] otherwise) and empties it. Datagrams the kernel refused
+    /// were counted as sent when queued: they move to the errors.
+    fn flush(&self, batch: &mut Vec<[u8; PacketHeader::LEN]>) {
+        let c = &self.counters;
+        let mut refused = 0u64;
+        if let [header] = batch.as_slice() {
+            let iov = [
+                std::io::IoSlice::new(header),
+                std::io::IoSlice::new(&self.payload),
+            ];
+            c.calls.fetch_add(1, Ordering::Relaxed);
+            refused = u64::from(
+                rustix::net::sendmsg(
+                    &self.socket,
+                    &iov,
+                    &mut rustix::net::SendAncillaryBuffer::default(),
+                    rustix::net::SendFlags::empty(),
+                )
+                .is_err(),
+            );
+        } else if !batch.is_empty() {
+            let iovs: Vec<[std::io::IoSlice<'_>; 2]> = batch
+                .iter()
+                .map(|h| {
+                    [
+                        std::io::IoSlice::new(h),
+                        std::io::IoSlice::new(&self.payload),
+                    ]
+                })
+                .collect();
+            let mut controls: Vec<rustix::net::SendAncillaryBuffer<'_, '_, '_>> =
+                iovs.iter().map(|_| Default::default()).collect();
+            let mut messages: Vec<rustix::net::MMsgHdr<'_>> = iovs
+                .iter()
+                .zip(controls.iter_mut())
+                .map(|(iov, control)| rustix::net::MMsgHdr::new(iov, control))
+                .collect();
+            let mut done = 0;
+            while done < messages.len() {
+                c.calls.fetch_add(1, Ordering::Relaxed);
+                match rustix::net::sendmmsg(
+                    &self.socket,
+                    &mut messages[done..],
+                    rustix::net::SendFlags::empty(),
+                ) {
+                    Ok(n) if n > 0 => done += n,
+                    // The first datagram left was refused: skip it and go on.
+                    _ => {
+                        refused += 1;
+                        done += 1;
+                    }
+                }
+            }
+        }
+        if refused > 0 {
+            c.errors.fetch_add(refused, Ordering::Relaxed);
+            c.packets.fetch_sub(refused, Ordering::Relaxed);
+        }
+        batch.clear();
+    }
+}
+
+/// The most datagrams one `sendmmsg` of `pace` carries.
+const BATCH: usize = 64;
+
+pub(super) fn connect(to: SocketAddr) -> Result<OwnedFd> {
+    let any: SocketAddr = if to.is_ipv4() {
+        "0.0.0.0:0".parse()?
+    } else {
+        "[::]:0".parse()?
+    };
+    let socket = UdpSocket::bind(any).context("binding the sending socket")?;
+    socket
+        .connect(to)
+        .with_context(|| format!("connecting to {to}"))?;
+    Ok(OwnedFd::from(socket))
+}
+
+/// Soft timers, timerfd or signal: the event loop fires each flow's event; the handler sends.
+/// Returns the soft loop's spin window in µs.
+pub(super) fn run_loop(
+    options: &PaceOptions,
+    sender: &Arc<Sender>,
+    flows: Vec<Flow>,
+) -> Result<Option<f64>> {
+    let hardware = options.timer != PaceTimer::Soft;
+    let batching = options.batch && !hardware;
+    let s = Arc::clone(sender);
+    // The handler is shared with the loop's helper threads (`Fn`): the batch sits behind a
+    // lock that only the thread holding the facility ever takes, so it is never contended.
+    let batch: std::sync::Mutex<Vec<[u8; PacketHeader::LEN]>> =
+        std::sync::Mutex::new(Vec::with_capacity(BATCH));
+    let handler = move |timers: &mut SoftTimers<Flow>, fired: Fired<Flow>| {
+        let mut flow = fired.event;
+        let mut now = fired.now;
+        let bytes = s.payload.len() as u64 + PacketHeader::LEN as u64;
+        if batching {
+            // Queue this flow's datagram; send the batch once no other flow is due at this
+            // trigger state (the facility fires every due event in one check).
+            let mut batch = batch.lock().unwrap_or_else(|e| e.into_inner());
+            let sent_ns = realtime_ns();
+            batch.push(Sender::header(&flow, sent_ns));
+            s.account(&mut flow, now, sent_ns);
+            let next = flow.pacer.on_sent(now, bytes);
+            let _ = timers.schedule_at(next, flow);
+            if batch.len() >= BATCH || timers.next_expiry().is_none_or(|t| t.is_after(now)) {
+                s.flush(&mut batch);
+            }
+            return;
+        }
+        // Soft: one datagram per event (the burst rate paces any catching up). Hardware
+        // timers: every datagram due at this expiry, up to a bound.
+        for _ in 0..if hardware { 64 } else { 1 } {
+            let next = if s.send(&mut flow, now) {
+                flow.pacer.on_sent(now, bytes)
+            } else {
+                // Refused (buffer full): try again one interval later.
+                now + flow
+                    .pacer
+                    .config()
+                    .target()
+                    .span_for_bytes(s.payload.len() as u64, s.hz)
+            };
+            now = timers.measure_time();
+            if next.is_after(now) || !hardware {
+                let _ = timers.schedule_at(next, flow);
+                return;
+            }
+        }
+        let _ = timers.schedule_at(now, flow);
+    };
+    let config = LoopConfig {
+        capacity: options.flows as usize + 1,
+        spin_window: options.spin_window,
+        ..LoopConfig::default()
+    };
+    let period = packet_interval(options.rate, options.size).max(Duration::from_micros(1));
+    let per_flow_interval = Span::from_duration(period * options.flows, sender.hz);
+    let mut ev: EventLoop<Flow> = match options.timer {
+        PaceTimer::Soft => EventLoop::new(config, handler)?,
+        PaceTimer::Timerfd => EventLoop::new(
+            LoopConfig {
+                mode: TimerMode::timerfd(period)?,
+                ..config
+            },
+            handler,
+        )?,
+        // SAFETY: the handler is async-signal-safe: `Sender::send` makes two system calls
+        // (clock_gettime, sendmsg) on memory it owns, and touches atomics; the pacer is
+        // integer arithmetic; `schedule_at` uses the capacity reserved above for every flow,
+        // so it does not allocate; `Flow` has no heap data, so dropping one frees nothing.
+        PaceTimer::Signal => {
+            #[allow(unsafe_code)]
+            unsafe {
+                EventLoop::with_timer_signal(config, period, handler)?
+            }
+        }
+        PaceTimer::Spin | PaceTimer::None => bail!("not a loop timer"),
+    };
+    {
+        let mut cx = ev.cx();
+        let now = cx.now();
+        // The flows start spread over one per-flow interval, not all at once.
+        let n = flows.len() as u64;
+        let interval = per_flow_interval.ticks();
+        for flow in flows {
+            let offset = Span::from_ticks(interval * u64::from(flow.id) / n);
+            cx.schedule_at(now + offset, flow)?;
+        }
+    }
+    let stop = ev.stop_handle();
+    let duration = options.duration;
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(duration);
+        stop.stop();
+    });
+    ev.run(|_, _| {})?;
+    let _ = stopper.join();
+    let hz = ev.clock().resolution_hz();
+    Ok((options.timer == PaceTimer::Soft)
+        .then(|| ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0))
+}
+
+/// Soft timers over one departure queue: every flow's next datagram is stamped at its rate;
+/// one event at the queue's next departure sends all that is due (one `sendmmsg`) and
+/// stamps each of those flows' next datagram. Returns the loop's spin window in µs.
+pub(super) fn run_departure(
+    options: &PaceOptions,
+    sender: &Arc<Sender>,
+    flows: Vec<Flow>,
+) -> Result<Option<f64>> {
+    use softtimer_net::departure::{DepartureQueue, FlowStamper};
+    struct Departures {
+        queue: DepartureQueue<u32>,
+        flows: Vec<(Flow, FlowStamper)>,
+        due: Vec<u32>,
+        batch: Vec<[u8; PacketHeader::LEN]>,
+    }
+    let clock = SystemClock::new();
+    let hz = clock.resolution_hz();
+    let bytes = options.size as u64;
+    let per_flow = Rate::from_bits_per_sec(options.rate.bits_per_sec() / u64::from(options.flows))?;
+    // Slots of one per-flow packet interval / 64, over a horizon of 4 intervals: a flow's next
+    // stamp always falls inside the ring.
+    let interval = per_flow.span_for_bytes(bytes, hz);
+    let slot = Span::from_ticks((interval.ticks() / 64).max(1));
+    let start = clock.now();
+    let mut queue = DepartureQueue::new(start, slot, 256)?;
+    let mut stamped = Vec::with_capacity(flows.len());
+    let n = flows.len() as u64;
+    for flow in flows {
+        let mut stamper = FlowStamper::new(hz);
+        stamper.set_rate(per_flow);
+        // The flows start spread over one interval, not all at once.
+        let first = start + Span::from_ticks(interval.ticks() * u64::from(flow.id) / n);
+        queue.push(stamper.stamp(first, bytes), flow.id);
+        stamped.push((flow, stamper));
+    }
+    let state = std::sync::Mutex::new(Departures {
+        queue,
+        flows: stamped,
+        due: Vec::with_capacity(BATCH),
+        batch: Vec::with_capacity(BATCH),
+    });
+    let s = Arc::clone(sender);
+    let handler = move |timers: &mut SoftTimers<()>, fired: Fired<()>| {
+        let now = fired.now;
+        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let d = &mut *guard;
+        loop {
+            d.due.clear();
+            d.queue.drain_due(now, BATCH, &mut d.due);
+            if d.due.is_empty() {
+                break;
+            }
+            let sent_ns = realtime_ns();
+            for &id in &d.due {
+                let (flow, stamper) = &mut d.flows[id as usize];
+                d.batch.push(Sender::header(flow, sent_ns));
+                s.account(flow, now, sent_ns);
+                let next = stamper.stamp(now, bytes);
+                d.queue.push(next, id);
+            }
+            s.flush(&mut d.batch);
+        }
+        if let Some(next) = d.queue.next_departure() {
+            let _ = timers.schedule_at(next, ());
+        }
+    };
+    let config = LoopConfig {
+        capacity: 2,
+        spin_window: options.spin_window,
+        ..LoopConfig::default()
+    };
+    let mut ev: EventLoop<()> = EventLoop::new(config, handler)?;
+    {
+        let mut cx = ev.cx();
+        let now = cx.now();
+        cx.schedule_at(now, ())?;
+    }
+    let stop = ev.stop_handle();
+    let duration = options.duration;
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(duration);
+        stop.stop();
+    });
+    ev.run(|_, _| {})?;
+    let _ = stopper.join();
+    let hz = ev.clock().resolution_hz();
+    Ok(Some(
+        ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0,
+    ))
+}
+
+/// Spins on the clock; sends each flow's datagram when due (one per flow per pass).
+pub(super) fn run_spin(
+    options: &PaceOptions,
+    sender: &Sender,
+    mut flows: Vec<Flow>,
+    clock: &SystemClock,
+) {
+    let end = StdInstant::now() + options.duration;
+    let bytes = options.size as u64;
+    let mut next: Vec<Instant> = vec![clock.now(); flows.len()];
+    let mut pass = 0u32;
+    loop {
+        let now = clock.now();
+        for (flow, due) in flows.iter_mut().zip(next.iter_mut()) {
+            if !due.is_after(now) {
+                *due = if sender.send(flow, now) {
+                    flow.pacer.on_sent(now, bytes)
+                } else {
+                    now + flow
+                        .pacer
+                        .config()
+                        .target()
+                        .span_for_bytes(bytes, sender.hz)
+                };
+            }
+        }
+        pass = pass.wrapping_add(1);
+        if pass % 1024 == 0 && StdInstant::now() >= end {
+            return;
+        }
+    }
+}
+
+/// No pacing: as many datagrams as the rate would send in the run, back to back.
+pub(super) fn run_unpaced(options: &PaceOptions, sender: &Sender) {
+    let total = u128::from(options.rate.bits_per_sec()) * options.duration.as_nanos()
+        / (options.size as u128 * 8 * 1_000_000_000);
+    let mut flow = Flow {
+        id: 0,
+        seq: 0,
+        pacer: FlowPacer::new(PacerConfig::fixed(options.rate), sender.hz),
+        last_sent: None,
+    };
+    let clock = SystemClock::new();
+    let end = StdInstant::now() + options.duration * 4;
+    let mut sent = 0u128;
+    while sent < total.max(2) {
+        if sender.send(&mut flow, clock.now()) {
+            sent += 1;
+        } else if StdInstant::now() > end {
+            return;
+        }
+    }
+}

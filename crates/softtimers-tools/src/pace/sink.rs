@@ -1,0 +1,400 @@
+//! `sink`: receives on a port it owns or observes one another program owns, takes the
+//! kernel's receive timestamp of every datagram, and reports the rate, the inter-arrival
+//! statistics, the longest back-to-back burst and the burstiness index.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant as StdInstant};
+
+use anyhow::{Context, Result, ensure};
+use serde::{Deserialize, Serialize};
+use softtimer_net::Rate;
+use softtimer_net::burstiness::{ArrivalStats, Bottleneck, BurstinessIndex};
+use softtimer_net::capture::PortObserver;
+use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader, TimestampedReceiver, realtime_ns};
+
+/// How `sink` runs.
+#[derive(Clone, Debug)]
+pub struct SinkOptions {
+    /// What to receive: a port to own, or one to observe.
+    pub target: SinkTarget,
+    /// Stop after this long (from the start).
+    pub duration: Option<Duration>,
+    /// Stop after this long without a datagram, once one has come.
+    pub idle: Duration,
+    /// The RTT the burstiness index is normalised by.
+    pub rtt: Duration,
+    /// The virtual bottleneck's rate for the burstiness index; `None`: the slow-start
+    /// bottleneck of Kobayashi's equation 3.
+    pub bottleneck: Option<Rate>,
+    /// Gaps at most this long make datagrams one back-to-back burst.
+    pub burst_gap: Duration,
+    /// The rate the sender was asked for, to report conformance against.
+    pub expected_rate: Option<Rate>,
+}
+
+/// Where `sink` takes its datagrams from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SinkTarget {
+    /// Bind this address and receive on it.
+    Listen(SocketAddr),
+    /// Observe datagrams to `port` arriving on `interface`, without owning the port (an
+    /// `AF_PACKET` capture; needs root). Another program must receive them.
+    Observe {
+        /// The interface they arrive on (`lo`, a veth end).
+        interface: String,
+        /// Their destination port.
+        port: u16,
+    },
+}
+
+impl std::fmt::Display for SinkTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SinkTarget::Listen(addr) => write!(f, "socket {addr}"),
+            SinkTarget::Observe { interface, port } => write!(f, "capture {interface}:{port}"),
+        }
+    }
+}
+
+/// What `sink` reads datagrams from: a bound socket or a capture.
+pub enum SinkInput {
+    /// A UDP socket `sink` owns.
+    Socket(TimestampedReceiver),
+    /// A capture of a port another program owns.
+    Observer(PortObserver),
+}
+
+impl From<TimestampedReceiver> for SinkInput {
+    fn from(rx: TimestampedReceiver) -> Self {
+        SinkInput::Socket(rx)
+    }
+}
+
+impl SinkInput {
+    /// Opens what `target` names.
+    pub fn open(target: &SinkTarget) -> Result<SinkInput> {
+        Ok(match target {
+            SinkTarget::Listen(addr) => SinkInput::Socket(bind_sink(*addr)?),
+            SinkTarget::Observe { interface, port } => SinkInput::Observer(
+                PortObserver::open(interface, *port, 256)
+                    .with_context(|| format!("observing port {port} on {interface}"))?,
+            ),
+        })
+    }
+
+    fn set_timeout(&self, timeout: Duration) -> std::io::Result<()> {
+        match self {
+            SinkInput::Socket(rx) => rx.set_timeout(timeout),
+            SinkInput::Observer(o) => o.set_timeout(timeout),
+        }
+    }
+
+    fn kernel_drops(&self) -> u64 {
+        match self {
+            SinkInput::Socket(rx) => rx.kernel_drops(),
+            SinkInput::Observer(o) => o.kernel_drops(),
+        }
+    }
+
+    /// Takes a batch and hands each packet to `visit`; returns how many came.
+    fn recv(&mut self, mut visit: impl FnMut(Arrival<'_>)) -> std::io::Result<usize> {
+        match self {
+            SinkInput::Socket(rx) => {
+                let n = rx.recv_batch()?;
+                for i in 0..n {
+                    let d = rx.get(i).expect("received");
+                    visit(Arrival::Datagram {
+                        data: d.data,
+                        len: d.data.len(),
+                        truncated: d.truncated,
+                        kernel_ns: d.kernel_ns,
+                    });
+                }
+                Ok(n)
+            }
+            SinkInput::Observer(o) => {
+                let n = o.recv_batch()?;
+                for i in 0..n {
+                    visit(match o.get(i).expect("received") {
+                        (Ok(udp), kernel_ns) => Arrival::Datagram {
+                            data: udp.payload,
+                            len: udp.len,
+                            truncated: false,
+                            kernel_ns,
+                        },
+                        (Err(_), _) => Arrival::Malformed,
+                    });
+                }
+                Ok(n)
+            }
+        }
+    }
+}
+
+/// One thing `sink` received.
+enum Arrival<'a> {
+    /// A datagram: its (captured) bytes, its whole length, and the kernel's timestamp.
+    Datagram {
+        data: &'a [u8],
+        len: usize,
+        truncated: bool,
+        kernel_ns: Option<u64>,
+    },
+    /// A captured packet that is not a readable UDP datagram.
+    Malformed,
+}
+
+/// What `sink` measured (`sink --json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SinkReport {
+    /// What it received from: `socket ADDR` or `capture IFACE:PORT`.
+    pub source: String,
+    /// Datagrams received (all of them, ours and foreign).
+    pub packets: u64,
+    /// Payload bytes received.
+    pub bytes: u64,
+    /// Receive rate (payload bits over first-to-last arrival), bit/s.
+    pub rate_bps: f64,
+    /// Mean inter-arrival time, µs.
+    pub interarrival_mean_us: f64,
+    /// Its standard deviation, µs.
+    pub interarrival_stddev_us: f64,
+    /// Median inter-arrival time, µs.
+    pub interarrival_p50_us: f64,
+    /// 99th percentile, µs.
+    pub interarrival_p99_us: f64,
+    /// Longest gap, µs.
+    pub interarrival_max_us: f64,
+    /// Gaps longer than 1 ms: on a shared machine, mostly the sender's CPU taken away (they
+    /// weigh heavily in the stddev of a stream 100 µs apart).
+    #[serde(default)]
+    pub gaps_over_1ms: u64,
+    /// The most datagrams in a row with gaps of at most `burst_gap_us`.
+    pub longest_burst: u64,
+    /// The gap that counts as back to back, µs.
+    pub burst_gap_us: f64,
+    /// Kobayashi's burstiness index B (Section V), `null` for too few datagrams.
+    pub burstiness_index: Option<f64>,
+    /// The virtual bottleneck B was computed for: `slow-start` or its rate in bit/s.
+    pub bottleneck: String,
+    /// The RTT B is normalised by, µs.
+    pub rtt_us: f64,
+    /// Datagrams without the `pace` header (another sender's traffic, or garbage).
+    pub foreign: u64,
+    /// Datagrams longer than the receive buffer, cut.
+    pub truncated: u64,
+    /// Datagrams the kernel dropped on the socket (buffer full).
+    pub kernel_drops: u64,
+    /// `pace` datagrams missing from their flows' sequence (lost or still in flight).
+    pub missing: u64,
+    /// `pace` datagrams that came after a later one of their flow.
+    pub reordered: u64,
+    /// Datagrams without a kernel timestamp (measured at user-space receive time instead).
+    pub untimestamped: u64,
+    /// Captured packets that were not readable UDP datagrams (observe mode only).
+    pub malformed: u64,
+    /// |rate − expected| / expected, %, when the expected rate was given (`--rate`).
+    #[serde(default)]
+    pub conformance_pct: Option<f64>,
+    /// `pace` flows seen.
+    #[serde(default)]
+    pub flows: u64,
+    /// The fewest and the most datagrams received from one `pace` flow (equal shares mean
+    /// every flow got its rate).
+    #[serde(default)]
+    pub flow_packets_min: u64,
+    /// See `flow_packets_min`.
+    #[serde(default)]
+    pub flow_packets_max: u64,
+}
+
+/// The largest flow number `sink` tracks sequences for.
+const MAX_FLOWS: usize = 1 << 20;
+
+/// Runs `sink` on an already bound receiver until its duration or idle time is up.
+pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkReport> {
+    ensure!(
+        options.rtt >= Duration::from_micros(1),
+        "--rtt {:?}: want at least 1 µs",
+        options.rtt
+    );
+    input.set_timeout(Duration::from_millis(50))?;
+    let rtt_ns = options.rtt.as_nanos() as u64;
+    let bottleneck = match options.bottleneck {
+        Some(rate) => Bottleneck::Rate {
+            bits_per_sec: rate.bits_per_sec(),
+            rtt_ns,
+        },
+        None => Bottleneck::SlowStart { rtt_ns },
+    };
+    let mut index = BurstinessIndex::new(bottleneck, 20);
+    let burst_gap_ns = options.burst_gap.as_nanos() as u64;
+    let mut stats = ArrivalStats::new(burst_gap_ns);
+    let (mut foreign, mut truncated, mut untimestamped, mut malformed) = (0u64, 0u64, 0u64, 0u64);
+    // Per flow: the next sequence number expected, and how many came.
+    let mut next_seq: Vec<u64> = Vec::new();
+    let mut flow_count: Vec<u64> = Vec::new();
+    let (mut missing_gaps, mut reordered) = (0u64, 0u64);
+    let started = StdInstant::now();
+    let mut last_arrival: Option<StdInstant> = None;
+    loop {
+        let now = StdInstant::now();
+        if options
+            .duration
+            .is_some_and(|d| now.duration_since(started) >= d)
+        {
+            break;
+        }
+        if last_arrival.is_some_and(|t| now.duration_since(t) >= options.idle) {
+            break;
+        }
+        let n = input.recv(|arrival| {
+            let Arrival::Datagram {
+                data,
+                len,
+                truncated: cut,
+                kernel_ns,
+            } = arrival
+            else {
+                malformed += 1;
+                return;
+            };
+            let at = kernel_ns.unwrap_or_else(|| {
+                untimestamped += 1;
+                realtime_ns()
+            });
+            truncated += u64::from(cut);
+            stats.push(at, len as u64);
+            index.push(at, len as u64);
+            match PacketHeader::read(data) {
+                Ok(h) if (h.flow as usize) < MAX_FLOWS => {
+                    let f = h.flow as usize;
+                    if next_seq.len() <= f {
+                        next_seq.resize(f + 1, 0);
+                        flow_count.resize(f + 1, 0);
+                    }
+                    flow_count[f] += 1;
+                    if h.seq >= next_seq[f] {
+                        // Saturating: a forged sequence number near u64::MAX is counted, not
+                        // a crash.
+                        missing_gaps = missing_gaps.saturating_add(h.seq - next_seq[f]);
+                        next_seq[f] = h.seq.saturating_add(1);
+                    } else {
+                        reordered += 1;
+                        missing_gaps = missing_gaps.saturating_sub(1);
+                    }
+                }
+                _ => foreign += 1,
+            }
+        })?;
+        if n > 0 {
+            last_arrival = Some(StdInstant::now());
+        }
+    }
+    let us = |ns: f64| ns / 1000.0;
+    Ok(SinkReport {
+        source: options.target.to_string(),
+        packets: stats.packets(),
+        bytes: stats.bytes(),
+        rate_bps: stats.rate_bps().unwrap_or(f64::NAN),
+        interarrival_mean_us: us(stats.interarrival_mean_ns().unwrap_or(f64::NAN)),
+        interarrival_stddev_us: us(stats.interarrival_stddev_ns().unwrap_or(f64::NAN)),
+        interarrival_p50_us: us(stats.interarrival_percentile_ns(50.0).unwrap_or(f64::NAN)),
+        interarrival_p99_us: us(stats.interarrival_percentile_ns(99.0).unwrap_or(f64::NAN)),
+        interarrival_max_us: us(stats.max_gap_ns().map_or(f64::NAN, |g| g as f64)),
+        gaps_over_1ms: stats.gaps_over_ns(1_000_000),
+        longest_burst: stats.longest_burst(),
+        burst_gap_us: us(burst_gap_ns as f64),
+        burstiness_index: index.index(),
+        bottleneck: options.bottleneck.map_or_else(
+            || "slow-start".to_string(),
+            |r| r.bits_per_sec().to_string(),
+        ),
+        rtt_us: us(rtt_ns as f64),
+        foreign,
+        truncated,
+        kernel_drops: input.kernel_drops(),
+        missing: missing_gaps,
+        reordered,
+        untimestamped,
+        malformed,
+        conformance_pct: options
+            .expected_rate
+            .zip(stats.rate_bps())
+            .map(|(want, got)| {
+                let want = want.bits_per_sec() as f64;
+                (got - want).abs() / want * 100.0
+            }),
+        flows: flow_count.iter().filter(|&&c| c > 0).count() as u64,
+        flow_packets_min: flow_count
+            .iter()
+            .copied()
+            .filter(|&c| c > 0)
+            .min()
+            .unwrap_or(0),
+        flow_packets_max: flow_count.iter().copied().max().unwrap_or(0),
+    })
+}
+
+/// Opens `options.target` and runs `sink`.
+pub fn sink(options: &SinkOptions) -> Result<SinkReport> {
+    let mut input = SinkInput::open(&options.target)?;
+    sink_on(&mut input, options)
+}
+
+/// Prints `sink`'s report.
+pub fn sink_markdown(r: &SinkReport) -> String {
+    let mut out = format!(
+        "{}: {} datagrams, {} bytes: {:.3} Mbit/s\n\
+         inter-arrival: mean {:.2} µs, stddev {:.2} µs, p50 {:.2} µs, p99 {:.2} µs, max {:.1} µs, \
+         {} over 1 ms\n\
+         longest burst {} (gaps ≤ {:.1} µs); burstiness index B {} ({} bottleneck, RTT {:.0} µs)\n\
+         missing {}, reordered {}, kernel drops {}, foreign {}, truncated {}, without timestamp {}, \
+         malformed {}\n",
+        r.source,
+        r.packets,
+        r.bytes,
+        r.rate_bps / 1e6,
+        r.interarrival_mean_us,
+        r.interarrival_stddev_us,
+        r.interarrival_p50_us,
+        r.interarrival_p99_us,
+        r.interarrival_max_us,
+        r.gaps_over_1ms,
+        r.longest_burst,
+        r.burst_gap_us,
+        r.burstiness_index.map_or_else(
+            || "— (too few datagrams)".to_string(),
+            |b| format!("{b:.3e}")
+        ),
+        if r.bottleneck == "slow-start" {
+            "slow-start".to_string()
+        } else {
+            format!("{} bit/s", r.bottleneck)
+        },
+        r.rtt_us,
+        r.missing,
+        r.reordered,
+        r.kernel_drops,
+        r.foreign,
+        r.truncated,
+        r.untimestamped,
+        r.malformed,
+    );
+    if let Some(c) = r.conformance_pct {
+        out += &format!("off the expected rate by {c:.3} %\n");
+    }
+    if r.flows > 1 {
+        out += &format!(
+            "{} flows: {} to {} datagrams each\n",
+            r.flows, r.flow_packets_min, r.flow_packets_max
+        );
+    }
+    out
+}
+
+/// The socket `sink` would use, for callers that need its address before it runs.
+pub fn bind_sink(listen: SocketAddr) -> Result<TimestampedReceiver> {
+    TimestampedReceiver::bind(listen, 256, MAX_DATAGRAM)
+        .with_context(|| format!("listening on {listen}"))
+}

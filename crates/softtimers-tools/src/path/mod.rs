@@ -1,0 +1,220 @@
+//! `softtimers path`: a path emulator on soft timers between two network namespaces.
+//!
+//! This kernel has no `netem`, `fq` or `cake`. The emulator makes two network namespaces,
+//! `a` and `b`, each with a TUN device whose other end is this process: whatever either
+//! namespace sends to the other (any protocol; the kernel's TCP included) is read here,
+//! given to a [`Link`] per direction (one-way delay, bottleneck rate, drop-tail queue,
+//! random loss), and written into the other namespace at the time the link says, by a soft
+//! event on the `softtimer-rt` loop. It measures itself: how late each packet was written
+//! against its due time, the spacing of back-to-back packets at the bottleneck against the
+//! rate, and the queueing delay each packet got.
+//!
+//! Addresses: `a` is 10.201.0.1 and `b` is 10.201.0.2, point to point.
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use softtimer_net::path::{LinkConfig, QueueLimit};
+
+mod args;
+mod emulator;
+mod measure;
+
+pub use args::PathArgs;
+pub use emulator::{COMMAND_SPIN, COMMAND_SPIN_ARG, EmulatorOptions, RunningPath};
+
+/// The address of namespace `a`.
+pub const ADDR_A: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 1);
+/// The address of namespace `b`.
+pub const ADDR_B: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 2);
+
+/// Which side of the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// Namespace `a` (10.201.0.1).
+    A,
+    /// Namespace `b` (10.201.0.2).
+    B,
+}
+
+/// Both directions of a path.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PathSpec {
+    /// Packets from `a` to `b`.
+    pub a_to_b: LinkConfig,
+    /// Packets from `b` to `a`.
+    pub b_to_a: LinkConfig,
+}
+
+/// What one direction measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DirectionReport {
+    /// Packets read from the sending side.
+    pub packets: u64,
+    /// Packets written to the receiving side.
+    pub delivered: u64,
+    /// Bytes written.
+    pub delivered_bytes: u64,
+    /// Dropped at the tail of a full queue.
+    pub queue_drops: u64,
+    /// Of `queue_drops`, those from the start of the 50 ms interval in which this
+    /// direction's delivered bytes passed half their total (later drops included): a bulk
+    /// transfer's drops once its start, and a window's overshoot at the end of slow start,
+    /// are behind it. Drops count at their arrival and bytes at their delivery, one delay
+    /// later (at most 50 ms on the paths the lab emulates).
+    pub queue_drops_second_half: u64,
+    /// Lost at random.
+    pub random_losses: u64,
+    /// Writes that failed.
+    pub write_errors: u64,
+    /// Packets the kernel dropped on the sending side's device before the emulator read
+    /// them (its queue overran); `None` if it could not be read.
+    pub device_drops: Option<u64>,
+    /// How late packets were released (handed to the receiving side's device) past their
+    /// due time, µs.
+    pub delay_error_p50_us: Option<f64>,
+    /// 99th percentile.
+    pub delay_error_p99_us: Option<f64>,
+    /// Largest.
+    pub delay_error_max_us: Option<f64>,
+    /// Back-to-back packets' measured rate against the configured rate, % (positive:
+    /// faster); `None` without a bottleneck or without a standing queue.
+    pub rate_error_pct: Option<f64>,
+    /// Back-to-back pairs measured for `rate_error_pct`.
+    pub back_to_back: u64,
+    /// Queueing delay at the bottleneck, µs.
+    pub queue_delay_p50_us: Option<f64>,
+    /// 99th percentile.
+    pub queue_delay_p99_us: Option<f64>,
+    /// Largest.
+    pub queue_delay_max_us: Option<f64>,
+    /// Standard deviation of the gaps between packets as they arrived from the sender
+    /// (its departure spacing, before the bottleneck), µs; gaps over 10 ms (idle) left out.
+    pub sender_gap_stddev_us: Option<f64>,
+    /// Standard deviation of the gaps between packets as they were delivered to the
+    /// receiver, µs; gaps over 10 ms left out.
+    pub interarrival_stddev_us: Option<f64>,
+    /// Kobayashi's burstiness index B of the sender's packets (Section V): the mean wait
+    /// they would see at a queue served at the bottleneck rate, over the path's RTT, the
+    /// first 20 packets left out; `None` without a bottleneck or a delay.
+    pub burstiness_index: Option<f64>,
+    /// Over time, per 50 ms: (s since start, largest queueing delay in ms, Mbit/s delivered).
+    pub timeline: Vec<(f64, f64, f64)>,
+}
+
+/// What the emulator measured, both directions.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PathReport {
+    /// The worst direction's 99th-percentile delay error, µs (a direction that carried
+    /// nothing is left out).
+    pub delay_error_p99_us: Option<f64>,
+    /// The rate error of the direction with the most back-to-back pairs, %.
+    pub rate_error_pct: Option<f64>,
+    /// `a` to `b`.
+    pub a_to_b: DirectionReport,
+    /// `b` to `a`.
+    pub b_to_a: DirectionReport,
+    /// How long the emulator ran, s.
+    pub duration_s: f64,
+}
+
+/// Parses a queue limit: bytes (`64kb`, `100000`) or packets (`100p`, `100pkts`).
+pub fn parse_queue(text: &str) -> Result<QueueLimit, String> {
+    let t = text.trim();
+    if let Some(n) = t.strip_suffix("pkts").or_else(|| t.strip_suffix('p')) {
+        let n: u64 = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not a packet count (write 100p)"))?;
+        return Ok(QueueLimit::Packets(n));
+    }
+    Ok(QueueLimit::Bytes(crate::parse::parse_bytes(t)?))
+}
+
+/// Parses a loss probability: `0.01` or `1%`.
+pub fn parse_loss(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (n, scale) = match t.strip_suffix('%') {
+        Some(n) => (n, 0.01),
+        None => (t, 1.0),
+    };
+    let p: f64 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a probability (write 0.01 or 1%)"))?;
+    let p = p * scale;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(format!(
+            "{text:?}: a loss probability must be between 0 and 1"
+        ));
+    }
+    Ok(p)
+}
+
+/// Runs `argv` with a path set up (namespaces named in `SOFTTIMERS_PATH_A` and `_B`,
+/// addresses in `SOFTTIMERS_PATH_ADDR_A` and `_B`), then removes everything and returns
+/// the command's exit code with what the emulator measured.
+pub fn run_command(
+    spec: PathSpec,
+    options: EmulatorOptions,
+    argv: &[String],
+) -> Result<(i32, PathReport)> {
+    let Some((program, args)) = argv.split_first() else {
+        bail!("no command given: write `softtimers path [OPTIONS] -- CMD ARGS...`");
+    };
+    let path = RunningPath::start_with("cmd", spec, options)?;
+    let status = Command::new(program)
+        .args(args)
+        .env("SOFTTIMERS_PATH_A", path.namespace(Side::A))
+        .env("SOFTTIMERS_PATH_B", path.namespace(Side::B))
+        .env("SOFTTIMERS_PATH_ADDR_A", ADDR_A.to_string())
+        .env("SOFTTIMERS_PATH_ADDR_B", ADDR_B.to_string())
+        .status();
+    let report = path.finish()?;
+    let status = status.with_context(|| format!("cannot run {program}"))?;
+    Ok((status.code().unwrap_or(128), report))
+}
+
+/// A short text summary of a report.
+pub fn summary(report: &PathReport) -> String {
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let mut out = String::new();
+    for (name, d) in [("a→b", &report.a_to_b), ("b→a", &report.b_to_a)] {
+        out += &format!(
+            "{name}: {} packets, {} delivered, {} queue drops ({} in the second half), {} lost, {} device drops; delay error p50 {} µs, p99 {} µs, max {} µs; queueing p99 {} µs; rate error {} %\n",
+            d.packets,
+            d.delivered,
+            d.queue_drops,
+            d.queue_drops_second_half,
+            d.random_losses,
+            d.device_drops.map_or("-".to_string(), |n| n.to_string()),
+            f(d.delay_error_p50_us),
+            f(d.delay_error_p99_us),
+            f(d.delay_error_max_us),
+            f(d.queue_delay_p99_us),
+            f(d.rate_error_pct),
+        );
+    }
+    out
+}
+
+/// The fd of a TUN device is what keeps it: a check for tests that devices are gone.
+pub fn device_exists(name: &str) -> bool {
+    std::path::Path::new("/sys/class/net").join(name).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softtimer_rt::SpinWindow;
+
+    #[test]
+    fn the_command_spin_argument_is_the_command_spin() {
+        assert_eq!(
+            crate::parse::parse_spin_window(COMMAND_SPIN_ARG),
+            Ok(SpinWindow::Fixed(COMMAND_SPIN))
+        );
+    }
+}

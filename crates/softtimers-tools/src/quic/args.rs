@@ -1,0 +1,178 @@
+//! `softtimers quic server|client` on the command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use softtimer_quic::perf::ClientPlan;
+use softtimer_rt::SpinWindow;
+
+use super::{
+    AfterIdleArg, ClientOptions, ClientRun, Common, ServerOptions, ServerRun, Stack, client, server,
+};
+use crate::parse::{parse_bytes, parse_duration, parse_spin_window};
+
+/// Options both QUIC sides take.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// The stack: quinn-proto on soft timers (`soft`, `soft-paced` with per-packet pacing,
+    /// `soft-1ms` with timers rounded up to 1 ms), stock quinn on tokio, or kernel TCP.
+    #[arg(long, value_enum, default_value = "soft")]
+    pub stack: Stack,
+    /// Flow-control windows (bytes; k, M suffixes): at least twice the path's BDP.
+    #[arg(long, default_value = "16M", value_parser = parse_bytes)]
+    pub window: u64,
+    /// What the congestion controller (CUBIC) does after an idle period.
+    #[arg(long, value_enum, default_value = "keep")]
+    pub after_idle: AfterIdleArg,
+    /// Ask the peer to acknowledge only every N ack-eliciting packets (ACK frequency).
+    #[arg(long, value_name = "N")]
+    pub ack_every: Option<u32>,
+    /// The largest ACK delay to ask the peer for (ACK frequency; alone or with --ack-every).
+    #[arg(long, value_parser = parse_duration)]
+    pub max_ack_delay: Option<Duration>,
+    /// How long the soft-timer loop spins before a due event instead of sleeping through
+    /// it (the soft stacks): a duration up to 1s, or `calibrated` (this machine's typical
+    /// wake-up lateness; the default). `0` never spins: cheaper, and events run a wake-up
+    /// late.
+    #[arg(long, value_parser = parse_spin_window)]
+    pub spin: Option<SpinWindow>,
+    /// With `--stack soft-paced`: datagrams that leave together (one GSO send) at each
+    /// departure time. 1 spaces every datagram; 2 halves the system calls and wake-ups.
+    #[arg(long, default_value_t = 1)]
+    pub per_departure: usize,
+    /// Turn off the soft-timer driver's tail-loss probe (a PING two smoothed RTTs after the
+    /// last data or ACK while data is unacknowledged, which finds a lost last packet in about
+    /// an RTT instead of quinn's probe timeout of 25 ms and more).
+    #[arg(long)]
+    pub no_tail_probe: bool,
+    /// Close a connection after this long without a packet from the peer (the QUIC stacks;
+    /// the smaller of the two sides' values applies). A server whose client's close was lost
+    /// exits after this long. Default: 30 s.
+    #[arg(long, value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl CommonArgs {
+    /// The settings these arguments stand for.
+    pub fn common(&self) -> Common {
+        Common {
+            stack: self.stack,
+            window: self.window,
+            after_idle: self.after_idle,
+            ack_every: self.ack_every,
+            max_ack_delay: self.max_ack_delay,
+            spin: self.spin,
+            per_departure: self.per_departure,
+            tail_probe: !self.no_tail_probe,
+            idle_timeout: self.idle_timeout,
+        }
+    }
+}
+
+/// `softtimers quic`: the two sides.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum QuicCommand {
+    /// Serve the perf protocol: answer each stream with the number of bytes it asks for.
+    Server(ServerArgs),
+    /// Ask a perf-protocol server for data and report goodput, handshake time, request
+    /// latency and losses.
+    Client(ClientArgs),
+}
+
+/// `softtimers quic server`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// Where to listen (`host:port`).
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Exit after this many connections have closed (default: serve until Ctrl-C).
+    #[arg(long)]
+    pub connections: Option<u64>,
+    /// Write the server's self-signed certificate (DER) here, for a client's --cert.
+    #[arg(long)]
+    pub cert_out: Option<PathBuf>,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+impl ServerArgs {
+    /// Serves until `--connections` have closed, and returns what was served.
+    pub fn run(&self) -> Result<ServerRun> {
+        server(&ServerOptions {
+            listen: self.listen,
+            common: self.common.common(),
+            connections: self.connections,
+            cert_out: self.cert_out.clone(),
+        })
+    }
+}
+
+/// `softtimers quic client`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// The server (`host:port`).
+    #[arg(long)]
+    pub to: SocketAddr,
+    /// Bytes to download per request (k, M, G suffixes).
+    #[arg(long, value_parser = parse_bytes)]
+    pub download: u64,
+    /// Bytes to upload per request.
+    #[arg(long, default_value = "0", value_parser = parse_bytes)]
+    pub upload: u64,
+    /// Requests, one after another on one connection.
+    #[arg(long, default_value_t = 1)]
+    pub requests: u64,
+    /// Start request k at k × this after the first (an application-limited sender).
+    #[arg(long, value_parser = parse_duration)]
+    pub interval: Option<Duration>,
+    /// Before the requests, download this many bytes and then stay idle for --idle.
+    #[arg(long, value_parser = parse_bytes, requires = "idle")]
+    pub warmup: Option<u64>,
+    /// The idle period after --warmup.
+    #[arg(long, value_parser = parse_duration, requires = "warmup")]
+    pub idle: Option<Duration>,
+    /// Accept any server certificate.
+    #[arg(long, conflicts_with = "cert")]
+    pub insecure: bool,
+    /// Trust exactly this certificate (DER, as `quic server --cert-out` writes it).
+    #[arg(long)]
+    pub cert: Option<PathBuf>,
+    /// The name the server's certificate must carry.
+    #[arg(long, default_value = "localhost")]
+    pub server_name: String,
+    /// Give up if the handshake has not completed in this time.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+    /// Do not check the bytes received against the perf pattern (for other servers).
+    #[arg(long)]
+    pub no_verify: bool,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+impl ClientArgs {
+    /// Runs the plan against the server, and returns what was measured.
+    pub fn run(&self) -> Result<ClientRun> {
+        client(&ClientOptions {
+            to: self.to,
+            server_name: self.server_name.clone(),
+            common: self.common.common(),
+            plan: ClientPlan {
+                download: self.download,
+                upload: self.upload,
+                requests: self.requests,
+                interval: self.interval,
+                warmup: self.warmup.zip(self.idle),
+                verify: !self.no_verify,
+                connect_timeout: self.connect_timeout,
+            },
+            insecure: self.insecure,
+            cert: self.cert.clone(),
+        })
+    }
+}

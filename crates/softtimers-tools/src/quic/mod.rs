@@ -1,0 +1,495 @@
+//! `softtimers quic server|client`: the QUIC performance protocol on every stack the lab
+//! compares.
+//!
+//! * `soft`: quinn-proto on the soft-timer driver of `softtimer-quic`, quinn's own pacer;
+//! * `soft-paced`: the same with per-packet pacing through the departure-time scheduler;
+//! * `soft-1ms`: the same loop with every quinn timer rounded up to 1 ms, as tokio's wheel
+//!   rounds, to separate timer precision from everything else the runtimes differ in;
+//! * `quinn-tokio`: stock quinn 0.11 on a current-thread tokio runtime, structured as
+//!   quinn's own examples (an accept loop, a task per connection and per stream);
+//! * `kernel-tcp`: the kernel's TCP (CUBIC) with plain blocking sockets, `TCP_NODELAY`, each
+//!   request framed as `[download u64][upload u64][upload bytes]` on one connection.
+//!
+//! Every QUIC stack uses the same TLS set-up, congestion controller, flow-control windows,
+//! MTU settings and socket buffers ([`softtimer_quic::tls::Tuning`]), and the same
+//! response pattern, so that a client checks every byte whichever server it talks to.
+
+mod args;
+mod tcp;
+mod tokio_arm;
+
+pub use args::{ClientArgs, CommonArgs, QuicCommand, ServerArgs};
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use softtimer::Clock;
+use softtimer_quic::idle::{AfterIdle, AfterIdleFactory};
+use softtimer_quic::perf::{
+    ClientPlan, ClientReport, Pattern, PerfClient, PerfServer, ServerReport, pattern_byte,
+};
+use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
+use softtimer_quic::{DriverConfig, Pacing, QuicLoop, TransmitCauses};
+use softtimer_rt::{LoopConfig, SpinWindow};
+
+use crate::cpu::process_cpu_ns;
+use tcp::{tcp_client, tcp_server};
+
+/// A stack of the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stack {
+    /// quinn-proto on soft timers, quinn's pacer.
+    Soft,
+    /// quinn-proto on soft timers, per-packet pacing.
+    SoftPaced,
+    /// quinn-proto on soft timers, every timer rounded up to 1 ms.
+    #[value(name = "soft-1ms")]
+    #[serde(rename = "soft-1ms")]
+    Soft1ms,
+    /// Stock quinn on tokio.
+    QuinnTokio,
+    /// The kernel's TCP.
+    KernelTcp,
+}
+
+impl Stack {
+    /// The name rows carry.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stack::Soft => "soft",
+            Stack::SoftPaced => "soft-paced",
+            Stack::Soft1ms => "soft-1ms",
+            Stack::QuinnTokio => "quinn-tokio",
+            Stack::KernelTcp => "kernel-tcp",
+        }
+    }
+
+    fn driver_config(self, per_departure: usize, tail_probe: bool) -> DriverConfig {
+        DriverConfig {
+            datagrams_per_departure: per_departure,
+            tail_probe,
+            pacing: if self == Stack::SoftPaced {
+                Pacing::PerPacket
+            } else {
+                Pacing::Quinn
+            },
+            timer_granularity: (self == Stack::Soft1ms).then_some(Duration::from_millis(1)),
+            ..DriverConfig::default()
+        }
+    }
+}
+
+/// The after-idle behaviour, as a command-line value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AfterIdleArg {
+    /// quinn's CUBIC as it is.
+    Keep,
+    /// Slow-start restart after idle.
+    SlowStart,
+    /// Rate-based clocking after idle.
+    RateBased,
+}
+
+/// Settings shared by server and client.
+#[derive(Clone, Debug)]
+pub struct Common {
+    /// The stack.
+    pub stack: Stack,
+    /// Flow-control windows, bytes.
+    pub window: u64,
+    /// What the congestion controller does after idle.
+    pub after_idle: AfterIdleArg,
+    /// Ask the peer to acknowledge every this many packets.
+    pub ack_every: Option<u32>,
+    /// Largest ACK delay to ask the peer for.
+    pub max_ack_delay: Option<Duration>,
+    /// The soft-timer loop's idle spin window (the soft stacks only; default: calibrated).
+    pub spin: Option<SpinWindow>,
+    /// Datagrams per paced departure (`soft-paced` only).
+    pub per_departure: usize,
+    /// The soft-timer driver's tail-loss probe (the soft stacks; on by default).
+    pub tail_probe: bool,
+    /// The connection's idle timeout (the QUIC stacks; default:
+    /// [`softtimer_quic::tls::DEFAULT_IDLE_TIMEOUT`], 30 s).
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Common {
+    /// The soft-timer stacks' loop and driver on `socket`, serving if given a server config.
+    fn quic_loop(
+        &self,
+        socket: UdpSocket,
+        server: Option<quinn::ServerConfig>,
+    ) -> Result<QuicLoop> {
+        let loop_config = LoopConfig {
+            spin_window: self.spin.unwrap_or(SpinWindow::Calibrated),
+            ..LoopConfig::default()
+        };
+        let driver = self
+            .stack
+            .driver_config(self.per_departure, self.tail_probe);
+        Ok(QuicLoop::new(loop_config, socket, driver, server)?)
+    }
+
+    fn tuning(&self) -> Result<Tuning> {
+        if self.window < 16 * 1024 {
+            bail!("--window {} is below 16 KiB", self.window);
+        }
+        let mode = match self.after_idle {
+            AfterIdleArg::Keep => AfterIdle::Keep,
+            AfterIdleArg::SlowStart => AfterIdle::SlowStart,
+            AfterIdleArg::RateBased => AfterIdle::RateBased,
+        };
+        if self.per_departure == 0 {
+            bail!("--per-departure must be at least 1");
+        }
+        if self.per_departure > 1 && self.stack != Stack::SoftPaced {
+            bail!("--per-departure applies to --stack soft-paced only");
+        }
+        if self.spin.is_some() && matches!(self.stack, Stack::QuinnTokio | Stack::KernelTcp) {
+            bail!("--spin applies to the soft-timer stacks only (soft, soft-paced, soft-1ms)");
+        }
+        if !self.tail_probe && matches!(self.stack, Stack::QuinnTokio | Stack::KernelTcp) {
+            bail!(
+                "--no-tail-probe applies to the soft-timer stacks only (soft, soft-paced, soft-1ms)"
+            );
+        }
+        if self.ack_every == Some(0) {
+            bail!("--ack-every must be at least 1");
+        }
+        if self.idle_timeout.is_some() && self.stack == Stack::KernelTcp {
+            bail!("--idle-timeout applies to the QUIC stacks only");
+        }
+        let idle_timeout = self
+            .idle_timeout
+            .unwrap_or(softtimer_quic::tls::DEFAULT_IDLE_TIMEOUT);
+        if !(MIN_IDLE_TIMEOUT..=MAX_IDLE_TIMEOUT).contains(&idle_timeout) {
+            bail!(
+                "--idle-timeout {idle_timeout:?} is out of range ({MIN_IDLE_TIMEOUT:?} to \
+                 {MAX_IDLE_TIMEOUT:?})"
+            );
+        }
+        Ok(Tuning {
+            window: self.window,
+            controller: Arc::new(AfterIdleFactory::new(mode)),
+            ack_every: self.ack_every,
+            max_ack_delay: self.max_ack_delay,
+            idle_timeout,
+            ..Tuning::default()
+        })
+    }
+}
+
+/// The shortest `--idle-timeout`: a few RTTs of a slow path.
+const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(100);
+/// The longest `--idle-timeout`: a day.
+const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(86_400);
+
+/// `softtimers quic server`.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Stack and transport settings.
+    pub common: Common,
+    /// Exit after this many connections have closed.
+    pub connections: Option<u64>,
+    /// Write the self-signed certificate (DER) here, for a client's `--cert`.
+    pub cert_out: Option<PathBuf>,
+}
+
+/// What a server run reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerRun {
+    /// The stack.
+    pub stack: Stack,
+    /// What was served.
+    pub served: ServerReport,
+    /// CPU time of the process, ns.
+    pub cpu_ns: u64,
+    /// CPU time per megabyte sent, ns.
+    pub cpu_ns_per_mb: f64,
+    /// The QUIC runtime's side: timers and sends (absent for TCP).
+    pub driver: Option<DriverSide>,
+}
+
+/// What a QUIC runtime saw on one side: its sends and quinn's timers.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DriverSide {
+    /// Datagrams sent (`null` where the runtime does not count them).
+    pub datagrams_sent: Option<u64>,
+    /// `sendmsg` calls (`null` likewise).
+    pub send_calls: Option<u64>,
+    /// quinn deadlines the runtime saw pass: the soft-timer driver counts each timeout it
+    /// handles; for stock quinn, each deadline quinn armed that its clock reads found passed
+    /// (one whose expiry a packet's processing superseded counts too, at that moment).
+    pub timeouts: u64,
+    /// Timer lateness past what quinn asked for, µs: p50, p99, max.
+    pub timer_late_p50_us: f64,
+    /// 99th percentile.
+    pub timer_late_p99_us: f64,
+    /// Largest.
+    pub timer_late_max_us: f64,
+    /// Paced datagrams' lateness past their departure times, µs, p99 (`null` without
+    /// per-packet pacing).
+    pub release_late_p99_us: Option<f64>,
+    /// Timer lateness histogram: (upper bound µs, count) buckets by decade from 1 µs.
+    pub timer_late_hist: Vec<(f64, u64)>,
+    /// What caused the datagrams to leave (`null` for stock quinn, whose runtime does not
+    /// say).
+    pub causes: Option<TransmitCauses>,
+    /// The soft-timer loop's idle spin window, µs (`null` for stock quinn).
+    pub spin_window_us: Option<f64>,
+    /// Tail-loss probes the soft-timer driver sent (`null` for stock quinn).
+    pub tail_probes: Option<u64>,
+    /// Of those, the probes after which quinn declared a loss before sending data again.
+    pub tail_probes_finding_loss: Option<u64>,
+    /// Time the loop spent spinning before due events, ms, by the loop's clock (CPU time
+    /// unless the host took the CPU away meanwhile; `null` for stock quinn).
+    pub idle_spin_ms: Option<f64>,
+}
+
+/// The timer side of a lateness histogram (ns).
+fn timer_side(h: &Histogram<u64>) -> (f64, f64, f64, Vec<(f64, u64)>) {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    let mut hist = Vec::new();
+    if !h.is_empty() {
+        for v in h.iter_log(1000, 10.0) {
+            hist.push((us(v.value_iterated_to()), v.count_since_last_iteration()));
+        }
+    }
+    (
+        us(h.value_at_quantile(0.5)),
+        us(h.value_at_quantile(0.99)),
+        us(h.max()),
+        hist,
+    )
+}
+
+fn driver_side(quic: &mut QuicLoop) -> DriverSide {
+    let counters = quic.event_loop().counters();
+    let spin_window_us = {
+        let ev = quic.event_loop();
+        let span = ev.idle_policy().spin_window;
+        ev.clock().duration(span).as_secs_f64() * 1e6
+    };
+    let d = quic.driver();
+    let (p50, p99, max, hist) = timer_side(d.timer_lateness());
+    let paced = !d.release_lateness().is_empty();
+    DriverSide {
+        datagrams_sent: Some(d.stats().datagrams_sent),
+        send_calls: Some(d.stats().send_calls),
+        timeouts: d.stats().timeouts,
+        tail_probes: Some(d.stats().tail_probes),
+        tail_probes_finding_loss: Some(d.stats().tail_probes_finding_loss),
+        timer_late_p50_us: p50,
+        timer_late_p99_us: p99,
+        timer_late_max_us: max,
+        release_late_p99_us: paced
+            .then(|| d.release_lateness().value_at_quantile(0.99) as f64 / 1000.0),
+        timer_late_hist: hist,
+        causes: Some(d.stats().causes),
+        spin_window_us: Some(spin_window_us),
+        idle_spin_ms: Some(counters.idle_spin_ns as f64 / 1e6),
+    }
+}
+
+/// Runs a server until `connections` have closed (or forever).
+pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
+    let tuning = opts.common.tuning()?;
+    let identity = Identity::self_signed(&["localhost"])?;
+    if let Some(path) = &opts.cert_out {
+        std::fs::write(path, identity.cert.as_ref())
+            .with_context(|| format!("writing the certificate to {}", path.display()))?;
+    }
+    let cpu0 = process_cpu_ns();
+    let (served, driver) = match opts.common.stack {
+        Stack::Soft | Stack::SoftPaced | Stack::Soft1ms => {
+            let socket = UdpSocket::bind(opts.listen)
+                .with_context(|| format!("cannot listen on {}", opts.listen))?;
+            let config = server_config(&identity, &tuning)?;
+            let mut quic = opts.common.quic_loop(socket, Some(config))?;
+            let mut app = PerfServer::new(opts.connections);
+            quic.run(&mut app)?;
+            (app.report, Some(driver_side(&mut quic)))
+        }
+        Stack::QuinnTokio => {
+            let (served, side) = tokio_arm::server(opts, &identity, &tuning)?;
+            (served, Some(side))
+        }
+        Stack::KernelTcp => (tcp_server(opts)?, None),
+    };
+    let cpu_ns = process_cpu_ns() - cpu0;
+    Ok(ServerRun {
+        stack: opts.common.stack,
+        cpu_ns_per_mb: per_mb(cpu_ns, served.bytes_sent + served.bytes_received),
+        served,
+        cpu_ns,
+        driver,
+    })
+}
+
+fn per_mb(cpu_ns: u64, bytes: u64) -> f64 {
+    if bytes == 0 {
+        return 0.0;
+    }
+    cpu_ns as f64 / (bytes as f64 / 1e6)
+}
+
+/// `softtimers quic client`.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// The server.
+    pub to: SocketAddr,
+    /// The name its certificate must carry.
+    pub server_name: String,
+    /// Stack and transport settings.
+    pub common: Common,
+    /// What to ask for.
+    pub plan: ClientPlan,
+    /// Accept any certificate.
+    pub insecure: bool,
+    /// Trust exactly this certificate (DER file).
+    pub cert: Option<PathBuf>,
+}
+
+/// What a client run reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClientRun {
+    /// The stack.
+    pub stack: Stack,
+    /// What was measured.
+    pub report: ClientReport,
+    /// CPU time of the process, ns.
+    pub cpu_ns: u64,
+    /// CPU time per megabyte received and sent, ns.
+    pub cpu_ns_per_mb: f64,
+    /// The QUIC runtime's side: timers and sends (absent for TCP).
+    pub driver: Option<DriverSide>,
+}
+
+/// Runs the client's plan against a server.
+pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
+    let tuning = opts.common.tuning()?;
+    if opts.plan.requests == 0 {
+        bail!("--requests must be at least 1");
+    }
+    let trust = match (&opts.cert, opts.insecure) {
+        (Some(path), _) => Trust::Cert(
+            std::fs::read(path)
+                .with_context(|| format!("reading the certificate {}", path.display()))?
+                .into(),
+        ),
+        (None, true) => Trust::Insecure,
+        (None, false) => Trust::Nothing,
+    };
+    let cpu0 = process_cpu_ns();
+    let (report, driver) = match opts.common.stack {
+        Stack::Soft | Stack::SoftPaced | Stack::Soft1ms => {
+            let bind: SocketAddr = if opts.to.is_ipv6() {
+                "[::]:0".parse()?
+            } else {
+                "0.0.0.0:0".parse()?
+            };
+            let socket = UdpSocket::bind(bind).context("binding the client socket")?;
+            let mut quic = opts.common.quic_loop(socket, None)?;
+            let config = client_config(&trust, &tuning)?;
+            let started = quic.driver().now();
+            let conn = quic.driver().connect(config, opts.to, &opts.server_name)?;
+            let mut app = PerfClient::new(opts.plan.clone(), conn, started);
+            quic.run(&mut app)?;
+            (app.report, Some(driver_side(&mut quic)))
+        }
+        Stack::QuinnTokio => {
+            let (report, side) = tokio_arm::client(opts, &trust, &tuning)?;
+            (report, Some(side))
+        }
+        Stack::KernelTcp => (tcp_client(opts)?, None),
+    };
+    let cpu_ns = process_cpu_ns() - cpu0;
+    if let Some(e) = &report.error {
+        if matches!(trust, Trust::Nothing) && e.contains("handshake failed") {
+            bail!("{e} (the client trusts no certificate: pass --cert FILE or --insecure)");
+        }
+        bail!("{e}");
+    }
+    if report.verified == Some(false) {
+        bail!(
+            "the data received did not match the perf pattern (pass --no-verify for a server that sends other bytes)"
+        );
+    }
+    Ok(ClientRun {
+        stack: opts.common.stack,
+        cpu_ns_per_mb: per_mb(cpu_ns, report.download_bytes + report.upload_bytes),
+        report,
+        cpu_ns,
+        driver,
+    })
+}
+
+fn check(data: &[u8], offset: u64) -> bool {
+    data.iter()
+        .enumerate()
+        .all(|(i, &b)| b == pattern_byte(offset + i as u64))
+}
+
+/// One line about a server run.
+pub fn server_summary(run: &ServerRun) -> String {
+    let count = |n: Option<u64>| n.map_or_else(|| "unavailable".to_string(), |n| n.to_string());
+    format!(
+        "{}: {} connections, {} requests, {} bytes sent, {} received, {:.0} ns CPU per MB; \
+         packets sent {}, lost {}",
+        run.stack.name(),
+        run.served.connections,
+        run.served.requests,
+        run.served.bytes_sent,
+        run.served.bytes_received,
+        run.cpu_ns_per_mb,
+        count(run.served.sent_packets),
+        count(run.served.lost_packets),
+    )
+}
+
+/// A few lines about a client run.
+pub fn client_summary(run: &ClientRun) -> String {
+    let r = &run.report;
+    let mut out = format!(
+        "{}: {} requests, {} bytes in {:.3} s: {:.2} Mbit/s goodput; handshake {:.0} µs\n\
+         latency p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs; RTT {:.0} µs, cwnd {} B\n\
+         packets sent {}, lost {}, congestion events {}; CPU {:.0} ns per MB; data {}\n",
+        run.stack.name(),
+        r.requests,
+        r.download_bytes,
+        r.elapsed_s,
+        r.goodput_bps / 1e6,
+        r.handshake_us,
+        r.p50_us,
+        r.p99_us,
+        r.p999_us,
+        r.rtt_us,
+        r.cwnd,
+        r.sent_packets,
+        r.lost_packets,
+        r.congestion_events,
+        run.cpu_ns_per_mb,
+        match r.verified {
+            Some(true) => "verified",
+            Some(false) => "MISMATCH",
+            None => "not checked",
+        }
+    );
+    if let Some(d) = &run.driver {
+        out += &format!(
+            "timers: {} handled, late p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs\n",
+            d.timeouts, d.timer_late_p50_us, d.timer_late_p99_us, d.timer_late_max_us
+        );
+    }
+    out
+}

@@ -1,0 +1,123 @@
+//! The kernel-TCP arm: the same perf exchange over plain blocking sockets with
+//! `TCP_NODELAY`, each request framed as `[download u64][upload u64][upload bytes]` on one
+//! connection; the connection's own counts of what it sent and resent come from `TCP_INFO`.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use softtimer_quic::perf::{ClientReport, Pattern, ServerReport};
+
+use super::{ClientOptions, ServerOptions, check};
+
+pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
+    let listener = TcpListener::bind(opts.listen)
+        .with_context(|| format!("cannot listen on {}", opts.listen))?;
+    let mut report = ServerReport::default();
+    let pattern = Pattern::default();
+    let mut closed = 0;
+    loop {
+        let (mut stream, _) = listener.accept().context("accept")?;
+        let _ = stream.set_nodelay(true);
+        report.connections += 1;
+        let mut header = [0u8; 16];
+        while stream.read_exact(&mut header).is_ok() {
+            let download = u64::from_be_bytes(header[..8].try_into().expect("8"));
+            let mut upload = u64::from_be_bytes(header[8..].try_into().expect("8"));
+            let mut sink = vec![0u8; 64 * 1024];
+            while upload > 0 {
+                let n = stream.read(&mut sink[..upload.min(65536) as usize])?;
+                if n == 0 {
+                    break;
+                }
+                upload -= n as u64;
+                report.bytes_received += n as u64;
+            }
+            let mut sent = 0;
+            while sent < download {
+                let chunk = pattern.at(sent, download - sent);
+                stream.write_all(chunk)?;
+                sent += chunk.len() as u64;
+            }
+            report.bytes_sent += sent;
+            report.requests += 1;
+        }
+        // The connection's own count of what it sent and resent, as QUIC's stacks report
+        // theirs (a plain socket has no other way to say).
+        if let Some(c) = crate::tcp_info::counts(&stream) {
+            *report.sent_packets.get_or_insert(0) += c.segments_out;
+            *report.lost_packets.get_or_insert(0) += c.retransmitted;
+        }
+        closed += 1;
+        if opts.connections.is_some_and(|n| closed >= n) {
+            return Ok(report);
+        }
+    }
+}
+
+pub(super) fn tcp_client(opts: &ClientOptions) -> Result<ClientReport> {
+    let plan = &opts.plan;
+    let started = Instant::now();
+    let mut stream = TcpStream::connect_timeout(&opts.to, plan.connect_timeout)
+        .with_context(|| format!("no TCP connection to {}", opts.to))?;
+    let _ = stream.set_nodelay(true);
+    let mut report = ClientReport {
+        handshake_us: started.elapsed().as_secs_f64() * 1e6,
+        ..ClientReport::default()
+    };
+    let pattern = Pattern::default();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut exchange = |stream: &mut TcpStream, download: u64, upload: u64| -> Result<bool> {
+        let mut header = [0u8; 16];
+        header[..8].copy_from_slice(&download.to_be_bytes());
+        header[8..].copy_from_slice(&upload.to_be_bytes());
+        stream.write_all(&header)?;
+        let mut sent = 0;
+        while sent < upload {
+            let chunk = pattern.at(sent, upload - sent);
+            stream.write_all(chunk)?;
+            sent += chunk.len() as u64;
+        }
+        let mut got = 0;
+        let mut ok = true;
+        while got < download {
+            let want = (download - got).min(buf.len() as u64) as usize;
+            let n = stream.read(&mut buf[..want])?;
+            if n == 0 {
+                bail!("the server closed the connection after {got} of {download} bytes");
+            }
+            if plan.verify {
+                ok &= check(&buf[..n], got);
+            }
+            got += n as u64;
+        }
+        Ok(ok)
+    };
+    if let Some((bytes, idle)) = plan.warmup {
+        exchange(&mut stream, bytes, 0)?;
+        std::thread::sleep(idle);
+    }
+    let mut verified = true;
+    let first = Instant::now();
+    for k in 0..plan.requests {
+        if let Some(interval) = plan.interval {
+            let at = first + interval * k as u32;
+            if let Some(wait) = at.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        let start = Instant::now();
+        verified &= exchange(&mut stream, plan.download, plan.upload)?;
+        report
+            .latencies_us
+            .push(start.elapsed().as_secs_f64() * 1e6);
+        report.requests += 1;
+        report.download_bytes += plan.download;
+        report.upload_bytes += plan.upload;
+    }
+    report.elapsed_s = first.elapsed().as_secs_f64();
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    report.summarize(plan.requests, plan.verify.then_some(verified));
+    Ok(report)
+}

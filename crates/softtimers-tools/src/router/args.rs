@@ -1,0 +1,121 @@
+//! `softtimers flood`, `router` and `compute` on the command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use softtimer_net::livelock::Quota;
+
+use super::{
+    ComputeReport, FloodOptions, FloodReport, RouterDesign, RouterOptions, RouterReport, compute,
+    flood, router,
+};
+use crate::parse::{parse_duration, parse_quota};
+
+/// `softtimers flood`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FloodArgs {
+    /// Where to send (`host:port`).
+    #[arg(long)]
+    pub to: SocketAddr,
+    /// Datagrams per second.
+    #[arg(long)]
+    pub rate: u64,
+    /// UDP payload bytes (18: a minimum-size Ethernet frame).
+    #[arg(long, default_value_t = 18)]
+    pub size: usize,
+    /// How long to send.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl FloodArgs {
+    /// Floods, and returns the rate reached.
+    pub fn run(&self) -> Result<FloodReport> {
+        flood(&FloodOptions {
+            to: self.to,
+            rate_pps: self.rate,
+            size: self.size,
+            duration: self.duration,
+        })
+    }
+}
+
+/// `softtimers router`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RouterArgs {
+    /// Where datagrams arrive (`host:port`).
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Where they go (`host:port`).
+    #[arg(long)]
+    pub forward_to: SocketAddr,
+    /// The design.
+    #[arg(long, value_enum, default_value = "polling")]
+    pub design: RouterDesign,
+    /// A screening stage on the same core behind a 32-packet queue.
+    #[arg(long)]
+    pub screen: bool,
+    /// Packets per polling turn (a number, or `unlimited`).
+    #[arg(long, default_value = "10", value_parser = parse_quota)]
+    pub quota: Quota,
+    /// Per-packet forwarding work, ns of busy work.
+    #[arg(long, default_value_t = 0)]
+    pub work_ns: u64,
+    /// Per-packet screening work, ns (with --screen).
+    #[arg(long, default_value_t = 0)]
+    pub screen_ns: u64,
+    /// The share of each 10 ms period packet work may use, % (polling design).
+    #[arg(long)]
+    pub cpu_budget: Option<u32>,
+    /// Polling design: run the polling thread at real-time priority (SCHED_FIFO, root),
+    /// above normal processes, as in-kernel packet processing is.
+    #[arg(long)]
+    pub realtime: bool,
+    /// How long to run.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl RouterArgs {
+    /// Forwards for `--duration`, and returns what was counted.
+    pub fn run(&self) -> Result<RouterReport> {
+        router(&RouterOptions {
+            listen: self.listen,
+            forward_to: self.forward_to,
+            design: self.design,
+            screen: self.screen,
+            quota: self.quota,
+            work_ns: self.work_ns,
+            screen_ns: self.screen_ns,
+            cpu_budget: self.cpu_budget,
+            realtime: self.realtime,
+            duration: self.duration,
+        })
+    }
+}
+
+/// `softtimers compute`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ComputeArgs {
+    /// How long.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl ComputeArgs {
+    /// Spins, and returns the share of a core it got.
+    pub fn run(&self) -> Result<ComputeReport> {
+        compute(self.duration)
+    }
+}

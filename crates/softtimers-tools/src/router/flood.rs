@@ -1,0 +1,136 @@
+//! `softtimers flood`: minimum-size UDP datagrams at an offered rate, in `sendmmsg` batches
+//! on a schedule; reports the rate it reached, and says so when that is below the rate asked
+//! for.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use serde::{Deserialize, Serialize};
+use softtimer::{Clock, Span, SystemClock};
+
+/// How `flood` runs.
+#[derive(Clone, Debug)]
+pub struct FloodOptions {
+    /// Where to send.
+    pub to: SocketAddr,
+    /// Datagrams per second asked for.
+    pub rate_pps: u64,
+    /// UDP payload bytes (18: a minimum-size Ethernet frame).
+    pub size: usize,
+    /// How long.
+    pub duration: Duration,
+}
+
+/// What `flood` did (`flood --json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FloodReport {
+    /// The rate asked for, datagrams/s.
+    pub offered_pps: u64,
+    /// The rate reached, datagrams/s.
+    pub achieved_pps: f64,
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Sends refused.
+    pub send_errors: u64,
+    /// Whether the generator fell short of the rate asked for (by more than 2 %).
+    pub saturated: bool,
+    /// The run's length, s.
+    pub duration_s: f64,
+}
+
+/// Sends minimum-size datagrams at `rate_pps` for `duration`, in batches of up to 64 on a
+/// schedule: the batch due at `t` leaves at `t`, and a late batch does not make the next one
+/// bigger than 64.
+pub fn flood(options: &FloodOptions) -> Result<FloodReport> {
+    ensure!(
+        options.rate_pps >= 1,
+        "--rate {}: want at least 1 datagram/s",
+        options.rate_pps
+    );
+    ensure!(
+        options.rate_pps <= 100_000_000,
+        "--rate {} datagrams/s is beyond any NIC; want at most 1e8",
+        options.rate_pps
+    );
+    ensure!(
+        (1..=1472).contains(&options.size),
+        "--size {}: want 1 ..= 1472",
+        options.size
+    );
+    ensure!(
+        options.duration >= Duration::from_millis(10)
+            && options.duration <= Duration::from_secs(3600),
+        "--duration {:?}: want 10 ms ..= 1 hour",
+        options.duration
+    );
+    let any: SocketAddr = if options.to.is_ipv4() {
+        "0.0.0.0:0".parse()?
+    } else {
+        "[::]:0".parse()?
+    };
+    let socket = UdpSocket::bind(any)?;
+    socket
+        .connect(options.to)
+        .with_context(|| format!("connecting to {}", options.to))?;
+    let payload = vec![0u8; options.size];
+    let batch_max = 64u64;
+    let iovs: Vec<[std::io::IoSlice<'_>; 1]> = (0..batch_max)
+        .map(|_| [std::io::IoSlice::new(&payload)])
+        .collect();
+    let clock = SystemClock::new();
+    let hz = clock.resolution_hz();
+    let start = clock.now();
+    let end_ticks = Span::from_duration(options.duration, hz).ticks();
+    let (mut sent, mut errors) = (0u64, 0u64);
+    loop {
+        let now = clock.now();
+        let elapsed = now.saturating_since(start).ticks();
+        if elapsed >= end_ticks {
+            break;
+        }
+        // Datagrams due by now on the schedule, less those sent.
+        let due = (u128::from(elapsed) * u128::from(options.rate_pps) / u128::from(hz)) as u64 + 1;
+        let n = due.saturating_sub(sent + errors).min(batch_max) as usize;
+        if n == 0 {
+            // The next one is due in 1/rate: spin (short) or sleep (long).
+            let gap_ns = 1_000_000_000 / options.rate_pps;
+            if gap_ns > 200_000 {
+                std::thread::sleep(Duration::from_nanos(gap_ns / 2));
+            } else {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        let mut controls: Vec<rustix::net::SendAncillaryBuffer<'_, '_, '_>> =
+            (0..n).map(|_| Default::default()).collect();
+        let mut messages: Vec<rustix::net::MMsgHdr<'_>> = iovs[..n]
+            .iter()
+            .zip(controls.iter_mut())
+            .map(|(iov, control)| rustix::net::MMsgHdr::new(iov, control))
+            .collect();
+        match rustix::net::sendmmsg(&socket, &mut messages, rustix::net::SendFlags::empty()) {
+            Ok(k) => {
+                sent += k as u64;
+                if k < n {
+                    errors += 1;
+                }
+            }
+            Err(_) => errors += 1,
+        }
+    }
+    let duration_s = clock
+        .now()
+        .saturating_since(start)
+        .to_duration(hz)
+        .as_secs_f64();
+    let achieved_pps = sent as f64 / duration_s;
+    Ok(FloodReport {
+        offered_pps: options.rate_pps,
+        achieved_pps,
+        sent,
+        send_errors: errors,
+        saturated: achieved_pps < options.rate_pps as f64 * 0.98,
+        duration_s,
+    })
+}

@@ -1,0 +1,379 @@
+//! `softtimers pace`, `sink`, `flood` and `router` as commands: bad input is a clear error,
+//! the JSON the lab reads is written, `sink --observe` measures another program's port, and
+//! the router forwards every datagram.
+
+use std::process::Command;
+use std::time::Duration;
+
+// The helpers the tools' own tests use: one copy.
+#[path = "../../softtimers-tools/tests/common/mod.rs"]
+mod common;
+
+use softtimers_tools::pace::{self, PaceOptions, PaceTimer};
+
+fn softtimers(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_softtimers"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let cases: [&[&str]; 12] = [
+        &["pace", "--to", "127.0.0.1:9", "--rate", "0"],
+        &[
+            "pace",
+            "--to",
+            "127.0.0.1:9",
+            "--rate",
+            "1M",
+            "--spin-window",
+            "5s",
+        ],
+        &["pace", "--to", "127.0.0.1:9", "--rate", "-5M"],
+        &["pace", "--to", "127.0.0.1:9", "--rate", "fast"],
+        &["pace", "--to", "127.0.0.1:9", "--rate", "5000T"],
+        &[
+            "pace",
+            "--to",
+            "127.0.0.1:9",
+            "--rate",
+            "1M",
+            "--size",
+            "70000",
+        ],
+        &[
+            "pace",
+            "--to",
+            "127.0.0.1:9",
+            "--rate",
+            "1M",
+            "--size",
+            "10",
+        ],
+        &["pace", "--to", "not-an-address", "--rate", "1M"],
+        &["sink", "--listen", "127.0.0.1:9", "--duration", "soon"],
+        &["sink", "--duration", "1s"],
+        &["sink", "--listen", "127.0.0.1:9", "--observe", "9"],
+        &["sink", "--observe", "9", "--interface", "no-such-if0"],
+    ];
+    for args in cases {
+        let out = softtimers(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("error"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn pace_and_sink_write_the_json_the_checks_read() {
+    let dir = std::env::temp_dir().join(format!("softtimers-pace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sink_json = dir.join("sink.json");
+    let pace_json = dir.join("pace.json");
+    // A port picked by binding and releasing it.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let sink = {
+        let (listen, json) = (listen.clone(), sink_json.clone());
+        std::thread::spawn(move || {
+            softtimers(&[
+                "sink",
+                "--listen",
+                &listen,
+                "--duration",
+                "3s",
+                "--json",
+                json.to_str().unwrap(),
+            ])
+        })
+    };
+    assert!(
+        common::wait_for_port(port, Duration::from_secs(10), || !sink.is_finished()),
+        "the sink did not bind {listen}"
+    );
+    let out = softtimers(&[
+        "pace",
+        "--to",
+        &listen,
+        "--rate",
+        "20M",
+        "--duration",
+        "500ms",
+        "--json",
+        pace_json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = sink.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&pace_json).unwrap()).unwrap();
+    for key in [
+        "target_bps",
+        "achieved_bps",
+        "conformance_pct",
+        "packets",
+        "cpu_ns_per_packet",
+        "timer",
+    ] {
+        assert!(p.get(key).is_some(), "pace JSON lacks {key}: {p}");
+    }
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&sink_json).unwrap()).unwrap();
+    for key in [
+        "packets",
+        "rate_bps",
+        "interarrival_mean_us",
+        "interarrival_stddev_us",
+        "longest_burst",
+        "burstiness_index",
+    ] {
+        assert!(s.get(key).is_some(), "sink JSON lacks {key}: {s}");
+    }
+    assert_eq!(s["packets"], p["packets"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `sink --observe` measures datagrams to a port another socket owns, as the owner would.
+/// As root; elsewhere it must refuse, saying what it needs.
+#[test]
+fn the_sink_observes_a_port_it_does_not_own() {
+    let owner = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = owner.local_addr().unwrap();
+    let json = std::env::temp_dir().join(format!("softtimers-observe-{}.json", std::process::id()));
+    let sink = {
+        let (port, json) = (to.port().to_string(), json.clone());
+        std::thread::spawn(move || {
+            softtimers(&[
+                "sink",
+                "--observe",
+                &port,
+                "--duration",
+                "5s",
+                "--idle",
+                "300ms",
+                "--json",
+                json.to_str().unwrap(),
+            ])
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    if !rustix::process::geteuid().is_root() {
+        let out = sink.join().unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("CAP_NET_RAW"));
+        return;
+    }
+    let drained = {
+        let owner = owner.try_clone().unwrap();
+        owner
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let mut owned = 0u64;
+            while owner.recv(&mut buf).is_ok() {
+                owned += 1;
+            }
+            owned
+        })
+    };
+    let sent = pace::pace(&PaceOptions {
+        to,
+        rate: "20M".parse().unwrap(),
+        burst: None,
+        size: 1000,
+        flows: 1,
+        duration: Duration::from_millis(500),
+        timer: PaceTimer::Soft,
+        spin_window: softtimer_rt::SpinWindow::Calibrated,
+        batch: true,
+        scheduler: pace::Scheduler::PerFlow,
+    })
+    .unwrap();
+    let out = sink.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(got["source"], format!("capture lo:{}", to.port()));
+    assert_eq!(got["packets"], sent.packets, "{got}");
+    assert_eq!(got["bytes"], sent.packets * 1000);
+    assert_eq!(
+        (got["missing"].as_u64(), got["malformed"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // One datagram every 400 µs.
+    let mean = got["interarrival_mean_us"].as_f64().unwrap();
+    assert!((mean - 400.0).abs() < 5.0, "{got}");
+    // The owner got them all too: observing took nothing away.
+    assert_eq!(drained.join().unwrap(), sent.packets);
+}
+
+#[test]
+fn forwarding_commands_refuse_bad_input() {
+    let cases: [&[&str]; 7] = [
+        &["flood", "--to", "127.0.0.1:9", "--rate", "0"],
+        &["flood", "--to", "127.0.0.1:9", "--rate", "1000000000"],
+        &[
+            "flood",
+            "--to",
+            "127.0.0.1:9",
+            "--rate",
+            "1000",
+            "--size",
+            "0",
+        ],
+        &[
+            "router",
+            "--listen",
+            "127.0.0.1:0",
+            "--forward-to",
+            "127.0.0.1:9",
+            "--quota",
+            "0",
+        ],
+        &[
+            "router",
+            "--listen",
+            "127.0.0.1:0",
+            "--forward-to",
+            "127.0.0.1:9",
+            "--cpu-budget",
+            "0",
+        ],
+        &[
+            "router",
+            "--listen",
+            "127.0.0.1:0",
+            "--forward-to",
+            "127.0.0.1:9",
+            "--cpu-budget",
+            "101",
+        ],
+        &[
+            "router",
+            "--listen",
+            "127.0.0.1:0",
+            "--forward-to",
+            "nowhere",
+            "--duration",
+            "1s",
+        ],
+    ];
+    for args in cases {
+        let out = softtimers(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("error"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// The router forwards every datagram on loopback at a low rate, in both designs.
+#[test]
+fn the_router_forwards_every_datagram_at_a_low_rate() {
+    for design in ["polling", "baseline"] {
+        if design == "baseline" && !rustix::process::geteuid().is_root() {
+            continue; // its receive thread needs SCHED_FIFO
+        }
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        // The first datagram may wait for the router and the flood to start on a loaded host.
+        sink.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let json = std::env::temp_dir().join(format!(
+            "softtimers-router-{design}-{}.json",
+            std::process::id()
+        ));
+        let router = {
+            let (listen, to, json) = (
+                listen.clone(),
+                sink.local_addr().unwrap().to_string(),
+                json.clone(),
+            );
+            let design = design.to_string();
+            std::thread::spawn(move || {
+                softtimers(&[
+                    "router",
+                    "--listen",
+                    &listen,
+                    "--forward-to",
+                    &to,
+                    "--design",
+                    &design,
+                    // Long enough that a flood slow to start on a loaded host still ends
+                    // well inside the run.
+                    "--duration",
+                    "3s",
+                    "--json",
+                    json.to_str().unwrap(),
+                ])
+            })
+        };
+        let reader = std::thread::spawn(move || {
+            let mut got = 0;
+            let mut buf = [0u8; 64];
+            while got < 1000 && sink.recv(&mut buf).is_ok() {
+                got += 1;
+                sink.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            }
+            got
+        });
+        assert!(
+            common::wait_for_port(port, Duration::from_secs(10), || !router.is_finished()),
+            "{design}: the router did not bind {listen}"
+        );
+        let flood = softtimers(&[
+            "flood",
+            "--to",
+            &listen,
+            "--rate",
+            "2000",
+            "--duration",
+            "500ms",
+        ]);
+        assert!(
+            flood.status.success(),
+            "{}",
+            String::from_utf8_lossy(&flood.stderr)
+        );
+        let got = reader.join().unwrap();
+        let out = router.join().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        assert_eq!(report["received"], 1000, "{design}: {report}");
+        assert_eq!(got, 1000, "{design}: the sink got {got} of 1000; {report}");
+        assert_eq!(report["forwarded"], 1000, "{design}: {report}");
+        assert_eq!(report["dropped_in_queue"], 0, "{design}: {report}");
+    }
+}

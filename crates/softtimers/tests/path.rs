@@ -1,0 +1,112 @@
+//! `softtimers path` as a command: bad input is refused, the command runs, a failing command's
+//! status is reported, and without root it says so.
+
+use std::process::Command;
+
+/// One path at a time, as the library's tests take them.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn can_run() -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI runs as root: the path emulator tests must run there"
+    );
+    eprintln!("skipped: the path emulator needs root (network namespaces and TUN devices)");
+    false
+}
+
+#[test]
+fn the_path_command_refuses_bad_input_and_runs_a_command() {
+    let bin = env!("CARGO_BIN_EXE_softtimers");
+    for (args, expect) in [
+        (vec!["--delay=-5ms"], "positive"),
+        (vec!["--rate", "0"], "rate"),
+        (vec!["--queue", "100"], "single packet"),
+        (vec!["--reverse-queue", "100"], "single packet"),
+        (vec!["--loss", "2"], "between 0 and 1"),
+    ] {
+        let out = Command::new(bin)
+            .arg("path")
+            .args(&args)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        // Without root the refusal may be about permissions; with root it is about the value.
+        if rustix::process::geteuid().is_root() || !args[0].contains("queue") {
+            assert!(err.contains(expect), "{args:?}: {err}");
+        }
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let _serial = serial();
+    if !can_run() {
+        return;
+    }
+    let out = Command::new(bin)
+        .args([
+            "path",
+            "--delay",
+            "1ms",
+            "--",
+            "sh",
+            "-c",
+            "test -n \"$SOFTTIMERS_PATH_A\" && exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the command's failure is reported"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("status 3"), "{err}");
+}
+#[test]
+fn without_root_the_path_command_says_so() {
+    let bin = env!("CARGO_BIN_EXE_softtimers");
+    let out = if rustix::process::geteuid().is_root() {
+        // Run a copy as `nobody`, from a directory anyone may enter (the build's may not be).
+        let dir = std::env::temp_dir().join(format!("softtimers-nonroot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("softtimers");
+        std::fs::copy(bin, &copy).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&copy)
+            .args(["path", "--delay", "1ms", "--", "true"])
+            .output();
+        let _ = std::fs::remove_dir_all(&dir);
+        match out {
+            Ok(out) => out,
+            Err(e) => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "setpriv (util-linux) is needed on CI: {e}"
+                );
+                eprintln!("skipped: no setpriv to drop root with ({e})");
+                return;
+            }
+        }
+    } else {
+        Command::new(bin)
+            .args(["path", "--delay", "1ms", "--", "true"])
+            .output()
+            .unwrap()
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("need root"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
