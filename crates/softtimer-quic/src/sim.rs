@@ -96,6 +96,8 @@ pub struct Sent {
     pub size: usize,
     /// When it arrives; `None` if it was lost.
     pub arrives: Option<Instant>,
+    /// Its bytes, when [`Net::keep_bytes`] is set (they differ from run to run).
+    pub bytes: Option<Vec<u8>>,
 }
 
 struct InFlight {
@@ -203,6 +205,8 @@ pub struct Net<A, B> {
     pub transcript: Vec<Sent>,
     /// Datagrams to lose on purpose.
     pub drop: Option<DropRule>,
+    /// Keep every datagram's bytes in the transcript.
+    pub keep_bytes: bool,
     sent: [u64; 2],
     buf: Vec<u8>,
 }
@@ -224,6 +228,7 @@ impl<A: App<SimClock>, B: App<SimClock>> Net<A, B> {
             ba: Link::new(back, hz),
             transcript: Vec::new(),
             drop: None,
+            keep_bytes: false,
             sent: [0; 2],
             buf: Vec::new(),
         }
@@ -328,6 +333,7 @@ impl<A: App<SimClock>, B: App<SimClock>> Net<A, B> {
             departure: t.departure,
             size: bytes.len(),
             arrives: None,
+            bytes: self.keep_bytes.then(|| bytes.clone()),
         };
         self.sent[side] += 1;
         let drop = self.drop.as_mut().is_some_and(|rule| rule(&sent));

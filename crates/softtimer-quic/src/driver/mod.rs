@@ -574,6 +574,7 @@ impl<C: Clock + Clone> Driver<C> {
     /// When to call [`handle_timeout`](Self::handle_timeout) (or, for a paced departure,
     /// [`poll_transmit`](Self::poll_transmit)) next; `None` when nothing is pending.
     pub fn poll_timeout(&mut self) -> Option<Timeout> {
+        self.retire_reported();
         self.settle();
         let departure = if self.released.is_empty() {
             self.pacer.next_departure()
@@ -775,7 +776,18 @@ impl<C: Clock + Clone> Driver<C> {
                     .poll_timeout()
                     .map_or(self.latest, |t| self.map.to_soft(t)),
             };
-            (c.dcid, c.peer(), c.ending.close_datagram.take(), drain_end)
+            // The peer closed: draining, it sends nothing more (quinn-proto may have sent
+            // one close in reply, as RFC 9000 §10.2.2 allows, but not again).
+            let peer_closed = matches!(
+                c.ending.lost,
+                Some(
+                    ConnectionError::ApplicationClosed(_)
+                        | ConnectionError::ConnectionClosed(_)
+                        | ConnectionError::Reset
+                )
+            );
+            let close = c.ending.close_datagram.take().filter(|_| !peer_closed);
+            (c.dcid, c.peer(), close, drain_end)
         });
         self.free(slot);
         if let Some((Some(cid), peer, close, drain_end)) = record

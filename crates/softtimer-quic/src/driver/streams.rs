@@ -139,6 +139,15 @@ impl<C: Clock + Clone> Driver<C> {
         self.conns.get(id).map(|c| c.conn.stats())
     }
 
+    /// The rate the connection's datagrams are paced at now, bit/s ([`Pacing::PerPacket`]
+    /// only; `None` before its first RTT sample).
+    ///
+    /// [`Pacing::PerPacket`]: crate::Pacing::PerPacket
+    pub fn pacing_rate(&self, id: ConnId) -> Option<u64> {
+        self.conns.get(id)?;
+        self.pacer.rate(id.slot).map(u64::from)
+    }
+
     /// The connection's peer address.
     pub fn remote_address(&self, id: ConnId) -> Option<SocketAddr> {
         self.conns.get(id).map(Conn::peer)
