@@ -207,6 +207,8 @@ pub struct Net<A, B> {
     pub drop: Option<DropRule>,
     /// Keep every datagram's bytes in the transcript.
     pub keep_bytes: bool,
+    /// Keep a transcript at all (on by default; off for long runs that measure memory).
+    pub keep_transcript: bool,
     sent: [u64; 2],
     buf: Vec<u8>,
 }
@@ -229,6 +231,7 @@ impl<A: App<SimClock>, B: App<SimClock>> Net<A, B> {
             transcript: Vec::new(),
             drop: None,
             keep_bytes: false,
+            keep_transcript: true,
             sent: [0; 2],
             buf: Vec::new(),
         }
@@ -342,7 +345,9 @@ impl<A: App<SimClock>, B: App<SimClock>> Net<A, B> {
             From::B => &mut self.ba,
         };
         sent.arrives = link.carry(now, addr, bytes, drop);
-        self.transcript.push(sent);
+        if self.keep_transcript {
+            self.transcript.push(sent);
+        }
     }
 }
 
