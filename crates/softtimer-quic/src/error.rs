@@ -1,9 +1,10 @@
-//! What can go wrong, as types: a stream's reset or stop with its code, a connection's end
-//! with quinn-proto's own [`ConnectionError`], TLS and configuration errors with their sources.
+//! What can go wrong, as types: a stream's reset or stop with its code, TLS and configuration
+//! errors with their sources. A connection's end is an event, with quinn-proto's own
+//! `ConnectionError` ([`QuicEvent::Lost`](crate::QuicEvent::Lost)).
 
 use std::path::PathBuf;
 
-use quinn_proto::{ConnectionError, StreamId, VarInt};
+use quinn_proto::{StreamId, VarInt};
 
 use crate::ConnId;
 
@@ -31,15 +32,6 @@ pub enum QuicError {
     /// No such connection: it never existed, or it has closed and its state is gone.
     #[error("no connection {0}")]
     UnknownConnection(ConnId),
-    /// The connection has closed (its id is still known): why.
-    #[error("connection {conn} is closed")]
-    Closed {
-        /// The connection.
-        conn: ConnId,
-        /// Why it closed.
-        #[source]
-        reason: ConnectionError,
-    },
     /// A stream operation failed.
     #[error(transparent)]
     Stream(#[from] StreamError),

@@ -112,7 +112,7 @@ pub struct QuicSocket<C: Clock + Clone = SystemClock> {
     blocked: Option<(Transmit, Vec<u8>)>,
     wake: Option<(EventId, Instant)>,
     /// The idle-spin decision last written to the loop.
-    pub(crate) spin: Option<bool>,
+    spin: Option<bool>,
     pub(crate) watching_writable: bool,
     notes: Arc<FireNotes>,
     seen: (u64, u64),
@@ -204,7 +204,14 @@ impl<C: Clock + Clone> QuicSocket<C> {
             .map_err(QuicError::Loop)?;
         self.token = token;
         self.watching_writable = false;
+        self.spin = None;
         Ok(())
+    }
+
+    /// Forgets the idle-spin decision last written to the loop: a loop's run restores the
+    /// spin when it ends, so call this before the loop runs again.
+    pub fn run_starts(&mut self) {
+        self.spin = None;
     }
 
     /// Takes a readiness event; returns whether it was the socket's.
@@ -226,6 +233,9 @@ impl<C: Clock + Clone> QuicSocket<C> {
     /// The socket's turn, at the end of a pass of the loop: the driver's due timers, its
     /// events to `app` and `app`'s turn, everything due to send, and its next timeout
     /// scheduled as a soft event carrying `wake`. Returns whether anything was done.
+    ///
+    /// It tells the loop whether its idle policy may spin ([`LoopCx::set_idle_spin`]) when
+    /// that decision changes; see [`run_starts`](Self::run_starts).
     pub fn poll<E, A: App<C>>(
         &mut self,
         cx: &mut LoopCx<'_, E, C>,

@@ -167,7 +167,7 @@ impl QuicLoop {
     {
         let QuicLoop { ev, quic } = self;
         let _ = quic.driver().take_stop();
-        quic.spin = None;
+        quic.run_starts();
         // Both callbacks need the socket; the loop never runs them at once.
         let cell = std::cell::RefCell::new(&mut *quic);
         let mut loop_error: Option<QuicError> = None;
