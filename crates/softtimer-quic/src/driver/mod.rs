@@ -668,6 +668,9 @@ impl<C: Clock + Clone> Driver<C> {
             self.touch(slot);
         }
         self.note_close(slot);
+        if self.conns.at(slot).is_some_and(|c| c.ending.reported) && self.retire(slot) {
+            return;
+        }
         self.refresh_timers(slot);
     }
 
@@ -732,15 +735,12 @@ impl<C: Clock + Clone> Driver<C> {
         }
     }
 
-    /// Frees or compacts the closed connections whose end the application has seen.
+    /// Frees or compacts the closed connections whose end the application has just seen,
+    /// if their time has come; the others are retried when their state next changes
+    /// ([`settle_one`](Self::settle_one)), so this list never holds a connection long.
     fn retire_reported(&mut self) {
-        let mut i = 0;
-        while i < self.reported.len() {
-            if self.retire(self.reported[i]) {
-                self.reported.swap_remove(i);
-            } else {
-                i += 1;
-            }
+        for slot in std::mem::take(&mut self.reported) {
+            self.retire(slot);
         }
     }
 
