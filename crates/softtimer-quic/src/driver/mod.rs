@@ -246,8 +246,18 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
 }
 
-/// One quinn-proto endpoint and its connections, sans IO. See the [module](self) and the
-/// crate's documentation; [`sim`](crate::sim) shows a complete loop.
+/// One quinn-proto endpoint and its connections, sans IO.
+///
+/// Datagrams go in ([`handle_datagram`](Self::handle_datagram)), transmits come out
+/// ([`poll_transmit`](Self::poll_transmit)), and the next time the driver wants to be called
+/// comes out too ([`poll_timeout`](Self::poll_timeout), then
+/// [`handle_timeout`](Self::handle_timeout)), with `now` always passed in; the application's
+/// events come out of [`poll_event`](Self::poll_event) (or [`dispatch`](Self::dispatch) to an
+/// [`App`](crate::App)). It owns quinn-proto's endpoint and connections, their timers as soft
+/// events in a [`SoftTimers`] facility on the clock `C`, per-packet pacing, the tail-loss
+/// probe, and the compact records of closed connections; it has no socket, reads its clock
+/// only once (when built), and starts no thread. [`QuicSocket`](crate::QuicSocket) runs it on
+/// a UDP socket; [`sim`](crate::sim) runs two of them through an in-memory link.
 ///
 /// ```
 /// use softtimer::SimClock;

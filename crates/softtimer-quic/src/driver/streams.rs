@@ -39,7 +39,7 @@ impl<C: Clock + Clone> Driver<C> {
     }
 
     /// Writes what the stream takes of `data`; 0 when it is blocked by flow control or
-    /// congestion (a [`QuicEvent::Writable`] follows).
+    /// congestion (a [`QuicEvent::Writable`](crate::QuicEvent::Writable) follows).
     pub fn write(&mut self, id: ConnId, stream: StreamId, data: &[u8]) -> Result<usize, QuicError> {
         match self.conn(id)?.conn.send_stream(stream).write(data) {
             Ok(n) => Ok(n),
@@ -78,7 +78,7 @@ impl<C: Clock + Clone> Driver<C> {
     }
 
     /// Asks the peer to stop sending on `stream` with `code` (the peer sees
-    /// [`QuicEvent::Stopped`]); data still arriving on it is discarded.
+    /// [`QuicEvent::Stopped`](crate::QuicEvent::Stopped)); data still arriving on it is discarded.
     pub fn stop_sending(
         &mut self,
         id: ConnId,
@@ -125,7 +125,7 @@ impl<C: Clock + Clone> Driver<C> {
     }
 
     /// Closes the connection with an application error `code` and `reason`; a
-    /// [`QuicEvent::Lost`] with [`ConnectionError::LocallyClosed`] follows.
+    /// [`QuicEvent::Lost`](crate::QuicEvent::Lost) with [`ConnectionError::LocallyClosed`](crate::ConnectionError::LocallyClosed) follows.
     pub fn close(&mut self, id: ConnId, code: VarInt, reason: &[u8]) -> Result<(), QuicError> {
         let now = self.map.to_std(self.latest);
         self.conn(id)?
@@ -170,7 +170,7 @@ impl<C: Clock + Clone> Driver<C> {
     }
 
     /// Departures waiting in the pacer (datagrams, or GSO batches of
-    /// [`DriverConfig::datagrams_per_departure`]); always 0 under [`Pacing::Quinn`]. An
+    /// [`DriverConfig::datagrams_per_departure`](crate::DriverConfig::datagrams_per_departure)); always 0 under [`Pacing::Quinn`](crate::Pacing::Quinn). An
     /// application that wants its last data to leave before it stops the loop waits for this
     /// to reach 0; a connection's close never waits here.
     pub fn paced_datagrams(&self) -> usize {
