@@ -519,7 +519,8 @@ impl<C: Clock + Clone> Driver<C> {
         if response.capacity() > 0 {
             self.spare.push(response);
         }
-        self.settle();
+        // The connection settles (its events, timers, what the probe learns) at the next
+        // poll, once for a whole batch of datagrams.
     }
 
     fn respond(&mut self, t: &quinn_proto::Transmit, mut bytes: Vec<u8>) {
@@ -584,7 +585,6 @@ impl<C: Clock + Clone> Driver<C> {
                 Timer::App => self.app_timer = None,
             }
         }
-        self.settle();
     }
 
     /// When to call [`handle_timeout`](Self::handle_timeout) (or, for a paced departure,
