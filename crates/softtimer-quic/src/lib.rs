@@ -1,15 +1,13 @@
 //! # softtimer-quic: QUIC on soft timers
 //!
-//! A driver for [quinn-proto](https://docs.rs/quinn-proto) 0.11 on the `softtimer-rt` event
-//! loop. quinn's own runtime runs every timer on tokio's 1 ms wheel and paces with a token
+//! A driver for [quinn-proto](https://docs.rs/quinn-proto) 0.11 whose every timer is a soft
+//! event. quinn's own runtime runs every timer on tokio's 1 ms wheel and paces with a token
 //! bucket that lets 10 to 256 datagrams go every 2 ms, because its authors could not count on
 //! a finer timer in user space. Here:
 //!
 //! * every timer quinn-proto asks for (`poll_timeout`: loss detection, ACK delay, idle,
 //!   pacing) is a soft event, fired at the first trigger state after it is due, so it is
 //!   handled within microseconds, with the backstop as the bound when the loop is busy;
-//! * datagrams go in and out through quinn-udp's socket state (GSO, GRO and ECN exactly as
-//!   stock quinn uses them), and each send and receive is a trigger state;
 //! * with [`Pacing::PerPacket`], every datagram is stamped with its own departure time at
 //!   1.25 × cwnd / srtt and released by the departure-time scheduler of `softtimer-net`
 //!   ([`pacing::PacketPacer`]), so quinn's bursts leave evenly spaced (a closed
@@ -17,14 +15,35 @@
 //! * a tail-loss probe ([`probe`]) two smoothed RTTs after the last transmission finds a lost
 //!   last packet in about one RTT instead of quinn-proto's probe timeout, which includes the
 //!   peer's 25 ms ACK delay: a sub-millisecond recovery timer that a 1 ms wheel cannot run;
+//! * a closed connection is kept, for the drain period RFC 9000 §10.2 asks for, as a compact
+//!   record (its connection ID, the peer's address, the close datagram to repeat, one soft
+//!   event) instead of quinn-proto's whole `Connection`, as the TCP paper keeps TIME_WAIT
+//!   outside the socket ([`ClosedState`]);
 //! * [`DriverConfig::timer_granularity`] rounds every timer up the way tokio's wheel does, to
 //!   separate timer precision from everything else two runtimes differ in;
 //! * [`perf`] speaks the QUIC performance protocol (draft-banks-quic-performance, ALPN
 //!   `perf`), which quinn's `perf` tool and msquic's `secnetperf` also speak.
 //!
-//! An application sees [`QuicEvent`]s through its [`App`] and works its streams through the
-//! [`Driver`]: `open_bi` or `accept_bi`, `write`, `finish`, `read`, `reset`, `stop_sending`
-//! and `close` (see [`QuicLoop`]'s example).
+//! ## Layers, and where to start reading
+//!
+//! | layer | what it is |
+//! | --- | --- |
+//! | [`Driver`] | the sans-IO core: datagrams in, transmits and the next timeout out, `now` passed in; quinn-proto's endpoint and connections, their timers in a [`softtimer::SoftTimers`] facility, pacing, the probe, closed records |
+//! | [`QuicSocket`] | the I/O shell: the driver on a UDP socket through quinn-udp (GSO, GRO, ECN), in a `softtimer-rt` loop the application owns |
+//! | [`QuicLoop`] | a `QuicSocket` on a loop of its own, with hooks for other sockets and work |
+//! | [`App`] | what an application does with the driver's [`QuicEvent`]s |
+//! | [`tls`] | certificates (self-signed, PEM files, a rustls configuration), ALPN, transport settings |
+//! | [`sim`] | two drivers against each other on a simulated clock through an in-memory link |
+//!
+//! Start with [`Driver`], then [`QuicSocket::poll`].
+//!
+//! ## What is deterministic
+//!
+//! On a [`softtimer::SimClock`] with [`DriverConfig::rng_seed`] set, and the same certificate
+//! for every run (an Ed25519 one: its signatures have one length), the transcript of a run —
+//! when each datagram leaves and arrives, and its size — is the same every time. What is not:
+//! the bytes themselves (rustls and quinn-proto draw keys and connection IDs from the system's
+//! randomness), and rustls reads the wall clock to check a certificate's validity.
 //!
 //! quinn-proto is used as published: what it fixes (its pacer's burst interval and minimum
 //! burst, its 1 ms loss-detection granularity) is worked around from outside.
@@ -34,54 +53,21 @@
 #![warn(missing_docs)]
 
 mod driver;
+mod error;
 pub mod idle;
+mod io;
 pub mod pacing;
 pub mod perf;
 pub mod probe;
+mod quic_loop;
+pub mod sim;
 pub mod tls;
 
 pub use driver::{
-    App, ConnId, DEFAULT_MAX_DATAGRAMS, Driver, DriverConfig, DriverStats, Pacing, QuicEvent,
-    QuicLoop, ReadStatus, TransmitCauses, Wake,
+    CidGeneratorFactory, ClosedState, ClosedStats, ConnId, DEFAULT_MAX_DATAGRAMS, Driver,
+    DriverConfig, DriverStats, Pacing, QuicEvent, ReadStatus, Timeout, Transmit,
 };
-pub use quinn_proto::StreamId;
-
-/// What can go wrong.
-#[derive(Debug, thiserror::Error)]
-pub enum QuicError {
-    /// A system call failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The TLS set-up was refused.
-    #[error("TLS: {0}")]
-    Tls(String),
-    /// A setting is out of range.
-    #[error("bad configuration: {0}")]
-    Config(String),
-    /// quinn-proto refused to start a connection.
-    #[error("cannot connect: {0}")]
-    Connect(quinn_proto::ConnectError),
-    /// No such connection (it was drained).
-    #[error("no connection {0}")]
-    UnknownConnection(ConnId),
-    /// A stream operation failed.
-    #[error("{0}")]
-    Stream(String),
-    /// The connection failed.
-    #[error("connection failed: {0}")]
-    Connection(String),
-    /// The event loop failed.
-    #[error("event loop: {0}")]
-    Loop(softtimer_rt::RtError),
-}
-
-impl QuicError {
-    pub(crate) fn io(what: &'static str, source: std::io::Error) -> QuicError {
-        QuicError::Io { what, source }
-    }
-}
+pub use error::{ConfigError, QuicError, StreamError, TlsError};
+pub use io::{FireNotes, IoStats, QuicSocket, TransmitCauses};
+pub use quic_loop::{App, QUIC_TOKEN, QuicLoop, Wake};
+pub use quinn_proto::{ConnectionError, EcnCodepoint, StreamId, VarInt};

@@ -3,7 +3,8 @@
 //! quinn-proto paces with a token bucket that refills for 2 ms and then lets a burst of 10 to
 //! 256 datagrams go at once, because its authors could not count on a timer finer than 1 ms.
 //! [`PacketPacer`] does what Linux's `fq` does for the kernel's TCP instead: every datagram (or
-//! small GSO batch, as the driver is configured) is stamped with its own departure time at the connection's pacing rate (1.25 × cwnd / srtt,
+//! small GSO batch, as the driver is configured) is stamped with its own departure time at
+//! the connection's pacing rate (1.25 × cwnd / srtt,
 //! from quinn-proto's `stats()`), and one [`DepartureQueue`] shared by all connections
 //! releases it at that time. The driver asks quinn-proto for a connection's next datagram
 //! only when that connection has nothing waiting in the queue, so quinn-proto sees a packet
@@ -23,7 +24,7 @@
 //! }
 //! let mut out = Vec::new();
 //! pacer.release(t0 + Span::from_ticks(150_000), &mut out);
-//! assert_eq!(out.iter().map(|(_, p)| *p).collect::<Vec<_>>(), vec![0, 1]);
+//! assert_eq!(out.iter().map(|(_, p, _)| *p).collect::<Vec<_>>(), vec![0, 1]);
 //! assert_eq!(pacer.next_departure(), Some(t0 + Span::from_ticks(200_000)));
 //! ```
 
@@ -46,7 +47,7 @@ const SLOTS: usize = 4096;
 /// `K` names a connection, `P` is the datagram (or whatever the caller sends later).
 pub struct PacketPacer<K, P> {
     hz: u64,
-    queue: DepartureQueue<(K, P)>,
+    queue: DepartureQueue<(K, P, Instant)>,
     flows: HashMap<K, Flow>,
 }
 
@@ -115,7 +116,7 @@ impl<K: Copy + Eq + std::hash::Hash, P> PacketPacer<K, P> {
         let flow = self.flow(key);
         let at = flow.stamper.stamp(now, bytes);
         flow.queued += 1;
-        self.queue.push(at, (key, packet));
+        self.queue.push(at, (key, packet, at));
         at
     }
 
@@ -140,11 +141,11 @@ impl<K: Copy + Eq + std::hash::Hash, P> PacketPacer<K, P> {
     }
 
     /// Moves every datagram due at `now` into `out`, in departure order, with its
-    /// connection.
-    pub fn release(&mut self, now: Instant, out: &mut Vec<(K, P)>) -> usize {
+    /// connection and its departure time.
+    pub fn release(&mut self, now: Instant, out: &mut Vec<(K, P, Instant)>) -> usize {
         let start = out.len();
         self.queue.drain_due(now, usize::MAX, out);
-        for (key, _) in &out[start..] {
+        for (key, _, _) in &out[start..] {
             if let Some(flow) = self.flows.get_mut(key) {
                 flow.queued = flow.queued.saturating_sub(1);
             }
@@ -183,7 +184,7 @@ mod tests {
         while !pacer.is_empty() {
             out.clear();
             pacer.release(now, &mut out);
-            left.extend(out.iter().map(|&(_, seq)| (seq, now)));
+            left.extend(out.iter().map(|&(_, seq, _)| (seq, now)));
             now += Span::from_ticks(5_000);
         }
         assert_eq!(left.len(), 100);

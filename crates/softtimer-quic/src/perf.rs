@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use softtimer::{Instant, Span};
+use softtimer::{Clock, Instant, Span};
 
-use crate::{App, ConnId, Driver, QuicEvent, ReadStatus, StreamId};
+use crate::{App, ConnId, Driver, QuicError, QuicEvent, ReadStatus, StreamError, StreamId, VarInt};
 
 /// Length of the pattern's period.
 const PERIOD: usize = 251;
@@ -106,16 +106,11 @@ impl PerfServer {
         }
     }
 
-    fn read(&mut self, driver: &mut Driver, conn: ConnId, stream: StreamId) {
-        // A late event for a stream already answered, or for one whose request was read to
-        // its end and whose answer waits for flow-control credit: nothing to read (quinn-proto
-        // may report a finished stream readable again, and reading it then is an error).
+    fn read<C: Clock + Clone>(&mut self, driver: &mut Driver<C>, conn: ConnId, stream: StreamId) {
+        // A late event for a stream already answered: nothing to read.
         let Some(state) = self.streams.get_mut(&(conn, stream)) else {
             return;
         };
-        if state.responding {
-            return;
-        }
         let before = state.uploaded;
         let status = driver.read(conn, stream, |mut data| {
             if state.header.len() < 8 {
@@ -127,6 +122,7 @@ impl PerfServer {
         });
         self.report.bytes_received += state.uploaded - before;
         match status {
+            Ok(ReadStatus::Finished) if state.responding => {}
             Ok(ReadStatus::Finished) => {
                 if state.header.len() < 8 {
                     // Not a perf request: nothing to answer.
@@ -139,14 +135,17 @@ impl PerfServer {
                 self.write(driver, conn, stream);
             }
             Ok(ReadStatus::Blocked) => {}
-            Ok(ReadStatus::Reset(_)) | Err(_) => {
+            // A request read to its end whose answer waits for flow-control credit: quinn-proto
+            // may report the stream readable again, and it has nothing more to read.
+            Err(QuicError::Stream(StreamError::Closed { .. })) if state.responding => {}
+            Err(_) => {
                 self.report.aborted += 1;
                 self.streams.remove(&(conn, stream));
             }
         }
     }
 
-    fn write(&mut self, driver: &mut Driver, conn: ConnId, stream: StreamId) {
+    fn write<C: Clock + Clone>(&mut self, driver: &mut Driver<C>, conn: ConnId, stream: StreamId) {
         let Some(state) = self.streams.get_mut(&(conn, stream)) else {
             return;
         };
@@ -174,8 +173,8 @@ impl PerfServer {
     }
 }
 
-impl App for PerfServer {
-    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+impl<C: Clock + Clone> App<C> for PerfServer {
+    fn on_event(&mut self, driver: &mut Driver<C>, event: QuicEvent) {
         match event {
             QuicEvent::Connected(_) => self.report.connections += 1,
             QuicEvent::StreamOpened(conn) => {
@@ -353,20 +352,20 @@ impl PerfClient {
         }
     }
 
-    fn micros(driver: &Driver, span: Span) -> f64 {
+    fn micros<C: Clock + Clone>(driver: &Driver<C>, span: Span) -> f64 {
         span.as_nanos(driver.hz()) as f64 / 1000.0
     }
 
-    fn fail(&mut self, driver: &mut Driver, why: String) {
+    fn fail<C: Clock + Clone>(&mut self, driver: &mut Driver<C>, why: String) {
         if self.report.error.is_none() {
             self.report.error = Some(why);
         }
-        let _ = driver.close(self.conn, 1, "error");
+        let _ = driver.close(self.conn, VarInt::from_u32(1), b"error");
         self.state = ClientState::Done;
         driver.stop();
     }
 
-    fn start_request(&mut self, driver: &mut Driver) {
+    fn start_request<C: Clock + Clone>(&mut self, driver: &mut Driver<C>) {
         let now = driver.now();
         match driver.open_bi(self.conn) {
             Ok(Some(stream)) => {
@@ -386,7 +385,7 @@ impl PerfClient {
         }
     }
 
-    fn pump_upload(&mut self, driver: &mut Driver) {
+    fn pump_upload<C: Clock + Clone>(&mut self, driver: &mut Driver<C>) {
         let ClientState::Request(r) = &mut self.state else {
             return;
         };
@@ -415,7 +414,7 @@ impl PerfClient {
         }
     }
 
-    fn read_response(&mut self, driver: &mut Driver, stream: StreamId) {
+    fn read_response<C: Clock + Clone>(&mut self, driver: &mut Driver<C>, stream: StreamId) {
         let verify = self.plan.verify;
         let ClientState::Request(r) = &mut self.state else {
             // A warm-up response: read and drop.
@@ -430,10 +429,7 @@ impl PerfClient {
                         driver.wake_at(self.next_start.expect("set"));
                     }
                     Ok(ReadStatus::Blocked) => {}
-                    Ok(ReadStatus::Reset(code)) => {
-                        self.fail(driver, format!("the server reset the stream (code {code})"))
-                    }
-                    Err(e) => self.fail(driver, e.to_string()),
+                    Err(e) => self.fail(driver, read_failure(&e)),
                 }
             }
             return;
@@ -484,21 +480,18 @@ impl PerfClient {
                 }
             }
             Ok(ReadStatus::Blocked) => {}
-            Ok(ReadStatus::Reset(code)) => {
-                self.fail(driver, format!("the server reset the stream (code {code})"))
-            }
-            Err(e) => self.fail(driver, e.to_string()),
+            Err(e) => self.fail(driver, read_failure(&e)),
         }
     }
 
-    fn finish(&mut self, driver: &mut Driver) {
+    fn finish<C: Clock + Clone>(&mut self, driver: &mut Driver<C>) {
         self.fill_stats(driver);
-        let _ = driver.close(self.conn, 0, "done");
+        let _ = driver.close(self.conn, VarInt::from_u32(0), b"done");
         self.state = ClientState::Done;
         driver.stop();
     }
 
-    fn fill_stats(&mut self, driver: &mut Driver) {
+    fn fill_stats<C: Clock + Clone>(&mut self, driver: &mut Driver<C>) {
         let verified = self.plan.verify.then_some(self.verified);
         self.report.summarize(self.plan.requests, verified);
         let r = &mut self.report;
@@ -517,12 +510,22 @@ impl PerfClient {
     }
 }
 
-fn driver_span(driver: &Driver, d: Duration) -> Span {
+fn driver_span<C: Clock + Clone>(driver: &Driver<C>, d: Duration) -> Span {
     Span::from_duration(d, driver.hz())
 }
 
-impl App for PerfClient {
-    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+/// Why a response could not be read, for the report.
+fn read_failure(e: &QuicError) -> String {
+    match e {
+        QuicError::Stream(StreamError::Reset { code, .. }) => {
+            format!("the server reset the stream (code {code})")
+        }
+        e => e.to_string(),
+    }
+}
+
+impl<C: Clock + Clone> App<C> for PerfClient {
+    fn on_event(&mut self, driver: &mut Driver<C>, event: QuicEvent) {
         match event {
             QuicEvent::Connected(_) => {
                 let now = driver.now();
@@ -558,7 +561,7 @@ impl App for PerfClient {
         }
     }
 
-    fn on_turn(&mut self, driver: &mut Driver) -> bool {
+    fn on_turn(&mut self, driver: &mut Driver<C>) -> bool {
         let now = driver.now();
         match self.state {
             ClientState::Connecting => {

@@ -24,11 +24,16 @@
 //! both at once). [`DriverStats`](crate::DriverStats) counts the probes and those that found
 //! a loss.
 //!
-//! quinn-proto does not say how many bytes are unacknowledged, but it tells its congestion
-//! controller after every ACK. [`FlightTracking`] wraps a controller factory so that each
-//! controller it builds also records that figure where the driver can find it (keyed by the
-//! controller's address, which `Connection::congestion_state` reveals). [`Tuning`] wraps
-//! its controller this way; a connection whose controller is not wrapped gets no probes.
+//! quinn-proto 0.11 does not say how many bytes are unacknowledged (its `bytes_in_flight`
+//! is for its own tests, and only the congestion controller hears of it). The driver
+//! derives what the probe needs, per connection, from what passes through it: data sent (the
+//! counters of ack-eliciting frames in `Connection::stats`, read after each datagram it
+//! polls), ACKs processed (the count of ACK frames received, read after each datagram it
+//! hands in), and whether data is still outstanding after an ACK, from quinn-proto's next
+//! timeout: quinn-proto keeps its loss-detection timer armed exactly while ack-eliciting data
+//! is in flight, one PTO after the last of it, and once an ACK leaves nothing outstanding its
+//! next timer is the idle timer, at least three PTOs on. That works with any congestion
+//! controller.
 //!
 //! ```
 //! use softtimer::{Instant, Span};
@@ -44,17 +49,7 @@
 //! // One probe per flight of new data.
 //! assert_eq!(probe.deadline(), None);
 //! ```
-//!
-//! [`Tuning`]: crate::tls::Tuning
 
-use std::any::Any;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Instant as StdInstant;
-
-use quinn_proto::RttEstimator;
-use quinn_proto::congestion::{Controller, ControllerFactory, ControllerMetrics};
 use softtimer::{Instant, Span};
 
 /// What changed on a connection since the driver last looked.
@@ -133,170 +128,6 @@ impl TailProbe {
     }
 }
 
-/// What a tracked controller saw of its connection's flight, for the driver.
-#[derive(Debug, Default)]
-pub(crate) struct Flight {
-    /// Unacknowledged bytes in flight after the latest ACK.
-    in_flight: AtomicU64,
-    /// ACKs processed so far.
-    acks: AtomicU64,
-}
-
-impl Flight {
-    /// Bytes in flight after the latest ACK, and how many ACKs have been processed.
-    pub(crate) fn read(&self) -> (u64, u64) {
-        (
-            self.in_flight.load(Ordering::Relaxed),
-            self.acks.load(Ordering::Relaxed),
-        )
-    }
-}
-
-/// Live tracked controllers by address. quinn-proto keeps each controller boxed, so its
-/// address is stable for its life; it is removed when the controller is dropped.
-static FLIGHTS: LazyLock<Mutex<HashMap<usize, Arc<Flight>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
-
-fn flights() -> std::sync::MutexGuard<'static, HashMap<usize, Arc<Flight>>> {
-    // A panic elsewhere while holding the lock leaves a map that is still consistent.
-    FLIGHTS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The address that identifies a controller: the data pointer of the trait object.
-pub(crate) fn controller_key(controller: &dyn Controller) -> usize {
-    controller as *const dyn Controller as *const () as usize
-}
-
-/// The flight record of the controller at `key`, if it is a tracked one.
-pub(crate) fn flight_at(key: usize) -> Option<Arc<Flight>> {
-    flights().get(&key).cloned()
-}
-
-/// Wraps a congestion controller factory so that the driver can see each connection's
-/// unacknowledged bytes; the controllers behave exactly as the wrapped ones.
-///
-/// ```
-/// use std::sync::Arc;
-/// use quinn_proto::congestion::CubicConfig;
-/// use softtimer_quic::probe::FlightTracking;
-///
-/// let mut transport = quinn_proto::TransportConfig::default();
-/// transport.congestion_controller_factory(Arc::new(FlightTracking::new(Arc::new(
-///     CubicConfig::default(),
-/// ))));
-/// ```
-pub struct FlightTracking {
-    inner: Arc<dyn ControllerFactory + Send + Sync>,
-}
-
-impl std::fmt::Debug for FlightTracking {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FlightTracking").finish_non_exhaustive()
-    }
-}
-
-impl FlightTracking {
-    /// Tracks the controllers `inner` builds.
-    pub fn new(inner: Arc<dyn ControllerFactory + Send + Sync>) -> FlightTracking {
-        FlightTracking { inner }
-    }
-}
-
-impl ControllerFactory for FlightTracking {
-    fn build(self: Arc<Self>, now: StdInstant, current_mtu: u16) -> Box<dyn Controller> {
-        Tracked::boxed(Arc::clone(&self.inner).build(now, current_mtu))
-    }
-}
-
-struct Tracked {
-    inner: Box<dyn Controller>,
-    flight: Arc<Flight>,
-}
-
-impl Tracked {
-    fn boxed(inner: Box<dyn Controller>) -> Box<dyn Controller> {
-        let flight = Arc::new(Flight::default());
-        let tracked: Box<dyn Controller> = Box::new(Tracked {
-            inner,
-            flight: Arc::clone(&flight),
-        });
-        flights().insert(controller_key(tracked.as_ref()), flight);
-        tracked
-    }
-}
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        let key = self as *const Tracked as *const () as usize;
-        flights().remove(&key);
-    }
-}
-
-impl Controller for Tracked {
-    fn on_sent(&mut self, now: StdInstant, bytes: u64, last_packet_number: u64) {
-        self.inner.on_sent(now, bytes, last_packet_number);
-    }
-
-    fn on_ack(
-        &mut self,
-        now: StdInstant,
-        sent: StdInstant,
-        bytes: u64,
-        app_limited: bool,
-        rtt: &RttEstimator,
-    ) {
-        self.inner.on_ack(now, sent, bytes, app_limited, rtt);
-    }
-
-    fn on_end_acks(
-        &mut self,
-        now: StdInstant,
-        in_flight: u64,
-        app_limited: bool,
-        largest_packet_num_acked: Option<u64>,
-    ) {
-        self.flight.in_flight.store(in_flight, Ordering::Relaxed);
-        self.flight.acks.fetch_add(1, Ordering::Relaxed);
-        self.inner
-            .on_end_acks(now, in_flight, app_limited, largest_packet_num_acked);
-    }
-
-    fn on_congestion_event(
-        &mut self,
-        now: StdInstant,
-        sent: StdInstant,
-        is_persistent_congestion: bool,
-        lost_bytes: u64,
-    ) {
-        self.inner
-            .on_congestion_event(now, sent, is_persistent_congestion, lost_bytes);
-    }
-
-    fn on_mtu_update(&mut self, new_mtu: u16) {
-        self.inner.on_mtu_update(new_mtu);
-    }
-
-    fn window(&self) -> u64 {
-        self.inner.window()
-    }
-
-    fn metrics(&self) -> ControllerMetrics {
-        self.inner.metrics()
-    }
-
-    fn clone_box(&self) -> Box<dyn Controller> {
-        Tracked::boxed(self.inner.clone_box())
-    }
-
-    fn initial_window(&self) -> u64 {
-        self.inner.initial_window()
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,32 +192,5 @@ mod tests {
         let mut fresh = TailProbe::default();
         fresh.observe(at(0), Progress::DATA_SENT, Span::from_ticks(0));
         assert_eq!(fresh.deadline(), None);
-    }
-
-    #[test]
-    fn a_tracked_controller_reports_its_flight_until_dropped() {
-        let factory = Arc::new(FlightTracking::new(Arc::new(
-            quinn_proto::congestion::CubicConfig::default(),
-        )));
-        let now = StdInstant::now();
-        let mut controller = factory.build(now, 1200);
-        let key = controller_key(controller.as_ref());
-        let flight = flight_at(key).expect("registered");
-        assert_eq!(flight.read(), (0, 0));
-        controller.on_end_acks(now, 3600, false, Some(7));
-        assert_eq!(flight.read(), (3600, 1));
-        let copy = controller.clone_box();
-        let copy_key = controller_key(copy.as_ref());
-        assert_ne!(copy_key, key);
-        let copy_flight = flight_at(copy_key).expect("registered");
-        // Other tests build controllers too, and one may reuse a freed address: what must
-        // be gone is this controller's record.
-        let gone = |key: usize, flight: &Arc<Flight>| {
-            flight_at(key).is_none_or(|f| !Arc::ptr_eq(&f, flight))
-        };
-        drop(controller);
-        assert!(gone(key, &flight), "still registered after drop");
-        drop(copy);
-        assert!(gone(copy_key, &copy_flight));
     }
 }

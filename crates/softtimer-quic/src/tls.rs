@@ -1,42 +1,146 @@
-//! TLS for the driver: a self-signed certificate made at start-up, rustls on the `ring`
-//! provider, ALPN `perf`, as quinn's own examples set it up; and the shared transport
-//! settings every arm of an experiment uses.
+//! TLS and transport settings for the driver: a certificate (self-signed, from PEM files or
+//! PEM text), rustls on the `ring` provider, an ALPN list, and quinn-proto's
+//! `TransportConfig` passed through; or a rustls configuration of the caller's own. The
+//! [`Tuning`] every arm of the lab's comparisons shares, and the ALPN `perf` its tools speak,
+//! are one use of them.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use softtimer_quic::tls::{Identity, Trust, client_config_with, server_config_with};
+//!
+//! let identity = Identity::self_signed(&["localhost"]).unwrap();
+//! let transport = Arc::new(quinn_proto::TransportConfig::default());
+//! let server = server_config_with(&identity, &[b"h3", b"hq-interop"], Arc::clone(&transport));
+//! let client = client_config_with(&Trust::Cert(identity.cert.clone()), &[b"h3"], transport);
+//! assert!(server.is_ok() && client.is_ok());
+//! ```
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use std::path::Path;
+
 use quinn_proto::{
     AckFrequencyConfig, ClientConfig, ServerConfig, TransportConfig, VarInt,
     congestion::ControllerFactory,
 };
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 
-use crate::QuicError;
-use crate::probe::FlightTracking;
+use crate::{ConfigError, QuicError, TlsError};
 
 /// The ALPN of the QUIC performance protocol (draft-banks-quic-performance).
 pub const ALPN_PERF: &[u8] = b"perf";
 
-/// A certificate and its key, DER encoded.
-#[derive(Clone, Debug)]
+/// A certificate chain and its key, DER encoded.
+#[derive(Debug)]
 pub struct Identity {
-    /// The certificate.
+    /// The end-entity certificate.
     pub cert: CertificateDer<'static>,
-    /// Its PKCS #8 private key, DER.
-    pub key: Vec<u8>,
+    /// The certificates that chain it to a root, if any.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// Its private key.
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl Clone for Identity {
+    fn clone(&self) -> Self {
+        Identity {
+            cert: self.cert.clone(),
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
+    }
 }
 
 impl Identity {
-    /// A fresh self-signed certificate for `names` (for example `["localhost"]`).
+    /// A fresh self-signed certificate for `names` (for example `["localhost"]`), on an
+    /// ECDSA P-256 key, as rcgen makes by default.
     pub fn self_signed(names: &[&str]) -> Result<Identity, QuicError> {
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let certified = rcgen::generate_simple_self_signed(names)
-            .map_err(|e| QuicError::Tls(format!("making a self-signed certificate: {e}")))?;
+        let certified = rcgen::generate_simple_self_signed(names).map_err(TlsError::SelfSigned)?;
         Ok(Identity {
             cert: certified.cert.der().clone(),
-            key: certified.signing_key.serialize_der(),
+            chain: Vec::new(),
+            key: PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()).into(),
         })
+    }
+
+    /// A fresh self-signed certificate for `names` on an Ed25519 key: its signatures all
+    /// have one length, so a handshake's datagram sizes do not vary from run to run (what a
+    /// reproducible simulated run needs).
+    pub fn self_signed_ed25519(names: &[&str]) -> Result<Identity, QuicError> {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let key =
+            rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).map_err(TlsError::SelfSigned)?;
+        let params = rcgen::CertificateParams::new(names).map_err(TlsError::SelfSigned)?;
+        let cert = params.self_signed(&key).map_err(TlsError::SelfSigned)?;
+        Ok(Identity {
+            cert: cert.der().clone(),
+            chain: Vec::new(),
+            key: PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        })
+    }
+
+    /// The certificate chain and key in PEM text (the end-entity certificate first, then its
+    /// chain; the first private key found, PKCS #8, PKCS #1 or SEC1).
+    pub fn from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<Identity, QuicError> {
+        Identity::parse(cert_pem, key_pem, "memory", "memory")
+    }
+
+    /// The certificate chain and key in the PEM files `cert` and `key`.
+    pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Identity, QuicError> {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|source| TlsError::Read {
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        let (cert_pem, key_pem) = (read(cert)?, read(key)?);
+        Identity::parse(
+            &cert_pem,
+            &key_pem,
+            &cert.display().to_string(),
+            &key.display().to_string(),
+        )
+    }
+
+    fn parse(
+        cert_pem: &[u8],
+        key_pem: &[u8],
+        cert_origin: &str,
+        key_origin: &str,
+    ) -> Result<Identity, QuicError> {
+        let pem = |what, origin: &str, source| TlsError::Pem {
+            what,
+            origin: origin.to_string(),
+            source,
+        };
+        let mut certs = CertificateDer::pem_slice_iter(cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| pem("certificate", cert_origin, e))?
+            .into_iter();
+        let cert = certs.next().ok_or_else(|| {
+            pem(
+                "certificate",
+                cert_origin,
+                rustls::pki_types::pem::Error::NoItemsFound,
+            )
+        })?;
+        let key = PrivateKeyDer::from_pem_slice(key_pem)
+            .map_err(|e| pem("private key", key_origin, e))?;
+        Ok(Identity {
+            cert,
+            chain: certs.collect(),
+            key,
+        })
+    }
+
+    fn chain(&self) -> Vec<CertificateDer<'static>> {
+        std::iter::once(self.cert.clone())
+            .chain(self.chain.iter().cloned())
+            .collect()
     }
 }
 
@@ -55,9 +159,8 @@ pub struct Tuning {
     /// Per-stream and connection receive window, and the send window, bytes. Set it to at
     /// least twice the path's bandwidth-delay product.
     pub window: u64,
-    /// The congestion controller (quinn-proto's CUBIC by default). It is wrapped in
-    /// [`FlightTracking`], which lets the driver's tail-loss probe see unacknowledged bytes
-    /// and changes nothing of its behaviour.
+    /// The congestion controller (quinn-proto's CUBIC by default; the driver's tail-loss
+    /// probe works with any).
     pub controller: Arc<dyn ControllerFactory + Send + Sync>,
     /// Idle timeout of a connection.
     pub idle_timeout: Duration,
@@ -102,18 +205,16 @@ impl std::fmt::Debug for Tuning {
 impl Tuning {
     /// quinn-proto's transport configuration with these settings.
     pub fn transport(&self) -> Result<TransportConfig, QuicError> {
-        let window = VarInt::from_u64(self.window)
-            .map_err(|_| QuicError::Config(format!("window {} is too large", self.window)))?;
+        let window =
+            VarInt::from_u64(self.window).map_err(|e| ConfigError::Window(self.window, e))?;
         let idle = quinn_proto::IdleTimeout::try_from(self.idle_timeout)
-            .map_err(|_| QuicError::Config("idle timeout is too large".into()))?;
+            .map_err(|e| ConfigError::IdleTimeout(self.idle_timeout, e))?;
         let mut t = TransportConfig::default();
         t.stream_receive_window(window)
             .receive_window(window)
             .send_window(self.window)
             .max_idle_timeout(Some(idle))
-            .congestion_controller_factory(Arc::new(FlightTracking::new(Arc::clone(
-                &self.controller,
-            ))))
+            .congestion_controller_factory(Arc::clone(&self.controller))
             .enable_segmentation_offload(self.gso);
         if !self.mtu_discovery {
             t.mtu_discovery_config(None);
@@ -136,20 +237,42 @@ impl Tuning {
 
 /// A server configuration presenting `identity`, ALPN `perf`, with `tuning`.
 pub fn server_config(identity: &Identity, tuning: &Tuning) -> Result<ServerConfig, QuicError> {
+    server_config_with(identity, &[ALPN_PERF], Arc::new(tuning.transport()?))
+}
+
+/// A server configuration presenting `identity`, offering the protocols `alpn` (in order of
+/// preference; a client that offers none of them fails its handshake with TLS's
+/// `no_application_protocol`), with quinn-proto's `transport` settings.
+pub fn server_config_with(
+    identity: &Identity,
+    alpn: &[&[u8]],
+    transport: Arc<TransportConfig>,
+) -> Result<ServerConfig, QuicError> {
     let mut tls = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| QuicError::Tls(e.to_string()))?
+        .map_err(|source| TlsError::Rustls {
+            what: "TLS 1.3 on the ring provider",
+            source,
+        })?
         .with_no_client_auth()
-        .with_single_cert(
-            vec![identity.cert.clone()],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(identity.key.clone())),
-        )
-        .map_err(|e| QuicError::Tls(format!("server certificate: {e}")))?;
-    tls.alpn_protocols = vec![ALPN_PERF.to_vec()];
-    let crypto =
-        QuicServerConfig::try_from(tls).map_err(|e| QuicError::Tls(format!("server TLS: {e}")))?;
+        .with_single_cert(identity.chain(), identity.key.clone_key())
+        .map_err(|source| TlsError::Rustls {
+            what: "the server's certificate and key",
+            source,
+        })?;
+    tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    server_config_from_rustls(tls, transport)
+}
+
+/// A server configuration from a rustls configuration of the caller's own (TLS 1.3, its
+/// own certificates, ALPN and client authentication), with quinn-proto's `transport`.
+pub fn server_config_from_rustls(
+    tls: rustls::ServerConfig,
+    transport: Arc<TransportConfig>,
+) -> Result<ServerConfig, QuicError> {
+    let crypto = QuicServerConfig::try_from(tls).map_err(TlsError::NoInitialCipherSuite)?;
     let mut config = ServerConfig::with_crypto(Arc::new(crypto));
-    config.transport_config(Arc::new(tuning.transport()?));
+    config.transport_config(transport);
     Ok(config)
 }
 
@@ -158,25 +281,67 @@ pub fn server_config(identity: &Identity, tuning: &Tuning) -> Result<ServerConfi
 pub enum Trust {
     /// Exactly this certificate (the server's self-signed one).
     Cert(CertificateDer<'static>),
+    /// These roots.
+    Roots(Arc<rustls::RootCertStore>),
     /// Any certificate: for testing against a server whose certificate is unknown.
     Insecure,
     /// Nothing: every handshake fails (how a client without a trust root behaves).
     Nothing,
 }
 
+impl Trust {
+    /// The certificates in the PEM file `path` as roots.
+    pub fn pem_file(path: &Path) -> Result<Trust, QuicError> {
+        let pem = std::fs::read(path).map_err(|source| TlsError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|source| TlsError::Pem {
+                what: "certificate",
+                origin: path.display().to_string(),
+                source,
+            })?;
+            roots.add(cert).map_err(|source| TlsError::Rustls {
+                what: "a trusted certificate",
+                source,
+            })?;
+        }
+        Ok(Trust::Roots(Arc::new(roots)))
+    }
+}
+
 /// A client configuration with ALPN `perf` that trusts `trust`, with `tuning`.
 pub fn client_config(trust: &Trust, tuning: &Tuning) -> Result<ClientConfig, QuicError> {
+    client_config_with(trust, &[ALPN_PERF], Arc::new(tuning.transport()?))
+}
+
+/// A client configuration that trusts `trust`, offers the protocols `alpn`, with
+/// quinn-proto's `transport` settings.
+pub fn client_config_with(
+    trust: &Trust,
+    alpn: &[&[u8]],
+    transport: Arc<TransportConfig>,
+) -> Result<ClientConfig, QuicError> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| QuicError::Tls(e.to_string()))?;
+        .map_err(|source| TlsError::Rustls {
+            what: "TLS 1.3 on the ring provider",
+            source,
+        })?;
     let mut tls = match trust {
         Trust::Cert(cert) => {
             let mut roots = rustls::RootCertStore::empty();
-            roots
-                .add(cert.clone())
-                .map_err(|e| QuicError::Tls(format!("trusted certificate: {e}")))?;
+            roots.add(cert.clone()).map_err(|source| TlsError::Rustls {
+                what: "the trusted certificate",
+                source,
+            })?;
             builder.with_root_certificates(roots).with_no_client_auth()
         }
+        Trust::Roots(roots) => builder
+            .with_root_certificates(Arc::clone(roots))
+            .with_no_client_auth(),
         Trust::Nothing => builder
             .with_root_certificates(rustls::RootCertStore::empty())
             .with_no_client_auth(),
@@ -185,11 +350,19 @@ pub fn client_config(trust: &Trust, tuning: &Tuning) -> Result<ClientConfig, Qui
             .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider())))
             .with_no_client_auth(),
     };
-    tls.alpn_protocols = vec![ALPN_PERF.to_vec()];
-    let crypto =
-        QuicClientConfig::try_from(tls).map_err(|e| QuicError::Tls(format!("client TLS: {e}")))?;
+    tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    client_config_from_rustls(tls, transport)
+}
+
+/// A client configuration from a rustls configuration of the caller's own, with
+/// quinn-proto's `transport`.
+pub fn client_config_from_rustls(
+    tls: rustls::ClientConfig,
+    transport: Arc<TransportConfig>,
+) -> Result<ClientConfig, QuicError> {
+    let crypto = QuicClientConfig::try_from(tls).map_err(TlsError::NoInitialCipherSuite)?;
     let mut config = ClientConfig::new(Arc::new(crypto));
-    config.transport_config(Arc::new(tuning.transport()?));
+    config.transport_config(transport);
     Ok(config)
 }
 

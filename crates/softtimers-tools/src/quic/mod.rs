@@ -280,22 +280,24 @@ fn driver_side(quic: &mut QuicLoop) -> DriverSide {
         let span = ev.idle_policy().spin_window;
         ev.clock().duration(span).as_secs_f64() * 1e6
     };
+    let io = quic.stats().clone();
     let d = quic.driver();
+    let stats = d.stats();
     let (p50, p99, max, hist) = timer_side(d.timer_lateness());
     let paced = !d.release_lateness().is_empty();
     DriverSide {
-        datagrams_sent: Some(d.stats().datagrams_sent),
-        send_calls: Some(d.stats().send_calls),
-        timeouts: d.stats().timeouts,
-        tail_probes: Some(d.stats().tail_probes),
-        tail_probes_finding_loss: Some(d.stats().tail_probes_finding_loss),
+        datagrams_sent: Some(io.datagrams_sent),
+        send_calls: Some(io.send_calls),
+        timeouts: stats.timeouts,
+        tail_probes: Some(stats.tail_probes),
+        tail_probes_finding_loss: Some(stats.tail_probes_finding_loss),
         timer_late_p50_us: p50,
         timer_late_p99_us: p99,
         timer_late_max_us: max,
         release_late_p99_us: paced
             .then(|| d.release_lateness().value_at_quantile(0.99) as f64 / 1000.0),
         timer_late_hist: hist,
-        causes: Some(d.stats().causes),
+        causes: Some(io.causes),
         spin_window_us: Some(spin_window_us),
         idle_spin_ms: Some(counters.idle_spin_ns as f64 / 1e6),
     }

@@ -1,0 +1,860 @@
+//! The sans-IO driver core: one quinn-proto `Endpoint` and its connections, their timers as
+//! soft events, per-packet pacing, the tail-loss probe and compact closed-connection records.
+//!
+//! Datagrams go in ([`Driver::handle_datagram`]), transmits come out
+//! ([`Driver::poll_transmit`]), and the next time the driver wants to be called comes out too
+//! ([`Driver::poll_timeout`], then [`Driver::handle_timeout`]), with `now` always passed in,
+//! as quinn-proto's `Endpoint` and `Connection` and smoltcp's `poll_at` work. The driver has no
+//! socket, reads no clock on its own and starts no thread: [`QuicSocket`](crate::QuicSocket)
+//! runs it on a UDP socket in a `softtimer-rt` loop, and [`sim`](crate::sim) runs two of them
+//! against each other on a simulated clock.
+
+mod closed;
+mod conn;
+mod streams;
+mod time;
+mod transmit;
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use hdrhistogram::Histogram;
+use quinn_proto::{
+    ClientConfig, ConnectionError, ConnectionHandle, ConnectionIdGenerator, DatagramEvent,
+    EcnCodepoint, Endpoint, EndpointConfig, EndpointEvent, ServerConfig, StreamId, VarInt,
+};
+use softtimer::{Clock, EventId, Instant, SoftTimers, Span, SystemClock, TriggerSource};
+
+pub use closed::ClosedStats;
+pub use conn::ConnId;
+pub use transmit::Transmit;
+
+use crate::error::{ConfigError, QuicError};
+use crate::pacing::PacketPacer;
+use closed::{Cid, ClosedTable, Late};
+use conn::Slots;
+use time::{TimeMap, std_base, wake_plan};
+
+/// quinn's own cap on the datagrams of one GSO send (quinn 0.11 `MAX_TRANSMIT_SEGMENTS`).
+pub const DEFAULT_MAX_DATAGRAMS: usize = 10;
+
+/// How the datagrams of a connection are spaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Pacing {
+    /// quinn-proto's own pacer: bursts of 10 to 256 datagrams every 2 ms, its pacing timer a
+    /// soft event.
+    #[default]
+    Quinn,
+    /// Every datagram (or every [`DriverConfig::datagrams_per_departure`] of them, sent
+    /// together) gets its own departure time at 1.25 × cwnd / srtt and leaves from the
+    /// departure-time scheduler ([`PacketPacer`]), as Linux's `fq` paces the kernel's TCP.
+    /// A closed connection's CONNECTION_CLOSE leaves at once: like quinn-proto, the driver
+    /// does not pace what is not congestion controlled.
+    PerPacket,
+}
+
+/// What the driver keeps of a connection once it has closed, for the drain period
+/// RFC 9000 §10.2 asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ClosedState {
+    /// A compact record (its connection ID, the peer's address, the close datagram to
+    /// repeat, one soft event), quinn-proto's `Connection` freed at once; see
+    /// [`ClosedStats`].
+    #[default]
+    Compact,
+    /// quinn-proto's `Connection` itself, until its drain ends.
+    Full,
+}
+
+/// A factory of connection-ID generators (quinn-proto's `EndpointConfig::cid_generator`).
+pub type CidGeneratorFactory = Arc<dyn Fn() -> Box<dyn ConnectionIdGenerator> + Send + Sync>;
+
+/// How the driver runs its connections.
+#[derive(Clone)]
+pub struct DriverConfig {
+    /// Per-packet pacing or quinn's own.
+    pub pacing: Pacing,
+    /// Round every timer quinn-proto asks for up to this granularity (from the driver's
+    /// start), the way tokio's 1 ms wheel rounds: to separate timer precision from everything
+    /// else that differs between runtimes. `None`: fire at the time asked.
+    pub timer_granularity: Option<Duration>,
+    /// The most datagrams of one GSO send (quinn's pacer path only; the I/O layer caps it
+    /// by what its socket supports).
+    pub max_datagrams: usize,
+    /// With [`Pacing::PerPacket`], how many datagrams leave together at each departure
+    /// time, as one GSO send. 1 spaces every datagram (a system call and, on an idle loop, a
+    /// wake-up per datagram); 2 is the smallest burst Linux's TCP sends under pacing
+    /// (`tcp_min_tso_segs`), at half the system calls, with pairs back to back. The I/O
+    /// layer caps it by what its socket supports (1 without GSO).
+    pub datagrams_per_departure: usize,
+    /// `SO_SNDBUF` and `SO_RCVBUF` to ask for (the I/O layer's).
+    pub socket_buffer: Option<usize>,
+    /// Send a tail-loss probe (a PING) two smoothed RTTs after the latest data or ACK while
+    /// data is unacknowledged, once per flight ([`probe`](crate::probe)): the peer's
+    /// immediate ACK of it lets quinn-proto find a lost last packet about one RTT later,
+    /// instead of after its probe timeout (which includes the peer's 25 ms ACK delay).
+    /// Works with any congestion controller.
+    pub tail_probe: bool,
+    /// What a closed connection is kept as during its drain period.
+    pub closed_state: ClosedState,
+    /// Hold closed connections this long instead of quinn-proto's three PTOs (to make many
+    /// pile up, for a measurement). `None`: quinn-proto's own period.
+    pub drain_period: Option<Duration>,
+    /// How late a wake-up of the loop running the driver may be (its idle policy's spin
+    /// window): a paced departure alone tolerates that much, an event that needs precision
+    /// does not ([`Timeout::spin`]). [`QuicSocket`](crate::QuicSocket) sets it from its loop.
+    pub wake_lateness: Duration,
+    /// Seed for quinn-proto's endpoint random numbers (`None`: from the system). With a seed
+    /// and a simulated clock, a run's transcript of times and sizes is reproducible.
+    pub rng_seed: Option<[u8; 32]>,
+    /// The connection-ID generator (quinn-proto's random 8-byte IDs by default). Its ID
+    /// length is how the driver reads short headers to find closed connections.
+    pub cid_generator: Option<CidGeneratorFactory>,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            pacing: Pacing::Quinn,
+            timer_granularity: None,
+            max_datagrams: DEFAULT_MAX_DATAGRAMS,
+            datagrams_per_departure: 1,
+            socket_buffer: Some(8 << 20),
+            tail_probe: true,
+            closed_state: ClosedState::Compact,
+            drain_period: None,
+            wake_lateness: Duration::ZERO,
+            rng_seed: None,
+            cid_generator: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for DriverConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverConfig")
+            .field("pacing", &self.pacing)
+            .field("timer_granularity", &self.timer_granularity)
+            .field("max_datagrams", &self.max_datagrams)
+            .field("datagrams_per_departure", &self.datagrams_per_departure)
+            .field("socket_buffer", &self.socket_buffer)
+            .field("tail_probe", &self.tail_probe)
+            .field("closed_state", &self.closed_state)
+            .field("drain_period", &self.drain_period)
+            .field("wake_lateness", &self.wake_lateness)
+            .field("rng_seed", &self.rng_seed.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the driver tells the application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuicEvent {
+    /// The handshake completed.
+    Connected(ConnId),
+    /// The peer opened streams: take them with [`Driver::accept_bi`].
+    StreamOpened(ConnId),
+    /// A stream has data (or its end) to read.
+    Readable(ConnId, StreamId),
+    /// A stream that was blocked takes writes again.
+    Writable(ConnId, StreamId),
+    /// All data written to a finished stream was acknowledged.
+    Finished(ConnId, StreamId),
+    /// The peer asked us to stop sending on a stream, with its code.
+    Stopped(ConnId, StreamId, VarInt),
+    /// The connection has ended: closed by the peer or by us
+    /// ([`ConnectionError::LocallyClosed`]), timed out, reset or failed. Its statistics
+    /// ([`Driver::connection_stats`]) can still be read while this event is handled; at the
+    /// driver's next call its state is freed or compacted.
+    Lost(ConnId, ConnectionError),
+}
+
+/// What a read found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadStatus {
+    /// Everything available was read; more may come.
+    Blocked,
+    /// The stream's end was reached.
+    Finished,
+}
+
+/// When the driver wants [`Driver::handle_timeout`] (or [`Driver::poll_transmit`], for a
+/// paced departure) called next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeout {
+    /// The time.
+    pub at: Instant,
+    /// Whether the wake-up needs precision. `false` when it is for a paced departure alone
+    /// with nothing precise due within [`DriverConfig::wake_lateness`] after it: a departure
+    /// a wake-up late leaves later departures at their times, so the spacing holds, and a
+    /// loop may block until it instead of spinning.
+    pub spin: bool,
+}
+
+/// The driver's counters.
+#[derive(Clone, Debug, Default)]
+pub struct DriverStats {
+    /// Datagrams handed to [`Driver::handle_datagram`].
+    pub datagrams_received: u64,
+    /// Datagrams quinn-proto's endpoint took without a connection event or a response:
+    /// malformed, for an unknown connection that gets no reset, or buffered for a
+    /// connection being accepted.
+    pub datagrams_ignored: u64,
+    /// Transmits handed out by [`Driver::poll_transmit`].
+    pub transmits: u64,
+    /// quinn-proto timeouts handled.
+    pub timeouts: u64,
+    /// Tail-loss probes sent ([`DriverConfig::tail_probe`]). A probe with nothing lost
+    /// (the peer was only delaying its ACK) costs one PING.
+    pub tail_probes: u64,
+    /// Tail-loss probes after which quinn-proto declared packets lost before the connection
+    /// next sent data: the probes that found a loss.
+    pub tail_probes_finding_loss: u64,
+    /// Stateless resets quinn-proto's endpoint sent (answers to short-header packets for
+    /// connections it does not know).
+    pub stateless_resets: u64,
+    /// The closed-connection records.
+    pub closed: ClosedStats,
+}
+
+/// What the driver's soft events stand for.
+#[derive(Clone, Copy, Debug)]
+enum Timer {
+    /// quinn-proto's timeout of the connection in this slot.
+    Quinn(u32),
+    /// The tail-loss probe of the connection in this slot.
+    Probe(u32),
+    /// The end of the drain-period override of the (full) connection in this slot.
+    Hold(u32),
+    /// An application wake-up ([`Driver::wake_at`]).
+    App,
+}
+
+/// A datagram the driver holds (paced, or a response waiting to be polled).
+pub(crate) struct Datagram {
+    pub destination: SocketAddr,
+    pub ecn: Option<EcnCodepoint>,
+    pub src_ip: Option<IpAddr>,
+    pub bytes: Vec<u8>,
+    pub segment_size: Option<usize>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
+}
+
+/// One quinn-proto endpoint and its connections, sans IO.
+///
+/// Datagrams go in ([`handle_datagram`](Self::handle_datagram)), transmits come out
+/// ([`poll_transmit`](Self::poll_transmit)), and the next time the driver wants to be called
+/// comes out too ([`poll_timeout`](Self::poll_timeout), then
+/// [`handle_timeout`](Self::handle_timeout)), with `now` always passed in; the application's
+/// events come out of [`poll_event`](Self::poll_event) (or [`dispatch`](Self::dispatch) to an
+/// [`App`](crate::App)). It owns quinn-proto's endpoint and connections, their timers as soft
+/// events in a [`SoftTimers`] facility on the clock `C`, per-packet pacing, the tail-loss
+/// probe, and the compact records of closed connections; it has no socket, reads its clock
+/// only once (when built), and starts no thread. [`QuicSocket`](crate::QuicSocket) runs it on
+/// a UDP socket; [`sim`](crate::sim) runs two of them through an in-memory link.
+///
+/// ```
+/// use softtimer::SimClock;
+/// use softtimer_quic::{Driver, DriverConfig};
+///
+/// let clock = SimClock::new(1_000_000_000);
+/// let mut driver = Driver::new(clock, DriverConfig::default(), None).unwrap();
+/// // Nothing to do yet: no transmit, no timer.
+/// let mut buf = Vec::new();
+/// assert!(driver.poll_transmit(driver.latest(), &mut buf).is_none());
+/// assert!(driver.poll_timeout().is_none());
+/// ```
+pub struct Driver<C: Clock + Clone = SystemClock> {
+    endpoint: Endpoint,
+    conns: Slots,
+    /// Connections to settle: their endpoint and application events, timers and close.
+    unsettled: Vec<u32>,
+    /// Connections to ask for datagrams, in order.
+    sendable: VecDeque<u32>,
+    /// Connections whose `Lost` event the application has taken.
+    reported: Vec<u32>,
+    events: VecDeque<QuicEvent>,
+    /// Endpoint responses and closed-record answers, sent before anything else.
+    responses: VecDeque<Datagram>,
+    /// Paced datagrams due, with their departure times.
+    released: VecDeque<(Datagram, Instant)>,
+    pacer: PacketPacer<u32, Datagram>,
+    timers: SoftTimers<Timer, C>,
+    /// The ends of the closed records' drain periods (by record index), apart from the
+    /// connections' timers so that many of them do not slow those down.
+    drains: SoftTimers<u32, C>,
+    app_timer: Option<(EventId, Instant)>,
+    closed: ClosedTable,
+    config: DriverConfig,
+    granularity: Option<Span>,
+    wake_lateness: Span,
+    cid_len: usize,
+    map: TimeMap,
+    latest: Instant,
+    clock: C,
+    spare: Vec<Vec<u8>>,
+    stats: DriverStats,
+    timer_lateness: Histogram<u64>,
+    release_lateness: Histogram<u64>,
+    stop: bool,
+}
+
+impl<C: Clock + Clone> Driver<C> {
+    /// A driver on `clock`; a server when `server` is given (it can still connect as a
+    /// client). The clock is read once, here, as the start of its time; every other time is
+    /// passed in.
+    pub fn new(
+        clock: C,
+        config: DriverConfig,
+        server: Option<ServerConfig>,
+    ) -> Result<Driver<C>, QuicError> {
+        if config.max_datagrams == 0 {
+            return Err(ConfigError::ZeroMaxDatagrams.into());
+        }
+        if config.datagrams_per_departure == 0 {
+            return Err(ConfigError::ZeroPerDeparture.into());
+        }
+        if config.timer_granularity == Some(Duration::ZERO) {
+            return Err(ConfigError::ZeroGranularity.into());
+        }
+        if config.drain_period == Some(Duration::ZERO) {
+            return Err(ConfigError::ZeroDrainPeriod.into());
+        }
+        let factory: CidGeneratorFactory = config.cid_generator.clone().unwrap_or_else(|| {
+            Arc::new(|| Box::new(quinn_proto::RandomConnectionIdGenerator::default()))
+        });
+        let cid_len = factory().cid_len();
+        let mut endpoint_config = EndpointConfig::default();
+        let generator = Arc::clone(&factory);
+        endpoint_config.cid_generator(move || generator());
+        endpoint_config.rng_seed(config.rng_seed);
+        let endpoint = Endpoint::new(
+            Arc::new(endpoint_config),
+            server.map(Arc::new),
+            false,
+            config.rng_seed,
+        );
+        let timers: SoftTimers<Timer, C> =
+            SoftTimers::new(clock.clone()).map_err(|e| QuicError::from(ConfigError::Timers(e)))?;
+        let drains: SoftTimers<u32, C> =
+            SoftTimers::new(clock.clone()).map_err(|e| QuicError::from(ConfigError::Timers(e)))?;
+        let hz = clock.resolution_hz();
+        let start = timers.measure_time();
+        let map = TimeMap {
+            std: std_base(),
+            soft: start,
+            hz,
+        };
+        let granularity = config
+            .timer_granularity
+            .map(|g| Span::from_duration(g, hz).max(Span::from_ticks(1)));
+        Ok(Driver {
+            endpoint,
+            conns: Slots::default(),
+            unsettled: Vec::new(),
+            sendable: VecDeque::new(),
+            reported: Vec::new(),
+            events: VecDeque::new(),
+            responses: VecDeque::new(),
+            released: VecDeque::new(),
+            pacer: PacketPacer::new(start, hz),
+            timers,
+            drains,
+            app_timer: None,
+            closed: ClosedTable::default(),
+            granularity,
+            wake_lateness: Span::from_duration(config.wake_lateness, hz),
+            cid_len,
+            config,
+            map,
+            latest: start,
+            clock,
+            spare: Vec::new(),
+            stats: DriverStats::default(),
+            timer_lateness: histogram(),
+            release_lateness: histogram(),
+            stop: false,
+        })
+    }
+
+    /// The clock's reading now, for applications that time their own work (the driver's
+    /// own decisions use only the times its calls are given).
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// The latest time the driver was given: calls that take no `now` (connect, close,
+    /// stream operations) act at it.
+    pub fn latest(&self) -> Instant {
+        self.latest
+    }
+
+    /// Ticks per second of the driver's clock.
+    pub fn hz(&self) -> u64 {
+        self.map.hz
+    }
+
+    /// The driver's configuration.
+    pub fn config(&self) -> &DriverConfig {
+        &self.config
+    }
+
+    /// The length of the connection IDs the driver issues.
+    pub fn cid_len(&self) -> usize {
+        self.cid_len
+    }
+
+    fn advance(&mut self, now: Instant) {
+        if now.is_after(self.latest) {
+            self.latest = now;
+        }
+        self.retire_reported();
+    }
+
+    /// Starts a connection to `remote`, checking its certificate against `server_name`.
+    pub fn connect(
+        &mut self,
+        config: ClientConfig,
+        remote: SocketAddr,
+        server_name: &str,
+    ) -> Result<ConnId, QuicError> {
+        let now = self.map.to_std(self.latest);
+        let (ch, conn) = self
+            .endpoint
+            .connect(now, config, remote, server_name)
+            .map_err(QuicError::Connect)?;
+        let id = self.conns.insert(ch, conn);
+        self.touch(id.slot);
+        self.settle();
+        Ok(id)
+    }
+
+    /// A datagram arrived at `now` from `remote` (at the local address `local_ip`, if
+    /// known, with its ECN marks). Malformed datagrams and datagrams for no connection are
+    /// dropped (and counted); one for a closed connection gets what its record says.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        local_ip: Option<IpAddr>,
+        ecn: Option<EcnCodepoint>,
+        data: &[u8],
+    ) {
+        self.advance(now);
+        self.stats.datagrams_received += 1;
+        let dcid = Cid::destination(data, self.cid_len);
+        if let Some(cid) = &dcid
+            && self.closed.len() > 0
+        {
+            match self.closed.on_packet(cid, remote) {
+                Late::Unknown => {}
+                Late::Drop => return,
+                Late::Answer(close, to) => {
+                    let d = Datagram {
+                        destination: to,
+                        ecn: None,
+                        src_ip: local_ip,
+                        bytes: close.to_vec(),
+                        segment_size: None,
+                    };
+                    self.responses.push_back(d);
+                    return;
+                }
+            }
+        }
+        let now_std = self.map.to_std(now);
+        let mut response = self.spare.pop().unwrap_or_default();
+        response.clear();
+        let event = self.endpoint.handle(
+            now_std,
+            remote,
+            local_ip,
+            ecn,
+            BytesMut::from(data),
+            &mut response,
+        );
+        match event {
+            Some(DatagramEvent::ConnectionEvent(ch, event)) => {
+                let slot = ch.0 as u32;
+                if let Some(c) = self.conns.at(slot) {
+                    c.conn.handle_event(event);
+                    if dcid.is_some() {
+                        c.dcid = dcid;
+                    }
+                    self.touch(slot);
+                }
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                match self.endpoint.accept(incoming, now_std, &mut response, None) {
+                    Ok((ch, conn)) => {
+                        let id = self.conns.insert(ch, conn);
+                        if let Some(c) = self.conns.at(id.slot) {
+                            c.dcid = dcid;
+                        }
+                        self.touch(id.slot);
+                    }
+                    Err(e) => {
+                        if let Some(t) = e.response {
+                            self.respond(&t, response);
+                            response = Vec::new();
+                        }
+                    }
+                }
+            }
+            Some(DatagramEvent::Response(t)) => {
+                if data.first().is_some_and(|b| b & 0x80 == 0) {
+                    self.stats.stateless_resets += 1;
+                }
+                self.respond(&t, response);
+                response = Vec::new();
+            }
+            None => self.stats.datagrams_ignored += 1,
+        }
+        if response.capacity() > 0 {
+            self.spare.push(response);
+        }
+        // The connection settles (its events, timers, what the probe learns) at the next
+        // poll, once for a whole batch of datagrams.
+    }
+
+    fn respond(&mut self, t: &quinn_proto::Transmit, mut bytes: Vec<u8>) {
+        bytes.truncate(t.size);
+        self.responses.push_back(Datagram {
+            destination: t.destination,
+            ecn: t.ecn,
+            src_ip: t.src_ip,
+            bytes,
+            segment_size: t.segment_size,
+        });
+    }
+
+    /// Handles every timer due at `now`: quinn-proto's timeouts, tail-loss probes, the ends
+    /// of drain periods, application wake-ups. Harmless when nothing is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+        while let Some(fired) = self.drains.pop_due(now, TriggerSource::User) {
+            self.closed.expire(fired.event);
+        }
+        let now_std = self.map.to_std(now);
+        while let Some(fired) = self.timers.pop_due(now, TriggerSource::User) {
+            match fired.event {
+                Timer::Quinn(slot) => {
+                    let Some(c) = self.conns.at(slot) else {
+                        continue;
+                    };
+                    let Some((id, asked)) = c.timer else { continue };
+                    if id != fired.id {
+                        continue;
+                    }
+                    c.timer = None;
+                    c.conn.handle_timeout(now_std);
+                    self.stats.timeouts += 1;
+                    let late = now_std.saturating_duration_since(asked).as_nanos() as u64;
+                    let _ = self.timer_lateness.record(late.max(1));
+                    self.touch(slot);
+                }
+                Timer::Probe(slot) => {
+                    let Some(c) = self.conns.at(slot) else {
+                        continue;
+                    };
+                    if c.probe_timer.map(|(id, _)| id) != Some(fired.id) {
+                        continue;
+                    }
+                    c.probe_timer = None;
+                    if c.probe.fire(now) && !c.conn.is_closed() {
+                        c.conn.ping();
+                        c.flight.lost_at_probe = Some(c.conn.stats().path.lost_packets);
+                        self.stats.tail_probes += 1;
+                        self.touch(slot);
+                    }
+                }
+                Timer::Hold(slot) => {
+                    if let Some(c) = self.conns.at(slot)
+                        && c.ending.hold == Some(fired.id)
+                    {
+                        c.ending.hold_over = true;
+                        self.touch(slot);
+                    }
+                }
+                Timer::App => self.app_timer = None,
+            }
+        }
+    }
+
+    /// When to call [`handle_timeout`](Self::handle_timeout) (or, for a paced departure,
+    /// [`poll_transmit`](Self::poll_transmit)) next; `None` when nothing is pending.
+    pub fn poll_timeout(&mut self) -> Option<Timeout> {
+        self.retire_reported();
+        self.settle();
+        let departure = if self.released.is_empty() {
+            self.pacer.next_departure()
+        } else {
+            Some(self.latest)
+        };
+        let precise = self.timers.next_expiry();
+        // The end of a closed record needs no precision, and with many records held the
+        // exact next one may take a walk over a coarse slot of the wheel: the facility's
+        // lower bound (read in constant time) wakes the driver at worst a little early, and
+        // like a departure it does not ask the loop to spin.
+        let departure = match (departure, self.drains.next_trigger_time()) {
+            (Some(d), Some(r)) if d.is_after(r) => Some(r),
+            (None, r) => r,
+            (d, _) => d,
+        };
+        let (at, spin) = wake_plan(departure, precise, self.wake_lateness);
+        at.map(|at| Timeout { at, spin })
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<QuicEvent> {
+        self.settle();
+        let event = self.events.pop_front()?;
+        if let QuicEvent::Lost(id, _) = &event
+            && let Some(c) = self.conns.get_mut(*id)
+        {
+            c.ending.reported = true;
+            self.reported.push(id.slot);
+        }
+        Some(event)
+    }
+
+    /// Hands every pending event to `app`, gives it its turn, and hands it the events its
+    /// turn caused: what a loop does between taking datagrams in and sending. Returns whether
+    /// the application did anything.
+    pub fn dispatch<A: crate::App<C>>(&mut self, app: &mut A) -> bool {
+        let mut did = false;
+        while let Some(event) = self.poll_event() {
+            app.on_event(self, event);
+            did = true;
+        }
+        did |= app.on_turn(self);
+        while let Some(event) = self.poll_event() {
+            app.on_event(self, event);
+            did = true;
+        }
+        did
+    }
+
+    /// Marks a connection for settling and for a transmit poll.
+    fn touch(&mut self, slot: u32) {
+        if let Some(c) = self.conns.at(slot) {
+            if !c.unsettled {
+                c.unsettled = true;
+                self.unsettled.push(slot);
+            }
+            if !c.sendable {
+                c.sendable = true;
+                self.sendable.push_back(slot);
+            }
+        }
+    }
+
+    /// Settles every touched connection: its endpoint events, its application events, what
+    /// the probe learns of ACKs, its timers, and its close.
+    fn settle(&mut self) {
+        while let Some(slot) = self.unsettled.pop() {
+            self.settle_one(slot);
+        }
+    }
+
+    fn settle_one(&mut self, slot: u32) {
+        let Some(id) = self.conns.id(slot) else {
+            return;
+        };
+        let ch = ConnectionHandle(slot as usize);
+        let now = self.latest;
+        let hz = self.map.hz;
+        let mut resend = false;
+        {
+            let Some(c) = self.conns.at(slot) else { return };
+            c.unsettled = false;
+            while let Some(event) = c.conn.poll_endpoint_events() {
+                if event.is_drained() {
+                    c.ending.drained = true;
+                    continue;
+                }
+                if let Some(back) = self.endpoint.handle_event(ch, event) {
+                    c.conn.handle_event(back);
+                    resend = true;
+                }
+            }
+            c.take_events(id, &mut self.events);
+            if self.config.tail_probe {
+                c.observe_acks(now, hz);
+            }
+        }
+        if resend {
+            self.touch(slot);
+        }
+        self.note_close(slot);
+        if self.conns.at(slot).is_some_and(|c| c.ending.reported) && self.retire(slot) {
+            return;
+        }
+        self.refresh_timers(slot);
+    }
+
+    /// Notices that a connection has closed: when, its `Lost` event if quinn-proto gives
+    /// none (a local close, a drain before any), and the drain-period override.
+    fn note_close(&mut self, slot: u32) {
+        let Some(id) = self.conns.id(slot) else {
+            return;
+        };
+        let now = self.latest;
+        let hold = match self.config.drain_period {
+            Some(d) if self.config.closed_state == ClosedState::Full => {
+                Some(now + Span::from_duration(d, self.map.hz))
+            }
+            _ => None,
+        };
+        let c = self.conns.at(slot).expect("listed");
+        if !(c.conn.is_closed() || c.ending.drained) || c.ending.closed_at.is_some() {
+            return;
+        }
+        c.ending.closed_at = Some(now);
+        if c.ending.lost.is_none() {
+            c.ending.lost = Some(ConnectionError::LocallyClosed);
+            self.events
+                .push_back(QuicEvent::Lost(id, ConnectionError::LocallyClosed));
+        }
+        if let Some(at) = hold
+            && let Ok(event) = self.timers.schedule_at(at, Timer::Hold(slot))
+        {
+            self.conns.at(slot).expect("listed").ending.hold = Some(event);
+        }
+    }
+
+    /// Schedules a connection's quinn-proto timeout and probe as soft events, where they
+    /// changed.
+    fn refresh_timers(&mut self, slot: u32) {
+        let map = self.map;
+        let granularity = self.granularity;
+        let Some(c) = self.conns.at(slot) else { return };
+        let asked = c.conn.poll_timeout();
+        if asked != c.timer.map(|(_, t)| t) {
+            if let Some((event, _)) = c.timer.take() {
+                self.timers.cancel(event);
+            }
+            if let Some(t) = asked {
+                let at = map.round_up(granularity, map.to_soft(t));
+                if let Ok(event) = self.timers.schedule_at(at, Timer::Quinn(slot)) {
+                    c.timer = Some((event, t));
+                }
+            }
+        }
+        let probe = c.probe.deadline().map(|t| map.round_up(granularity, t));
+        if probe != c.probe_timer.map(|(_, t)| t) {
+            if let Some((event, _)) = c.probe_timer.take() {
+                self.timers.cancel(event);
+            }
+            if let Some(at) = probe
+                && let Ok(event) = self.timers.schedule_at(at, Timer::Probe(slot))
+            {
+                c.probe_timer = Some((event, at));
+            }
+        }
+    }
+
+    /// Frees or compacts the closed connections whose end the application has just seen,
+    /// if their time has come; the others are retried when their state next changes
+    /// ([`settle_one`](Self::settle_one)), so this list never holds a connection long.
+    fn retire_reported(&mut self) {
+        for slot in std::mem::take(&mut self.reported) {
+            self.retire(slot);
+        }
+    }
+
+    /// Frees or compacts a connection if its time has come; returns whether it is gone.
+    fn retire(&mut self, slot: u32) -> bool {
+        let compact = self.config.closed_state == ClosedState::Compact;
+        let Some(c) = self.conns.at(slot) else {
+            return true;
+        };
+        let e = &c.ending;
+        if !e.reported || e.closed_at.is_none() {
+            return false;
+        }
+        let ready = if e.drained {
+            // quinn-proto is done with it; the full design holds it to the override's end.
+            e.hold.is_none() || e.hold_over
+        } else if compact {
+            // Once quinn-proto has nothing more to send (closing: its close is out).
+            e.flushed
+        } else {
+            e.hold_over
+        };
+        if !ready {
+            return false;
+        }
+        let drained = e.drained;
+        let closed_at = e.closed_at.unwrap_or(self.latest);
+        let record = (compact && !drained).then(|| {
+            let drain_end = match self.config.drain_period {
+                Some(d) => closed_at + Span::from_duration(d, self.map.hz),
+                None => c
+                    .conn
+                    .poll_timeout()
+                    .map_or(self.latest, |t| self.map.to_soft(t)),
+            };
+            // The peer closed: draining, it sends nothing more (quinn-proto may have sent
+            // one close in reply, as RFC 9000 §10.2.2 allows, but not again).
+            let peer_closed = matches!(
+                c.ending.lost,
+                Some(
+                    ConnectionError::ApplicationClosed(_)
+                        | ConnectionError::ConnectionClosed(_)
+                        | ConnectionError::Reset
+                )
+            );
+            let close = c.ending.close_datagram.take().filter(|_| !peer_closed);
+            (c.dcid, c.peer(), close, drain_end)
+        });
+        self.free(slot);
+        if let Some((Some(cid), peer, close, drain_end)) = record
+            && drain_end.is_after(self.latest)
+        {
+            let index = self.closed.next_index();
+            if self.drains.schedule_at(drain_end, index).is_ok() {
+                self.closed.insert(cid, peer, close.as_deref());
+            }
+        }
+        true
+    }
+
+    /// Forgets a connection: its timers, its pacer flow, and quinn-proto's endpoint state.
+    fn free(&mut self, slot: u32) {
+        let Some(c) = self.conns.remove(slot) else {
+            return;
+        };
+        for event in [
+            c.timer.map(|t| t.0),
+            c.probe_timer.map(|t| t.0),
+            c.ending.hold,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            self.timers.cancel(event);
+        }
+        self.pacer.remove(slot);
+        let _ = self
+            .endpoint
+            .handle_event(ConnectionHandle(slot as usize), EndpointEvent::drained());
+    }
+
+    /// Asks the loop running the driver to stop at the end of its turn, after sending what
+    /// is due (a connection's close included).
+    pub fn stop(&mut self) {
+        self.stop = true;
+    }
+
+    /// Whether [`stop`](Self::stop) was asked for; clears the request.
+    pub fn take_stop(&mut self) -> bool {
+        std::mem::take(&mut self.stop)
+    }
+}

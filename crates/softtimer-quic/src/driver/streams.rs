@@ -1,0 +1,213 @@
+//! What an application does through the driver: streams, close, statistics, wake-ups.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use quinn_proto::{Dir, StreamId, VarInt};
+use softtimer::{Clock, Instant};
+
+use super::conn::Conn;
+use super::{ConnId, Driver, DriverStats, ReadStatus, Timer};
+use crate::error::{QuicError, StreamError};
+
+impl<C: Clock + Clone> Driver<C> {
+    fn conn(&mut self, id: ConnId) -> Result<&mut Conn, QuicError> {
+        let c = self
+            .conns
+            .get_mut(id)
+            .ok_or(QuicError::UnknownConnection(id))?;
+        if !c.unsettled {
+            c.unsettled = true;
+            self.unsettled.push(id.slot);
+        }
+        if !c.sendable {
+            c.sendable = true;
+            self.sendable.push_back(id.slot);
+        }
+        Ok(c)
+    }
+
+    /// Opens a bidirectional stream; `None` while the peer's stream limit is reached.
+    pub fn open_bi(&mut self, id: ConnId) -> Result<Option<StreamId>, QuicError> {
+        Ok(self.conn(id)?.conn.streams().open(Dir::Bi))
+    }
+
+    /// Takes a bidirectional stream the peer opened, if any is waiting.
+    pub fn accept_bi(&mut self, id: ConnId) -> Result<Option<StreamId>, QuicError> {
+        Ok(self.conn(id)?.conn.streams().accept(Dir::Bi))
+    }
+
+    /// Writes what the stream takes of `data`; 0 when it is blocked by flow control or
+    /// congestion (a [`QuicEvent::Writable`](crate::QuicEvent::Writable) follows).
+    pub fn write(&mut self, id: ConnId, stream: StreamId, data: &[u8]) -> Result<usize, QuicError> {
+        match self.conn(id)?.conn.send_stream(stream).write(data) {
+            Ok(n) => Ok(n),
+            Err(quinn_proto::WriteError::Blocked) => Ok(0),
+            Err(quinn_proto::WriteError::Stopped(code)) => {
+                Err(StreamError::Stopped { stream, code }.into())
+            }
+            Err(quinn_proto::WriteError::ClosedStream) => {
+                Err(StreamError::Closed { stream }.into())
+            }
+        }
+    }
+
+    /// Ends the stream: the peer reads to its end once everything written has arrived.
+    pub fn finish(&mut self, id: ConnId, stream: StreamId) -> Result<(), QuicError> {
+        match self.conn(id)?.conn.send_stream(stream).finish() {
+            Ok(()) => Ok(()),
+            Err(quinn_proto::FinishError::Stopped(code)) => {
+                Err(StreamError::Stopped { stream, code }.into())
+            }
+            Err(quinn_proto::FinishError::ClosedStream) => {
+                Err(StreamError::Closed { stream }.into())
+            }
+        }
+    }
+
+    /// Abandons the sending side of `stream`: the peer's reads fail with
+    /// [`StreamError::Reset`] and this `code`; what was written and not yet acknowledged is
+    /// not sent again.
+    pub fn reset(&mut self, id: ConnId, stream: StreamId, code: VarInt) -> Result<(), QuicError> {
+        self.conn(id)?
+            .conn
+            .send_stream(stream)
+            .reset(code)
+            .map_err(|_| StreamError::Closed { stream }.into())
+    }
+
+    /// Asks the peer to stop sending on `stream` with `code` (the peer sees
+    /// [`QuicEvent::Stopped`](crate::QuicEvent::Stopped)); data still arriving on it is discarded.
+    pub fn stop_sending(
+        &mut self,
+        id: ConnId,
+        stream: StreamId,
+        code: VarInt,
+    ) -> Result<(), QuicError> {
+        self.conn(id)?
+            .conn
+            .recv_stream(stream)
+            .stop(code)
+            .map_err(|_| StreamError::Closed { stream }.into())
+    }
+
+    /// Hands every chunk of `stream` available now to `sink`, in order, and says whether
+    /// more may come. A stream the peer reset fails with [`StreamError::Reset`]; one already
+    /// read to its end (or never opened) with [`StreamError::Closed`].
+    pub fn read(
+        &mut self,
+        id: ConnId,
+        stream: StreamId,
+        mut sink: impl FnMut(&[u8]),
+    ) -> Result<ReadStatus, QuicError> {
+        let c = self.conn(id)?;
+        let mut recv = c.conn.recv_stream(stream);
+        let mut chunks = recv.read(true).map_err(|e| match e {
+            quinn_proto::ReadableError::ClosedStream => StreamError::Closed { stream },
+            quinn_proto::ReadableError::IllegalOrderedRead => {
+                StreamError::IllegalOrderedRead { stream }
+            }
+        })?;
+        let status = loop {
+            match chunks.next(usize::MAX) {
+                Ok(Some(chunk)) => sink(&chunk.bytes),
+                Ok(None) => break Ok(ReadStatus::Finished),
+                Err(quinn_proto::ReadError::Blocked) => break Ok(ReadStatus::Blocked),
+                Err(quinn_proto::ReadError::Reset(code)) => {
+                    break Err(StreamError::Reset { stream, code }.into());
+                }
+            }
+        };
+        // Whether flow-control credit must be sent: the connection is polled anyway.
+        let _ = chunks.finalize();
+        status
+    }
+
+    /// Closes the connection with an application error `code` and `reason`; a
+    /// [`QuicEvent::Lost`](crate::QuicEvent::Lost) with [`ConnectionError::LocallyClosed`](crate::ConnectionError::LocallyClosed) follows.
+    pub fn close(&mut self, id: ConnId, code: VarInt, reason: &[u8]) -> Result<(), QuicError> {
+        let now = self.map.to_std(self.latest);
+        self.conn(id)?
+            .conn
+            .close(now, code, Bytes::copy_from_slice(reason));
+        Ok(())
+    }
+
+    /// The connection's statistics (RTT, congestion window, losses, datagrams and bytes).
+    pub fn connection_stats(&self, id: ConnId) -> Option<quinn_proto::ConnectionStats> {
+        self.conns.get(id).map(|c| c.conn.stats())
+    }
+
+    /// The rate the connection's datagrams are paced at now, bit/s ([`Pacing::PerPacket`]
+    /// only; `None` before its first RTT sample).
+    ///
+    /// [`Pacing::PerPacket`]: crate::Pacing::PerPacket
+    pub fn pacing_rate(&self, id: ConnId) -> Option<u64> {
+        self.conns.get(id)?;
+        self.pacer.rate(id.slot).map(u64::from)
+    }
+
+    /// The connection's peer address.
+    pub fn remote_address(&self, id: ConnId) -> Option<SocketAddr> {
+        self.conns.get(id).map(Conn::peer)
+    }
+
+    /// The connections the driver holds as quinn-proto connections (open, or closed and not
+    /// yet freed or compacted).
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// The ids of those connections.
+    pub fn connection_ids(&self) -> Vec<ConnId> {
+        self.conns.iter().map(|(id, _)| id).collect()
+    }
+
+    /// Closed connections held as compact records.
+    pub fn closed_held(&self) -> usize {
+        self.closed.len()
+    }
+
+    /// Departures waiting in the pacer (datagrams, or GSO batches of
+    /// [`DriverConfig::datagrams_per_departure`](crate::DriverConfig::datagrams_per_departure)); always 0 under [`Pacing::Quinn`](crate::Pacing::Quinn). An
+    /// application that wants its last data to leave before it stops the loop waits for this
+    /// to reach 0; a connection's close never waits here.
+    pub fn paced_datagrams(&self) -> usize {
+        self.pacer.len() + self.released.len()
+    }
+
+    /// The driver's counters.
+    pub fn stats(&self) -> DriverStats {
+        DriverStats {
+            closed: self.closed.stats,
+            ..self.stats.clone()
+        }
+    }
+
+    /// How late quinn-proto's timeouts were handled past the time it asked for, ns.
+    pub fn timer_lateness(&self) -> &Histogram<u64> {
+        &self.timer_lateness
+    }
+
+    /// How late paced datagrams left past their departure times, ns.
+    pub fn release_lateness(&self) -> &Histogram<u64> {
+        &self.release_lateness
+    }
+
+    /// Asks for a [`handle_timeout`](Self::handle_timeout) at `at` (an application timer);
+    /// the earliest asked for wins until it has passed.
+    pub fn wake_at(&mut self, at: Instant) {
+        if let Some((event, t)) = self.app_timer {
+            if !t.is_after(at) {
+                return;
+            }
+            self.timers.cancel(event);
+        }
+        self.app_timer = self
+            .timers
+            .schedule_at(at, Timer::App)
+            .ok()
+            .map(|event| (event, at));
+    }
+}

@@ -1,0 +1,636 @@
+//! The driver core on a simulated clock: two drivers through an in-memory link. No socket,
+//! no sleep, no thread; every time below is simulated, and a run is reproducible.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use softtimer::{Instant, SimClock};
+use softtimer_quic::idle::{AfterIdle, AfterIdleFactory};
+use softtimer_quic::perf::{ClientPlan, PerfClient, PerfServer};
+use softtimer_quic::sim::{From, LinkConfig, Net, Sent, Side};
+use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
+use softtimer_quic::{
+    App, ClosedState, ConnId, ConnectionError, Driver, DriverConfig, Pacing, QuicEvent,
+};
+
+const HZ: u64 = 1_000_000_000;
+
+fn identity() -> &'static Identity {
+    static ID: OnceLock<Identity> = OnceLock::new();
+    ID.get_or_init(|| Identity::self_signed_ed25519(&["localhost"]).unwrap())
+}
+
+fn seeded(seed: u8) -> DriverConfig {
+    DriverConfig {
+        rng_seed: Some([seed; 32]),
+        ..DriverConfig::default()
+    }
+}
+
+fn client_addr() -> std::net::SocketAddr {
+    "10.0.0.1:5000".parse().unwrap()
+}
+
+fn server_addr() -> std::net::SocketAddr {
+    "10.0.0.2:4433".parse().unwrap()
+}
+
+/// A perf client (side `a`) and server (side `b`) over `link`.
+fn perf_net(
+    plan: ClientPlan,
+    client: DriverConfig,
+    server: DriverConfig,
+    tuning: &Tuning,
+    link: LinkConfig,
+) -> Net<PerfClient, PerfServer> {
+    let clock = SimClock::new(HZ);
+    let server_tls = server_config(identity(), tuning).unwrap();
+    let server = Driver::new(clock.clone(), server, Some(server_tls)).unwrap();
+    let mut client = Driver::new(clock.clone(), client, None).unwrap();
+    let tls = client_config(&Trust::Cert(identity().cert.clone()), tuning).unwrap();
+    let conn = client.connect(tls, server_addr(), "localhost").unwrap();
+    let app = PerfClient::new(plan, conn, client.latest());
+    Net::new(
+        clock,
+        Side::new(client, app, client_addr()),
+        Side::new(server, PerfServer::new(None), server_addr()),
+        link,
+    )
+}
+
+fn run_to_end(net: &mut Net<PerfClient, PerfServer>, limit: Duration) {
+    let ended = net.run_for(limit, |n| n.a.stopped);
+    assert!(
+        ended,
+        "the client did not finish in {limit:?} of simulated time"
+    );
+    let report = &net.a.app.report;
+    assert_eq!(report.error, None);
+    assert_eq!(report.verified, Some(true));
+}
+
+fn transfer(seed: u8, link: LinkConfig) -> Net<PerfClient, PerfServer> {
+    let plan = ClientPlan {
+        download: 300_000,
+        upload: 200_000,
+        requests: 3,
+        ..ClientPlan::default()
+    };
+    let mut net = perf_net(
+        plan,
+        seeded(seed),
+        seeded(seed + 1),
+        &Tuning::default(),
+        link,
+    );
+    run_to_end(&mut net, Duration::from_secs(20));
+    net
+}
+
+#[test]
+fn a_handshake_and_streams_both_ways_give_the_same_transcript_every_run() {
+    let link = LinkConfig {
+        delay: Duration::from_millis(2),
+        rate_bps: Some(100_000_000),
+        loss: 0.01,
+        seed: 11,
+    };
+    let first = transfer(3, link.clone());
+    assert_eq!(first.a.app.report.requests, 3);
+    assert_eq!(first.a.app.report.download_bytes, 900_000);
+    assert_eq!(first.a.app.report.upload_bytes, 600_000);
+    assert_eq!(first.b.app.report.bytes_received, 600_000);
+    assert!(
+        first.a.app.report.handshake_us >= 4_000.0,
+        "a round trip of 4 ms"
+    );
+    assert!(
+        first.transcript.iter().any(|s| s.arrives.is_none()),
+        "1 % loss lost nothing"
+    );
+    let second = transfer(3, link);
+    assert_eq!(first.transcript.len(), second.transcript.len());
+    assert!(
+        first.transcript == second.transcript,
+        "the transcripts differ at datagram {:?}",
+        first
+            .transcript
+            .iter()
+            .zip(&second.transcript)
+            .position(|(a, b)| a != b)
+    );
+    assert_eq!(
+        first.a.app.report.latencies_us,
+        second.a.app.report.latencies_us
+    );
+}
+
+/// The index (among the server's datagrams) of the last datagram of the server's `nth`
+/// burst of at least `min` datagrams sent at one instant: a reply's tail.
+fn reply_tail(transcript: &[Sent], min: usize, nth: usize) -> u64 {
+    let server: Vec<&Sent> = transcript.iter().filter(|s| s.from == From::B).collect();
+    let mut bursts = Vec::new();
+    let mut start = 0;
+    for i in 1..=server.len() {
+        if i == server.len() || server[i].at != server[start].at {
+            if i - start >= min {
+                bursts.push(server[i - 1].index);
+            }
+            start = i;
+        }
+    }
+    bursts[nth - 1]
+}
+
+/// 30 requests of 8 KB over a 200 µs RTT, the 20th reply's last datagram lost: every
+/// latency, µs, and the server's counters.
+fn lose_a_reply_tail(tail_probe: bool) -> (Vec<f64>, softtimer_quic::DriverStats) {
+    let plan = ClientPlan {
+        download: 8000,
+        requests: 30,
+        ..ClientPlan::default()
+    };
+    let server = DriverConfig {
+        tail_probe,
+        ..seeded(2)
+    };
+    let link = LinkConfig::default();
+    let mut clean = perf_net(
+        plan.clone(),
+        seeded(1),
+        server.clone(),
+        &Tuning::default(),
+        link.clone(),
+    );
+    run_to_end(&mut clean, Duration::from_secs(10));
+    let tail = reply_tail(&clean.transcript, 5, 20);
+    let mut net = perf_net(plan, seeded(1), server, &Tuning::default(), link);
+    net.drop = Some(Box::new(move |s| s.from == From::B && s.index == tail));
+    run_to_end(&mut net, Duration::from_secs(10));
+    assert_eq!(net.a.app.report.lost_packets, 0, "the client lost nothing");
+    (net.a.app.report.latencies_us.clone(), net.b.driver.stats())
+}
+
+#[test]
+fn a_lost_last_packet_is_found_by_the_tail_probe_within_two_srtt_and_the_loss_threshold() {
+    let (latencies, stats) = lose_a_reply_tail(true);
+    assert!(stats.tail_probes_finding_loss >= 1, "{stats:?}");
+    let normal = latencies[18];
+    let hit = latencies[19];
+    // The probe two smoothed RTTs (400 µs) after the last ACK, its ACK a round trip later,
+    // quinn-proto's time threshold (1 ms at least) from the lost packet's send, and the
+    // retransmission's way: under 2 srtt + 1 ms + two round trips more than a clean request.
+    let srtt = 200.0;
+    let bound = 2.0 * srtt + 1000.0 + 2.0 * srtt;
+    assert!(
+        hit >= normal + 1000.0 && hit <= normal + bound,
+        "the request whose tail was lost took {hit} µs (others {normal} µs)"
+    );
+}
+
+#[test]
+fn without_the_probe_a_lost_last_packet_waits_for_quinns_probe_timeout() {
+    let (latencies, stats) = lose_a_reply_tail(false);
+    assert_eq!(stats.tail_probes, 0);
+    assert!(stats.timeouts > 0);
+    // The PTO: srtt + max(4 rttvar, 1 ms) + the peer's 25 ms ACK delay, then a round trip.
+    let hit = latencies[19];
+    assert!(
+        (26_000.0..40_000.0).contains(&hit),
+        "the request whose tail was lost took {hit} µs"
+    );
+}
+
+/// A client that notes when it connected and when, and why, its connection ended, and cuts
+/// the link once connected.
+struct Watch {
+    cut: Rc<Cell<bool>>,
+    connected_at: Option<Instant>,
+    lost: Option<(Instant, ConnectionError)>,
+}
+
+impl App<SimClock> for Watch {
+    fn on_event(&mut self, driver: &mut Driver<SimClock>, event: QuicEvent) {
+        match event {
+            QuicEvent::Connected(_) => {
+                self.connected_at = Some(driver.latest());
+                self.cut.set(true);
+            }
+            QuicEvent::Lost(_, why) => {
+                self.lost = Some((driver.latest(), why));
+                driver.stop();
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_vanished_peer_times_out_at_the_idle_timeout_to_the_nanosecond() {
+    let idle = Duration::from_millis(300);
+    let tuning = Tuning {
+        idle_timeout: idle,
+        ..Tuning::default()
+    };
+    let clock = SimClock::new(HZ);
+    let server_tls = server_config(identity(), &tuning).unwrap();
+    let server = Driver::new(clock.clone(), seeded(2), Some(server_tls)).unwrap();
+    let mut client = Driver::new(clock.clone(), seeded(1), None).unwrap();
+    let tls = client_config(&Trust::Insecure, &tuning).unwrap();
+    client.connect(tls, server_addr(), "localhost").unwrap();
+    let cut = Rc::new(Cell::new(false));
+    let watch = Watch {
+        cut: Rc::clone(&cut),
+        connected_at: None,
+        lost: None,
+    };
+    let mut net = Net::new(
+        clock,
+        Side::new(client, watch, client_addr()),
+        Side::new(server, PerfServer::new(None), server_addr()),
+        LinkConfig::default(),
+    );
+    net.drop = Some(Box::new(move |_| cut.get()));
+    assert!(net.run_for(Duration::from_secs(5), |n| n.a.stopped));
+    let (lost_at, why) = net.a.app.lost.clone().unwrap();
+    assert_eq!(why, ConnectionError::TimedOut);
+    // The idle timer restarts at the last datagram that reached the client.
+    let last = net
+        .transcript
+        .iter()
+        .filter(|s| s.from == From::B)
+        .filter_map(|s| s.arrives)
+        .max()
+        .unwrap();
+    let waited = lost_at.saturating_since(last).to_duration(HZ);
+    assert!(
+        waited >= idle && waited < idle + Duration::from_millis(100),
+        "{waited:?}"
+    );
+    // On the simulated clock the timer fires exactly when quinn-proto asked.
+    assert_eq!(net.a.driver.timer_lateness().max(), 1);
+    assert!(
+        net.a
+            .app
+            .connected_at
+            .unwrap()
+            .is_after(Instant::from_ticks(0))
+    );
+}
+
+#[test]
+fn paced_datagrams_leave_at_their_departure_times_spaced_by_the_pacing_rate() {
+    let plan = ClientPlan {
+        download: 1_000_000,
+        requests: 1,
+        ..ClientPlan::default()
+    };
+    let paced = DriverConfig {
+        pacing: Pacing::PerPacket,
+        ..seeded(2)
+    };
+    let link = LinkConfig {
+        delay: Duration::from_millis(5),
+        ..LinkConfig::default()
+    };
+    let mut net = perf_net(plan, seeded(1), paced, &Tuning::default(), link);
+    // The rate in force after each step, by time: a datagram pushed in that step was spaced
+    // at it.
+    let mut rates: Vec<(Instant, Option<u64>)> = Vec::new();
+    let done = net.run_for(Duration::from_secs(10), |n| {
+        let conn = n.b.driver.connection_ids().first().copied();
+        rates.push((n.now(), conn.and_then(|c| n.b.driver.pacing_rate(c))));
+        n.a.stopped
+    });
+    assert!(done && net.a.app.succeeded());
+    let rate_at = |t: Instant| {
+        rates
+            .iter()
+            .rev()
+            .find(|(at, _)| !at.is_after(t))
+            .and_then(|(_, r)| *r)
+    };
+    let server: Vec<&Sent> = net
+        .transcript
+        .iter()
+        .filter(|s| s.from == From::B)
+        .collect();
+    let mut checked = 0;
+    let mut exact = 0;
+    for w in server.windows(3) {
+        let (prev, this, next) = (w[0], w[1], w[2]);
+        // Every datagram left within a tick of its departure time.
+        assert!(this.at.saturating_since(this.departure).ticks() <= 1);
+        if !next.departure.is_after(this.at) || this.size < 1000 {
+            continue;
+        }
+        // `next` was stamped one gap of `this`'s size after it, at the rate in force when
+        // `this` was pushed: when `prev` left, or later if quinn-proto had nothing to send
+        // then. A gap may be longer (quinn-proto had nothing to send when it was due).
+        let gap = next.departure.saturating_since(this.departure).ticks() as f64;
+        let expected: Vec<f64> = [rate_at(prev.at), rate_at(this.at)]
+            .into_iter()
+            .flatten()
+            .map(|rate| this.size as f64 * 8.0 * HZ as f64 / rate as f64)
+            .collect();
+        let Some(shortest) = expected.iter().copied().reduce(f64::min) else {
+            continue;
+        };
+        assert!(
+            gap >= shortest - 1.0,
+            "gap {gap} ns, expected {expected:?} ns"
+        );
+        checked += 1;
+        exact += usize::from(expected.iter().any(|e| (gap - e).abs() <= 1.0));
+    }
+    assert!(
+        exact * 10 >= checked * 9,
+        "{exact} of {checked} gaps within a tick of the rate's spacing"
+    );
+    assert!(checked > 100, "only {checked} paced gaps checked");
+    assert_eq!(net.b.driver.release_lateness().max(), 1);
+}
+
+/// The time a 100-packet request after 1 s of idle takes with `mode`, over a 50 Mbit/s path
+/// with a 20 ms RTT, after a 2 MB warm-up; and the server's window before that request.
+fn after_idle(mode: AfterIdle) -> f64 {
+    let tuning = Tuning {
+        controller: Arc::new(AfterIdleFactory::new(mode)),
+        ..Tuning::default()
+    };
+    let plan = ClientPlan {
+        download: 120_000,
+        requests: 1,
+        warmup: Some((2_000_000, Duration::from_secs(1))),
+        ..ClientPlan::default()
+    };
+    let paced = DriverConfig {
+        pacing: Pacing::PerPacket,
+        ..seeded(2)
+    };
+    let link = LinkConfig {
+        delay: Duration::from_millis(10),
+        rate_bps: Some(50_000_000),
+        ..LinkConfig::default()
+    };
+    let mut net = perf_net(plan, seeded(1), paced, &tuning, link);
+    run_to_end(&mut net, Duration::from_secs(30));
+    net.a.app.report.latencies_us[0]
+}
+
+#[test]
+fn after_idle_rate_based_clocking_resumes_faster_than_a_slow_start_restart() {
+    let slow_start = after_idle(AfterIdle::SlowStart);
+    let rate_based = after_idle(AfterIdle::RateBased);
+    // 120 KB at 50 Mbit/s is 19 ms on the wire, plus a 20 ms round trip: the restart from
+    // the initial window takes several more round trips.
+    assert!(
+        rate_based < 45_000.0 && slow_start > rate_based + 15_000.0,
+        "after idle: rate-based {rate_based} µs, slow-start restart {slow_start} µs"
+    );
+}
+
+/// A server that closes every connection as soon as it is up.
+struct Closer;
+impl App<SimClock> for Closer {
+    fn on_event(&mut self, driver: &mut Driver<SimClock>, event: QuicEvent) {
+        if let QuicEvent::Connected(c) = event {
+            driver
+                .close(c, softtimer_quic::VarInt::from_u32(7), b"go away")
+                .unwrap();
+        }
+    }
+}
+
+/// A client that connects once and notes how it ended.
+#[derive(Default)]
+struct Once {
+    lost: Option<ConnectionError>,
+}
+impl App<SimClock> for Once {
+    fn on_event(&mut self, driver: &mut Driver<SimClock>, event: QuicEvent) {
+        if let QuicEvent::Lost(_, why) = event {
+            self.lost = Some(why);
+            driver.stop();
+        }
+    }
+}
+
+fn closing_net(closed_state: ClosedState, drain: Option<Duration>) -> (Net<Once, Closer>, ConnId) {
+    let clock = SimClock::new(HZ);
+    let tls = server_config(identity(), &Tuning::default()).unwrap();
+    let server_config = DriverConfig {
+        closed_state,
+        drain_period: drain,
+        ..seeded(2)
+    };
+    let server = Driver::new(clock.clone(), server_config, Some(tls)).unwrap();
+    let mut client = Driver::new(clock.clone(), seeded(1), None).unwrap();
+    let tls = client_config(&Trust::Insecure, &Tuning::default()).unwrap();
+    let conn = client.connect(tls, server_addr(), "localhost").unwrap();
+    let mut net = Net::new(
+        clock,
+        Side::new(client, Once::default(), client_addr()),
+        Side::new(server, Closer, server_addr()),
+        LinkConfig::default(),
+    );
+    net.keep_bytes = true;
+    assert!(net.run_for(Duration::from_secs(5), |n| n.a.stopped));
+    (net, conn)
+}
+
+/// A late 1-RTT packet for the server's closed connection: a short header with the
+/// connection ID the client used (from its last long-header packet), and 60 bytes.
+fn late_packet(net: &Net<Once, Closer>) -> Vec<u8> {
+    let long = net
+        .transcript
+        .iter()
+        .rev()
+        .filter(|s| s.from == From::A)
+        .find_map(|s| s.bytes.clone().filter(|b| b[0] & 0x80 != 0))
+        .unwrap();
+    let len = long[5] as usize;
+    let mut late = vec![0x41];
+    late.extend_from_slice(&long[6..6 + len]);
+    late.extend((0..60u8).map(|i| i.wrapping_mul(37)));
+    late
+}
+
+/// The server's close datagram as it first sent it.
+fn close_sent(net: &Net<Once, Closer>) -> Vec<u8> {
+    net.transcript
+        .iter()
+        .rev()
+        .find(|s| s.from == From::B)
+        .and_then(|s| s.bytes.clone())
+        .unwrap()
+}
+
+/// Hands `late` to the server `n` times; returns what it answered each time.
+fn knock(net: &mut Net<Once, Closer>, late: &[u8], n: usize) -> Vec<Option<Vec<u8>>> {
+    let now = net.now();
+    let mut answers = Vec::new();
+    for _ in 0..n {
+        net.b
+            .driver
+            .handle_datagram(now, client_addr(), None, None, late);
+        let mut buf = Vec::new();
+        let answer = net.b.driver.poll_transmit(now, &mut buf).map(|t| {
+            assert_eq!(t.destination, client_addr());
+            buf.clone()
+        });
+        answers.push(answer);
+    }
+    answers
+}
+
+#[test]
+fn a_closed_connection_becomes_a_record_that_repeats_its_close_then_expires_to_a_reset() {
+    let (mut net, _) = closing_net(ClosedState::Compact, None);
+    match &net.a.app.lost {
+        Some(ConnectionError::ApplicationClosed(close)) => {
+            assert_eq!(close.error_code, softtimer_quic::VarInt::from_u32(7));
+            assert_eq!(&close.reason[..], b"go away");
+        }
+        other => panic!("the client saw {other:?}"),
+    }
+    let server = &mut net.b.driver;
+    // quinn-proto's connection is gone at once; a record holds the close.
+    let _ = server.poll_timeout();
+    assert_eq!(server.connections(), 0);
+    assert_eq!(server.closed_held(), 1);
+    let late = late_packet(&net);
+    let close = close_sent(&net);
+    let answers = knock(&mut net, &late, 4);
+    assert_eq!(
+        answers,
+        [Some(close.clone()), Some(close.clone()), None, Some(close)],
+        "the close is repeated byte for byte to the 1st, 2nd and 4th late packet"
+    );
+    let stats = net.b.driver.stats().closed;
+    assert_eq!(
+        (stats.compacted, stats.late_answered, stats.late_dropped),
+        (1, 3, 1)
+    );
+    // After three PTOs (about 80 ms here) the record expires, and quinn-proto's endpoint
+    // answers a late packet with a stateless reset.
+    net.run_for(Duration::from_millis(200), |_| false);
+    assert_eq!(net.b.driver.closed_held(), 0);
+    assert_eq!(net.b.driver.stats().closed.expired, 1);
+    let answer = knock(&mut net, &late, 1)
+        .remove(0)
+        .expect("a stateless reset");
+    assert_ne!(answer, close_sent(&net));
+    assert_eq!(net.b.driver.stats().stateless_resets, 1);
+}
+
+#[test]
+fn a_draining_connection_sends_nothing_and_the_full_design_keeps_the_connection() {
+    // The client's side: the server closed it, so it drains and answers nothing.
+    let (mut net, _) = closing_net(ClosedState::Compact, None);
+    let from_server = net
+        .transcript
+        .iter()
+        .rev()
+        .find(|s| s.from == From::B)
+        .and_then(|s| s.bytes.clone())
+        .unwrap();
+    let now = net.now();
+    let client = &mut net.a.driver;
+    let _ = client.poll_timeout();
+    assert_eq!(client.closed_held(), 1);
+    client.handle_datagram(now, server_addr(), None, None, &from_server);
+    let mut buf = Vec::new();
+    assert!(client.poll_transmit(now, &mut buf).is_none());
+    assert_eq!(client.stats().closed.late_dropped, 1);
+
+    // Full: quinn-proto's connection stays (it answers only packets it can decrypt).
+    let (mut full, _) = closing_net(ClosedState::Full, Some(Duration::from_secs(10)));
+    let _ = full.b.driver.poll_timeout();
+    assert_eq!(full.b.driver.closed_held(), 0);
+    assert_eq!(full.b.driver.connections(), 1);
+    // Held past quinn-proto's own drain, to the override's end.
+    full.run_for(Duration::from_secs(5), |_| false);
+    assert_eq!(full.b.driver.connections(), 1);
+    full.run_for(Duration::from_secs(6), |_| false);
+    assert_eq!(full.b.driver.connections(), 0);
+}
+
+#[test]
+fn a_drain_period_override_holds_records_until_it_ends() {
+    let (mut net, _) = closing_net(ClosedState::Compact, Some(Duration::from_secs(60)));
+    net.run_for(Duration::from_secs(30), |_| false);
+    assert_eq!(net.b.driver.closed_held(), 1);
+    net.run_for(Duration::from_secs(31), |_| false);
+    assert_eq!(net.b.driver.closed_held(), 0);
+}
+
+#[test]
+fn an_alpn_mismatch_fails_the_handshake_with_tls_no_application_protocol() {
+    let clock = SimClock::new(HZ);
+    let transport = Arc::new(quinn_proto::TransportConfig::default());
+    let tls =
+        softtimer_quic::tls::server_config_with(identity(), &[b"perf"], transport.clone()).unwrap();
+    let server = Driver::new(clock.clone(), seeded(2), Some(tls)).unwrap();
+    let mut client = Driver::new(clock.clone(), seeded(1), None).unwrap();
+    let tls =
+        softtimer_quic::tls::client_config_with(&Trust::Insecure, &[b"h3"], transport).unwrap();
+    client.connect(tls, server_addr(), "localhost").unwrap();
+    let mut net = Net::new(
+        clock,
+        Side::new(client, Once::default(), client_addr()),
+        Side::new(server, PerfServer::new(None), server_addr()),
+        LinkConfig::default(),
+    );
+    assert!(net.run_for(Duration::from_secs(5), |n| n.a.stopped));
+    match &net.a.app.lost {
+        Some(ConnectionError::ConnectionClosed(close)) => {
+            // TLS alert 120, no_application_protocol, as a QUIC crypto error.
+            assert_eq!(
+                close.error_code,
+                quinn_proto::TransportErrorCode::crypto(120)
+            );
+        }
+        other => panic!("the client saw {other:?}"),
+    }
+}
+
+#[test]
+fn certificate_files_that_do_not_parse_are_refused_with_the_reason() {
+    let dir = std::env::temp_dir().join(format!("softtimer-quic-pem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let garbage = dir.join("garbage.pem");
+    std::fs::write(
+        &garbage,
+        b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let empty = dir.join("empty.pem");
+    std::fs::write(&empty, b"nothing here").unwrap();
+    let missing = dir.join("missing.pem");
+    let err = Identity::from_pem_files(&garbage, &garbage).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            softtimer_quic::QuicError::Tls(softtimer_quic::TlsError::Pem {
+                what: "certificate",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    let err = Identity::from_pem_files(&empty, &empty).unwrap_err();
+    assert!(err.to_string().contains("certificate"), "{err}");
+    let err = Identity::from_pem_files(&missing, &missing).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            softtimer_quic::QuicError::Tls(softtimer_quic::TlsError::Read { .. })
+        ),
+        "{err:?}"
+    );
+    assert!(Trust::pem_file(&garbage).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
