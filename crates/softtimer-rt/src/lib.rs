@@ -26,6 +26,9 @@
 //! * **deadlines** (Section 5.9, [`DeadlineDesign`]): by default the same helper also sleeps
 //!   until the earliest published deadline and fires only events whose deadline has really
 //!   passed, so met deadlines cost the loop's core nothing;
+//! * **this machine's wake-up floor** ([`wakeup_probe`]): lateness and CPU per wake-up of a
+//!   precise sleep, at normal and real-time priority, which also sets the idle policy's
+//!   default spin window;
 //! * **the baselines** behind the same interface: events fired by a periodic `timerfd`
 //!   ([`TimerMode::Timerfd`]), by a POSIX timer signal that interrupts the loop thread
 //!   ([`EventLoop::with_timer_signal`], `unsafe`), and the reference without timers
@@ -57,7 +60,7 @@
 //! handler itself runs longer than `X`, other due events wait for it (handlers never nest);
 //! a helper without real-time priority on a busy core waits for the kernel's scheduler; and
 //! the helper's look once per `X` while events are pending costs the CPU it runs on a
-//! wake-up each time.
+//! wake-up each time ([`wakeup_probe`] says how much).
 //!
 //! The timer-signal baseline does run handlers in signal context on the loop thread, like
 //! an interrupt handler; its constructor is `unsafe` and takes the handler whose contract is
@@ -78,7 +81,7 @@ mod signal;
 mod sys;
 mod timerfd;
 
-pub use calibrate::wakeup_lateness;
+pub use calibrate::{WakeupCost, WakeupProbe, wakeup_lateness, wakeup_probe};
 pub use config::{DeadlineDesign, IoBackend, LoopConfig, SpinWindow, TimerMode};
 pub use cx::{Interest, LoopCx, Ready};
 pub use error::RtError;
