@@ -540,10 +540,19 @@ impl<E, C: Clock> Shared<E, C> {
                     return false;
                 }
                 self.deadline_published.store(rel, Ordering::Relaxed);
+                let earlier = rel < published;
                 if let Some(link) = &self.link {
-                    link.deadline.store(rel, Ordering::SeqCst);
+                    // A later deadline only makes a helper that misses it wake early: no
+                    // pairing with its sleep is needed (and a plain store is no locked
+                    // instruction, which a met deadline per event would otherwise pay).
+                    let order = if earlier {
+                        Ordering::SeqCst
+                    } else {
+                        Ordering::Release
+                    };
+                    link.deadline.store(rel, order);
                 }
-                rel < published
+                earlier
             }
         }
     }
