@@ -1,6 +1,7 @@
-//! The backstop: the delay bound `T < actual < T + X + 1` while the loop thread computes
-//! without system calls, wherever the helper runs, and what a pending event costs a busy loop's
-//! core (nothing, when the helper is on another CPU).
+//! The backstop and the deadline service: the delay bound `T < actual < T + X + 1` and
+//! deadlines while the loop thread computes without system calls, wherever the helper runs,
+//! and what a pending event costs a busy loop's core (nothing, when the helper is on another
+//! CPU).
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -252,6 +253,13 @@ fn a_busy_loop_with_pending_events_makes_no_timer_system_call_on_its_core() {
     assert_eq!(after.watcher_nudges, before.watcher_nudges);
 }
 
+#[test]
+fn the_deadline_timer_fires_when_no_trigger_state_comes() {
+    for design in DeadlineDesign::ALL {
+        deadline_fires_when_no_trigger_state_comes(design, None);
+    }
+}
+
 /// With the helper on the loop's only CPU (the one-shot timer enforcing the bound), the
 /// helper still enforces deadlines, sleeping until the earliest one and woken by the loop
 /// when it publishes an earlier one; the spinning design sleeps there too (spinning on the
@@ -261,39 +269,54 @@ fn deadlines_hold_with_the_helper_on_the_loops_only_cpu() {
     let cpu = *allowed_cpus().last().expect("some CPU");
     pin(cpu);
     for design in [DeadlineDesign::Watcher, DeadlineDesign::WatcherSpin] {
-        let clock = SystemClock::new();
-        let fired_by = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&fired_by);
-        // A 10 Hz backstop, so that only the deadline can fire the event within 30 ms.
-        let cfg = LoopConfig {
-            interrupt_clock_hz: 10,
-            deadlines: design,
-            watcher_cpu: Some(cpu),
-            ..config()
-        };
-        let mut ev: EventLoop<()> = EventLoop::new(cfg, move |_, ev: Fired<()>| {
-            sink.lock().unwrap().push((ev.source, clock.now() - ev.due));
-        })
-        .unwrap();
-        assert_eq!(ev.helper_placement(), Some(HelperPlacement::LoopCpu));
-        let work = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).unwrap();
-        ev.cx().register(&work, Interest::READABLE, 1).unwrap();
-        let ms = clock.resolution_hz() / 1000;
-        stop_after(&ev, Duration::from_secs(5));
-        ev.run(|cx, _| {
-            cx.schedule_with_deadline(Span::from_ticks(ms / 10), Span::from_ticks(2 * ms), ())
-                .unwrap();
-            let end = clock.now() + Span::from_ticks(30 * ms);
-            while clock.now() < end {
-                std::hint::spin_loop();
-            }
-            cx.stop();
-        })
-        .unwrap();
-        let fired = fired_by.lock().unwrap().clone();
-        assert_eq!(fired.len(), 1, "{design:?}");
-        assert_eq!(fired[0].0, TriggerSource::Deadline, "{design:?}");
-        assert!(fired[0].1 < Span::from_ticks(30 * ms), "{design:?}");
-        assert_eq!(ev.counters().deadline_enforced, 1, "{design:?}");
+        deadline_fires_when_no_trigger_state_comes(design, Some(cpu));
     }
+}
+
+/// An event with a 2 ms deadline behind 30 ms of computing: the deadline service fires it.
+/// `helper_cpu`: the loop thread's own (pinned) CPU, to put the helper there.
+fn deadline_fires_when_no_trigger_state_comes(design: DeadlineDesign, helper_cpu: Option<usize>) {
+    let clock = SystemClock::new();
+    let fired_by = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&fired_by);
+    // A 10 Hz backstop, so that only the deadline can fire the event within 30 ms.
+    let cfg = LoopConfig {
+        interrupt_clock_hz: 10,
+        deadlines: design,
+        watcher_cpu: helper_cpu,
+        ..config()
+    };
+    let mut ev: EventLoop<()> = EventLoop::new(cfg, move |_, ev: Fired<()>| {
+        sink.lock().unwrap().push((ev.source, clock.now() - ev.due));
+    })
+    .unwrap();
+    if helper_cpu.is_some() {
+        assert_eq!(ev.helper_placement(), Some(HelperPlacement::LoopCpu));
+    }
+    let work = eventfd(1, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).unwrap();
+    ev.cx().register(&work, Interest::READABLE, 1).unwrap();
+    let ms = clock.resolution_hz() / 1000;
+    stop_after(&ev, Duration::from_secs(5));
+    ev.run(|cx, _| {
+        cx.schedule_with_deadline(Span::from_ticks(ms / 10), Span::from_ticks(2 * ms), ())
+            .unwrap();
+        let end = clock.now() + Span::from_ticks(30 * ms);
+        while clock.now() < end {
+            std::hint::spin_loop();
+        }
+        cx.stop();
+    })
+    .unwrap();
+    let fired = fired_by.lock().unwrap().clone();
+    assert_eq!(fired.len(), 1, "{design:?}");
+    assert_eq!(fired[0].0, TriggerSource::Deadline, "{design:?}");
+    assert!(
+        fired[0].1 < Span::from_ticks(30 * ms),
+        "{design:?}: fired by the deadline, not at the end of the computation"
+    );
+    let c = ev.counters();
+    if design == DeadlineDesign::LazyTimerfd {
+        assert_eq!(c.deadline_arms, 1, "{design:?}");
+    }
+    assert_eq!(c.deadline_enforced, 1, "{design:?}");
 }

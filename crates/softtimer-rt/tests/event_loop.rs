@@ -233,61 +233,6 @@ fn a_handler_sends_on_a_socket_and_reschedules_itself() {
     assert_eq!(sent.load(Ordering::Relaxed), 20);
 }
 
-#[test]
-fn the_deadline_timer_fires_when_no_trigger_state_comes() {
-    for design in DeadlineDesign::ALL {
-        deadline_fires_when_no_trigger_state_comes(design);
-    }
-}
-
-fn deadline_fires_when_no_trigger_state_comes(design: DeadlineDesign) {
-    let clock = SystemClock::new();
-    let fired_by = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&fired_by);
-    // A 10 Hz periodic backstop, so that only the deadline timer can fire within 100 ms.
-    let cfg = LoopConfig {
-        interrupt_clock_hz: 10,
-        deadlines: design,
-        ..config()
-    };
-    let mut ev: EventLoop<()> = EventLoop::new(cfg, move |_, ev: Fired<()>| {
-        sink.lock().unwrap().push((ev.source, clock.now() - ev.due));
-    })
-    .unwrap();
-    let kick = UdpSocket::bind("127.0.0.1:0").unwrap();
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .send_to(b"go", kick.local_addr().unwrap())
-        .unwrap();
-    ev.cx().register(&kick, Interest::READABLE, 1).unwrap();
-    let ms = clock.resolution_hz() / 1000;
-    stop_after(&ev, Duration::from_secs(5));
-    ev.run(|cx, _| {
-        let mut buf = [0u8; 8];
-        let _ = cx.recv(&kick, &mut buf);
-        cx.schedule_with_deadline(Span::from_ticks(ms / 10), Span::from_ticks(2 * ms), ())
-            .unwrap();
-        let end = clock.now() + Span::from_ticks(30 * ms);
-        while clock.now() < end {
-            std::hint::spin_loop();
-        }
-        cx.stop();
-    })
-    .unwrap();
-    let fired = fired_by.lock().unwrap().clone();
-    assert_eq!(fired.len(), 1);
-    assert_eq!(fired[0].0, TriggerSource::Deadline);
-    assert!(
-        fired[0].1 < Span::from_ticks(30 * ms),
-        "fired by the deadline, not at the end of the computation"
-    );
-    let c = ev.counters();
-    if design == DeadlineDesign::LazyTimerfd {
-        assert_eq!(c.deadline_arms, 1, "{design:?}");
-    }
-    assert_eq!(c.deadline_enforced, 1, "{design:?}");
-}
-
 /// When trigger states come first, deadlines cost no arming beyond the first: each new
 /// deadline is later than the armed one, so the timer is left alone (lazily).
 #[test]
