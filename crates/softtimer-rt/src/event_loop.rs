@@ -13,11 +13,11 @@ use softtimer::{
     Clock, Config, Fired, Instant, SoftTimers, Span, SystemClock, TriggerSource, TriggerStats,
 };
 
-use crate::backstop::{Helper, spawn_backstop, spawn_watcher};
-use crate::config::{LoopConfig, SpinWindow, TimerMode, check_period};
+use crate::backstop::{Helper, HelperPlan, spawn_helper};
+use crate::config::{DeadlineDesign, LoopConfig, SpinWindow, TimerMode, check_period};
 use crate::cx::{Core, LoopCx, Ready};
 use crate::error::RtError;
-use crate::policy::{IdleAction, IdlePolicy};
+use crate::policy::{HelperPlacement, IdleAction, IdlePolicy, place_helper};
 use crate::shared::{Counters, Handler, Shared};
 use crate::sys::{self, ThreadSignalTimer};
 use crate::timerfd::{periodic_timerfd, timespec};
@@ -72,13 +72,13 @@ impl StopHandle {
     }
 }
 
-/// CPU time used by the loop's helper threads, known once they have stopped
-/// ([`EventLoop::stop_helpers`]).
+/// CPU time used by the loop's helper thread (the backstop and the deadline service), known
+/// once it has stopped ([`EventLoop::stop_helpers`]), by where it ran.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HelperCpu {
-    /// The backstop thread (on the loop's CPU), ns.
+    /// On the loop's CPU (or where it may be: [`HelperPlacement::shares_loop_cpu`]), ns.
     pub backstop_ns: u64,
-    /// The deadline watcher (on another CPU), ns.
+    /// On another CPU, ns.
     pub watcher_ns: u64,
 }
 
@@ -91,8 +91,7 @@ pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static
     mode: &'static str,
     timerfd: Option<OwnedFd>,
     signal_timer: Option<ThreadSignalTimer>,
-    backstop: Option<Helper>,
-    watcher: Option<Helper>,
+    helper: Option<Helper>,
     /// Time spent spinning in the idle policy (see [`Counters::idle_spin_ns`]).
     idle_spin: Span,
     /// A loop belongs to the thread that made it (its timer signal is addressed to that
@@ -194,13 +193,13 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         };
         let soft = signal_period.is_none() && config.mode == TimerMode::Soft;
         let deadlines = soft.then_some(config.deadlines);
-        let shared = Arc::new(Shared::new(
-            facility,
-            handler,
-            soft,
-            config.backstop,
-            deadlines,
-        )?);
+        let mut shared = Shared::new(facility, handler, soft, config.backstop, deadlines)?;
+        // The helper fires at the late line its own wake-up lateness early, so that it fires
+        // by `X` rather than `X` and a wake-up.
+        if soft && config.backstop {
+            shared.set_watch_margin(clock.span(calibrate::wakeup_lateness()));
+        }
+        let shared = Arc::new(shared);
 
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)
             .map_err(|e| RtError::from(("epoll_create", e)))?;
@@ -248,8 +247,20 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         if soft {
             let _ = sys::minimal_timer_slack();
         }
-        let backstop = spawn_backstop(&shared, config.realtime_backstop)?;
-        let watcher = spawn_watcher(&shared, config.watcher_cpu.or_else(watcher_cpu))?;
+        let loop_cpus = sys::allowed_cpus();
+        let helper = spawn_helper(
+            &shared,
+            HelperPlan {
+                placement: place_helper(
+                    &loop_cpus,
+                    &sys::online_cpus(),
+                    config.watcher_cpu,
+                    config.deadlines == DeadlineDesign::LazyTimerfd,
+                ),
+                loop_cpus,
+                realtime: config.realtime_backstop,
+            },
+        )?;
         let spin_window = match config.spin_window {
             SpinWindow::Calibrated if soft => calibrate::wakeup_lateness(),
             SpinWindow::Calibrated => Duration::ZERO,
@@ -280,8 +291,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             mode,
             timerfd,
             signal_timer,
-            backstop,
-            watcher,
+            helper,
             idle_spin: Span::ZERO,
             _thread_bound: PhantomData,
         })
@@ -349,22 +359,36 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         self.core.shared.lock().facility.reset_stats();
     }
 
-    /// Whether the backstop thread got real-time priority (`None`: no backstop thread).
+    /// Whether the helper thread (the backstop and the deadline service) got real-time
+    /// priority (`None`: no helper, as with a timer baseline or timers off).
     pub fn backstop_realtime(&self) -> Option<bool> {
-        self.backstop
-            .as_ref()
-            .map(|_| self.core.shared.backstop_realtime.load(Ordering::Relaxed))
+        self.helper.as_ref().map(|_| {
+            self.core
+                .shared
+                .helper
+                .backstop_realtime
+                .load(Ordering::Relaxed)
+        })
     }
 
-    /// Stops and joins the helper threads (backstop, deadline watcher) and returns the CPU
-    /// time they used. After this the loop has no backstop and enforces no deadline; call it
-    /// when a run is over, to account for the helpers' cost.
+    /// Where the helper thread runs, and so who enforces the delay bound (`None`: no helper).
+    /// By default it goes to a CPU the loop thread may not use, when the loop thread is
+    /// pinned and another CPU is online; see [`HelperPlacement`].
+    pub fn helper_placement(&self) -> Option<HelperPlacement> {
+        self.helper
+            .as_ref()
+            .and_then(|_| self.core.shared.placement())
+    }
+
+    /// Stops and joins the helper thread (backstop, deadline service) and returns the CPU
+    /// time it used. After this the loop has no backstop and enforces no deadline; call it
+    /// when a run is over, to account for the helper's cost.
     pub fn stop_helpers(&mut self) -> HelperCpu {
-        self.backstop.take();
-        self.watcher.take();
+        self.helper.take();
+        let helper = &self.core.shared.helper;
         HelperCpu {
-            backstop_ns: self.core.shared.backstop_cpu_ns.load(Ordering::Relaxed),
-            watcher_ns: self.core.shared.watcher_cpu_ns.load(Ordering::Relaxed),
+            backstop_ns: helper.loop_cpu_ns.load(Ordering::Relaxed),
+            watcher_ns: helper.other_cpu_ns.load(Ordering::Relaxed),
         }
     }
 
@@ -559,18 +583,6 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         }
         Ok(false)
     }
-}
-
-/// Where the deadline watcher runs by default: the lowest online CPU the loop thread may not
-/// run on, when the loop thread is pinned to one CPU; otherwise wherever the kernel puts it.
-fn watcher_cpu() -> Option<usize> {
-    let allowed = sys::allowed_cpus();
-    if allowed.len() != 1 {
-        return None;
-    }
-    sys::online_cpus()
-        .into_iter()
-        .find(|c| !allowed.contains(c))
 }
 
 impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> Drop for EventLoop<E, C> {

@@ -353,16 +353,15 @@ pub(crate) fn minimal_timer_slack() -> io::Result<()> {
     rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1)).map_err(io::Error::from)
 }
 
-/// The calling thread's timer slack in ns.
-pub(crate) fn timer_slack() -> io::Result<u64> {
-    rustix::thread::current_timer_slack().map_err(io::Error::from)
-}
-
-/// Pins the calling thread to `cpu` (ignored if the CPU does not exist or is not allowed).
-pub(crate) fn pin_current_thread(cpu: usize) {
+/// Pins the calling thread to `cpu`; whether it is now pinned there (not when the CPU does not
+/// exist or is not allowed, as in a container confined to other CPUs).
+pub(crate) fn pin_current_thread(cpu: usize) -> bool {
+    if cpu >= rustix::thread::CpuSet::MAX_CPU {
+        return false;
+    }
     let mut set = rustix::thread::CpuSet::new();
     set.set(cpu);
-    let _ = rustix::thread::sched_setaffinity(None, &set);
+    rustix::thread::sched_setaffinity(None, &set).is_ok() && allowed_cpus() == [cpu]
 }
 
 /// The CPUs the calling thread may run on.

@@ -57,9 +57,9 @@ fn stopping_leaves_nothing_behind() {
             });
             ev.run(|_, _| {}).unwrap();
             t.join().unwrap();
-            // While it lives, a soft loop has exactly two extra threads: its backstop and its
-            // deadline watcher; the baselines and the reference have none.
-            let expected = threads + 2 * usize::from(ev.mode_name() == "soft");
+            // While it lives, a soft loop has exactly one extra thread: its helper (the
+            // backstop and the deadline service); the baselines and the reference have none.
+            let expected = threads + usize::from(ev.mode_name() == "soft");
             assert_eq!(
                 count("/proc/self/task"),
                 expected,
