@@ -50,17 +50,44 @@ fn lab_succeeds(name: &str, dir: &Path) {
     );
 }
 
-/// Every target names itself, its goal, whether it was met and what was measured.
+/// Every target names itself, its goal, whether it was met, what was measured and its
+/// anchor; and where the goal is one bound, `met` agrees with `measured` against it.
 fn targets_complete(name: &str, targets: &[serde_json::Value]) {
     for t in targets {
-        for key in ["name", "goal", "met"] {
+        for key in ["name", "goal", "met", "anchor"] {
             assert!(!t[key].is_null(), "{name}: target without {key}: {t}");
         }
+        assert_ne!(t["anchor"], "", "{name}: target without an anchor: {t}");
         assert!(
             t.get("measured").is_some(),
             "{name}: target without measured"
         );
+        assert_eq!(
+            bound_holds(t),
+            t["met"].as_bool(),
+            "{name}: met disagrees with measured and goal: {t}"
+        );
     }
+}
+
+/// Whether a target's measured value meets its goal, where the goal is one bound (`<= 5`,
+/// `≥ 1.0`, ...): `None` for other goals. A `null` measured value is an unbounded ratio
+/// (met by an at-least goal) or no figure at all.
+fn bound_holds(t: &serde_json::Value) -> Option<bool> {
+    let goal = t["goal"].as_str()?;
+    let (at_least, rest) = if let Some(r) = goal.strip_prefix(">=").or(goal.strip_prefix('≥')) {
+        (true, r)
+    } else if let Some(r) = goal.strip_prefix("<=").or(goal.strip_prefix('≤')) {
+        (false, r)
+    } else {
+        return None;
+    };
+    let bound: f64 = rest.split_whitespace().next()?.parse().ok()?;
+    Some(match t["measured"].as_f64() {
+        Some(m) if at_least => m >= bound,
+        Some(m) => m <= bound,
+        None => t["met"].as_bool() == Some(true) && at_least,
+    })
 }
 
 /// The report links plots by Markdown image syntax; each must exist and be non-empty.

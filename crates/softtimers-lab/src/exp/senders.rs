@@ -606,17 +606,19 @@ fn checks(configs: &[(NetPath, UdpSender)], runs: &[Vec<SenderRun>]) -> Vec<Targ
             };
             let sd_ratio = median(&paired_ratios(&soft_sd, &sd));
             let cpu_ratio = median(&paired_ratios(&soft_cpu, &c));
-            out.push(TargetCheck::new(
+            out.push(TargetCheck::at_most(
                 format!("inter-arrival stddev, soft / {label}, {}", path.name()),
                 "<= 0.1",
+                0.1,
                 sd_ratio,
-                sd_ratio <= 0.1,
+                crate::paper::ANCHOR_IPERF3,
             ));
-            out.push(TargetCheck::new(
+            out.push(TargetCheck::at_most(
                 format!("sender CPU, soft / {label}, {}", path.name()),
                 "<= 1",
+                1.0,
                 cpu_ratio,
-                cpu_ratio <= 1.0,
+                crate::paper::ANCHOR_IPERF3,
             ));
         }
         if let (Some(soft), Some(timerfd)) = (
@@ -624,11 +626,12 @@ fn checks(configs: &[(NetPath, UdpSender)], runs: &[Vec<SenderRun>]) -> Vec<Targ
             series(path, UdpSender::Timerfd, &cpu_per_packet),
         ) {
             let ratio = median(&paired_ratios(&timerfd, &soft));
-            out.push(TargetCheck::new(
+            out.push(TargetCheck::at_least(
                 format!("CPU per paced packet, timerfd / soft, {}", path.name()),
                 ">= 5",
+                5.0,
                 ratio,
-                ratio >= 5.0,
+                crate::paper::ANCHOR_TIMERFD,
             ));
         }
     }

@@ -362,14 +362,15 @@ pub(super) fn emulator_target(rows: &[BottleneckRow]) -> TargetCheck {
         (Some(lo), Some(hi)) => format!("{}–{} Mbit/s", lo / 1e6, hi / 1e6),
         _ => "no rate".into(),
     };
-    TargetCheck::new(
+    TargetCheck::at_most(
         format!(
             "path emulator (spinning up to {:?}): delay error per packet, p99 (µs), worst rate of {span}",
             COMMAND_SPIN
         ),
         "≤ 20",
+        20.0,
         worst,
-        worst <= 20.0,
+        crate::paper::ANCHOR_DESIGN,
     )
 }
 
@@ -378,18 +379,20 @@ pub(super) fn quic_targets(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<Target
     let mut t = Vec::new();
     let drops = ratios(rows, s, "soft-paced", |r| r.bottleneck_drops as f64);
     let m = median(drops);
-    t.push(TargetCheck::new(
+    t.push(TargetCheck::at_most(
         "bulk 50 Mbit/s, RTT 20 ms, queue 0.25 BDP: bottleneck drops, soft-paced / quinn-tokio (median)",
         "≤ 0.1",
-        m,
-        m <= 0.1,
-    ));
+    0.1,
+    m,
+    crate::paper::ANCHOR_STOCK_QUINN,
+));
     let g = median(ratios(rows, s, "soft-paced", |r| r.goodput_bps));
-    t.push(TargetCheck::new(
+    t.push(TargetCheck::at_least(
         "same: goodput, soft-paced / quinn-tokio",
         "≥ 1.0",
+        1.0,
         g,
-        g >= 1.0,
+        crate::paper::ANCHOR_STOCK_QUINN,
     ));
     let abs = median(
         rows.iter()
@@ -397,37 +400,41 @@ pub(super) fn quic_targets(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<Target
             .map(|r| r.goodput_bps / 50e6)
             .collect(),
     );
-    t.push(TargetCheck::new(
+    t.push(TargetCheck::at_least(
         "same: soft-paced goodput / bottleneck rate",
         "≥ 0.95",
+        0.95,
         abs,
-        abs >= 0.95,
+        crate::paper::ANCHOR_PATH,
     ));
     let sd = median(ratios(rows, s, "soft-paced", |r| r.interarrival_stddev_us));
-    t.push(TargetCheck::new(
+    t.push(TargetCheck::at_most(
         "same: receiver inter-arrival stddev, soft-paced / quinn-tokio",
         "≤ 0.1",
+        0.1,
         sd,
-        sd <= 0.1,
+        crate::paper::ANCHOR_STOCK_QUINN,
     ));
     for stack in ["soft", "soft-paced"] {
         let c = median(ratios(rows, s, stack, |r| r.cpu_ns_per_mb));
-        t.push(TargetCheck::new(
+        t.push(TargetCheck::at_most(
             format!("same: CPU per MB, {stack} / quinn-tokio"),
             "≤ 1.0",
+            1.0,
             c,
-            c <= 1.0,
+            crate::paper::ANCHOR_STOCK_QUINN,
         ));
     }
     if !variants.is_empty() {
         t.push(pairs_cpu_target(rows, variants));
     }
     let p = median(ratios(rows, RR, "soft", |r| r.p99_us));
-    t.push(TargetCheck::new(
+    t.push(TargetCheck::at_most(
         "request/response p99, 1 % loss, RTT 200 µs: soft / quinn-tokio",
         "≤ 0.5",
+        0.5,
         p,
-        p <= 0.5,
+        crate::paper::ANCHOR_STOCK_QUINN,
     ));
     t
 }
@@ -461,10 +468,11 @@ pub(super) fn pairs_cpu_target(rows: &[QuicRow], variants: &[QuicRow]) -> Target
         "soft-paced/2-per-departure",
         |r| r.cpu_ns_per_mb,
     ));
-    TargetCheck::new(
+    TargetCheck::at_most(
         "same: CPU per MB, soft-paced with 2 datagrams per departure / quinn-tokio",
         "≤ 1.0",
+        1.0,
         c,
-        c <= 1.0,
+        crate::paper::ANCHOR_STOCK_QUINN,
     )
 }
