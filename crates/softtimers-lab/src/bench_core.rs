@@ -25,6 +25,8 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use softtimer::{Clock, SimClock, Span, SystemClock};
 
+use softtimers_tools::output::{Program, Report};
+
 use crate::alloc_count;
 use crate::baselines::{self, TimerQueue};
 use crate::harness::{RunLength, pin_to_last_cpu};
@@ -63,14 +65,28 @@ pub struct CoreArgs {
     pub json: Option<std::path::PathBuf>,
 }
 
-impl CoreArgs {
+impl Program for CoreArgs {
+    type Output = CoreReport;
+
     /// Runs the benchmark with a progress bar.
-    pub fn run(&self) -> CoreReport {
+    fn run(&self) -> anyhow::Result<CoreReport> {
         let config = CoreBenchConfig {
             slot_ticks: self.slot_ticks,
             ..CoreBenchConfig::new(self.quick)
         };
-        crate::harness::with_progress("bench core", |p| run(&config, p))
+        Ok(crate::harness::with_progress("bench core", |p| {
+            run(&config, p)
+        }))
+    }
+
+    fn json(&self) -> Option<&std::path::Path> {
+        self.json.as_deref()
+    }
+}
+
+impl Report for CoreReport {
+    fn text(&self) -> String {
+        to_markdown(self)
     }
 }
 

@@ -27,6 +27,8 @@ use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Fired, SoftTimers, Span};
 use softtimer_rt::{Interest, LoopConfig};
 
+use softtimers_tools::output::{Program, Report};
+
 use crate::harness::{RunLength, TimerSource, interleaved, interval_label, pin_to_last_cpu};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, paired_ratios, range};
@@ -70,9 +72,15 @@ pub struct TimersArgs {
     pub json: Option<std::path::PathBuf>,
 }
 
-impl TimersArgs {
+impl Program for TimersArgs {
+    type Output = TimersReport;
+
+    fn json(&self) -> Option<&std::path::Path> {
+        self.json.as_deref()
+    }
+
     /// Runs the benchmark with a progress bar.
-    pub fn run(&self) -> Result<TimersReport> {
+    fn run(&self) -> Result<TimersReport> {
         let intervals = if self.intervals.is_empty() {
             vec![10, 20, 50]
         } else {
@@ -476,6 +484,12 @@ fn check_targets(rows: &[TimerRow]) -> Vec<TargetCheck> {
         ));
     }
     targets
+}
+
+impl Report for TimersReport {
+    fn text(&self) -> String {
+        to_markdown(self)
+    }
 }
 
 impl Section for TimersReport {

@@ -18,9 +18,7 @@ mod sender;
 mod sink;
 
 pub use args::{PaceArgs, SinkArgs};
-pub use sink::{
-    SinkInput, SinkOptions, SinkReport, SinkTarget, bind_sink, sink, sink_markdown, sink_on,
-};
+pub use sink::{SinkInput, SinkOptions, SinkReport, SinkTarget, bind_sink, sink, sink_on};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,6 +34,7 @@ use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader};
 use softtimer_rt::SpinWindow;
 
 use crate::cpu::process_cpu_ns;
+use crate::output::Report;
 use sender::{Flow, SendCounters, Sender, connect, run_departure, run_loop, run_spin, run_unpaced};
 
 /// What paces the sender.
@@ -106,28 +105,36 @@ pub struct PaceReport {
     pub target_bps: u64,
     /// The rate achieved: the bits of every datagram but the last over the time from the
     /// first send to the last.
+    #[serde(deserialize_with = "crate::json::num")]
     pub achieved_bps: f64,
     /// |achieved − target| / target, %.
+    #[serde(deserialize_with = "crate::json::num")]
     pub conformance_pct: f64,
     /// Datagrams sent.
     pub packets: u64,
     /// Sends the kernel refused (buffer full, unreachable port): not counted as sent.
     pub send_errors: u64,
     /// The process's CPU time (user + system, every thread) per datagram sent, ns.
+    #[serde(deserialize_with = "crate::json::num")]
     pub cpu_ns_per_packet: f64,
     /// The process's CPU time over the run, % of one core.
+    #[serde(deserialize_with = "crate::json::num")]
     pub cpu_pct: f64,
     /// Datagram payload bytes.
     pub size: usize,
     /// Flows.
     pub flows: u32,
     /// The run's length, s.
+    #[serde(deserialize_with = "crate::json::num")]
     pub duration_s: f64,
     /// Mean interval between a flow's consecutive sends, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub send_interval_mean_us: f64,
     /// Their standard deviation, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub send_interval_stddev_us: f64,
     /// The longest, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub send_interval_max_us: f64,
     /// The soft loop's spin window, µs (`null` for the other timers).
     pub spin_window_us: Option<f64>,
@@ -309,29 +316,31 @@ fn unlimited_burst() -> Rate {
     Rate::from_bits_per_sec(softtimer_net::MAX_RATE_BPS).expect("the maximum rate is a rate")
 }
 
-/// Prints `pace`'s report.
-pub fn pace_markdown(r: &PaceReport) -> String {
-    format!(
-        "timer {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
-         target {:.3} Mbit/s, achieved {:.3} Mbit/s (off by {:.3} %)\n\
-         CPU {:.1} % of a core, {:.0} ns per datagram; {} send calls; send errors {}\n\
-         send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n",
-        r.timer.name(),
-        r.packets,
-        r.size,
-        r.duration_s,
-        r.flows,
-        r.target_bps as f64 / 1e6,
-        r.achieved_bps / 1e6,
-        r.conformance_pct,
-        r.cpu_pct,
-        r.cpu_ns_per_packet,
-        r.send_calls,
-        r.send_errors,
-        r.send_interval_mean_us,
-        r.send_interval_stddev_us,
-        r.send_interval_max_us,
-        r.spin_window_us
-            .map_or_else(String::new, |w| format!("; spin window {w:.1} µs")),
-    )
+impl Report for PaceReport {
+    fn text(&self) -> String {
+        let r = self;
+        format!(
+            "timer {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
+             target {:.3} Mbit/s, achieved {:.3} Mbit/s (off by {:.3} %)\n\
+             CPU {:.1} % of a core, {:.0} ns per datagram; {} send calls; send errors {}\n\
+             send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n",
+            r.timer.name(),
+            r.packets,
+            r.size,
+            r.duration_s,
+            r.flows,
+            r.target_bps as f64 / 1e6,
+            r.achieved_bps / 1e6,
+            r.conformance_pct,
+            r.cpu_pct,
+            r.cpu_ns_per_packet,
+            r.send_calls,
+            r.send_errors,
+            r.send_interval_mean_us,
+            r.send_interval_stddev_us,
+            r.send_interval_max_us,
+            r.spin_window_us
+                .map_or_else(String::new, |w| format!("; spin window {w:.1} µs")),
+        )
+    }
 }

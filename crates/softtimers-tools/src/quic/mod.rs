@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use softtimer::Clock;
 use softtimer_quic::idle::{AfterIdle, AfterIdleFactory};
 use softtimer_quic::perf::{
@@ -38,10 +38,11 @@ use softtimer_quic::{DriverConfig, Pacing, QuicLoop, TransmitCauses};
 use softtimer_rt::{LoopConfig, SpinWindow};
 
 use crate::cpu::process_cpu_ns;
+use crate::output::Report;
 use tcp::{tcp_client, tcp_server};
 
 /// A stack of the comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stack {
     /// quinn-proto on soft timers, quinn's pacer.
@@ -86,7 +87,7 @@ impl Stack {
 }
 
 /// The after-idle behaviour, as a command-line value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AfterIdleArg {
     /// quinn's CUBIC as it is.
@@ -206,7 +207,7 @@ pub struct ServerOptions {
 }
 
 /// What a server run reports.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ServerRun {
     /// The stack.
     pub stack: Stack,
@@ -221,7 +222,7 @@ pub struct ServerRun {
 }
 
 /// What a QUIC runtime saw on one side: its sends and quinn's timers.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct DriverSide {
     /// Datagrams sent (`null` where the runtime does not count them).
     pub datagrams_sent: Option<u64>,
@@ -361,7 +362,7 @@ pub struct ClientOptions {
 }
 
 /// What a client run reports.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClientRun {
     /// The stack.
     pub stack: Stack,
@@ -440,56 +441,60 @@ fn check(data: &[u8], offset: u64) -> bool {
         .all(|(i, &b)| b == pattern_byte(offset + i as u64))
 }
 
-/// One line about a server run.
-pub fn server_summary(run: &ServerRun) -> String {
-    let count = |n: Option<u64>| n.map_or_else(|| "unavailable".to_string(), |n| n.to_string());
-    format!(
-        "{}: {} connections, {} requests, {} bytes sent, {} received, {:.0} ns CPU per MB; \
-         packets sent {}, lost {}",
-        run.stack.name(),
-        run.served.connections,
-        run.served.requests,
-        run.served.bytes_sent,
-        run.served.bytes_received,
-        run.cpu_ns_per_mb,
-        count(run.served.sent_packets),
-        count(run.served.lost_packets),
-    )
+impl Report for ServerRun {
+    fn text(&self) -> String {
+        let run = self;
+        let count = |n: Option<u64>| n.map_or_else(|| "unavailable".to_string(), |n| n.to_string());
+        format!(
+            "{}: {} connections, {} requests, {} bytes sent, {} received, {:.0} ns CPU per MB; \
+             packets sent {}, lost {}\n",
+            run.stack.name(),
+            run.served.connections,
+            run.served.requests,
+            run.served.bytes_sent,
+            run.served.bytes_received,
+            run.cpu_ns_per_mb,
+            count(run.served.sent_packets),
+            count(run.served.lost_packets),
+        )
+    }
 }
 
-/// A few lines about a client run.
-pub fn client_summary(run: &ClientRun) -> String {
-    let r = &run.report;
-    let mut out = format!(
-        "{}: {} requests, {} bytes in {:.3} s: {:.2} Mbit/s goodput; handshake {:.0} µs\n\
-         latency p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs; RTT {:.0} µs, cwnd {} B\n\
-         packets sent {}, lost {}, congestion events {}; CPU {:.0} ns per MB; data {}\n",
-        run.stack.name(),
-        r.requests,
-        r.download_bytes,
-        r.elapsed_s,
-        r.goodput_bps / 1e6,
-        r.handshake_us,
-        r.p50_us,
-        r.p99_us,
-        r.p999_us,
-        r.rtt_us,
-        r.cwnd,
-        r.sent_packets,
-        r.lost_packets,
-        r.congestion_events,
-        run.cpu_ns_per_mb,
-        match r.verified {
-            Some(true) => "verified",
-            Some(false) => "MISMATCH",
-            None => "not checked",
-        }
-    );
-    if let Some(d) = &run.driver {
-        out += &format!(
-            "timers: {} handled, late p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs\n",
-            d.timeouts, d.timer_late_p50_us, d.timer_late_p99_us, d.timer_late_max_us
+impl Report for ClientRun {
+    fn text(&self) -> String {
+        let run = self;
+        let r = &run.report;
+        let mut out = format!(
+            "{}: {} requests, {} bytes in {:.3} s: {:.2} Mbit/s goodput; handshake {:.0} µs\n\
+             latency p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs; RTT {:.0} µs, cwnd {} B\n\
+             packets sent {}, lost {}, congestion events {}; CPU {:.0} ns per MB; data {}\n",
+            run.stack.name(),
+            r.requests,
+            r.download_bytes,
+            r.elapsed_s,
+            r.goodput_bps / 1e6,
+            r.handshake_us,
+            r.p50_us,
+            r.p99_us,
+            r.p999_us,
+            r.rtt_us,
+            r.cwnd,
+            r.sent_packets,
+            r.lost_packets,
+            r.congestion_events,
+            run.cpu_ns_per_mb,
+            match r.verified {
+                Some(true) => "verified",
+                Some(false) => "MISMATCH",
+                None => "not checked",
+            }
         );
+        if let Some(d) = &run.driver {
+            out += &format!(
+                "timers: {} handled, late p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs\n",
+                d.timeouts, d.timer_late_p50_us, d.timer_late_p99_us, d.timer_late_max_us
+            );
+        }
+        out
     }
-    out
 }

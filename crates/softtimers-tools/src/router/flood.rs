@@ -5,6 +5,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
+use crate::output::Report;
 use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Span, SystemClock};
@@ -133,4 +134,23 @@ pub fn flood(options: &FloodOptions) -> Result<FloodReport> {
         saturated: achieved_pps < options.rate_pps as f64 * 0.98,
         duration_s,
     })
+}
+
+impl Report for FloodReport {
+    fn text(&self) -> String {
+        format!(
+            "{} datagrams in {:.2} s: {:.0} datagrams/s{}\n",
+            self.sent,
+            self.duration_s,
+            self.achieved_pps,
+            if self.saturated {
+                format!(
+                    " (asked for {}: this is as fast as this sender goes here)",
+                    self.offered_pps
+                )
+            } else {
+                String::new()
+            }
+        )
+    }
 }

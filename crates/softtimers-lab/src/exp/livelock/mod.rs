@@ -28,6 +28,27 @@ pub use e12::{BudgetRow, E12, e12};
 use serde::{Deserialize, Serialize};
 
 use bench::*;
+
+/// What every livelock step records beside its rows: how long each flood lasted, and the
+/// fastest the source could send.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct Flood {
+    /// Seconds of flood per run.
+    pub flood_s: f64,
+    /// The source's top rate, datagrams/s (`null` where the step did not run).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub source_max_pps: f64,
+}
+
+impl Flood {
+    /// A step that did not run: its flood length, no source rate.
+    fn unmeasured(flood_s: f64) -> Self {
+        Flood {
+            flood_s,
+            source_max_pps: f64::NAN,
+        }
+    }
+}
 use e10::*;
 use e11::*;
 use e12::*;

@@ -26,7 +26,7 @@ use softtimer_net::path::{LinkConfig, QueueLimit};
 use softtimer_rt::SpinWindow;
 use softtimers_tools::path::{ADDR_B, EmulatorOptions, PathReport, PathSpec, RunningPath, Side};
 use softtimers_tools::process as tools;
-use softtimers_tools::quic::Stack;
+use softtimers_tools::quic::{ClientRun, DriverSide, ServerRun, Stack};
 
 use crate::exp::bottleneck::{self};
 use crate::harness::{ExpOptions, pin_process, read_json};
@@ -59,19 +59,28 @@ struct Run<'a> {
     client_args: Vec<String>,
 }
 
-/// What one run measured, from the three JSON files.
+/// What one run measured: the client's and the server's reports, read back from the JSON
+/// files `softtimers quic` wrote into the very types it wrote, and the emulator's own.
 struct Measured {
-    client: serde_json::Value,
-    server: serde_json::Value,
+    client: ClientRun,
+    server: ServerRun,
     path: PathReport,
 }
 
-fn f(v: &serde_json::Value, path: &[&str]) -> f64 {
-    let mut cur = v;
-    for p in path {
-        cur = &cur[*p];
+impl Measured {
+    /// The server runtime's figure `g`; NaN where the stack has no QUIC runtime to say it
+    /// (kernel TCP) or the runtime does not count it (stock quinn's sends and spin).
+    fn server_driver(&self, g: impl Fn(&DriverSide) -> Option<f64>) -> f64 {
+        self.server.driver.as_ref().and_then(g).unwrap_or(f64::NAN)
     }
-    cur.as_f64().unwrap_or(f64::NAN)
+
+    /// Both sides' figure `g` added up; `None` where either side does not count it.
+    fn both_drivers(&self, g: impl Fn(&DriverSide) -> Option<u64>) -> Option<u64> {
+        [&self.client.driver, &self.server.driver]
+            .into_iter()
+            .map(|side| side.as_ref().and_then(&g))
+            .sum()
+    }
 }
 
 fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
