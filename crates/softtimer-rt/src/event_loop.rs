@@ -19,9 +19,9 @@ use crate::cx::{Core, LoopCx, Ready};
 use crate::error::RtError;
 use crate::policy::{IdleAction, IdlePolicy};
 use crate::shared::{Counters, Handler, Shared};
+use crate::signal;
 use crate::sys::{self, ThreadSignalTimer};
 use crate::timerfd::{periodic_timerfd, timespec};
-use crate::{calibrate, signal};
 
 /// Tokens from here up are the loop's own.
 pub const MAX_TOKEN: u64 = u64::MAX - 16;
@@ -94,7 +94,7 @@ pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static
     backstop: Option<Helper>,
     watcher: Option<Helper>,
     /// Time spent spinning in the idle policy (see [`Counters::idle_spin_ns`]).
-    idle_spin: Span,
+    idle_spin_total: Span,
     /// A loop belongs to the thread that made it (its timer signal is addressed to that
     /// thread), so it is neither `Send` nor `Sync`.
     _thread_bound: PhantomData<*const ()>,
@@ -250,10 +250,10 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         }
         let backstop = spawn_backstop(&shared, config.realtime_backstop)?;
         let watcher = spawn_watcher(&shared, config.watcher_cpu.or_else(watcher_cpu))?;
+        // Only a soft loop spins; the others need no calibration.
         let spin_window = match config.spin_window {
-            SpinWindow::Calibrated if soft => calibrate::wakeup_lateness(),
-            SpinWindow::Calibrated => Duration::ZERO,
-            SpinWindow::Fixed(d) => d,
+            SpinWindow::Calibrated if !soft => Duration::ZERO,
+            window => window.resolve(),
         };
         let idle = IdlePolicy {
             spin_window: clock.span(spin_window),
@@ -282,7 +282,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             signal_timer,
             backstop,
             watcher,
-            idle_spin: Span::ZERO,
+            idle_spin_total: Span::ZERO,
             _thread_bound: PhantomData,
         })
     }
@@ -321,7 +321,12 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// A snapshot of the runtime's counters.
     pub fn counters(&self) -> Counters {
         let mut counters = self.core.shared.counters();
-        counters.idle_spin_ns = self.core.shared.clock.duration(self.idle_spin).as_nanos() as u64;
+        counters.idle_spin_ns = self
+            .core
+            .shared
+            .clock
+            .duration(self.idle_spin_total)
+            .as_nanos() as u64;
         counters
     }
 
@@ -433,7 +438,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         let result = self.run_inner(&mut on_ready, &mut on_turn);
         self.core.stop.signals_paused.store(true, Ordering::Release);
         self.core.stop.flag.store(false, Ordering::Release);
-        self.core.idle_spin = true;
+        self.core.spin_allowed = true;
         result
     }
 
@@ -515,7 +520,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         let shared = Arc::clone(&self.core.shared);
         let clock = &shared.clock;
         let mut now = clock.now_unordered();
-        let policy = if self.core.idle_spin {
+        let policy = if self.core.spin_allowed {
             self.core.idle
         } else {
             IdlePolicy {
@@ -545,7 +550,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                     std::hint::spin_loop();
                     now = clock.now_unordered();
                 }
-                self.idle_spin += now.saturating_since(start);
+                self.idle_spin_total += now.saturating_since(start);
             }
             IdleAction::Block { timeout } => {
                 if on_turn(&mut LoopCx::new(&mut self.core), LoopTurn::BeforeBlock) {

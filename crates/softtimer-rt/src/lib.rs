@@ -81,7 +81,7 @@ pub use event_loop::{EventLoop, HelperCpu, LoopTurn, MAX_TOKEN, StopHandle};
 pub use policy::{Arm, BackstopPlan, IdleAction, IdlePolicy, deadline_needs_arming};
 pub use poll_set::PollSet;
 pub use shared::{Counters, Handler};
-pub use sys::RecvBatch;
+pub use sys::{BatchSent, Datagram, RecvBatch, send_all};
 pub use timerfd::periodic_timerfd;
 
 /// The README's examples, compiled (and, where they end, run) as doctests so that they cannot

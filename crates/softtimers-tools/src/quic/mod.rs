@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use softtimer::Clock;
 use softtimer_quic::idle::{AfterIdle, AfterIdleFactory};
 use softtimer_quic::perf::{
     ClientPlan, ClientReport, Pattern, PerfClient, PerfServer, ServerReport, pattern_byte,
@@ -123,20 +122,24 @@ pub struct Common {
 }
 
 impl Common {
-    /// The soft-timer stacks' loop and driver on `socket`, serving if given a server config.
+    /// The soft-timer stacks' loop and driver on `socket`, serving if given a server
+    /// config, and the loop's spin window: resolved here, once, given to the loop and
+    /// reported as it was given.
     fn quic_loop(
         &self,
         socket: UdpSocket,
         server: Option<quinn::ServerConfig>,
-    ) -> Result<QuicLoop> {
+    ) -> Result<(QuicLoop, Duration)> {
+        let spin_window = self.spin.unwrap_or(SpinWindow::Calibrated).resolve();
         let loop_config = LoopConfig {
-            spin_window: self.spin.unwrap_or(SpinWindow::Calibrated),
+            spin_window: SpinWindow::Fixed(spin_window),
             ..LoopConfig::default()
         };
         let driver = self
             .stack
             .driver_config(self.per_departure, self.tail_probe);
-        Ok(QuicLoop::new(loop_config, socket, driver, server)?)
+        let quic = QuicLoop::new(loop_config, socket, driver, server)?;
+        Ok((quic, spin_window))
     }
 
     fn tuning(&self) -> Result<Tuning> {
@@ -274,13 +277,9 @@ fn timer_side(h: &Histogram<u64>) -> (f64, f64, f64, Vec<(f64, u64)>) {
     )
 }
 
-fn driver_side(quic: &mut QuicLoop) -> DriverSide {
+/// What the soft-timer driver on `quic` saw, with the spin window its loop was given.
+fn driver_side(quic: &mut QuicLoop, spin_window: Duration) -> DriverSide {
     let counters = quic.event_loop().counters();
-    let spin_window_us = {
-        let ev = quic.event_loop();
-        let span = ev.idle_policy().spin_window;
-        ev.clock().duration(span).as_secs_f64() * 1e6
-    };
     let d = quic.driver();
     let (p50, p99, max, hist) = timer_side(d.timer_lateness());
     let paced = !d.release_lateness().is_empty();
@@ -297,7 +296,7 @@ fn driver_side(quic: &mut QuicLoop) -> DriverSide {
             .then(|| d.release_lateness().value_at_quantile(0.99) as f64 / 1000.0),
         timer_late_hist: hist,
         causes: Some(d.stats().causes),
-        spin_window_us: Some(spin_window_us),
+        spin_window_us: Some(spin_window.as_secs_f64() * 1e6),
         idle_spin_ms: Some(counters.idle_spin_ns as f64 / 1e6),
     }
 }
@@ -316,10 +315,10 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
             let socket = UdpSocket::bind(opts.listen)
                 .with_context(|| format!("cannot listen on {}", opts.listen))?;
             let config = server_config(&identity, &tuning)?;
-            let mut quic = opts.common.quic_loop(socket, Some(config))?;
+            let (mut quic, spin_window) = opts.common.quic_loop(socket, Some(config))?;
             let mut app = PerfServer::new(opts.connections);
             quic.run(&mut app)?;
-            (app.report, Some(driver_side(&mut quic)))
+            (app.report, Some(driver_side(&mut quic, spin_window)))
         }
         Stack::QuinnTokio => {
             let (served, side) = tokio_arm::server(opts, &identity, &tuning)?;
@@ -400,13 +399,13 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
                 "0.0.0.0:0".parse()?
             };
             let socket = UdpSocket::bind(bind).context("binding the client socket")?;
-            let mut quic = opts.common.quic_loop(socket, None)?;
+            let (mut quic, spin_window) = opts.common.quic_loop(socket, None)?;
             let config = client_config(&trust, &tuning)?;
             let started = quic.driver().now();
             let conn = quic.driver().connect(config, opts.to, &opts.server_name)?;
             let mut app = PerfClient::new(opts.plan.clone(), conn, started);
             quic.run(&mut app)?;
-            (app.report, Some(driver_side(&mut quic)))
+            (app.report, Some(driver_side(&mut quic, spin_window)))
         }
         Stack::QuinnTokio => {
             let (report, side) = tokio_arm::client(opts, &trust, &tuning)?;
