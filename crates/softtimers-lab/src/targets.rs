@@ -13,6 +13,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::harness::TimerSource;
+
 /// A target and whether a run met it. Written to JSON as `name`, `goal`, `measured`, `met`,
 /// `anchor` (read back also from the older `figure` and `target`; files from before targets
 /// had anchors read with an empty one).
@@ -90,33 +92,50 @@ impl TargetCheck {
     }
 }
 
-/// The two targets every timer-cost measurement shares: the loss with soft events at every
-/// trigger state (≤ 1 %), and each hardware-timer configuration's cost per event against
-/// soft's (≥ 10 ×), both from the paper's Table I. `hardware` yields (source, interval µs,
-/// cost per event µs). A soft cost within noise of zero (or below it) makes every hardware
-/// cost "≥ 10 × dearer".
-pub fn soft_vs_hardware_targets(
-    loss_figure: &str,
-    soft_loss_pct: f64,
-    soft_cost_us: f64,
-    hardware: impl IntoIterator<Item = (String, u64, f64)>,
-) -> Vec<TargetCheck> {
+/// A row of a timer-cost measurement (`bench timers`, E1): its timer source and interval,
+/// the workload's slowdown and the cost per event derived from it.
+pub trait TimerCost {
+    /// What fired the events.
+    fn source(&self) -> TimerSource;
+    /// The interval, µs (0: every trigger state).
+    fn interval_us(&self) -> u64;
+    /// The workload's slowdown against the run without events, %.
+    fn slowdown_pct(&self) -> f64;
+    /// The cost per event, µs.
+    fn cost_per_event_us(&self) -> f64;
+}
+
+/// The two targets every timer-cost measurement shares, from the paper's Table I: the loss
+/// with soft events at every trigger state (≤ 1 %), and each hardware-timer configuration's
+/// cost per event against soft's (≥ 10 ×). A soft cost within noise of zero (or below it)
+/// makes every hardware cost "≥ 10 × dearer". No targets without the soft row.
+pub fn soft_vs_hardware_targets<R: TimerCost>(loss_figure: &str, rows: &[R]) -> Vec<TargetCheck> {
+    let Some(soft) = rows
+        .iter()
+        .find(|r| r.source() == TimerSource::Soft && r.interval_us() == 0)
+    else {
+        return Vec::new();
+    };
     let mut checks = vec![TargetCheck::at_most(
         loss_figure,
         "<= 1 %",
         1.0,
-        soft_loss_pct,
+        soft.slowdown_pct(),
         crate::paper::ANCHOR_TABLE_I,
     )];
-    let soft_cost = soft_cost_us.max(0.0);
-    for (source, interval_us, cost_us) in hardware {
+    let soft_cost = soft.cost_per_event_us().max(0.0);
+    for r in rows.iter().filter(|r| r.source().is_hardware()) {
         let ratio = if soft_cost > 0.0 {
-            cost_us / soft_cost
+            r.cost_per_event_us() / soft_cost
         } else {
             f64::INFINITY
         };
         checks.push(TargetCheck::at_least(
-            format!("{source} cost per event / soft cost per event, {interval_us} µs"),
+            format!(
+                "{} cost per event / soft cost per event, {} µs",
+                r.source().name(),
+                r.interval_us()
+            ),
             ">= 10",
             10.0,
             ratio,
@@ -124,6 +143,27 @@ pub fn soft_vs_hardware_targets(
         ));
     }
     checks
+}
+
+/// [`TimerCost`] for a row type with fields of those names.
+#[macro_export]
+macro_rules! timer_cost_row {
+    ($row:ty) => {
+        impl $crate::targets::TimerCost for $row {
+            fn source(&self) -> $crate::harness::TimerSource {
+                self.source
+            }
+            fn interval_us(&self) -> u64 {
+                self.interval_us
+            }
+            fn slowdown_pct(&self) -> f64 {
+                self.slowdown_pct
+            }
+            fn cost_per_event_us(&self) -> f64 {
+                self.cost_per_event_us
+            }
+        }
+    };
 }
 
 /// The checks as a Markdown table. A measured value that is not a finite number (a ratio to

@@ -152,6 +152,8 @@ pub struct TimerRow {
     pub runs: usize,
 }
 
+crate::timer_cost_row!(TimerRow);
+
 /// What `bench timers` produces.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TimersReport {
@@ -457,22 +459,9 @@ fn row(rows: &[TimerRow], source: TimerSource, us: u64) -> Option<&TimerRow> {
 }
 
 fn check_targets(rows: &[TimerRow]) -> Vec<TargetCheck> {
-    let mut targets = Vec::new();
-    if let Some(soft) = row(rows, TimerSource::Soft, 0) {
-        // The soft cost per event comes from the run with the most events.
-        targets = soft_vs_hardware_targets(
-            "slowdown, soft events at every trigger state",
-            soft.slowdown_pct,
-            soft.cost_per_event_us,
-            rows.iter().filter(|r| r.source.is_hardware()).map(|r| {
-                (
-                    r.source.name().to_string(),
-                    r.interval_us,
-                    r.cost_per_event_us,
-                )
-            }),
-        );
-    }
+    // The soft cost per event comes from the run with the most events.
+    let mut targets =
+        soft_vs_hardware_targets("slowdown, soft events at every trigger state", rows);
     if let Some(soft10) = row(rows, TimerSource::Soft, 10) {
         let share = soft10.events_delivered_per_s / soft10.events_asked_per_s * 100.0;
         targets.push(TargetCheck::at_least(

@@ -63,6 +63,17 @@ impl Sender {
         true
     }
 
+    /// Sends flow `flow`'s next datagram at `now` and returns when its next is due: by its
+    /// pacer, or one interval later if the kernel refused this one (its buffer was full).
+    pub(super) fn send_paced(&self, flow: &mut Flow, now: Instant) -> Instant {
+        let bytes = (self.payload.len() + PacketHeader::LEN) as u64;
+        if self.send(flow, now) {
+            flow.pacer.on_sent(now, bytes)
+        } else {
+            now + flow.pacer.config().target().span_for_bytes(bytes, self.hz)
+        }
+    }
+
     /// Counts flow `flow`'s datagram as sent at `now` (`sent_ns` on the realtime clock).
     fn account(&self, flow: &mut Flow, now: Instant, sent_ns: u64) {
         flow.seq += 1;
@@ -154,16 +165,7 @@ pub(super) fn run_loop(
         // Soft: one datagram per event (the burst rate paces any catching up). Hardware
         // timers: every datagram due at this expiry, up to a bound.
         for _ in 0..if hardware { 64 } else { 1 } {
-            let next = if s.send(&mut flow, now) {
-                flow.pacer.on_sent(now, bytes)
-            } else {
-                // Refused (buffer full): try again one interval later.
-                now + flow
-                    .pacer
-                    .config()
-                    .target()
-                    .span_for_bytes(s.payload.len() as u64, s.hz)
-            };
+            let next = s.send_paced(&mut flow, now);
             now = timers.measure_time();
             if next.is_after(now) || !hardware {
                 let _ = timers.schedule_at(next, flow);
@@ -303,22 +305,13 @@ pub(super) fn run_spin(
     clock: &SystemClock,
 ) {
     let end = StdInstant::now() + options.duration;
-    let bytes = options.size as u64;
     let mut next: Vec<Instant> = vec![clock.now(); flows.len()];
     let mut pass = 0u32;
     loop {
         let now = clock.now();
         for (flow, due) in flows.iter_mut().zip(next.iter_mut()) {
             if !due.is_after(now) {
-                *due = if sender.send(flow, now) {
-                    flow.pacer.on_sent(now, bytes)
-                } else {
-                    now + flow
-                        .pacer
-                        .config()
-                        .target()
-                        .span_for_bytes(bytes, sender.hz)
-                };
+                *due = sender.send_paced(flow, now);
             }
         }
         pass = pass.wrapping_add(1);

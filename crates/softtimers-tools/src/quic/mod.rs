@@ -434,6 +434,17 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
     })
 }
 
+/// Counts one request of `plan`, started at `start`, done now (the kernel-TCP and stock-quinn
+/// clients; the soft-timer client's `PerfClient` counts its own).
+fn count_request(report: &mut ClientReport, plan: &ClientPlan, start: Instant) {
+    report
+        .latencies_us
+        .push(start.elapsed().as_secs_f64() * 1e6);
+    report.requests += 1;
+    report.download_bytes += plan.download;
+    report.upload_bytes += plan.upload;
+}
+
 fn check(data: &[u8], offset: u64) -> bool {
     data.iter()
         .enumerate()

@@ -7,13 +7,13 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::harness::{Clocking, ExpOptions, RunInfo, TimerSource, interleaved};
+use crate::harness::{Clocking, ExpOptions, RunInfo};
 use crate::paper::PAPER_TABLES_VI_VII;
 use crate::report::{Rendered, Section};
 use crate::summary::{median, paired_ratios, range};
 use crate::targets::{TargetCheck, targets_table};
 
-use super::{PACED_SIZE, PacedConfig, run_paced};
+use super::{PACED_SIZE, PacedConfig, run_all, with_hardware};
 
 /// One row of E6.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -73,36 +73,12 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     let length = options.length;
     let mut configs = vec![PacedConfig::plain()];
     for interval in [20u64, 10] {
-        configs.push(PacedConfig::new(
-            TimerSource::Soft,
-            Clocking::Bursts,
-            interval,
-        ));
-        configs.push(PacedConfig::new(
-            TimerSource::Soft,
-            Clocking::Adaptive {
-                min_interval_us: interval / 2,
-            },
-            interval,
-        ));
-        configs.push(PacedConfig::new(
-            TimerSource::Timerfd,
-            Clocking::PerExpiry,
-            interval,
-        ));
-        configs.push(PacedConfig::new(
-            TimerSource::Signal,
-            Clocking::PerExpiry,
-            interval,
-        ));
+        let adaptive = Clocking::Adaptive {
+            min_interval_us: interval / 2,
+        };
+        configs.extend(with_hardware(&[Clocking::Bursts, adaptive], interval, true));
     }
-    let outcomes = interleaved(
-        length.rounds(),
-        &configs,
-        progress,
-        |c| format!("{} {} µs", c.name(), c.interval_us()),
-        |c| run_paced(c, options),
-    )?;
+    let outcomes = run_all(&configs, options, progress)?;
     let rates: Vec<Vec<f64>> = outcomes
         .iter()
         .map(|runs| runs.iter().map(|r| r.rate).collect())

@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use softtimer_net::path::QueueLimit;
-use softtimers_tools::path::PathSpec;
 use softtimers_tools::quic::Stack;
 
 use crate::harness::ExpOptions;
@@ -17,7 +16,9 @@ use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{NoExtra, Rendered, Section, StepResult};
 use crate::targets::{TargetCheck, targets_table};
 
-use super::{Run, begin, link, median, per_round_ratios, round_seed, rounds, run_once, spread};
+use super::{
+    Run, begin, downloads, link, median, per_round_ratios, round_seed, rounds, run_once, spread,
+};
 
 /// Per round, rate-based over slow-start response time for `packets`.
 pub(super) fn e14_ratios(rows: &[E14Row], packets: u64) -> Vec<f64> {
@@ -78,12 +79,9 @@ pub(super) fn e14_run_seconds(packets: u64) -> f64 {
 /// Runs E14.
 pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E14> {
     let quick = options.length.quick;
-    let (mode, tmp) = begin(options, "e14")?;
-    let tmp = match tmp {
-        Ok(tmp) => tmp,
-        Err(why) => {
-            return Ok(E14::skipped(&mode, why, Default::default()));
-        }
+    let (mode, tmp) = match begin(options, "e14")? {
+        Ok(begun) => begun,
+        Err(skipped) => return Ok(skipped),
     };
     // 50 Mbit/s, 100 ms RTT, a queue of one BDP.
     let data = link(
@@ -119,10 +117,7 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             let run = Run {
                 stack,
                 seed: round_seed(round),
-                spec: PathSpec {
-                    a_to_b: acks,
-                    b_to_a: data,
-                },
+                spec: downloads(data, acks),
                 server_args: vec!["--after-idle", after_idle],
                 client_args: vec![
                     "--download".into(),

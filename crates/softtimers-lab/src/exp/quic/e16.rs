@@ -82,12 +82,9 @@ pub(super) fn e16_runs() -> usize {
 /// Runs E16.
 pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E16> {
     let quick = options.length.quick;
-    let (mode, tmp) = begin(options, "e16")?;
-    let tmp = match tmp {
-        Ok(tmp) => tmp,
-        Err(why) => {
-            return Ok(E16::skipped(&mode, why, Default::default()));
-        }
+    let (mode, tmp) = match begin(options, "e16")? {
+        Ok(begun) => begun,
+        Err(skipped) => return Ok(skipped),
     };
     let total = (rounds(quick) * e16_runs()) as f64;
     let mut rows = Vec::new();

@@ -5,7 +5,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use softtimer_net::path::QueueLimit;
 use softtimer_quic::TransmitCauses;
-use softtimers_tools::path::{COMMAND_SPIN, PathSpec};
+use softtimers_tools::path::COMMAND_SPIN;
 use softtimers_tools::quic::Stack;
 
 use crate::exp::bottleneck::{self, BottleneckRow};
@@ -15,8 +15,8 @@ use crate::targets::TargetCheck;
 
 use super::{
     AFTER_IDLE, AFTER_IDLE_WARMUP, BULK_50M_SMALL_QUEUE, DriverSide, Measured, PACING_VARIANTS, RR,
-    RR_STACKS, Run, TIMER_STACKS, begin, bulk_bytes, bulk_stacks, bulks, link, median, nan,
-    per_round_ratios, round_seed, rounds, rr_args, rr_spec, run_once, timer_runs, timer_spec,
+    RR_STACKS, Run, TIMER_STACKS, begin, bulk_bytes, bulk_stacks, bulks, downloads, link, median,
+    nan, per_round_ratios, round_seed, rounds, rr_args, rr_spec, run_once, timer_runs, timer_spec,
 };
 
 /// A row of `quic.json`.
@@ -133,12 +133,9 @@ pub struct QuicExtra {
 /// Runs `quic` (bulk and request/response).
 pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<QuicResult> {
     let quick = options.length.quick;
-    let (mode, tmp) = begin(options, "quic")?;
-    let tmp = match tmp {
-        Ok(tmp) => tmp,
-        Err(why) => {
-            return Ok(QuicResult::skipped(&mode, why, Default::default()));
-        }
+    let (mode, tmp) = match begin(options, "quic")? {
+        Ok(begun) => begun,
+        Err(skipped) => return Ok(skipped),
     };
     let bulks = bulks(quick);
     let timer_runs = timer_runs(quick);
@@ -169,10 +166,7 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
                 let run = Run {
                     stack,
                     seed: round_seed(round),
-                    spec: PathSpec {
-                        a_to_b: acks,
-                        b_to_a: data,
-                    },
+                    spec: downloads(data, acks),
                     server_args: vec![],
                     client_args: vec!["--download".into(), bulk_bytes(b, quick).to_string()],
                 };

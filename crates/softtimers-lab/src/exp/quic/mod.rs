@@ -28,9 +28,10 @@ use softtimers_tools::path::{ADDR_B, EmulatorOptions, PathReport, PathSpec, Runn
 use softtimers_tools::process as tools;
 use softtimers_tools::quic::{ClientRun, DriverSide, ServerRun, Stack};
 
-use crate::exp::bottleneck::{self};
+use crate::exp::bottleneck;
 use crate::harness::{ExpOptions, pin_process, read_json};
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
+use crate::report::StepResult;
 
 use e14::*;
 use e16::*;
@@ -162,6 +163,15 @@ fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
     })
 }
 
+/// A path whose data flows from `b` to `a` (the server's downloads) through `data`, the
+/// acknowledgements back through `acks`.
+fn downloads(data: LinkConfig, acks: LinkConfig) -> PathSpec {
+    PathSpec {
+        a_to_b: acks,
+        b_to_a: data,
+    }
+}
+
 fn link(delay: Duration, rate: Option<&str>, queue: QueueLimit, loss: f64) -> LinkConfig {
     LinkConfig {
         delay,
@@ -178,21 +188,19 @@ fn cannot_run() -> Option<String> {
         .map(|e| e.to_string())
 }
 
-/// How a step begins: its mode (`quick` or `full`), and its scratch directory (made) or why
-/// the step cannot run here.
-fn begin(options: &ExpOptions, step: &str) -> Result<(String, Result<PathBuf, String>)> {
-    let mode = if options.length.quick {
-        "quick"
-    } else {
-        "full"
-    }
-    .to_string();
+/// How a step begins: its mode (`quick` or `full`) and its scratch directory (made), or
+/// the step's result saying why it cannot run here.
+fn begin<R, E: Default>(
+    options: &ExpOptions,
+    step: &str,
+) -> Result<std::result::Result<(String, PathBuf), StepResult<R, E>>> {
+    let mode = options.length.mode();
     if let Some(why) = cannot_run() {
-        return Ok((mode, Err(why)));
+        return Ok(Err(StepResult::skipped(mode, why, E::default())));
     }
     let tmp = options.out.join(format!("{step}-tmp"));
     std::fs::create_dir_all(&tmp)?;
-    Ok((mode, Ok(tmp)))
+    Ok(Ok((mode.to_string(), tmp)))
 }
 
 /// The median of the finite values (NaN for none).
