@@ -287,7 +287,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         self.core.idle.spin_window
     }
 
-    /// Asks the loop to return from [`EventLoop::run`] after this batch.
+    /// Asks the loop to return from [`EventLoop::run`](crate::EventLoop::run) after this batch.
     pub fn stop(&mut self) {
         self.core.stop.request();
     }

@@ -3,7 +3,7 @@
 //! This kernel has no `netem`, `fq` or `cake`. The emulator makes two network namespaces,
 //! `a` and `b`, each with a TUN device whose other end is this process: whatever either
 //! namespace sends to the other (any protocol; the kernel's TCP included) is read here,
-//! given to a [`Link`] per direction (one-way delay, bottleneck rate, drop-tail queue,
+//! given to a [`Link`](softtimer_net::path::Link) per direction (one-way delay, bottleneck rate, drop-tail queue,
 //! random loss), and written into the other namespace at the time the link says, by a soft
 //! event on the `softtimer-rt` loop. It measures itself: how late each packet was written
 //! against its due time, the spacing of back-to-back packets at the bottleneck against the

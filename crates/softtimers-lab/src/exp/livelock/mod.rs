@@ -4,7 +4,7 @@
 //! 6-6); E12, the CPU left to a compute-bound process on the router's core under flood, for
 //! CPU budgets of 25–100 % (Fig. 7-1).
 //!
-//! Every run is on a [`ForwardPath`] the step makes and removes: a source namespace floods
+//! Every run is on a [`ForwardPath`](softtimers_tools::netns::ForwardPath) the step makes and removes: a source namespace floods
 //! minimum-size UDP datagrams (`softtimers flood`, pinned to CPU 0) at the router namespace
 //! (`softtimers router`, pinned to the last CPU), which forwards them to a phantom next hop
 //! on the sink's link. Forwarded packets are counted on the router's outgoing interface, as

@@ -2,7 +2,7 @@
 //! paces a UDP flow; E7 (Tables VIII–IX), the transmission process the adaptive pacer
 //! achieves under that load; E8 (Kobayashi's Table II), a slow-start ramp released by the
 //! departure-time scheduler under each kind of timer, measured at the receiver with the
-//! burstiness index. The server runs of E6 and E7 are made here ([`PacedConfig`]).
+//! burstiness index. The server runs of E6 and E7 are made here (`PacedConfig`).
 
 mod e6;
 mod e7;
