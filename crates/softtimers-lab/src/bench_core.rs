@@ -499,6 +499,9 @@ fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetChe
 
 impl Section for CoreReport {
     const FILE: &'static str = "bench_core.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, _dir: &std::path::Path) -> anyhow::Result<Rendered> {
         let mut md = String::from(
             "## The facility's core operations (`softtimers bench core`)\n\n\

@@ -101,6 +101,10 @@ pub trait Section: Serialize + DeserializeOwned {
     const FILE: &'static str;
     /// The Markdown section, with the plots drawn into `dir`.
     fn render(&self, dir: &Path) -> Result<Rendered>;
+    /// The targets the step checked (none for a step that only reports).
+    fn targets(&self) -> &[TargetCheck] {
+        &[]
+    }
 }
 
 /// Writes `result` to `dir/<its file>`.
@@ -125,6 +129,13 @@ pub fn render_file<T: Section>(dir: &Path) -> Option<Result<Rendered>> {
         }
         Ok(rendered)
     })())
+}
+
+/// `T`'s targets from `dir/<its file>`; `None` where the file is missing.
+pub fn targets_file<T: Section>(dir: &Path) -> Option<Result<Vec<TargetCheck>>> {
+    let path = dir.join(T::FILE);
+    path.exists()
+        .then(|| read_json::<T>(&path).map(|r| r.targets().to_vec()))
 }
 
 /// Checks that a path is a non-empty file.

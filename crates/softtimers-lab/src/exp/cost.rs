@@ -239,6 +239,9 @@ pub fn e1(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
 
 impl Section for E1 {
     const FILE: &'static str = "e1.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md = String::from("## E1: cost per timer event, null handler (Table I)\n\n");
         md += &setup_sentence(&self.run);

@@ -217,6 +217,9 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E13 {
     const FILE: &'static str = "e13.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md = String::from("## E13: deadlines (Table XIII)\n\n");
         let _ = writeln!(

@@ -220,6 +220,9 @@ pub fn e3(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<(
 
 impl Section for E3 {
     const FILE: &'static str = "e3.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let plot = "e3_cdf.png";
         cdf_chart(

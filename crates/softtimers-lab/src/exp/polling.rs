@@ -218,6 +218,9 @@ const PAPER_TABLE_XII: &str = "The paper (Table XII, 333 MHz PII, FreeBSD, 6 KB 
 
 impl Section for E9 {
     const FILE: &'static str = "e9.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
 
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md =

@@ -634,6 +634,9 @@ fn checks(configs: &[(NetPath, UdpSender)], runs: &[Vec<SenderRun>]) -> Vec<Targ
 
 impl Section for Senders {
     const FILE: &'static str = "senders.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md = match self.heading("Paced senders against iperf3 -u") {
             Ok(md) => md,

@@ -343,6 +343,9 @@ pub(super) fn series_by<'a>(rows: impl Iterator<Item = (&'a ForwardRow, String)>
 
 impl Section for E10 {
     const FILE: &'static str = "e10.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md =
             match self.heading("E10: forwarding under overload (livelock Figs. 6-1, 6-3, 6-4)") {

@@ -8,6 +8,7 @@ use anyhow::Result;
 use crate::harness::ExpOptions;
 use crate::paper::PAPER_FIGS_6;
 use crate::report::{Rendered, Section, StepResult};
+use crate::targets::TargetCheck;
 
 use super::{
     Bench, Design, Flood, ForwardRow, RouterArgs, flood_seconds, forward_chart, forward_row,
@@ -85,6 +86,9 @@ pub fn e11(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E11 {
     const FILE: &'static str = "e11.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md = match self.heading("E11: the polling quota (livelock Figs. 6-5, 6-6)") {
             Ok(md) => md,

@@ -136,6 +136,9 @@ pub fn e12(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E12 {
     const FILE: &'static str = "e12.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md = match self
             .heading("E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)")

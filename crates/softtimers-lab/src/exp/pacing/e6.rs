@@ -183,6 +183,9 @@ pub(super) fn overhead_ratio(timerfd: f64, soft: f64) -> f64 {
 
 impl Section for E6 {
     const FILE: &'static str = "e6.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md = String::from("## E6: overhead of rate-based clocking (Tables VI–VII)\n\n");
         let _ = writeln!(

@@ -105,6 +105,9 @@ pub fn e7(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
 
 impl Section for E7 {
     const FILE: &'static str = "e7.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md =
             String::from("## E7: the transmission process under load (Tables VIII–IX)\n\n");

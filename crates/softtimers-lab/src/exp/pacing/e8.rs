@@ -452,6 +452,9 @@ pub fn e8(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
 
 impl Section for E8 {
     const FILE: &'static str = "e8.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md =
             String::from("## E8: burstiness of a paced slow start (Kobayashi, Table II)\n\n");

@@ -151,6 +151,9 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E14 {
     const FILE: &'static str = "e14.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md =
             match self.heading("E14: response time after idle (soft-timers paper, Tables X–XI)") {

@@ -150,6 +150,9 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E16 {
     const FILE: &'static str = "e16.json";
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md = match self
             .heading("E16: recovery timers under loss (request/response, 1 % loss, RTT 200 µs)")
