@@ -499,9 +499,6 @@ fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetChe
 
 impl Section for CoreReport {
     const FILE: &'static str = "bench_core.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, _dir: &std::path::Path) -> anyhow::Result<Rendered> {
         let mut md = String::from(
             "## The facility's core operations (`softtimers bench core`)\n\n\
@@ -511,6 +508,10 @@ impl Section for CoreReport {
         );
         md += &to_markdown(self);
         Ok(Rendered::text(md))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
 

@@ -28,6 +28,14 @@ pub struct Rendered {
 }
 
 impl Rendered {
+    /// A section: `markdown`, then the table of `targets`, with `plots`.
+    pub fn section(markdown: String, targets: &[TargetCheck], plots: Vec<String>) -> Self {
+        Rendered {
+            markdown: markdown + &crate::targets::targets_table(targets),
+            plots,
+        }
+    }
+
     /// A section without plots.
     pub fn text(markdown: String) -> Self {
         Rendered {

@@ -483,14 +483,15 @@ impl Report for TimersReport {
 
 impl Section for TimersReport {
     const FILE: &'static str = "bench_timers.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, _dir: &std::path::Path) -> Result<Rendered> {
         let mut md = String::from(
             "## Cost per timer event, synthetic workload (`softtimers bench timers`)\n\n",
         );
         md += &to_markdown(self);
         Ok(Rendered::text(md))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

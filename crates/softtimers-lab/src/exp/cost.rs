@@ -19,7 +19,7 @@ use crate::harness::{
 use crate::paper::{PAPER_TABLE_I, PAPER_TABLES_II_III};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, median_ratio};
-use crate::targets::{TargetCheck, soft_vs_hardware_targets, targets_table};
+use crate::targets::{TargetCheck, soft_vs_hardware_targets};
 
 /// One timer configuration against the run without events (E1, E2).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -239,9 +239,6 @@ pub fn e1(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
 
 impl Section for E1 {
     const FILE: &'static str = "e1.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md = String::from("## E1: cost per timer event, null handler (Table I)\n\n");
         md += &setup_sentence(&self.run);
@@ -253,8 +250,11 @@ impl Section for E1 {
                server.\n\n";
         md += PAPER_TABLE_I;
         md += "\n\n";
-        md += &targets_table(&self.targets);
-        Ok(Rendered::text(md))
+        Ok(Rendered::section(md, &self.targets, Vec::new()))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
 

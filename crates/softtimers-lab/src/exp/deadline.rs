@@ -13,7 +13,7 @@ use crate::harness::{ExpOptions, RunInfo, Setup, TimerSource, Workload, interlea
 use crate::paper::PAPER_TABLE_XIII;
 use crate::report::{Rendered, Section};
 use crate::summary::{median, median_ratio, paired_ratios, range};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 
 /// The soft events' interval, µs.
 const INTERVAL_US: u64 = 20;
@@ -217,9 +217,6 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E13 {
     const FILE: &'static str = "e13.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md = String::from("## E13: deadlines (Table XIII)\n\n");
         let _ = writeln!(
@@ -264,7 +261,10 @@ impl Section for E13 {
             );
         }
         let _ = writeln!(md, "\n{PAPER_TABLE_XIII}\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered::text(md))
+        Ok(Rendered::section(md, &self.targets, Vec::new()))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

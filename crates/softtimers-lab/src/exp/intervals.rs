@@ -17,7 +17,7 @@ use crate::paper::{PAPER_FIG_3, PAPER_TABLE_IV, PAPER_TABLE_V};
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, percentile};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 
 /// Points per CDF line.
 const CDF_POINTS: u32 = 400;
@@ -220,9 +220,6 @@ pub fn e3(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<(
 
 impl Section for E3 {
     const FILE: &'static str = "e3.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let plot = "e3_cdf.png";
         cdf_chart(
@@ -265,11 +262,11 @@ impl Section for E3 {
             md,
             "\n{PAPER_TABLE_IV}\n\n![trigger interval CDF]({plot})\n"
         );
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
 

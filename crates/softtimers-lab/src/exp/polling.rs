@@ -218,9 +218,6 @@ const PAPER_TABLE_XII: &str = "The paper (Table XII, 333 MHz PII, FreeBSD, 6 KB 
 
 impl Section for E9 {
     const FILE: &'static str = "e9.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md =
@@ -294,5 +291,9 @@ impl Section for E9 {
             markdown: md,
             plots: vec![plot.into()],
         })
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

@@ -32,7 +32,7 @@ use softtimer_net::Rate;
 use crate::harness::{CLIENT_CPU, ExpOptions, interleaved, read_json, waited_children_cpu_ns};
 use crate::report::{Rendered, Section, StepResult};
 use crate::summary::{median, paired_ratios, range};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 use softtimers_tools::netns::{End, VethLink};
 use softtimers_tools::pace::{PaceReport, SinkReport};
 use softtimers_tools::process as tools;
@@ -634,9 +634,6 @@ fn checks(configs: &[(NetPath, UdpSender)], runs: &[Vec<SenderRun>]) -> Vec<Targ
 
 impl Section for Senders {
     const FILE: &'static str = "senders.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md = match self.heading("Paced senders against iperf3 -u") {
             Ok(md) => md,
@@ -682,8 +679,11 @@ impl Section for Senders {
             );
         }
         md += "\n";
-        md += &targets_table(&self.targets);
-        Ok(Rendered::text(md))
+        Ok(Rendered::section(md, &self.targets, Vec::new()))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
 

@@ -11,7 +11,7 @@ use crate::harness::{CLIENT_CPU, ExpOptions};
 use crate::paper::PAPER_FIGS_6;
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{Rendered, Section, StepResult};
-use crate::targets::{TargetCheck, as_reported, targets_table};
+use crate::targets::{TargetCheck, as_reported};
 
 use super::{
     Bench, Design, Flood, Point, RouterArgs, SCREEN_NS, WORK_NS, flood_seconds, runs, unavailable,
@@ -343,9 +343,6 @@ pub(super) fn series_by<'a>(rows: impl Iterator<Item = (&'a ForwardRow, String)>
 
 impl Section for E10 {
     const FILE: &'static str = "e10.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md =
             match self.heading("E10: forwarding under overload (livelock Figs. 6-1, 6-3, 6-4)") {
@@ -382,10 +379,10 @@ impl Section for E10 {
             series_by(self.rows.iter().map(|r| (r, r.design.clone()))),
         )?;
         let _ = writeln!(md, "\n{PAPER_FIGS_6}\n\n![forwarding]({plot})\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

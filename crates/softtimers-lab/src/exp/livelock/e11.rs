@@ -86,9 +86,6 @@ pub fn e11(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E11 {
     const FILE: &'static str = "e11.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md = match self.heading("E11: the polling quota (livelock Figs. 6-5, 6-6)") {
             Ok(md) => md,
@@ -128,5 +125,9 @@ impl Section for E11 {
             markdown: md,
             plots,
         })
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

@@ -11,7 +11,7 @@ use crate::harness::ExpOptions;
 use crate::paper::PAPER_FIG_7_1;
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Rendered, Section, StepResult};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 
 use super::{Bench, Design, Flood, RouterArgs, flood_seconds, runs, unavailable};
 
@@ -136,9 +136,6 @@ pub fn e12(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E12 {
     const FILE: &'static str = "e12.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md = match self
             .heading("E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)")
@@ -193,10 +190,10 @@ impl Section for E12 {
             },
         )?;
         let _ = writeln!(md, "\n{PAPER_FIG_7_1}\n\n![budget]({plot})\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

@@ -11,7 +11,7 @@ use crate::harness::{Clocking, ExpOptions, RunInfo};
 use crate::paper::PAPER_TABLES_VI_VII;
 use crate::report::{Rendered, Section};
 use crate::summary::{median, paired_ratios, range};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 
 use super::{PACED_SIZE, PacedConfig, run_all, with_hardware};
 
@@ -183,9 +183,6 @@ pub(super) fn overhead_ratio(timerfd: f64, soft: f64) -> f64 {
 
 impl Section for E6 {
     const FILE: &'static str = "e6.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md = String::from("## E6: overhead of rate-based clocking (Tables VI–VII)\n\n");
         let _ = writeln!(
@@ -226,8 +223,11 @@ impl Section for E6 {
             );
         }
         let _ = writeln!(md, "\n{PAPER_TABLES_VI_VII}\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered::text(md))
+        Ok(Rendered::section(md, &self.targets, Vec::new()))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
 

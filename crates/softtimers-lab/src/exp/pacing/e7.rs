@@ -11,7 +11,7 @@ use crate::harness::{Clocking, ExpOptions, RunInfo};
 use crate::paper::PAPER_TABLES_VIII_IX;
 use crate::report::{Rendered, Section};
 use crate::summary::median;
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 
 use super::{PACED_SIZE, PacedRun, run_all, with_hardware};
 
@@ -105,9 +105,6 @@ pub fn e7(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
 
 impl Section for E7 {
     const FILE: &'static str = "e7.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md =
             String::from("## E7: the transmission process under load (Tables VIII–IX)\n\n");
@@ -139,7 +136,10 @@ impl Section for E7 {
             );
         }
         let _ = writeln!(md, "\n{PAPER_TABLES_VIII_IX}\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered::text(md))
+        Ok(Rendered::section(md, &self.targets, Vec::new()))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

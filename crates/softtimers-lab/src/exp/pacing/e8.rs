@@ -34,7 +34,7 @@ use crate::harness::{ExpOptions, interleaved};
 use crate::paper::PAPER_TABLE_II;
 use crate::report::{Rendered, Section, StepResult};
 use crate::summary::{median, range};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 use softtimers_tools::pace::{SinkInput, SinkOptions, SinkReport, SinkTarget, bind_sink, sink_on};
 
 /// Arrivals closer than this are one back-to-back burst, µs.
@@ -452,9 +452,6 @@ pub fn e8(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
 
 impl Section for E8 {
     const FILE: &'static str = "e8.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, _dir: &Path) -> Result<Rendered> {
         let mut md =
             String::from("## E8: burstiness of a paced slow start (Kobayashi, Table II)\n\n");
@@ -514,7 +511,10 @@ impl Section for E8 {
             }
         }
         let _ = writeln!(md, "\n{PAPER_TABLE_II}\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered::text(md))
+        Ok(Rendered::section(md, &self.targets, Vec::new()))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

@@ -14,7 +14,7 @@ use crate::harness::ExpOptions;
 use crate::paper::{PAPER_TABLE_X, PaperRow};
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{NoExtra, Rendered, Section, StepResult};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 
 use super::{
     Run, begin, downloads, link, median, per_round_ratios, round_seed, rounds, run_once, spread,
@@ -151,9 +151,6 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E14 {
     const FILE: &'static str = "e14.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md =
             match self.heading("E14: response time after idle (soft-timers paper, Tables X–XI)") {
@@ -194,11 +191,11 @@ impl Section for E14 {
         let plot = "e14_response_time.png";
         line_chart(&dir.join(plot), &self.chart())?;
         let _ = writeln!(md, "![E14 response time after idle]({plot})\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
 

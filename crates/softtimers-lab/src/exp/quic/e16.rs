@@ -11,7 +11,7 @@ use softtimers_tools::quic::Stack;
 use crate::harness::ExpOptions;
 use crate::plot::Series;
 use crate::report::{NoExtra, Rendered, Section, StepResult};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 
 use super::{
     Run, begin, cdf_series, distinct, latency_cdf_chart, median, num, per_round_ratios, round_seed,
@@ -150,9 +150,6 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E16 {
     const FILE: &'static str = "e16.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md = match self
             .heading("E16: recovery timers under loss (request/response, 1 % loss, RTT 200 µs)")
@@ -211,10 +208,10 @@ impl Section for E16 {
             .collect();
         latency_cdf_chart(&dir.join(plot), "Request latency CDF (round 0)", series)?;
         let _ = writeln!(md, "\n![latency CDF]({plot})\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

@@ -11,7 +11,7 @@ use softtimers_tools::path::COMMAND_SPIN;
 use crate::exp::bottleneck::{self, BottleneckRow};
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{Rendered, Section};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 
 use super::{
     BULK_50M_SMALL_QUEUE, QuicResult, QuicRow, RR, cdf_series, distinct, latency_cdf_chart, ratios,
@@ -151,9 +151,6 @@ pub(super) fn lateness_cell(hist: &[(f64, u64)]) -> String {
 
 impl Section for QuicResult {
     const FILE: &'static str = "quic.json";
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md = match self.heading("QUIC on soft timers against stock quinn and kernel TCP") {
             Ok(md) => md,
@@ -272,10 +269,10 @@ impl Section for QuicResult {
             md += &bottleneck_table(&self.extra.bottleneck);
         }
         md += "\n";
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots,
-        })
+        Ok(Rendered::section(md, &self.targets, plots))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
