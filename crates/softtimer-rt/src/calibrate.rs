@@ -9,7 +9,9 @@
 //! [`wakeup_lateness`] is the spin window it implies.
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use softtimer::{Clock, SystemClock};
 
 use crate::sys;
 
@@ -139,13 +141,19 @@ fn on_probe_thread(fifo: bool) -> Result<WakeupCost, String> {
 
 fn sleep_and_measure(samples: usize, wait: Duration) -> WakeupCost {
     let ts = crate::timerfd::timespec(wait);
+    // Measured on the facility's own clock, the clock the loops run on.
+    let clock = SystemClock::new();
     let cpu_before = sys::thread_cpu_ns();
     let mut late_us: Vec<f64> = (0..samples)
         .map(|_| {
-            let start = Instant::now();
+            let start = clock.now();
             let _ =
                 rustix::thread::clock_nanosleep_relative(rustix::thread::ClockId::Monotonic, &ts);
-            start.elapsed().saturating_sub(wait).as_secs_f64() * 1e6
+            clock
+                .duration(clock.now().saturating_since(start))
+                .saturating_sub(wait)
+                .as_secs_f64()
+                * 1e6
         })
         .collect();
     let cpu_us = (sys::thread_cpu_ns() - cpu_before) as f64 / 1e3 / samples.max(1) as f64;

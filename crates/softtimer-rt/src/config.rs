@@ -118,6 +118,27 @@ pub enum SpinWindow {
     Fixed(Duration),
 }
 
+impl SpinWindow {
+    /// The window as a length: the calibration (measured once per process, on the
+    /// facility's clock) or the fixed one. A program resolves its window once, gives the
+    /// loop [`SpinWindow::Fixed`] of it, and reports what it resolved, rather than reading
+    /// the loop's policy back.
+    ///
+    /// ```
+    /// use softtimer_rt::SpinWindow;
+    /// use std::time::Duration;
+    /// let fixed = SpinWindow::Fixed(Duration::from_micros(20));
+    /// assert_eq!(fixed.resolve(), Duration::from_micros(20));
+    /// assert!(SpinWindow::Calibrated.resolve() >= Duration::from_micros(2));
+    /// ```
+    pub fn resolve(self) -> Duration {
+        match self {
+            SpinWindow::Calibrated => crate::calibrate::wakeup_lateness(),
+            SpinWindow::Fixed(window) => window,
+        }
+    }
+}
+
 /// Settings of an [`EventLoop`](crate::EventLoop).
 #[derive(Clone, Debug)]
 pub struct LoopConfig {

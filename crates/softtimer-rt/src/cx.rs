@@ -91,7 +91,7 @@ pub(crate) struct Core<E, C: Clock> {
     /// The idle policy (its spin window calibrated to this machine by default).
     pub idle: IdlePolicy,
     /// Whether the idle policy may spin before the next due event ([`LoopCx::set_idle_spin`]).
-    pub idle_spin: bool,
+    pub spin_allowed: bool,
 }
 
 impl<E, C: Clock> Core<E, C> {
@@ -118,7 +118,7 @@ impl<E, C: Clock> Core<E, C> {
             epoll,
             stop,
             idle,
-            idle_spin: true,
+            spin_allowed: true,
         }
     }
 
@@ -277,7 +277,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     /// cx.schedule_soft_event(t, 1).unwrap();
     /// ```
     pub fn set_idle_spin(&mut self, allowed: bool) {
-        self.core.idle_spin = allowed;
+        self.core.spin_allowed = allowed;
     }
 
     /// The idle policy's spin window: how long before a due event the loop wakes to spin
@@ -287,7 +287,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         self.core.idle.spin_window
     }
 
-    /// Asks the loop to return from [`EventLoop::run`] after this batch.
+    /// Asks the loop to return from [`EventLoop::run`](crate::EventLoop::run) after this batch.
     pub fn stop(&mut self) {
         self.core.stop.request();
     }
@@ -373,7 +373,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     /// `Ok(0)` when nothing is waiting.
     pub fn recvmmsg(&mut self, fd: impl AsFd, batch: &mut RecvBatch) -> io::Result<usize> {
         let result = loop {
-            match batch.recv_from(fd.as_fd()) {
+            match batch.recv(fd.as_fd(), usize::MAX, false) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 other => break other,
             }

@@ -19,9 +19,9 @@ use crate::cx::{Core, LoopCx, Ready};
 use crate::error::RtError;
 use crate::policy::{HelperPlacement, IdleAction, IdlePolicy, place_helper};
 use crate::shared::{Counters, Handler, Shared};
+use crate::signal;
 use crate::sys::{self, ThreadSignalTimer};
 use crate::timerfd::{periodic_timerfd, timespec};
-use crate::{calibrate, signal};
 
 /// Tokens from here up are the loop's own.
 pub const MAX_TOKEN: u64 = u64::MAX - 16;
@@ -93,7 +93,7 @@ pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static
     signal_timer: Option<ThreadSignalTimer>,
     helper: Option<Helper>,
     /// Time spent spinning in the idle policy (see [`Counters::idle_spin_ns`]).
-    idle_spin: Span,
+    idle_spin_total: Span,
     /// A loop belongs to the thread that made it (its timer signal is addressed to that
     /// thread), so it is neither `Send` nor `Sync`.
     _thread_bound: PhantomData<*const ()>,
@@ -262,9 +262,8 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             },
         )?;
         let spin_window = match config.spin_window {
-            SpinWindow::Calibrated if soft => calibrate::wakeup_lateness(),
-            SpinWindow::Calibrated => Duration::ZERO,
-            SpinWindow::Fixed(d) => d,
+            SpinWindow::Calibrated if !soft => Duration::ZERO,
+            window => window.resolve(),
         };
         let idle = IdlePolicy {
             spin_window: clock.span(spin_window),
@@ -292,7 +291,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             timerfd,
             signal_timer,
             helper,
-            idle_spin: Span::ZERO,
+            idle_spin_total: Span::ZERO,
             _thread_bound: PhantomData,
         })
     }
@@ -331,7 +330,12 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// A snapshot of the runtime's counters.
     pub fn counters(&self) -> Counters {
         let mut counters = self.core.shared.counters();
-        counters.idle_spin_ns = self.core.shared.clock.duration(self.idle_spin).as_nanos() as u64;
+        counters.idle_spin_ns = self
+            .core
+            .shared
+            .clock
+            .duration(self.idle_spin_total)
+            .as_nanos() as u64;
         counters
     }
 
@@ -457,7 +461,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         let result = self.run_inner(&mut on_ready, &mut on_turn);
         self.core.stop.signals_paused.store(true, Ordering::Release);
         self.core.stop.flag.store(false, Ordering::Release);
-        self.core.idle_spin = true;
+        self.core.spin_allowed = true;
         result
     }
 
@@ -539,7 +543,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         let shared = Arc::clone(&self.core.shared);
         let clock = &shared.clock;
         let mut now = clock.now_unordered();
-        let policy = if self.core.idle_spin {
+        let policy = if self.core.spin_allowed {
             self.core.idle
         } else {
             IdlePolicy {
@@ -569,7 +573,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                     std::hint::spin_loop();
                     now = clock.now_unordered();
                 }
-                self.idle_spin += now.saturating_since(start);
+                self.idle_spin_total += now.saturating_since(start);
             }
             IdleAction::Block { timeout } => {
                 if on_turn(&mut LoopCx::new(&mut self.core), LoopTurn::BeforeBlock) {

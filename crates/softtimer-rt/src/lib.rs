@@ -8,6 +8,15 @@
 //! never writes the check. `softtimer-net` builds pacing and polling on it; the lab measures
 //! it.
 //!
+//! The layers, bottom up: `sys.rs` (the thin Linux layer, and the workspace's one batched
+//! UDP I/O: [`RecvBatch`] and [`send_all`]), `policy.rs` (the idle, backstop and deadline
+//! decisions as pure functions of time), `config.rs`, `shared.rs` (what the loop thread
+//! and its helper threads share: the facility, the counters), `backstop.rs` (the helper
+//! threads), `cx.rs` (the I/O helpers that are trigger states), `event_loop.rs` (the loop
+//! itself). Start reading at [`EventLoop::run_with`] and [`LoopCx`]; `tests/event_loop.rs`
+//! runs every mode end to end. The `unsafe` code is in `sys.rs`, and in the timer-signal
+//! path (`signal.rs`, and the constructor in `event_loop.rs` that installs the handler).
+//!
 //! Around that it provides what the kernel provided to the paper's facility:
 //!
 //! * **the idle policy** ([`IdlePolicy`], Section 5.1 made cheap): with no descriptor ready,
@@ -92,7 +101,7 @@ pub use policy::{
 };
 pub use poll_set::PollSet;
 pub use shared::{Counters, Handler};
-pub use sys::RecvBatch;
+pub use sys::{BatchSent, Datagram, RecvBatch, send_all};
 pub use timerfd::periodic_timerfd;
 
 /// The README's examples, compiled (and, where they end, run) as doctests so that they cannot
