@@ -197,7 +197,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         // The helper fires at the late line its own wake-up lateness early, so that it fires
         // by `X` rather than `X` and a wake-up.
         if soft && config.backstop {
-            shared.set_watch_margin(clock.span(calibrate::wakeup_lateness()));
+            shared.set_watch_margin(clock.span(crate::calibrate::wakeup_lateness()));
         }
         let shared = Arc::new(shared);
 
