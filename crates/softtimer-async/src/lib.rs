@@ -1,0 +1,14 @@
+//! # softtimer-async
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod clock;
+mod executor;
+mod pace;
+mod reactor;
+mod runtime;
+mod task;
+pub mod time;
+
+pub use runtime::{Builder, Handle, Precision, Runtime, RuntimeStats};
+pub use task::{JoinError, JoinHandle, spawn, spawn_local};
