@@ -4,11 +4,15 @@
 
 mod clock;
 mod executor;
+mod net;
 mod pace;
 mod reactor;
 mod runtime;
 mod task;
 pub mod time;
 
+pub use net::tcp::{TcpListener, TcpStream};
+pub use net::udp::UdpSocket;
+pub use pace::{Departure, PacedSender};
 pub use runtime::{Builder, Handle, Precision, Runtime, RuntimeStats};
 pub use task::{JoinError, JoinHandle, spawn, spawn_local};

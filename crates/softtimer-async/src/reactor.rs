@@ -228,6 +228,32 @@ impl Registration {
         }
     }
 
+    /// As [`Registration::poll_io`] for a call that moves up to `want` bytes: one that moves
+    /// fewer (but some) has drained the socket's buffer (or filled it), so the readiness is
+    /// cleared without a second call to find out, as tokio does.
+    pub(crate) fn poll_io_partial(
+        &self,
+        dir: Direction,
+        cx: &mut Context<'_>,
+        want: usize,
+        mut op: impl FnMut() -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let Poll::Ready(tick) = self.source.poll_ready(dir, cx) else {
+                return Poll::Pending;
+            };
+            match op() {
+                Ok(n) if n > 0 && n < want => {
+                    self.source.clear(dir, tick);
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.source.clear(dir, tick),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                result => return Poll::Ready(result),
+            }
+        }
+    }
+
     /// Runs `op` once if `dir` may be ready; `WouldBlock` (and the readiness cleared) if not.
     pub(crate) fn try_io<R>(
         &self,

@@ -83,7 +83,7 @@ pub use handle::LoopHandle;
 pub use policy::{Arm, BackstopPlan, IdleAction, IdlePolicy, deadline_needs_arming};
 pub use poll_set::PollSet;
 pub use shared::{Counters, Handler};
-pub use sys::RecvBatch;
+pub use sys::{RecvBatch, send_batch};
 pub use timerfd::periodic_timerfd;
 
 /// The README's examples, compiled (and, where they end, run) as doctests so that they cannot

@@ -237,6 +237,13 @@ impl RecvBatch {
         ))
     }
 
+    /// One non-blocking `recvmmsg` on `fd`, for code outside the loop's callbacks (which
+    /// use [`LoopCx::recvmmsg`](crate::LoopCx::recvmmsg), a trigger state included). `Ok(0)`
+    /// when nothing is waiting; an interrupted call is `Interrupted`.
+    pub fn recv(&mut self, fd: impl AsFd) -> io::Result<usize> {
+        self.recv_from(fd.as_fd())
+    }
+
     /// One non-blocking `recvmmsg` on `fd`. `Ok(0)` when nothing is waiting.
     pub(crate) fn recv_from(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
         self.received = 0;
@@ -279,11 +286,20 @@ impl RecvBatch {
     }
 }
 
-/// Sends each `(payload, destination)` with one `sendmmsg`; returns how many were sent.
-pub(crate) fn send_batch(
-    fd: BorrowedFd<'_>,
-    messages: &[(&[u8], SocketAddr)],
-) -> io::Result<usize> {
+/// Sends each `(payload, destination)` with one non-blocking `sendmmsg`; returns how many
+/// were sent (`Ok(0)` when the socket's buffer is full). For code outside the loop's
+/// callbacks, which use [`LoopCx::sendmmsg`](crate::LoopCx::sendmmsg).
+///
+/// ```
+/// use std::net::UdpSocket;
+/// let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let to = rx.local_addr().unwrap();
+/// let sent = softtimer_rt::send_batch(&tx, &[(b"a".as_slice(), to), (b"b".as_slice(), to)]);
+/// assert_eq!(sent.unwrap(), 2);
+/// ```
+pub fn send_batch(fd: impl AsFd, messages: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
+    let fd = fd.as_fd();
     if messages.is_empty() {
         return Ok(0);
     }
