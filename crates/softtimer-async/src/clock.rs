@@ -14,7 +14,7 @@
 //! On a [`SimClock`] the mapping is exact: simulated `std` time is a fixed origin plus the
 //! simulated ticks.
 
-use std::time::{Duration, Instant as StdInstant};
+use std::time::Instant as StdInstant;
 
 use softtimer::{Clock, Instant, SimClock, Span, SystemClock};
 
@@ -107,16 +107,12 @@ impl TimeBase {
             }
         }
     }
-
-    /// `duration` in ticks (rounded up).
-    pub(crate) fn span(&self, duration: Duration) -> Span {
-        self.clock.span(duration)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn simulated_time_maps_both_ways_without_early_deadlines() {

@@ -4,8 +4,12 @@
 
 mod clock;
 mod executor;
+#[cfg(feature = "hyper")]
+pub mod hyper;
 mod net;
 mod pace;
+#[cfg(feature = "quinn")]
+pub mod quinn;
 mod reactor;
 mod runtime;
 mod task;

@@ -171,12 +171,12 @@ impl<T> Future for JoinHandle<T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Some(task) = self.task.as_mut() else {
-            return Poll::Ready(Err(JoinError::Cancelled));
+            return Poll::Ready(Err(JoinError::CANCELLED));
         };
         Pin::new(task).poll(cx).map(|out| match out {
             Some(Ok(value)) => Ok(value),
-            Some(Err(panic)) => Err(JoinError::Panic(panic)),
-            None => Err(JoinError::Cancelled),
+            Some(Err(panic)) => Err(JoinError::panic(panic)),
+            None => Err(JoinError::CANCELLED),
         })
     }
 }
@@ -197,52 +197,86 @@ impl<T> std::fmt::Debug for JoinHandle<T> {
     }
 }
 
-/// Why a task gave no output.
-pub enum JoinError {
-    /// It panicked; the payload is what it panicked with.
-    Panic(Box<dyn Any + Send + 'static>),
-    /// It was cancelled (its runtime shut down first) before it completed.
+/// Why a task gave no output: it panicked, or it was cancelled. `Send + Sync`, so it goes
+/// into any error box.
+pub struct JoinError {
+    repr: Repr,
+}
+
+enum Repr {
+    Panic {
+        message: Option<String>,
+        payload: std::sync::Mutex<Panic>,
+    },
     Cancelled,
 }
 
 impl JoinError {
+    pub(crate) const CANCELLED: JoinError = JoinError {
+        repr: Repr::Cancelled,
+    };
+
+    fn panic(payload: Panic) -> JoinError {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned());
+        JoinError {
+            repr: Repr::Panic {
+                message,
+                payload: std::sync::Mutex::new(payload),
+            },
+        }
+    }
+
     /// Whether the task panicked.
     pub fn is_panic(&self) -> bool {
-        matches!(self, JoinError::Panic(_))
+        matches!(self.repr, Repr::Panic { .. })
     }
 
     /// Whether the task was cancelled.
     pub fn is_cancelled(&self) -> bool {
-        matches!(self, JoinError::Cancelled)
+        matches!(self.repr, Repr::Cancelled)
     }
 
     /// The panic's message, when it was a string.
     pub fn panic_message(&self) -> Option<&str> {
-        match self {
-            JoinError::Panic(p) => p
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| p.downcast_ref::<String>().map(String::as_str)),
-            JoinError::Cancelled => None,
+        match &self.repr {
+            Repr::Panic { message, .. } => message.as_deref(),
+            Repr::Cancelled => None,
+        }
+    }
+
+    /// What the task panicked with (to resume the panic with); `None` if it was cancelled.
+    pub fn into_panic(self) -> Option<Panic> {
+        match self.repr {
+            Repr::Panic { payload, .. } => Some(
+                payload
+                    .into_inner()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ),
+            Repr::Cancelled => None,
         }
     }
 }
 
 impl std::fmt::Debug for JoinError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            JoinError::Panic(_) => write!(f, "JoinError::Panic({:?})", self.panic_message()),
-            JoinError::Cancelled => write!(f, "JoinError::Cancelled"),
+        match &self.repr {
+            Repr::Panic { message, .. } => write!(f, "JoinError::Panic({message:?})"),
+            Repr::Cancelled => write!(f, "JoinError::Cancelled"),
         }
     }
 }
 
 impl std::fmt::Display for JoinError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self, self.panic_message()) {
-            (JoinError::Panic(_), Some(msg)) => write!(f, "task panicked: {msg}"),
-            (JoinError::Panic(_), None) => write!(f, "task panicked"),
-            (JoinError::Cancelled, _) => write!(f, "task was cancelled"),
+        match &self.repr {
+            Repr::Panic {
+                message: Some(msg), ..
+            } => write!(f, "task panicked: {msg}"),
+            Repr::Panic { message: None, .. } => write!(f, "task panicked"),
+            Repr::Cancelled => write!(f, "task was cancelled"),
         }
     }
 }

@@ -235,10 +235,6 @@ impl Sleep {
     pub fn reset(&mut self, deadline: Instant) {
         self.entry.reset(Some(deadline));
     }
-
-    pub(crate) fn reset_to(&mut self, deadline: Option<Instant>) {
-        self.entry.reset(deadline);
-    }
 }
 
 impl Future for Sleep {
