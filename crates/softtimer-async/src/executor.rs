@@ -426,7 +426,8 @@ fn queue_is_empty() -> bool {
 
 /// This thread runs `local`'s loop while the guard lives.
 pub(crate) struct Enter {
-    _not_send: std::marker::PhantomData<*const ()>,
+    /// What this thread ran before (a runtime dropped inside another's task): restored.
+    previous: Option<(*const LoopShared, Option<Rc<LocalLoop>>, VecDeque<Runnable>)>,
 }
 
 impl Enter {
@@ -438,13 +439,29 @@ impl Enter {
             "softtimer-async: cannot block on a runtime from a thread that already runs one \
              (inside a task or block_on); spawn the future instead"
         );
+        Self::install(local);
+        Enter { previous: None }
+    }
+
+    /// Enters `local` to shut it down, from any thread state: a loop this thread was running
+    /// (a runtime dropped inside another runtime's task) is set aside and restored after.
+    pub(crate) fn for_shutdown(local: &Rc<LocalLoop>) -> Enter {
+        let current = CURRENT.with(Cell::get);
+        let previous = (!current.is_null()).then(|| {
+            let previous_local = LOCAL.with(|l| l.borrow_mut().take());
+            let queue = QUEUE.with(|queue| std::mem::take(&mut *queue.borrow_mut()));
+            CURRENT.with(|c| c.set(std::ptr::null()));
+            (current, previous_local, queue)
+        });
+        Self::install(local);
+        Enter { previous }
+    }
+
+    fn install(local: &Rc<LocalLoop>) {
         CURRENT.with(|c| c.set(Arc::as_ptr(&local.shared)));
         LOCAL.with(|l| *l.borrow_mut() = Some(Rc::clone(local)));
         let saved = std::mem::take(&mut *local.saved.borrow_mut());
         QUEUE.with(|queue| queue.borrow_mut().extend(saved));
-        Enter {
-            _not_send: std::marker::PhantomData,
-        }
     }
 }
 
@@ -455,6 +472,11 @@ impl Drop for Enter {
         let queue = QUEUE.with(|queue| std::mem::take(&mut *queue.borrow_mut()));
         if let Some(local) = local {
             local.saved.borrow_mut().extend(queue);
+        }
+        if let Some((current, local, queue)) = self.previous.take() {
+            CURRENT.with(|c| c.set(current));
+            LOCAL.with(|l| *l.borrow_mut() = local);
+            QUEUE.with(|q| *q.borrow_mut() = queue);
         }
     }
 }

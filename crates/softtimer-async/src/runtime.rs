@@ -354,7 +354,7 @@ impl Drop for Runtime {
             shared.request_shutdown();
         }
         if let Some(local) = self.local.take() {
-            let enter = Enter::new(&local);
+            let enter = Enter::for_shutdown(&local);
             local.shutdown();
             drop(enter);
         }
