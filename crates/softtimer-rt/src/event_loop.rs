@@ -32,6 +32,9 @@ const TIMERFD_TOKEN: u64 = u64::MAX - 1;
 /// How long the idle loop spins at most before it looks at the descriptors again.
 const SPIN_SLICE: Duration = Duration::from_micros(20);
 
+/// How close to its due time a block may wake and spin the rest rather than block again.
+const WAKE_MARGIN: Duration = Duration::from_micros(2);
+
 pub(crate) struct StopInner {
     pub flag: AtomicBool,
     /// The facility's: timer signals fire nothing while it is set.
@@ -537,8 +540,8 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// The idle policy, carried out once, for a caller that has nothing to run (an async
     /// runtime's park). It fires what is due; or spins on trigger checks until the next due
     /// time (at most a spin slice), stopping early when an event fires or a [`LoopWaker`]
-    /// wakes the loop, and looks at the descriptors (without blocking) only when the slice
-    /// ends with nothing fired; or blocks in `epoll_wait` with a precise timeout (none when
+    /// wakes the loop, and looks at the descriptors (without blocking) only when a slice
+    /// ends before the due time; or blocks in `epoll_wait` with a precise timeout (none when
     /// nothing is pending) until the next due time less the spin window, a ready descriptor
     /// or a wake, and hands what became ready to `on_ready`. So a wait for a soft event costs
     /// one `epoll_wait` at most, and none when the event is due within the spin window.
@@ -571,12 +574,19 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         match self.idle_action() {
             IdleAction::Fire => parked.fired = self.core.trigger(TriggerSource::Idle),
             IdleAction::Spin { until } => {
+                // A spin cut short of the due time by the spin slice (a window longer than
+                // a slice) looks at the descriptors when the slice ends; one that runs to
+                // the due time does not: a descriptor that became ready meanwhile waited no
+                // longer than a wake-up from a block would have taken.
+                let sliced = self
+                    .core
+                    .shared
+                    .next_check()
+                    .is_some_and(|next| until < next);
                 parked.fired = self.spin(until, true);
                 let stopped = self.core.stop.woken.load(Ordering::Relaxed)
                     || self.core.stop.flag.load(Ordering::Relaxed);
-                if parked.fired == 0 && !stopped {
-                    // The slice ended with nothing due: look at the descriptors before
-                    // spinning on.
+                if parked.fired == 0 && sliced && !stopped {
                     parked.ready = self.poll_io(&mut on_ready)?;
                 }
             }
@@ -584,6 +594,9 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 if self.block(timeout, true)? {
                     parked.blocked = true;
                     parked.ready = self.dispatch(&mut on_ready);
+                    if parked.ready == 0 {
+                        parked.fired = self.spin_past_early_wake();
+                    }
                 }
             }
         }
@@ -676,8 +689,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     }
 
     /// What the idle policy says to do now that nothing is ready. Before a timed block it
-    /// moves the backstop past the loop's own wake-up, then decides again in case that
-    /// changed when a trigger state next has work.
+    /// moves the backstop past the loop's own wake-up.
     fn idle_action(&mut self) -> IdleAction {
         let shared = &self.core.shared;
         let now = shared.clock.now_unordered();
@@ -690,9 +702,18 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             }
         };
         let action = policy.decide(now, shared.next_check());
+        let IdleAction::Block { timeout: Some(_) } = action else {
+            return action;
+        };
+        // The trigger's next check is a lower bound of the earliest due time (exact only
+        // for an event in the wheel's finest level) or the backstop's revisit; a loop about
+        // to block wakes for neither: it blocks until the earliest due time itself (one
+        // wake-up, not a wake-up to cascade the wheel and another for the event), and the
+        // backstop is moved past its wake-up.
+        let due = shared.lock().facility.next_expiry();
+        let action = policy.decide(now, due);
         if let IdleAction::Block { timeout: Some(t) } = action {
             shared.before_block(now + t);
-            return policy.decide(now, shared.next_check());
         }
         action
     }
@@ -720,6 +741,23 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         };
         self.idle_spin += now.saturating_since(start);
         fired
+    }
+
+    /// After a timed block that woke with nothing ready: a wake-up a hair before the due
+    /// time (the timeout's rounding to nanoseconds, the kernel's clock a few parts per
+    /// million off the TSC) spins the rest, up to [`WAKE_MARGIN`], instead of paying another
+    /// block for it. Returns how many events fired.
+    fn spin_past_early_wake(&mut self) -> usize {
+        let shared = &self.core.shared;
+        let now = shared.clock.now_unordered();
+        match shared.next_check() {
+            Some(next)
+                if next > now && next.saturating_since(now) <= shared.clock.span(WAKE_MARGIN) =>
+            {
+                self.spin(next, true)
+            }
+            _ => 0,
+        }
     }
 
     /// Blocks in `epoll_wait` for at most `timeout`; when `wakeable`, not at all if a
