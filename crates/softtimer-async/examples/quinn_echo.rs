@@ -74,6 +74,7 @@ pub async fn echo(streams: usize, bytes: usize) -> Result<Vec<Duration>> {
     connection.close(0u32.into(), b"done");
     client.wait_idle().await;
     server.close(0u32.into(), b"done");
+    server.wait_idle().await;
     serving.await??;
     Ok(times)
 }

@@ -270,6 +270,7 @@ impl LocalLoop {
                 }
                 self.trigger(TriggerSource::Loop);
                 since_io += 1;
+                Counters::add(&counters.polls, 1);
             }
             let ran = self.run_tasks(BATCH);
             since_io += ran;
@@ -424,10 +425,14 @@ fn queue_is_empty() -> bool {
     QUEUE.with(|queue| queue.borrow().is_empty())
 }
 
+/// What a thread ran before it entered a loop to shut it down: its loop, its state and its
+/// ready queue.
+type SetAside = (*const LoopShared, Option<Rc<LocalLoop>>, VecDeque<Runnable>);
+
 /// This thread runs `local`'s loop while the guard lives.
 pub(crate) struct Enter {
     /// What this thread ran before (a runtime dropped inside another's task): restored.
-    previous: Option<(*const LoopShared, Option<Rc<LocalLoop>>, VecDeque<Runnable>)>,
+    previous: Option<SetAside>,
 }
 
 impl Enter {

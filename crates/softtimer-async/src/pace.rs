@@ -124,22 +124,22 @@ impl Departures {
 
     /// Queues `buf` for `to`, stamped at the queue's rate (or now, without one).
     pub(crate) async fn send_paced(self: &Arc<Self>, buf: &[u8], to: SocketAddr) -> io::Result<()> {
-        let now = self.clock().now();
         let len = buf.len() as u64;
-        self.enqueue(buf, to, |stamper, _| match stamper {
+        self.enqueue(buf, to, |stamper, now| match stamper {
             Some(stamper) => stamper.stamp(now, len),
             None => now,
         })
         .await
     }
 
-    /// Waits for room, then queues the datagram at the time `stamp` gives, and schedules a
-    /// soft event for it if it is the earliest.
+    /// Waits for room, then queues the datagram at the time `stamp` gives (from the stamper
+    /// and the time it is queued at), and schedules a soft event for it if it is the
+    /// earliest.
     async fn enqueue(
         self: &Arc<Self>,
         buf: &[u8],
         to: SocketAddr,
-        stamp: impl FnOnce(&mut Option<FlowStamper>, ()) -> Instant,
+        stamp: impl FnOnce(&mut Option<FlowStamper>, Instant) -> Instant,
     ) -> io::Result<()> {
         let mut stamp = Some(stamp);
         let arm = poll_fn(|cx| {
@@ -151,7 +151,8 @@ impl Departures {
                 st.room = Some(cx.waker().clone());
                 return Poll::Pending;
             }
-            let at = (stamp.take().expect("queued once"))(&mut st.stamper, ());
+            let now = self.clock().now();
+            let at = (stamp.take().expect("queued once"))(&mut st.stamper, now);
             let mut packet = st.free.pop().unwrap_or_default();
             packet.clear();
             packet.extend_from_slice(buf);

@@ -11,7 +11,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -165,21 +165,44 @@ pub(crate) struct Registration {
     source: Arc<IoSource>,
     token: usize,
     shared: Arc<LoopShared>,
+    /// Whether the epoll set watches writability too (see [`Registration::new_read_only`]).
+    writes_watched: AtomicBool,
 }
 
 impl Registration {
     /// Registers `fd` (non-blocking) with `shared`'s loop, edge-triggered for both
     /// directions. It starts out ready both ways, so that the first call is simply tried.
     pub(crate) fn new(shared: Arc<LoopShared>, fd: BorrowedFd<'_>) -> io::Result<Registration> {
+        Self::watching(shared, fd, true)
+    }
+
+    /// As [`Registration::new`], watching readability only until a write says `WouldBlock`
+    /// ([`Registration::watch_writable`]). For UDP: the kernel reports a UDP socket writable
+    /// again each time a sent datagram's buffer is freed, so watching it would wake a blocked
+    /// loop once per datagram sent (a paced sender's every departure) for nothing.
+    pub(crate) fn new_read_only(
+        shared: Arc<LoopShared>,
+        fd: BorrowedFd<'_>,
+    ) -> io::Result<Registration> {
+        Self::watching(shared, fd, false)
+    }
+
+    fn watching(
+        shared: Arc<LoopShared>,
+        fd: BorrowedFd<'_>,
+        writes: bool,
+    ) -> io::Result<Registration> {
         let source = Arc::new(IoSource {
             state: AtomicU64::new(READ | WRITE),
             waiters: Mutex::default(),
         });
         let token = lock(&shared.io).insert(Arc::clone(&source));
-        if let Err(e) = shared
-            .timers
-            .register(fd, Interest::BOTH.edge(), token as u64)
-        {
+        let interest = if writes {
+            Interest::BOTH
+        } else {
+            Interest::READABLE
+        };
+        if let Err(e) = shared.timers.register(fd, interest.edge(), token as u64) {
             lock(&shared.io).try_remove(token);
             return Err(match e {
                 softtimer_rt::RtError::Register { source, .. } => source,
@@ -190,7 +213,20 @@ impl Registration {
             source,
             token,
             shared,
+            writes_watched: AtomicBool::new(writes),
         })
+    }
+
+    /// Makes sure the epoll set watches `fd`'s writability (once a write has said
+    /// `WouldBlock`); it stays watched. The change reports a descriptor already writable, so
+    /// a waiter registered before it is not missed.
+    pub(crate) fn watch_writable(&self, fd: BorrowedFd<'_>) {
+        if !self.writes_watched.swap(true, Ordering::AcqRel) {
+            let _ = self
+                .shared
+                .timers
+                .reregister(fd, Interest::BOTH.edge(), self.token as u64);
+        }
     }
 
     /// Registers `fd` with the loop of the calling thread.

@@ -180,7 +180,7 @@ impl Builder {
         for index in 1..self.threads {
             let (tx, rx) = mpsc::channel();
             let (config, clock) = (config.clone(), clock.clone());
-            let cpu = pin.then(|| cpus[index]);
+            let cpu = pin.then(|| cpus.get(index).copied()).flatten();
             let thread = std::thread::Builder::new()
                 .name(format!("softtimer-async-{index}"))
                 .spawn(move || worker(index, cpu, config, clock, tx))?;
@@ -477,7 +477,7 @@ impl std::fmt::Debug for Handle {
 /// What a runtime's loops counted: enough to check the design's costs without a clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RuntimeStats {
-    /// Task polls (each followed by a trigger state).
+    /// Polls of tasks and of `block_on`'s future (each followed by a trigger state).
     pub polls: u64,
     /// Non-blocking looks at the descriptors while tasks kept a loop busy.
     pub io_polls: u64,

@@ -97,7 +97,7 @@ impl UdpSocket {
         } else {
             None
         };
-        let reg = Registration::new(shared, socket.as_fd())?;
+        let reg = Registration::new_read_only(shared, socket.as_fd())?;
         Ok(UdpSocket {
             inner: Arc::new(UdpInner {
                 socket: Arc::new(socket),
@@ -138,9 +138,23 @@ impl UdpSocket {
         to: SocketAddr,
     ) -> Poll<io::Result<usize>> {
         let socket = &self.inner.socket;
-        self.inner.reg.poll_io(Direction::Write, cx, || {
+        self.poll_write_io(cx, || {
             syscall(TriggerSource::Send, || socket.send_to(buf, to))
         })
+    }
+
+    /// Runs a send once the socket may be writable; a send that has to wait makes the loop
+    /// watch the socket's writability (see [`Registration::new_read_only`]).
+    fn poll_write_io<R>(
+        &self,
+        cx: &mut Context<'_>,
+        op: impl FnMut() -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        let result = self.inner.reg.poll_io(Direction::Write, cx, op);
+        if result.is_pending() {
+            self.inner.reg.watch_writable(self.inner.socket.as_fd());
+        }
+        result
     }
 
     /// Receives one datagram, with its sender.
@@ -163,12 +177,8 @@ impl UdpSocket {
     /// Sends one datagram to the connected peer.
     pub async fn send(&self, buf: &[u8]) -> io::Result<usize> {
         let socket = &self.inner.socket;
-        poll_fn(|cx| {
-            self.inner.reg.poll_io(Direction::Write, cx, || {
-                syscall(TriggerSource::Send, || socket.send(buf))
-            })
-        })
-        .await
+        poll_fn(|cx| self.poll_write_io(cx, || syscall(TriggerSource::Send, || socket.send(buf))))
+            .await
     }
 
     /// Receives one datagram from the connected peer.
@@ -206,7 +216,7 @@ impl UdpSocket {
         while sent < messages.len() {
             let rest = &messages[sent..];
             sent += poll_fn(|cx| {
-                self.inner.reg.poll_io(Direction::Write, cx, || {
+                self.poll_write_io(cx, || {
                     match syscall(TriggerSource::Send, || {
                         softtimer_rt::send_batch(&**socket, rest)
                     }) {
@@ -252,7 +262,7 @@ impl UdpSocket {
         let state = self.offload()?;
         let socket = &self.inner.socket;
         poll_fn(|cx| {
-            self.inner.reg.poll_io(Direction::Write, cx, || {
+            self.poll_write_io(cx, || {
                 syscall(TriggerSource::Send, || {
                     state.send((&**socket).into(), transmit)
                 })
@@ -302,7 +312,11 @@ impl UdpSocket {
     }
 
     pub(crate) fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.inner.reg.poll_ready(Direction::Write, cx)
+        let ready = self.inner.reg.poll_ready(Direction::Write, cx);
+        if ready.is_pending() {
+            self.inner.reg.watch_writable(self.inner.socket.as_fd());
+        }
+        ready
     }
 
     pub(crate) fn may_fragment(&self) -> bool {
