@@ -181,7 +181,19 @@ fn dropping_a_runtime_cancels_its_tasks() {
         let _guard = guard;
         sleep(Duration::from_secs(3600)).await;
     });
-    rt.block_on(async { sleep(Duration::from_micros(100)).await });
+    // Until the task is asleep (it runs when block_on does).
+    let asleep = rt.block_on({
+        let handle = handle.clone();
+        async move {
+            let wait = async {
+                while handle.pending_timers() == 0 {
+                    sleep(Duration::from_micros(50)).await;
+                }
+            };
+            timeout(BOUND, wait).await.is_ok()
+        }
+    });
+    assert!(asleep);
     assert_eq!(handle.pending_timers(), 1);
     drop(rt);
     // Its future was dropped (on its loop), its event with it.
