@@ -250,18 +250,9 @@ impl Registration {
         &self,
         dir: Direction,
         cx: &mut Context<'_>,
-        mut op: impl FnMut() -> io::Result<R>,
+        op: impl FnMut() -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
-        loop {
-            let Poll::Ready(tick) = self.source.poll_ready(dir, cx) else {
-                return Poll::Pending;
-            };
-            match op() {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.source.clear(dir, tick),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                result => return Poll::Ready(result),
-            }
-        }
+        self.poll_io_until(dir, cx, op, |_| false)
     }
 
     /// As [`Registration::poll_io`] for a call that moves up to `want` bytes: one that moves
@@ -272,20 +263,34 @@ impl Registration {
         dir: Direction,
         cx: &mut Context<'_>,
         want: usize,
-        mut op: impl FnMut() -> io::Result<usize>,
+        op: impl FnMut() -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
+        self.poll_io_until(dir, cx, op, |&n| n > 0 && n < want)
+    }
+
+    /// Runs `op` once `dir` is ready, until it does not say `WouldBlock`; a result that
+    /// `exhausted` says used the readiness up clears it.
+    fn poll_io_until<R>(
+        &self,
+        dir: Direction,
+        cx: &mut Context<'_>,
+        mut op: impl FnMut() -> io::Result<R>,
+        exhausted: impl Fn(&R) -> bool,
+    ) -> Poll<io::Result<R>> {
         loop {
             let Poll::Ready(tick) = self.source.poll_ready(dir, cx) else {
                 return Poll::Pending;
             };
             match op() {
-                Ok(n) if n > 0 && n < want => {
-                    self.source.clear(dir, tick);
-                    return Poll::Ready(Ok(n));
+                Ok(r) => {
+                    if exhausted(&r) {
+                        self.source.clear(dir, tick);
+                    }
+                    return Poll::Ready(Ok(r));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.source.clear(dir, tick),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                result => return Poll::Ready(result),
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
     }
