@@ -168,6 +168,20 @@ pub(crate) fn current_shared() -> Option<Arc<LoopShared>> {
         .flatten()
 }
 
+/// `f` on the shared side of the loop this thread runs, without taking a reference to it.
+#[inline]
+pub(crate) fn with_current<R>(f: impl FnOnce(Option<&LoopShared>) -> R) -> R {
+    let mut f = Some(f);
+    let result = LOCAL.try_with(|l| {
+        let local = l.borrow();
+        (f.take().expect("called once"))(local.as_ref().map(|l| &*l.shared))
+    });
+    match result {
+        Ok(r) => r,
+        Err(_) => (f.take().expect("called once"))(None),
+    }
+}
+
 /// A trigger state of this thread's loop, if it runs one (after a system call a future
 /// made, on whatever loop its descriptor is registered with: trigger states are a thread's).
 #[inline]

@@ -201,10 +201,7 @@ fn here() -> Arc<LoopShared> {
 /// The runtime's time: `std::time::Instant::now()`, or the simulated time of a runtime on a
 /// simulated clock. Outside a runtime thread, `std::time::Instant::now()`.
 pub fn now() -> Instant {
-    match executor::current_shared() {
-        Some(shared) => shared.time.now(),
-        None => Instant::now(),
-    }
+    executor::with_current(|shared| shared.map_or_else(Instant::now, |s| s.time.now()))
 }
 
 /// A future that completes at a deadline: one soft event. See [`sleep`].
