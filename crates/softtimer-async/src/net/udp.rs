@@ -197,13 +197,16 @@ impl UdpSocket {
     /// batch's capacity.
     pub async fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
         let socket = &self.inner.socket;
+        let room = batch.capacity();
         poll_fn(|cx| {
-            self.inner.reg.poll_io(Direction::Read, cx, || {
-                match syscall(TriggerSource::Recv, || batch.recv(&**socket)) {
-                    Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
-                    other => other,
-                }
-            })
+            self.inner
+                .reg
+                .poll_io_partial(Direction::Read, cx, room, || {
+                    match syscall(TriggerSource::Recv, || batch.recv(&**socket)) {
+                        Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
+                        other => other,
+                    }
+                })
         })
         .await
     }
@@ -293,11 +296,16 @@ impl UdpSocket {
             Err(e) => return Poll::Ready(Err(e)),
         };
         let socket = &self.inner.socket;
-        self.inner.reg.poll_io(Direction::Read, cx, || {
-            syscall(TriggerSource::Recv, || {
-                state.recv((&**socket).into(), &mut *bufs, &mut *meta)
+        // Fewer datagrams than there was room for: the socket is drained, and the next call
+        // waits for readiness instead of asking the kernel to say `WouldBlock`.
+        let room = meta.len().min(bufs.len());
+        self.inner
+            .reg
+            .poll_io_partial(Direction::Read, cx, room, || {
+                syscall(TriggerSource::Recv, || {
+                    state.recv((&**socket).into(), &mut *bufs, &mut *meta)
+                })
             })
-        })
     }
 
     /// Sends a transmit if the socket may be writable, without waiting: `WouldBlock` if not.
