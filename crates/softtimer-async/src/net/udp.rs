@@ -202,7 +202,9 @@ impl UdpSocket {
             self.inner
                 .reg
                 .poll_io_partial(Direction::Read, cx, room, || {
-                    match syscall(TriggerSource::Recv, || batch.recv(socket.as_fd(), usize::MAX, false)) {
+                    match syscall(TriggerSource::Recv, || {
+                        batch.recv(socket.as_fd(), usize::MAX, false)
+                    }) {
                         Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
                         other => other,
                     }
