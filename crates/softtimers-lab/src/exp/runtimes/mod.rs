@@ -219,11 +219,13 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
         {
             let p99 = ratio(d.late_p99_us, smol.late_p99_us);
             let cpu = ratio(d.cpu_ns_per_op, smol.cpu_ns_per_op);
-            out.push(TargetCheck::judged(
-                format!("sleep(100 µs), default precision ({default}): lateness p99 / smol's, CPU per sleep / smol's"),
-                "both ≤ 1.0 (the figure: the larger)",
-                crate::targets::as_reported(p99.max(cpu)),
-                crate::targets::as_reported(p99) <= 1.0 && crate::targets::as_reported(cpu) <= 1.0,
+            out.push(TargetCheck::at_most(
+                format!(
+                    "sleep(100 µs), default precision ({default}): the larger of lateness p99 / smol's and CPU per sleep / smol's"
+                ),
+                "≤ 1.0 (each figure at most smol's)",
+                1.0,
+                p99.max(cpu),
                 ANCHOR,
             ));
         }
@@ -276,12 +278,13 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
         }
     }
     out.extend(http::targets(rows));
+    // Not measured: said so, with a null figure, rather than left out.
     out.push(TargetCheck::judged(
-        "unchanged quinn, request/response p99 at 1 % loss, 1 ms ACK delay: soft / tokio; CPU per MB in bulk",
-        "≤ 0.8; ≤ 1.05",
+        "unchanged quinn on soft / on tokio, request/response p99 at 1 % loss, 1 ms ACK delay (and CPU per MB in bulk ≤ 1.05): not measured by this step yet",
+        "≤ 0.8",
         f64::NAN,
         false,
-        "not measured in this step yet: quinn on the runtime runs (example quinn_echo), the lab's path-emulator scenario for it is not written",
+        "quinn on tokio; not measured: quinn runs on the runtime (example quinn_echo), its path-emulator scenario in this step is not written",
     ));
     out
 }
