@@ -1,7 +1,8 @@
 //! hyper on one core: the same hyper HTTP/1.1 server (a 6 KB body, keep-alive) on the soft
 //! runtime and on tokio `current_thread`, driven by the lab's load generator (`--client`:
-//! the project's own, 32 keep-alive connections, or `wrk`) on the client CPU; and the soft
-//! runtime with two loops, each with a listener of its own on one port (`SO_REUSEPORT`).
+//! the project's own, 32 keep-alive connections, or `wrk`) on the client CPU; then the soft
+//! runtime with two loops, each with a listener of its own on one port (`SO_REUSEPORT`),
+//! beside tokio's multi-thread scheduler with two workers.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -34,7 +35,7 @@ fn run_length(quick: bool) -> Duration {
 
 /// About how long the workload takes, s.
 pub fn expected_seconds(quick: bool) -> f64 {
-    3.0 * (run_length(quick).as_secs_f64() + 0.5)
+    4.0 * (run_length(quick).as_secs_f64() + 0.5)
 }
 
 fn respond(
@@ -96,16 +97,26 @@ fn soft_server(
     Ok((addr, thread))
 }
 
-/// A server on tokio `current_thread`, on a thread of its own pinned to the server CPU.
+/// A server on tokio: `current_thread` on a thread of its own pinned to the server CPU
+/// (`workers` 0), or the multi-thread scheduler with `workers` workers, unpinned as its
+/// users run it.
 fn tokio_server(
+    workers: usize,
     stop: Arc<AtomicBool>,
 ) -> Result<(SocketAddr, std::thread::JoinHandle<Result<()>>)> {
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::spawn(move || -> Result<()> {
-        let _pin = pin_to(server_cpu());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
+        let _pin = (workers == 0).then(|| pin_to(server_cpu()));
+        let rt = if workers == 0 {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .build()?
+        };
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
             let _ = tx.send(listener.local_addr()?);
@@ -175,13 +186,15 @@ fn measure(
     Ok(row)
 }
 
-/// `hyper-1core`: soft with one loop, tokio `current_thread`, soft with two loops.
+/// `hyper-1core`: soft with one loop, tokio `current_thread`; then soft with two loops and
+/// tokio's multi-thread scheduler with two workers.
 pub fn hyper_1core(options: &ExpOptions) -> Result<Vec<AsyncRow>> {
     let soft = Some(Precision::default());
     Ok(vec![
         measure(options, "soft", soft, 1, |stop| soft_server(1, stop))?,
-        measure(options, "tokio-ct", None, 1, tokio_server)?,
+        measure(options, "tokio-ct", None, 1, |stop| tokio_server(0, stop))?,
         measure(options, "soft", soft, 2, |stop| soft_server(2, stop))?,
+        measure(options, "tokio-mt", None, 2, |stop| tokio_server(2, stop))?,
     ])
 }
 

@@ -1,12 +1,13 @@
 //! `lab async`: the async runtime on soft timers (`softtimer-async`) against tokio 1.x
-//! (`current_thread`) and smol, every row pinned alike and measured in the same run.
+//! (`current_thread`, and multi-thread for HTTP on two cores) and smol, every row pinned alike
+//! and measured in the same run.
 //!
 //! | workload | what it measures | module |
 //! | --- | --- | --- |
 //! | `sleep-100us` | one task sleeping 100 µs in a loop: lateness, CPU per sleep, at each [`Precision`] | [`sleep`] |
 //! | `sleep-10k-tasks` | 10,000 tasks each sleeping 1–10 ms at random in a loop: lateness, CPU per fire | [`sleep`] |
 //! | `paced-udp-100mbit` | 1200-byte datagrams at 100 Mbit/s over loopback: inter-arrival stddev, sender CPU | [`udp`] |
-//! | `hyper-1core` | a hyper HTTP/1.1 server on one core (and soft on two), keep-alive load: requests/s | [`http`] |
+//! | `hyper-1core` | a hyper HTTP/1.1 server on one core, then on two (soft's two loops, tokio's multi-thread scheduler), keep-alive load: requests/s | [`http`] |
 //!
 //! Each runtime is written as its own users write it: tokio's `sleep_until` and `interval`,
 //! smol's `Timer::at` and `Timer::interval` on a `LocalExecutor`, hyper on tokio through
@@ -127,7 +128,6 @@ pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     let mut rows = Vec::new();
     let mut step = |name: &str, seconds: f64, progress: &mut dyn FnMut(f64, &str)| {
         progress(done / total, name);
-        eprintln!("lab async: {name}");
         done += seconds;
     };
     step("sleep-100us", sleep::sleep_seconds(quick), progress);
