@@ -648,6 +648,11 @@ fn the_async_step_writes_what_the_checks_read() {
             &["soft", "tokio-ct"],
             &["p99_us", "cpu_ns_per_op", "ops_per_s"],
         ),
+        (
+            "quinn-bulk",
+            &["soft", "tokio-ct"],
+            &["cpu_ns_per_op", "ops_per_s"],
+        ),
     ] {
         let found = of(workload);
         for runtime in runtimes {
