@@ -174,6 +174,87 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> f64 {
     }
 }
 
+/// `at_most` (or at least, `at_least`) `bound`: `figure` of soft's one-thread row over
+/// tokio `current_thread`'s in `workload`, when both ran.
+pub(super) struct SoftVsTokio {
+    workload: &'static str,
+    name: &'static str,
+    goal: &'static str,
+    bound: f64,
+    at_least: bool,
+    figure: fn(&AsyncRow) -> Option<f64>,
+    anchor: &'static str,
+}
+
+impl SoftVsTokio {
+    fn check(&self, rows: &[AsyncRow]) -> Option<TargetCheck> {
+        let soft = find(rows, self.workload, "soft")?;
+        let tokio = find(rows, self.workload, "tokio-ct")?;
+        let measured = ratio((self.figure)(soft), (self.figure)(tokio));
+        let check = if self.at_least {
+            TargetCheck::at_least
+        } else {
+            TargetCheck::at_most
+        };
+        Some(check(
+            self.name,
+            self.goal,
+            self.bound,
+            measured,
+            self.anchor,
+        ))
+    }
+}
+
+/// The targets that compare soft's row with tokio `current_thread`'s.
+const SOFT_VS_TOKIO: [SoftVsTokio; 5] = [
+    SoftVsTokio {
+        workload: sleep::SLEEP_10K,
+        name: "10,000 sleeping tasks, lateness p99: soft / tokio-ct",
+        goal: "≤ 0.05 (1/20)",
+        bound: 0.05,
+        at_least: false,
+        figure: |r| r.late_p99_us,
+        anchor: ANCHOR,
+    },
+    SoftVsTokio {
+        workload: sleep::SLEEP_10K,
+        name: "10,000 sleeping tasks, CPU per fire: soft / tokio-ct",
+        goal: "≤ 1.0",
+        bound: 1.0,
+        at_least: false,
+        figure: |r| r.cpu_ns_per_op,
+        anchor: ANCHOR,
+    },
+    SoftVsTokio {
+        workload: http::HYPER_1CORE,
+        name: "hyper HTTP/1.1 keep-alive requests/s on one core: soft / tokio-ct",
+        goal: "≥ 0.97",
+        bound: 0.97,
+        at_least: true,
+        figure: |r| r.ops_per_s,
+        anchor: ANCHOR,
+    },
+    SoftVsTokio {
+        workload: quic::QUINN_RR,
+        name: "unchanged quinn, request/response p99 at 1 % loss each way, 1 ms ACK delay: soft / tokio-ct",
+        goal: "≤ 0.8",
+        bound: 0.8,
+        at_least: false,
+        figure: |r| r.p99_us,
+        anchor: quic::ANCHOR,
+    },
+    SoftVsTokio {
+        workload: quic::QUINN_BULK,
+        name: "unchanged quinn, bulk download without loss, CPU per MB (both ends): soft / tokio-ct",
+        goal: "≤ 1.05",
+        bound: 1.05,
+        at_least: false,
+        figure: |r| r.cpu_ns_per_op,
+        anchor: quic::ANCHOR,
+    },
+];
+
 /// The targets, judged from the rows.
 pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
     let mut out = Vec::new();
@@ -244,23 +325,6 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
             ));
         }
     }
-    let w = sleep::SLEEP_10K;
-    if let (Some(soft), Some(tokio)) = (find(rows, w, "soft"), find(rows, w, "tokio-ct")) {
-        out.push(TargetCheck::at_most(
-            "10,000 sleeping tasks, lateness p99: soft / tokio-ct",
-            "≤ 0.05 (1/20)",
-            0.05,
-            ratio(soft.late_p99_us, tokio.late_p99_us),
-            ANCHOR,
-        ));
-        out.push(TargetCheck::at_most(
-            "10,000 sleeping tasks, CPU per fire: soft / tokio-ct",
-            "≤ 1.0",
-            1.0,
-            ratio(soft.cpu_ns_per_op, tokio.cpu_ns_per_op),
-            ANCHOR,
-        ));
-    }
     let w = udp::PACED_UDP;
     if let Some(soft) = find(rows, w, "soft") {
         let better = ["tokio-ct", "smol"]
@@ -291,31 +355,8 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
             ));
         }
     }
-    out.extend(http::targets(rows));
-    if let (Some(soft), Some(tokio)) = (
-        find(rows, quic::QUINN_RR, "soft"),
-        find(rows, quic::QUINN_RR, "tokio-ct"),
-    ) {
-        out.push(TargetCheck::at_most(
-            "unchanged quinn, request/response p99 at 1 % loss each way, 1 ms ACK delay: soft / tokio-ct",
-            "≤ 0.8",
-            0.8,
-            ratio(soft.p99_us, tokio.p99_us),
-            "quinn 0.11 on tokio, same run",
-        ));
-    }
-    if let (Some(soft), Some(tokio)) = (
-        find(rows, quic::QUINN_BULK, "soft"),
-        find(rows, quic::QUINN_BULK, "tokio-ct"),
-    ) {
-        out.push(TargetCheck::at_most(
-            "unchanged quinn, bulk download without loss, CPU per MB (both ends): soft / tokio-ct",
-            "≤ 1.05",
-            1.05,
-            ratio(soft.cpu_ns_per_op, tokio.cpu_ns_per_op),
-            "quinn 0.11 on tokio, same run",
-        ));
-    }
+    out.extend(SOFT_VS_TOKIO.iter().filter_map(|t| t.check(rows)));
+    out.extend(http::scale_target(rows));
     out
 }
 

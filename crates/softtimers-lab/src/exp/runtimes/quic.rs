@@ -26,6 +26,9 @@ use softtimers_tools::cpu::{CLIENT_CPU, pin_to, server_cpu};
 
 use super::{AsyncRow, with_cpu};
 
+/// The baseline of the quinn rows.
+pub const ANCHOR: &str = "quinn 0.11 on tokio current_thread, same run";
+
 /// The request/response workload's name.
 pub const QUINN_RR: &str = "quinn-rr";
 /// The bulk workload's name: its operation is a megabyte delivered.
