@@ -610,3 +610,83 @@ fn an_interrupted_forwarding_run_leaves_no_namespace() {
     assert!(!listed(), "namespaces left behind after Ctrl-C");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `lab async` measures the runtime on soft timers beside tokio and smol: every workload has
+/// its rows, each row says what it measured (and `null` for what it did not), and every
+/// target is complete.
+#[test]
+fn the_async_step_writes_what_the_checks_read() {
+    let dir = std::env::temp_dir().join(format!("softtimers-async-t{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    lab_succeeds("async", &dir);
+    let result = json(&dir.join("async.json"));
+    let rows = result["rows"].as_array().expect("rows");
+    let of = |workload: &str| -> Vec<&serde_json::Value> {
+        rows.iter().filter(|r| r["workload"] == workload).collect()
+    };
+    for (workload, runtimes, fields) in [
+        (
+            "sleep-100us",
+            &["soft", "tokio-ct", "smol"][..],
+            &["late_p50_us", "late_p99_us", "late_max_us", "cpu_ns_per_op"][..],
+        ),
+        (
+            "sleep-10k-tasks",
+            &["soft", "tokio-ct", "smol"],
+            &["late_p99_us", "cpu_ns_per_op", "ops_per_s"],
+        ),
+        (
+            "paced-udp-100mbit",
+            &["soft", "tokio-ct", "smol"],
+            &["stddev_us", "p99_us", "cpu_ns_per_op", "ops_per_s"],
+        ),
+        (
+            "hyper-1core",
+            &["soft", "tokio-ct"],
+            &["ops_per_s", "threads"],
+        ),
+        (
+            "quinn-rr",
+            &["soft", "tokio-ct"],
+            &["p99_us", "cpu_ns_per_op", "ops_per_s"],
+        ),
+        (
+            "quinn-bulk",
+            &["soft", "tokio-ct"],
+            &["cpu_ns_per_op", "ops_per_s"],
+        ),
+    ] {
+        let found = of(workload);
+        for runtime in runtimes {
+            assert!(
+                found.iter().any(|r| r["runtime"] == *runtime),
+                "{workload}: no {runtime} row"
+            );
+        }
+        has_fields(
+            &serde_json::Value::Array(found.iter().map(|r| (*r).clone()).collect()),
+            fields,
+        );
+        for r in &found {
+            assert_eq!(r["precision"].is_null(), r["runtime"] != "soft", "{r}");
+        }
+    }
+    // A soft row at each precision setting, and lateness not measured where nothing sleeps.
+    let precisions: Vec<&str> = of("sleep-100us")
+        .iter()
+        .filter_map(|r| r["precision"].as_str())
+        .collect();
+    assert_eq!(precisions, ["coarse", "calibrated", "window-20us", "busy"]);
+    for r in of("hyper-1core") {
+        assert!(
+            r["late_p99_us"].is_null() && r["stddev_us"].is_null(),
+            "{r}"
+        );
+    }
+    let targets = result["targets"].as_array().unwrap();
+    assert!(targets.len() >= 8, "{targets:?}");
+    targets_complete("async", targets);
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## async: the runtime on soft timers"));
+    let _ = std::fs::remove_dir_all(dir);
+}

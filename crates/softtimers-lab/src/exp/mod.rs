@@ -12,6 +12,7 @@
 //! | [`livelock`] | E10, E11, E12: a user-space router flooded across network namespaces; the 4.2BSD structure against polling with quotas, feedback and a CPU budget | livelock Figs. 6-1, 6-3 to 6-6, 7-1 |
 //! | [`deadline`] | E13: the deadline backstop | Table XIII |
 //! | [`quic`], [`bottleneck`] | quic, E14, E16: the path emulator's bottleneck beside `tbf`; quinn-proto on soft timers (quinn's pacer, per-packet pacing, timers rounded to 1 ms) against stock quinn on tokio and kernel TCP through the path emulator; response time after idle; recovery timers under loss | soft-timers paper, Tables X–XI |
+//! | [`runtimes`] | async: the async runtime on soft timers (`softtimer-async`) against tokio and smol | — |
 //! | [`nginx`] | the HTTP server against nginx | — |
 //!
 //! A new family (polling, livelock, transport) is a module here with a result type
@@ -27,6 +28,7 @@ pub mod nginx;
 pub mod pacing;
 pub mod polling;
 pub mod quic;
+pub mod runtimes;
 pub mod senders;
 
 use std::path::Path;
@@ -82,6 +84,8 @@ pub enum Step {
     E14,
     /// E16: recovery timers under loss.
     E16,
+    /// The async runtime on soft timers against tokio and smol.
+    Async,
     /// The HTTP server against nginx.
     Nginx,
 }
@@ -117,7 +121,7 @@ fn runs(n: usize, each: Duration) -> Duration {
 
 impl Step {
     /// Every step, in order.
-    pub const ALL: [Step; 21] = [
+    pub const ALL: [Step; 22] = [
         Step::Info,
         Step::BenchCore,
         Step::BenchTimers,
@@ -138,6 +142,7 @@ impl Step {
         Step::Quic,
         Step::E14,
         Step::E16,
+        Step::Async,
         Step::Nginx,
     ];
 
@@ -164,6 +169,7 @@ impl Step {
             Step::Quic => "quic",
             Step::E14 => "e14",
             Step::E16 => "e16",
+            Step::Async => "async",
             Step::Nginx => "nginx",
         }
     }
@@ -191,6 +197,7 @@ impl Step {
             Step::Quic => "quic",
             Step::E14 => "E14",
             Step::E16 => "E16",
+            Step::Async => "async",
             Step::Nginx => "nginx",
         }
     }
@@ -222,6 +229,7 @@ impl Step {
             Step::Quic => "quic: QUIC on soft timers against stock quinn and kernel TCP",
             Step::E14 => "E14: response time after idle (soft-timers paper, Tables X-XI)",
             Step::E16 => "E16: recovery timers under loss",
+            Step::Async => "async: the async runtime on soft timers against tokio and smol",
             Step::Nginx => "the HTTP server against nginx with one worker",
         }
     }
@@ -286,6 +294,7 @@ impl Step {
             Step::Quic | Step::E14 | Step::E16 => {
                 Duration::from_secs_f64(quic::expected_seconds(self.name(), length.quick))
             }
+            Step::Async => Duration::from_secs_f64(runtimes::expected_seconds(length.quick)),
             Step::Nginx => runs(rounds * 2, throughput) + Duration::from_millis(500),
         }
     }
@@ -355,6 +364,7 @@ impl Step {
             Step::Quic => save(out, &quic::quic(options, progress)?),
             Step::E14 => save(out, &quic::e14(options, progress)?),
             Step::E16 => save(out, &quic::e16(options, progress)?),
+            Step::Async => save(out, &runtimes::run(options, progress)?),
             Step::Nginx => save(out, &nginx::compare(options, progress)?),
         }
     }
@@ -411,6 +421,7 @@ impl Step {
             Step::Quic => what.of::<quic::QuicResult>(),
             Step::E14 => what.of::<quic::E14>(),
             Step::E16 => what.of::<quic::E16>(),
+            Step::Async => what.of::<runtimes::AsyncResult>(),
             Step::Nginx => what.of::<nginx::Nginx>(),
         }
     }

@@ -1,0 +1,401 @@
+//! `lab async`: the async runtime on soft timers (`softtimer-async`) against tokio 1.x
+//! (`current_thread`, and multi-thread for HTTP on two cores) and smol, every row pinned alike
+//! and measured in the same run.
+//!
+//! | workload | what it measures | module |
+//! | --- | --- | --- |
+//! | `sleep-100us` | one task sleeping 100 µs in a loop: lateness, CPU per sleep, at each [`Precision`] | [`sleep`] |
+//! | `sleep-10k-tasks` | 10,000 tasks each sleeping 1–10 ms at random in a loop: lateness, CPU per fire | [`sleep`] |
+//! | `paced-udp-100mbit` | 1200-byte datagrams at 100 Mbit/s over loopback: inter-arrival stddev, sender CPU | [`udp`] |
+//! | `hyper-1core` | a hyper HTTP/1.1 server on one core, then on two (soft's two loops, tokio's multi-thread scheduler), keep-alive load: requests/s | [`http`] |
+//! | `quinn-rr` | unchanged quinn, request/response at 1 % loss each way and a 1 ms ACK delay: p99, CPU per request | [`quic`] |
+//! | `quinn-bulk` | unchanged quinn, one 32 MB (full: 128 MB) download without loss: CPU per MB (the row's operation is a megabyte), MB/s | [`quic`] |
+//!
+//! Each runtime is written as its own users write it: tokio's `sleep_until` and `interval`,
+//! smol's `Timer::at` and `Timer::interval` on a `LocalExecutor`, hyper on tokio through
+//! `hyper-util`'s `TokioIo`. CPU is the process's CPU time (every thread: a runtime's helper
+//! threads count) over the measured part, less the receiver's own where the receiver runs in
+//! the process.
+
+pub mod http;
+pub mod quic;
+pub mod sleep;
+pub mod udp;
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use softtimer_async::Precision;
+use softtimers_tools::cpu::process_cpu_ns;
+
+use crate::harness::ExpOptions;
+use crate::report::{NoExtra, Rendered, Section, StepResult};
+use crate::targets::TargetCheck;
+
+/// Where the baselines come from (the anchor: the same workload on tokio and smol).
+pub const ANCHOR: &str = "tokio 1.x current_thread and smol 2, same run, pinned alike";
+
+/// A row of `async.json`. A field a workload does not measure is `null`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AsyncRow {
+    /// `sleep-100us`, `sleep-10k-tasks`, `paced-udp-100mbit`, `hyper-1core`, `quinn-rr` or
+    /// `quinn-bulk`.
+    pub workload: String,
+    /// `soft`, `tokio-ct`, `tokio-mt` or `smol`.
+    pub runtime: String,
+    /// The soft runtime's [`Precision`] (`coarse`, `calibrated`, `window-20us`, `busy`).
+    pub precision: Option<String>,
+    /// Timer lateness past the deadline, µs.
+    pub late_p50_us: Option<f64>,
+    /// p99.
+    pub late_p99_us: Option<f64>,
+    /// Maximum.
+    pub late_max_us: Option<f64>,
+    /// CPU per operation (a sleep, a fire, a datagram, a request; a megabyte in
+    /// `quinn-bulk`), ns.
+    pub cpu_ns_per_op: Option<f64>,
+    /// Operations per second.
+    pub ops_per_s: Option<f64>,
+    /// p99 of the workload's own figure (inter-arrival time for UDP), µs.
+    pub p99_us: Option<f64>,
+    /// Standard deviation of the inter-arrival time, µs.
+    pub stddev_us: Option<f64>,
+    /// Runtime threads.
+    pub threads: Option<u32>,
+}
+
+impl AsyncRow {
+    /// A row with nothing measured yet.
+    pub fn new(workload: &str, runtime: &str, precision: Option<Precision>) -> Self {
+        AsyncRow {
+            workload: workload.into(),
+            runtime: runtime.into(),
+            precision: precision.map(|p| p.name()),
+            late_p50_us: None,
+            late_p99_us: None,
+            late_max_us: None,
+            cpu_ns_per_op: None,
+            ops_per_s: None,
+            p99_us: None,
+            stddev_us: None,
+            threads: Some(1),
+        }
+    }
+
+    /// Fills the lateness columns from `late_ns` (sorted here).
+    pub fn with_lateness(mut self, late_ns: &mut [u64]) -> Self {
+        late_ns.sort_unstable();
+        self.late_p50_us = quantile_us(late_ns, 0.5);
+        self.late_p99_us = quantile_us(late_ns, 0.99);
+        self.late_max_us = quantile_us(late_ns, 1.0);
+        self
+    }
+}
+
+/// The `q` quantile of sorted nanosecond figures, in µs.
+fn quantile_us(sorted_ns: &[u64], q: f64) -> Option<f64> {
+    let last = sorted_ns.len().checked_sub(1)?;
+    Some(sorted_ns[(last as f64 * q).round() as usize] as f64 / 1e3)
+}
+
+/// `async.json`.
+pub type AsyncResult = StepResult<AsyncRow>;
+
+/// Process CPU time around `work`: its result and the CPU it took, ns.
+pub fn with_cpu<T>(work: impl FnOnce() -> T) -> (T, u64) {
+    let before = process_cpu_ns();
+    let out = work();
+    (out, process_cpu_ns().saturating_sub(before))
+}
+
+/// The soft runtime's precision settings the lab measures.
+pub fn precisions() -> [Precision; 4] {
+    [
+        Precision::Coarse,
+        Precision::Calibrated,
+        Precision::Window(std::time::Duration::from_micros(20)),
+        Precision::Busy,
+    ]
+}
+
+/// About how long the step takes, s.
+pub fn expected_seconds(quick: bool) -> f64 {
+    sleep::expected_seconds(quick)
+        + udp::expected_seconds(quick)
+        + http::expected_seconds(quick)
+        + quic::expected_seconds(quick)
+}
+
+/// Runs `lab async`.
+pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<AsyncResult> {
+    let quick = options.length.quick;
+    let total = expected_seconds(quick);
+    let mut done = 0.0;
+    let mut rows = Vec::new();
+    let mut step = |name: &str, seconds: f64, progress: &mut dyn FnMut(f64, &str)| {
+        progress(done / total, name);
+        done += seconds;
+    };
+    step("sleep-100us", sleep::sleep_seconds(quick), progress);
+    rows.extend(sleep::sleep_100us(quick)?);
+    step("sleep-10k-tasks", sleep::tasks_seconds(quick), progress);
+    rows.extend(sleep::sleep_10k_tasks(quick)?);
+    step("paced-udp-100mbit", udp::expected_seconds(quick), progress);
+    rows.extend(udp::paced_udp(quick)?);
+    step("hyper-1core", http::expected_seconds(quick), progress);
+    rows.extend(http::hyper_1core(options)?);
+    step(
+        "quinn-rr, quinn-bulk",
+        quic::expected_seconds(quick),
+        progress,
+    );
+    rows.extend(quic::quinn(quick)?);
+    let targets = targets(&rows);
+    Ok(AsyncResult::ran(
+        options.length.mode(),
+        NoExtra {},
+        rows,
+        targets,
+    ))
+}
+
+fn find<'a>(rows: &'a [AsyncRow], workload: &str, runtime: &str) -> Option<&'a AsyncRow> {
+    rows.iter()
+        .find(|r| r.workload == workload && r.runtime == runtime && r.threads == Some(1))
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> f64 {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => a / b,
+        (Some(_), Some(_)) => f64::INFINITY,
+        _ => f64::NAN,
+    }
+}
+
+/// `at_most` (or at least, `at_least`) `bound`: `figure` of soft's one-thread row over
+/// tokio `current_thread`'s in `workload`, when both ran.
+pub(super) struct SoftVsTokio {
+    workload: &'static str,
+    name: &'static str,
+    goal: &'static str,
+    bound: f64,
+    at_least: bool,
+    figure: fn(&AsyncRow) -> Option<f64>,
+    anchor: &'static str,
+}
+
+impl SoftVsTokio {
+    fn check(&self, rows: &[AsyncRow]) -> Option<TargetCheck> {
+        let soft = find(rows, self.workload, "soft")?;
+        let tokio = find(rows, self.workload, "tokio-ct")?;
+        let measured = ratio((self.figure)(soft), (self.figure)(tokio));
+        let check = if self.at_least {
+            TargetCheck::at_least
+        } else {
+            TargetCheck::at_most
+        };
+        Some(check(
+            self.name,
+            self.goal,
+            self.bound,
+            measured,
+            self.anchor,
+        ))
+    }
+}
+
+/// The targets that compare soft's row with tokio `current_thread`'s.
+const SOFT_VS_TOKIO: [SoftVsTokio; 5] = [
+    SoftVsTokio {
+        workload: sleep::SLEEP_10K,
+        name: "10,000 sleeping tasks, lateness p99: soft / tokio-ct",
+        goal: "≤ 0.05 (1/20)",
+        bound: 0.05,
+        at_least: false,
+        figure: |r| r.late_p99_us,
+        anchor: ANCHOR,
+    },
+    SoftVsTokio {
+        workload: sleep::SLEEP_10K,
+        name: "10,000 sleeping tasks, CPU per fire: soft / tokio-ct",
+        goal: "≤ 1.0",
+        bound: 1.0,
+        at_least: false,
+        figure: |r| r.cpu_ns_per_op,
+        anchor: ANCHOR,
+    },
+    SoftVsTokio {
+        workload: http::HYPER_1CORE,
+        name: "hyper HTTP/1.1 keep-alive requests/s on one core: soft / tokio-ct",
+        goal: "≥ 0.97",
+        bound: 0.97,
+        at_least: true,
+        figure: |r| r.ops_per_s,
+        anchor: ANCHOR,
+    },
+    SoftVsTokio {
+        workload: quic::QUINN_RR,
+        name: "unchanged quinn, request/response p99 at 1 % loss each way, 1 ms ACK delay: soft / tokio-ct",
+        goal: "≤ 0.8",
+        bound: 0.8,
+        at_least: false,
+        figure: |r| r.p99_us,
+        anchor: quic::ANCHOR,
+    },
+    SoftVsTokio {
+        workload: quic::QUINN_BULK,
+        name: "unchanged quinn, bulk download without loss, CPU per MB (both ends): soft / tokio-ct",
+        goal: "≤ 1.05",
+        bound: 1.05,
+        at_least: false,
+        figure: |r| r.cpu_ns_per_op,
+        anchor: quic::ANCHOR,
+    },
+];
+
+/// The targets, judged from the rows.
+pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
+    let mut out = Vec::new();
+    let w = sleep::SLEEP_100US;
+    let soft: Vec<&AsyncRow> = rows
+        .iter()
+        .filter(|r| r.workload == w && r.runtime == "soft")
+        .collect();
+    if let (Some(tokio), Some(smol)) = (find(rows, w, "tokio-ct"), find(rows, w, "smol")) {
+        // The best setting that keeps its CPU within 1.2 × smol's.
+        let best = soft
+            .iter()
+            .filter(|r| ratio(r.cpu_ns_per_op, smol.cpu_ns_per_op) <= 1.2)
+            .min_by(|a, b| {
+                ratio(a.late_p99_us, smol.late_p99_us)
+                    .total_cmp(&ratio(b.late_p99_us, smol.late_p99_us))
+            });
+        let (name, vs_tokio, vs_smol, cpu) = match best {
+            Some(r) => (
+                r.precision.clone().unwrap_or_default(),
+                ratio(r.late_p99_us, tokio.late_p99_us),
+                ratio(r.late_p99_us, smol.late_p99_us),
+                ratio(r.cpu_ns_per_op, smol.cpu_ns_per_op),
+            ),
+            None => (
+                "none within 1.2 × smol's CPU".into(),
+                f64::NAN,
+                f64::NAN,
+                f64::NAN,
+            ),
+        };
+        out.push(TargetCheck::at_most(
+            format!("sleep(100 µs) lateness p99, soft ({name}) / tokio-ct"),
+            "≤ 0.02 (1/50), at ≤ 1.2 × smol's CPU per sleep",
+            0.02,
+            vs_tokio,
+            ANCHOR,
+        ));
+        out.push(TargetCheck::at_most(
+            format!("sleep(100 µs) lateness p99, soft ({name}) / smol"),
+            "≤ 0.333 (1/3), at ≤ 1.2 × smol's CPU per sleep",
+            0.333,
+            vs_smol,
+            ANCHOR,
+        ));
+        out.push(TargetCheck::at_most(
+            format!("sleep(100 µs) CPU per sleep, soft ({name}) / smol"),
+            "≤ 1.2",
+            1.2,
+            cpu,
+            ANCHOR,
+        ));
+        let default = Precision::default().name();
+        if let Some(d) = soft
+            .iter()
+            .find(|r| r.precision.as_deref() == Some(&default))
+        {
+            let p99 = ratio(d.late_p99_us, smol.late_p99_us);
+            let cpu = ratio(d.cpu_ns_per_op, smol.cpu_ns_per_op);
+            out.push(TargetCheck::at_most(
+                format!(
+                    "sleep(100 µs), default precision ({default}): the larger of lateness p99 / smol's and CPU per sleep / smol's"
+                ),
+                "≤ 1.0 (each figure at most smol's)",
+                1.0,
+                p99.max(cpu),
+                ANCHOR,
+            ));
+        }
+    }
+    let w = udp::PACED_UDP;
+    if let Some(soft) = find(rows, w, "soft") {
+        let better = ["tokio-ct", "smol"]
+            .iter()
+            .filter_map(|rt| find(rows, w, rt))
+            .filter(|r| r.stddev_us.is_some())
+            .min_by(|a, b| a.stddev_us.unwrap().total_cmp(&b.stddev_us.unwrap()));
+        if let Some(base) = better {
+            out.push(TargetCheck::at_most(
+                format!(
+                    "paced UDP 100 Mbit/s, inter-arrival stddev: soft / {} (the better baseline)",
+                    base.runtime
+                ),
+                "≤ 0.2 (1/5)",
+                0.2,
+                ratio(soft.stddev_us, base.stddev_us),
+                ANCHOR,
+            ));
+            out.push(TargetCheck::at_most(
+                format!(
+                    "paced UDP 100 Mbit/s, sender CPU per datagram: soft / {}",
+                    base.runtime
+                ),
+                "≤ 1.0",
+                1.0,
+                ratio(soft.cpu_ns_per_op, base.cpu_ns_per_op),
+                ANCHOR,
+            ));
+        }
+    }
+    out.extend(SOFT_VS_TOKIO.iter().filter_map(|t| t.check(rows)));
+    out.extend(http::scale_target(rows));
+    out
+}
+
+fn cell(x: Option<f64>, digits: usize) -> String {
+    x.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
+}
+
+impl Section for AsyncResult {
+    const FILE: &'static str = "async.json";
+
+    fn render(&self, _dir: &Path) -> Result<Rendered> {
+        let mut md = match self.heading("async: the runtime on soft timers against tokio and smol")
+        {
+            Ok(md) => md,
+            Err(not_run) => return Ok(not_run),
+        };
+        md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. `-`: not measured by that workload.\n\n| workload | runtime | precision | threads | late p50 (µs) | late p99 (µs) | late max (µs) | CPU per op (ns) | ops/s | p99 (µs) | stddev (µs) |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        for r in &self.rows {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.workload,
+                r.runtime,
+                r.precision.as_deref().unwrap_or("-"),
+                r.threads.map_or_else(|| "-".into(), |t| t.to_string()),
+                cell(r.late_p50_us, 1),
+                cell(r.late_p99_us, 1),
+                cell(r.late_max_us, 1),
+                cell(r.cpu_ns_per_op, 0),
+                cell(r.ops_per_s, 0),
+                cell(r.p99_us, 1),
+                cell(r.stddev_us, 2),
+            );
+        }
+        md += "\n";
+        Ok(Rendered::section(md, &self.targets, Vec::new()))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
+    }
+}

@@ -1,0 +1,228 @@
+//! Timer lateness: one task sleeping 100 µs in a loop (tokio #5021's test), and 10,000
+//! tasks each sleeping 1–10 ms at random in a loop.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use softtimer_async::{Precision, Runtime};
+use softtimers_tools::cpu::{pin_to, server_cpu};
+
+use super::{AsyncRow, precisions, with_cpu};
+
+/// The one-task workload's name.
+pub const SLEEP_100US: &str = "sleep-100us";
+/// The many-task workload's name.
+pub const SLEEP_10K: &str = "sleep-10k-tasks";
+
+const SLEEP: Duration = Duration::from_micros(100);
+const TASKS: usize = 10_000;
+/// The range each task's sleeps are drawn from, µs.
+const TASK_SLEEP_US: (u64, u64) = (1_000, 10_000);
+
+fn sleeps(quick: bool) -> usize {
+    if quick { 1_000 } else { 3_000 }
+}
+
+fn tasks_run(quick: bool) -> Duration {
+    Duration::from_millis(if quick { 1_000 } else { 3_000 })
+}
+
+/// About how long the one-task rows take, s (tokio's sleeps last about a millisecond more).
+pub fn sleep_seconds(quick: bool) -> f64 {
+    let n = sleeps(quick) as f64;
+    n * (0.2e-3 * (precisions().len() + 1) as f64 + 1.2e-3) + 0.5
+}
+
+/// About how long the many-task rows take, s.
+pub fn tasks_seconds(quick: bool) -> f64 {
+    3.0 * (tasks_run(quick).as_secs_f64() + 0.3)
+}
+
+/// About how long both take, s.
+pub fn expected_seconds(quick: bool) -> f64 {
+    sleep_seconds(quick) + tasks_seconds(quick)
+}
+
+fn soft_runtime(precision: Precision) -> Result<Runtime> {
+    Runtime::builder()
+        .precision(precision)
+        .build()
+        .context("softtimer-async runtime")
+}
+
+fn tokio_ct() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("tokio current_thread runtime")
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+fn sleep_row(
+    runtime: &str,
+    precision: Option<Precision>,
+    mut late: Vec<u64>,
+    cpu: u64,
+) -> AsyncRow {
+    let n = late.len().max(1) as f64;
+    let mut row = AsyncRow::new(SLEEP_100US, runtime, precision).with_lateness(&mut late);
+    row.cpu_ns_per_op = Some(cpu as f64 / n);
+    row
+}
+
+/// `sleep-100us`: soft at each precision, tokio current_thread, smol.
+pub fn sleep_100us(quick: bool) -> Result<Vec<AsyncRow>> {
+    let n = sleeps(quick);
+    let _pin = pin_to(server_cpu());
+    let mut rows = Vec::new();
+    for precision in precisions() {
+        let rt = soft_runtime(precision)?;
+        // One sleep first: the runtime's lazy parts (calibration, the backstop) start outside
+        // the measurement, as they would in a long-running program.
+        rt.block_on(async { softtimer_async::time::sleep(SLEEP).await });
+        let (late, cpu) = with_cpu(|| {
+            rt.block_on(async {
+                let mut late = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let deadline = Instant::now() + SLEEP;
+                    softtimer_async::time::sleep_until(deadline).await;
+                    late.push(nanos(Instant::now() - deadline));
+                }
+                late
+            })
+        });
+        rows.push(sleep_row("soft", Some(precision), late, cpu));
+    }
+    let rt = tokio_ct()?;
+    rt.block_on(async { tokio::time::sleep(SLEEP).await });
+    let (late, cpu) = with_cpu(|| {
+        rt.block_on(async {
+            let mut late = Vec::with_capacity(n);
+            for _ in 0..n {
+                let deadline = Instant::now() + SLEEP;
+                tokio::time::sleep_until(deadline.into()).await;
+                late.push(nanos(Instant::now() - deadline));
+            }
+            late
+        })
+    });
+    rows.push(sleep_row("tokio-ct", None, late, cpu));
+    smol::block_on(smol::Timer::after(SLEEP));
+    let (late, cpu) = with_cpu(|| {
+        smol::block_on(async {
+            let mut late = Vec::with_capacity(n);
+            for _ in 0..n {
+                let deadline = Instant::now() + SLEEP;
+                smol::Timer::at(deadline).await;
+                late.push(nanos(Instant::now() - deadline));
+            }
+            late
+        })
+    });
+    rows.push(sleep_row("smol", None, late, cpu));
+    Ok(rows)
+}
+
+/// One task of the many-task workload: sleeps at random until `end`; its lateness, ns.
+/// `sleep_until` is the runtime's.
+async fn sleeper<S, F>(seed: u64, end: Instant, sleep_until: S) -> Vec<u64>
+where
+    S: Fn(Instant) -> F,
+    F: std::future::Future<Output = ()>,
+{
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut late = Vec::new();
+    loop {
+        let deadline = Instant::now()
+            + Duration::from_micros(rng.random_range(TASK_SLEEP_US.0..=TASK_SLEEP_US.1));
+        if deadline > end {
+            return late;
+        }
+        sleep_until(deadline).await;
+        late.push(nanos(Instant::now() - deadline));
+    }
+}
+
+fn tasks_row(
+    runtime: &str,
+    precision: Option<Precision>,
+    per_task: Vec<Vec<u64>>,
+    cpu: u64,
+    run: Duration,
+) -> AsyncRow {
+    let mut late: Vec<u64> = per_task.into_iter().flatten().collect();
+    let fires = late.len().max(1) as f64;
+    let mut row = AsyncRow::new(SLEEP_10K, runtime, precision).with_lateness(&mut late);
+    row.cpu_ns_per_op = Some(cpu as f64 / fires);
+    row.ops_per_s = Some(fires / run.as_secs_f64());
+    row
+}
+
+/// `sleep-10k-tasks`: soft at its default precision, tokio current_thread, smol.
+pub fn sleep_10k_tasks(quick: bool) -> Result<Vec<AsyncRow>> {
+    let run = tasks_run(quick);
+    let _pin = pin_to(server_cpu());
+    let mut rows = Vec::new();
+
+    let precision = Precision::default();
+    let rt = soft_runtime(precision)?;
+    rt.block_on(async { softtimer_async::time::sleep(SLEEP).await });
+    let (lates, cpu) = with_cpu(|| {
+        let end = Instant::now() + run;
+        let handles: Vec<_> = (0..TASKS as u64)
+            .map(|i| rt.spawn_local(sleeper(i, end, |at| softtimer_async::time::sleep_until(at))))
+            .collect();
+        rt.block_on(async move {
+            let mut out = Vec::with_capacity(handles.len());
+            for h in handles {
+                out.push(h.await.expect("a sleeper does not panic"));
+            }
+            out
+        })
+    });
+    rows.push(tasks_row("soft", Some(precision), lates, cpu, run));
+    drop(rt);
+
+    let rt = tokio_ct()?;
+    let (lates, cpu) = with_cpu(|| {
+        rt.block_on(async {
+            let end = Instant::now() + run;
+            let handles: Vec<_> = (0..TASKS as u64)
+                .map(|i| tokio::spawn(sleeper(i, end, |at| tokio::time::sleep_until(at.into()))))
+                .collect();
+            let mut out = Vec::with_capacity(handles.len());
+            for h in handles {
+                out.push(h.await.expect("a sleeper does not panic"));
+            }
+            out
+        })
+    });
+    rows.push(tasks_row("tokio-ct", None, lates, cpu, run));
+    drop(rt);
+
+    let ex = smol::LocalExecutor::new();
+    let (lates, cpu) = with_cpu(|| {
+        smol::block_on(ex.run(async {
+            let end = Instant::now() + run;
+            let handles: Vec<_> = (0..TASKS as u64)
+                .map(|i| {
+                    ex.spawn(sleeper(i, end, |at| async move {
+                        smol::Timer::at(at).await;
+                    }))
+                })
+                .collect();
+            let mut out = Vec::with_capacity(handles.len());
+            for h in handles {
+                out.push(h.await);
+            }
+            out
+        }))
+    });
+    rows.push(tasks_row("smol", None, lates, cpu, run));
+    Ok(rows)
+}
