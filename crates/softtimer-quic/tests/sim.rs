@@ -634,3 +634,111 @@ fn certificate_files_that_do_not_parse_are_refused_with_the_reason() {
     assert!(Trust::pem_file(&garbage).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_peer_that_acknowledges_a_reply_with_its_next_request_stops_drawing_probes() {
+    // Requests every 2 ms over a 200 µs RTT; each end asks its peer (ACK frequency) to
+    // acknowledge only every 8 packets or within 10 ms, so the client holds its ACK of a
+    // reply of seven datagrams until its next request. A probe two smoothed RTTs after the
+    // reply meets that held ACK, finds nothing lost, and teaches the probe to wait longer:
+    // after a few, the probe waits out the client's think time.
+    let plan = ClientPlan {
+        download: 8000,
+        requests: 40,
+        interval: Some(Duration::from_millis(2)),
+        ..ClientPlan::default()
+    };
+    let tuning = Tuning {
+        ack_every: Some(8),
+        max_ack_delay: Some(Duration::from_millis(10)),
+        ..Tuning::default()
+    };
+    let mut net = perf_net(plan, seeded(1), seeded(2), &tuning, LinkConfig::default());
+    run_to_end(&mut net, Duration::from_secs(10));
+    let stats = net.b.driver.stats();
+    assert_eq!(stats.tail_probes_finding_loss, 0);
+    assert!(
+        (1..=6).contains(&stats.tail_probes),
+        "{} probes over 40 replies",
+        stats.tail_probes
+    );
+}
+
+#[test]
+fn a_tail_probe_is_waited_for_without_spinning() {
+    // The same held ACKs: after the first reply the server's next wake-up is its probe,
+    // which needs no precision (a wake-up late against quinn's 25 ms probe timeout), so the
+    // loop running the driver may block until it rather than spin.
+    let plan = ClientPlan {
+        download: 8000,
+        requests: 2,
+        interval: Some(Duration::from_millis(2)),
+        ..ClientPlan::default()
+    };
+    let tuning = Tuning {
+        ack_every: Some(8),
+        max_ack_delay: Some(Duration::from_millis(10)),
+        ..Tuning::default()
+    };
+    let server = DriverConfig {
+        wake_lateness: Duration::from_micros(50),
+        ..seeded(2)
+    };
+    let mut net = perf_net(plan, seeded(1), server, &tuning, LinkConfig::default());
+    let mut soon = Vec::new();
+    for _ in 0..400 {
+        net.run_for(Duration::from_micros(25), |_| false);
+        let now = net.now();
+        if let Some(t) = net.b.driver.poll_timeout()
+            && t.at.saturating_since(now) < softtimer::Span::from_micros(2000, HZ)
+        {
+            soon.push((t.at.saturating_since(now).as_nanos(HZ) / 1000, t.spin));
+        }
+    }
+    assert!(net.b.driver.stats().tail_probes >= 1);
+    assert!(
+        !soon.is_empty() && soon.iter().all(|&(_, spin)| !spin),
+        "{soon:?}"
+    );
+}
+
+#[test]
+fn after_learning_a_late_peer_a_lost_reply_tail_is_still_found_long_before_quinns_probe_timeout() {
+    // The peer of the test above (it holds its ACK of a reply until its next request, 2 ms
+    // later) has taught the probe to wait out its think time; then a reply's last datagram is
+    // lost. The client, waiting for it, sends nothing; the probe, two smoothed RTTs and the
+    // learned allowance after the last send, draws the ACK that shows the loss.
+    let plan = ClientPlan {
+        download: 8000,
+        requests: 40,
+        interval: Some(Duration::from_millis(2)),
+        ..ClientPlan::default()
+    };
+    let tuning = Tuning {
+        ack_every: Some(8),
+        max_ack_delay: Some(Duration::from_millis(10)),
+        ..Tuning::default()
+    };
+    let link = LinkConfig::default();
+    let mut clean = perf_net(plan.clone(), seeded(1), seeded(2), &tuning, link.clone());
+    run_to_end(&mut clean, Duration::from_secs(10));
+    let tail = reply_tail(&clean.transcript, 5, 30);
+    let mut net = perf_net(plan, seeded(1), seeded(2), &tuning, link);
+    net.drop = Some(Box::new(move |s| s.from == From::B && s.index == tail));
+    run_to_end(&mut net, Duration::from_secs(10));
+    let stats = net.b.driver.stats();
+    assert!(stats.tail_probes_finding_loss >= 1, "{stats:?}");
+    let latencies = &net.a.app.report.latencies_us;
+    let normal = latencies[28];
+    let hit = latencies[29];
+    // The allowance stops growing once the probe waits longer than the think time, so it is
+    // at most twice that (4 ms): the probe by 2 srtt + 4 ms, its ACK a round trip later,
+    // quinn's time threshold (1 ms) and the retransmission's round trip. quinn-proto's own
+    // probe timeout waits for the peer's 10 ms ACK delay on top of srtt + 4 rttvar.
+    let srtt = 200.0;
+    let bound = 2.0 * srtt + 4000.0 + 1000.0 + 2.0 * srtt;
+    assert!(
+        hit >= normal + 1000.0 && hit <= normal + bound && hit < 10_000.0,
+        "the request whose tail was lost took {hit} µs (others {normal} µs)"
+    );
+}
