@@ -152,30 +152,13 @@ impl Sender {
     }
 }
 
-/// `sendmmsg` of every datagram, on past one the kernel refuses (counted as not sent).
+/// Every datagram to the next hop, without waiting (a full buffer drops, as a router does),
+/// on past one the kernel refuses (counted as not sent).
 fn send_all(tx: &OwnedFd, datagrams: &[&[u8]]) -> usize {
-    if datagrams.is_empty() {
-        return 0;
-    }
-    let iovs: Vec<[io::IoSlice<'_>; 1]> = datagrams.iter().map(|d| [io::IoSlice::new(d)]).collect();
-    let mut controls: Vec<rustix::net::SendAncillaryBuffer<'_, '_, '_>> =
-        iovs.iter().map(|_| Default::default()).collect();
-    let mut messages: Vec<rustix::net::MMsgHdr<'_>> = iovs
-        .iter()
-        .zip(controls.iter_mut())
-        .map(|(iov, control)| rustix::net::MMsgHdr::new(iov, control))
-        .collect();
-    let (mut done, mut sent) = (0, 0);
-    while done < messages.len() {
-        match rustix::net::sendmmsg(tx, &mut messages[done..], rustix::net::SendFlags::DONTWAIT) {
-            Ok(n) if n > 0 => {
-                done += n;
-                sent += n;
-            }
-            _ => done += 1, // refused (buffer full, unreachable): skip it
-        }
-    }
-    sent
+    let parts: Vec<[io::IoSlice<'_>; 1]> =
+        datagrams.iter().map(|d| [io::IoSlice::new(d)]).collect();
+    let parts: Vec<&[io::IoSlice<'_>]> = parts.iter().map(|p| &p[..]).collect();
+    softtimer_rt::send_all(tx, &parts, false).sent
 }
 
 /// Per-packet work of a stated cost: spins `ns` nanoseconds on the clock, as a router's

@@ -2,17 +2,22 @@
 //! and a receiver that takes datagrams in batches (`recvmmsg`) with the kernel's receive
 //! timestamp of each (`SO_TIMESTAMPNS`) and the kernel's drop counter (`SO_RXQ_OVFL`).
 //!
-//! Batched sending is [`softtimer_rt::LoopCx::sendmmsg`]; a paced sender sends one datagram
-//! per event with `send` on a connected socket, since pacing means the datagrams are *not*
-//! due together. UDP GSO is not used: a GSO super-packet leaves the host as one back-to-back
-//! burst, which is what pacing exists to avoid.
+//! The batched I/O itself is `softtimer-rt`'s, the workspace's one copy: [`RecvBatch`]
+//! (`recvmmsg` with the control messages) under this receiver, and
+//! [`softtimer_rt::send_all`] (`sendmmsg` of datagrams made of parts) for senders. UDP GSO
+//! is not used: a GSO super-packet leaves the host as one back-to-back burst, which is what
+//! pacing exists to avoid (the QUIC layer sends through quinn-udp, stock quinn's own I/O,
+//! which does use it for a departure's datagrams).
 //!
-//! The system-call layer here is `libc` (rustix has no `recvmmsg` nor the timestamp control
-//! messages); every `unsafe` block says why it is sound.
+//! What stays here is socket options `rustix` does not name (`SO_TIMESTAMPNS`,
+//! `SO_RXQ_OVFL`, `SO_RCVBUFFORCE`), set with `libc`; the `unsafe` block says why it is
+//! sound.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use softtimer_rt::RecvBatch;
 use std::time::Duration;
 
 /// The largest UDP payload over IPv4.
@@ -83,21 +88,7 @@ impl PacketHeader {
     }
 }
 
-/// One received datagram.
-#[derive(Clone, Copy, Debug)]
-pub struct Datagram<'a> {
-    /// What was received (at most the receiver's buffer size).
-    pub data: &'a [u8],
-    /// Whether the datagram was longer than the buffer and cut.
-    pub truncated: bool,
-    /// The kernel's receive time, ns since the Unix epoch, when the kernel gave one.
-    pub kernel_ns: Option<u64>,
-    /// The sender.
-    pub from: Option<SocketAddr>,
-}
-
-/// Control-message room per datagram: a `timespec` and a `u32` drop counter, with headers.
-const CONTROL_LEN: usize = 128;
+pub use softtimer_rt::Datagram;
 
 /// A UDP socket that receives in batches, with a kernel timestamp on every datagram.
 ///
@@ -115,21 +106,10 @@ const CONTROL_LEN: usize = 128;
 /// ```
 pub struct TimestampedReceiver {
     socket: OwnedFd,
-    size: usize,
-    data: Vec<u8>,
-    control: Vec<u8>,
-    addrs: Vec<libc::sockaddr_storage>,
-    iov: Vec<libc::iovec>,
-    hdrs: Vec<libc::mmsghdr>,
-    received: usize,
-    timestamps: Vec<Option<u64>>,
-    drops: u64,
+    batch: RecvBatch,
+    /// Whether [`TimestampedReceiver::recv_up_to`] waits for a first datagram.
+    wait: bool,
 }
-
-// SAFETY: the raw pointers inside `iov` and `hdrs` point into the receiver's own vectors and
-// are rebuilt before every call; nothing else refers to them.
-#[allow(unsafe_code)]
-unsafe impl Send for TimestampedReceiver {}
 
 impl TimestampedReceiver {
     /// Binds `addr` and readies room for `batch` datagrams (1 ..= 1024) of up to `size`
@@ -151,7 +131,7 @@ impl TimestampedReceiver {
     ) -> io::Result<TimestampedReceiver> {
         check_batch(batch, size)?;
         let socket = OwnedFd::from(UdpSocket::bind(addr)?);
-        let rx = Self::from_socket(socket, batch, size)?;
+        let mut rx = Self::from_socket(socket, batch, size)?;
         set_int_option(
             rx.socket.as_raw_fd(),
             libc::SOL_SOCKET,
@@ -159,12 +139,12 @@ impl TimestampedReceiver {
             0,
         )?;
         rustix::io::ioctl_fionbio(&rx.socket, true)?;
+        rx.wait = false;
         Ok(rx)
     }
 
     /// The socket, to register with epoll.
     pub fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsFd;
         self.socket.as_fd()
     }
 
@@ -184,27 +164,10 @@ impl TimestampedReceiver {
         if set_int_option(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20).is_err() {
             set_int_option(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20)?;
         }
-        // SAFETY: all-zero `sockaddr_storage`, `iovec` and `mmsghdr` are valid values (null
-        // pointers, zero lengths); they are filled in before every call.
-        #[allow(unsafe_code)]
-        let (zero_addr, zero_iov, zero_hdr) = unsafe {
-            (
-                std::mem::zeroed::<libc::sockaddr_storage>(),
-                std::mem::zeroed::<libc::iovec>(),
-                std::mem::zeroed::<libc::mmsghdr>(),
-            )
-        };
         Ok(TimestampedReceiver {
             socket,
-            size,
-            data: vec![0; batch * size],
-            control: vec![0; batch * CONTROL_LEN],
-            addrs: vec![zero_addr; batch],
-            iov: vec![zero_iov; batch],
-            hdrs: vec![zero_hdr; batch],
-            received: 0,
-            timestamps: vec![None; batch],
-            drops: 0,
+            batch: RecvBatch::with_kernel_stamps(batch, size),
+            wait: true,
         })
     }
 
@@ -227,132 +190,26 @@ impl TimestampedReceiver {
     /// Datagrams the kernel dropped on this socket because its buffer was full, as of the
     /// last datagram received.
     pub fn kernel_drops(&self) -> u64 {
-        self.drops
+        self.batch.kernel_drops().unwrap_or(0)
     }
 
     /// Waits (up to the timeout) for at least one datagram, then takes every datagram
     /// waiting, up to the batch size. `Ok(0)` on timeout or interruption.
     pub fn recv_batch(&mut self) -> io::Result<usize> {
-        self.recv_up_to(self.hdrs.len())
+        self.recv_up_to(usize::MAX)
     }
 
     /// [`TimestampedReceiver::recv_batch`], taking at most `max` datagrams (a quota).
     pub fn recv_up_to(&mut self, max: usize) -> io::Result<usize> {
-        self.received = 0;
-        let batch = self.hdrs.len().min(max);
-        if batch == 0 {
-            return Ok(0);
+        match self.batch.recv(self.socket.as_fd(), max, self.wait) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            other => other,
         }
-        let data = self.data.as_mut_ptr();
-        let control = self.control.as_mut_ptr();
-        for i in 0..batch {
-            self.iov[i] = libc::iovec {
-                // SAFETY: `i * size` is inside `data`, which is `batch * size` long.
-                iov_base: {
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        data.add(i * self.size)
-                    }
-                }
-                .cast(),
-                iov_len: self.size,
-            };
-            let hdr = &mut self.hdrs[i].msg_hdr;
-            hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            hdr.msg_iov = &mut self.iov[i];
-            hdr.msg_iovlen = 1;
-            // SAFETY: `i * CONTROL_LEN` is inside `control`, which is `batch * CONTROL_LEN`
-            // long.
-            hdr.msg_control = {
-                #[allow(unsafe_code)]
-                unsafe {
-                    control.add(i * CONTROL_LEN)
-                }
-            }
-            .cast();
-            hdr.msg_controllen = CONTROL_LEN as _;
-            hdr.msg_flags = 0;
-        }
-        // SAFETY: every header points into this receiver's own buffers, which outlive the
-        // call and are not otherwise borrowed; `vlen` is the number of headers.
-        #[allow(unsafe_code)]
-        let n = unsafe {
-            libc::recvmmsg(
-                self.socket.as_raw_fd(),
-                self.hdrs.as_mut_ptr(),
-                batch as libc::c_uint,
-                libc::MSG_WAITFORONE,
-                std::ptr::null_mut(),
-            )
-        };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            return match err.kind() {
-                io::ErrorKind::WouldBlock
-                | io::ErrorKind::TimedOut
-                | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(err),
-            };
-        }
-        let n = n as usize;
-        for i in 0..n {
-            let (ts, drops) = self.parse_control(i);
-            self.timestamps[i] = ts;
-            if let Some(d) = drops {
-                self.drops = d;
-            }
-        }
-        self.received = n;
-        Ok(n)
-    }
-
-    /// The timestamp and drop counter in datagram `i`'s control messages.
-    fn parse_control(&self, i: usize) -> (Option<u64>, Option<u64>) {
-        let hdr = &self.hdrs[i].msg_hdr;
-        let (mut ts, mut drops) = (None, None);
-        // SAFETY: `hdr` was filled by the kernel in the last `recvmmsg`; its control pointer
-        // and length describe this receiver's control buffer, so the CMSG macros walk inside
-        // it, and every message read is checked for its level, type and length first.
-        #[allow(unsafe_code)]
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
-            while !cmsg.is_null() {
-                let c = &*cmsg;
-                let payload = c.cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                if c.cmsg_level == libc::SOL_SOCKET {
-                    if c.cmsg_type == libc::SCM_TIMESTAMPNS
-                        && payload >= std::mem::size_of::<libc::timespec>()
-                    {
-                        let t: libc::timespec =
-                            std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
-                        ts = Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64);
-                    } else if c.cmsg_type == libc::SO_RXQ_OVFL
-                        && payload >= std::mem::size_of::<u32>()
-                    {
-                        let d: u32 = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
-                        drops = Some(u64::from(d));
-                    }
-                }
-                cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
-            }
-        }
-        (ts, drops)
     }
 
     /// Datagram `i` of the last batch; `None` past the number received.
     pub fn get(&self, i: usize) -> Option<Datagram<'_>> {
-        if i >= self.received {
-            return None;
-        }
-        let hdr = &self.hdrs[i];
-        let len = (hdr.msg_len as usize).min(self.size);
-        Some(Datagram {
-            data: &self.data[i * self.size..i * self.size + len],
-            truncated: hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
-            kernel_ns: self.timestamps[i],
-            from: sockaddr_to_std(&self.addrs[i]),
-        })
+        self.batch.datagram(i)
     }
 }
 
@@ -384,32 +241,6 @@ pub(crate) fn set_int_option(fd: i32, level: i32, name: i32, value: i32) -> io::
         Ok(())
     } else {
         Err(io::Error::last_os_error())
-    }
-}
-
-fn sockaddr_to_std(addr: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match i32::from(addr.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a `sockaddr_in`, which fits in it.
-            #[allow(unsafe_code)]
-            let a: libc::sockaddr_in =
-                unsafe { std::ptr::read_unaligned((addr as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::from((
-                u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a `sockaddr_in6`, which fits in it.
-            #[allow(unsafe_code)]
-            let a: libc::sockaddr_in6 =
-                unsafe { std::ptr::read_unaligned((addr as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::from((
-                a.sin6_addr.s6_addr,
-                u16::from_be(a.sin6_port),
-            )))
-        }
-        _ => None,
     }
 }
 

@@ -56,7 +56,7 @@ struct ServerStream {
 }
 
 /// What the server did.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ServerReport {
     /// Connections accepted.
     pub connections: u64,
@@ -265,7 +265,7 @@ impl Default for ClientPlan {
 }
 
 /// What the client measured.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ClientReport {
     /// Handshake time, µs.
     pub handshake_us: f64,

@@ -50,7 +50,7 @@ fn main() {
             v.sort();
             let pct = |q: f64| v[((v.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
             println!(
-                "window {:>12} P {:>5} µs: n {:>6} late p50 {:6.2} p99 {:6.2} max {:8.2} µs, cpu {:5.1} %, backstop wakeups {}, arms {}",
+                "window {:>12} P {:>5} µs: n {:>6} late p50 {:6.2} p99 {:6.2} max {:8.2} µs, cpu {:5.1} %, backstop wakeups {}, arms {}, fired by the backstop {}",
                 format!(
                     "{:?}",
                     window.map_or(softtimer_rt::wakeup_lateness(), |w| w)
@@ -63,6 +63,7 @@ fn main() {
                 cpu,
                 ev.counters().backstop_wakeups,
                 ev.counters().backstop_arms,
+                ev.counters().fired(softtimer::TriggerSource::Backstop),
             );
         }
     }

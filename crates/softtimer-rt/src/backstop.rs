@@ -1,31 +1,35 @@
-//! The helper threads: the backstop (the paper's interrupt clock, made adaptive) and the
-//! deadline services (Section 5.9).
+//! The helper thread: the backstop (the paper's interrupt clock) and the deadline service
+//! (Section 5.9), in one thread placed off the loop's core when the machine allows.
 //!
-//! * The **backstop thread** waits on the backstop's one-shot timerfd, which the loop arms by
-//!   [`BackstopPlan`](crate::BackstopPlan)'s rule only while events are pending and pushes out
-//!   while its trigger states keep up, so it expires only when the loop has gone `X` without a
-//!   trigger state. It is created by the loop thread, so it inherits the loop's CPU affinity;
-//!   with real-time priority it preempts a computing loop thread the way an interrupt would.
-//!   In the lazy-timerfd deadline design it also serves the deadline timer.
-//! * The **deadline watcher** runs on another CPU and sleeps (precise timeout, minimal timer
-//!   slack) or spins until the earliest deadline the loop published, and fires an event only
-//!   when its deadline has really passed.
+//! * **On another CPU** (the default when the loop thread is pinned and another CPU is
+//!   online), the helper is the backstop's *watch* ([`BackstopWatch`](crate::BackstopWatch)):
+//!   it sleeps, with a precise timeout, until the late line of the earliest due time the loop
+//!   published or the earliest deadline, and fires only what the loop really left overdue.
+//!   While the loop keeps passing trigger states the loop programs no timer and makes no
+//!   system call for it; the watch wakes at most once per `X` on its own CPU. Its wake-ups on
+//!   a CPU the loop does not use cost the loop's core nothing.
+//! * **On the loop's only CPU** (no other usable, or the lazy-timerfd deadline design), it
+//!   serves the adaptive one-shot timer the loop arms
+//!   ([`BackstopPlan`](crate::BackstopPlan)) and the lazy deadline timer, at `SCHED_FIFO`, so
+//!   that it preempts a computing loop thread the way an interrupt would.
 //!
-//! Both fire under the facility lock, on their own thread, with the same `Send + Sync`
-//! handler the loop uses.
+//! Either way it fires under the facility lock, on its own thread, with the same
+//! `Send + Sync` handler the loop uses.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rustix::event::epoll;
 use rustix::event::{EventfdFlags, eventfd};
-use softtimer::{Clock, Span};
+use softtimer::Clock;
 
 use crate::error::RtError;
-use crate::shared::{DeadlineService, Shared};
+use crate::policy::{HelperPlacement, WatchAction, unpinned_placement};
+use crate::shared::Shared;
 use crate::sys;
 
 const BACKSTOP: u64 = 0;
@@ -33,9 +37,13 @@ const DEADLINE: u64 = 1;
 const STOP: u64 = 2;
 const WAKE: u64 = 3;
 
-/// Priority of the backstop thread under `SCHED_FIFO`: above every normal thread, low among
-/// real-time ones.
-const BACKSTOP_PRIORITY: i32 = 10;
+/// Priority of the helper under `SCHED_FIFO`: above every normal thread, low among real-time
+/// ones.
+const HELPER_PRIORITY: i32 = 10;
+
+/// How long the loop's constructor waits for the helper to place itself (it takes a few
+/// system calls; the bound only turns a helper that never starts into an error).
+const PLACEMENT_WAIT: Duration = Duration::from_secs(10);
 
 /// A helper thread and the eventfd that stops it.
 pub(crate) struct Helper {
@@ -77,7 +85,7 @@ impl Drop for Helper {
     }
 }
 
-fn epoll_over(fds: &[(std::os::fd::BorrowedFd<'_>, u64)]) -> Result<OwnedFd, RtError> {
+fn epoll_over(fds: &[(BorrowedFd<'_>, u64)]) -> Result<OwnedFd, RtError> {
     let poll = epoll::create(epoll::CreateFlags::CLOEXEC)
         .map_err(|e| RtError::from(("epoll_create", e)))?;
     for &(fd, token) in fds {
@@ -92,170 +100,203 @@ fn epoll_over(fds: &[(std::os::fd::BorrowedFd<'_>, u64)]) -> Result<OwnedFd, RtE
     Ok(poll)
 }
 
-/// Spawns the backstop thread if this configuration has a backstop timer or a lazy
-/// deadline timer to serve; `None` otherwise.
-pub(crate) fn spawn_backstop<E, C>(
-    shared: &Arc<Shared<E, C>>,
-    realtime: bool,
-) -> Result<Option<Helper>, RtError>
-where
-    E: Send + 'static,
-    C: Clock + Send + Sync + 'static,
-{
-    let has_deadline_fd = shared.lazy_deadline_fd().is_some();
-    if shared.backstop.is_none() && !has_deadline_fd {
-        return Ok(None);
-    }
-    let shared = Arc::clone(shared);
-    Helper::spawn("softtimer-backstop", move |stop, _| {
-        let mut fds = vec![(stop.as_fd(), STOP)];
-        if let Some((fd, _)) = &shared.backstop {
-            fds.push((fd.as_fd(), BACKSTOP));
-        }
-        let deadline_fd = shared.lazy_deadline_fd();
-        if let Some(fd) = &deadline_fd {
-            fds.push((fd.as_fd(), DEADLINE));
-        }
-        let Ok(poll) = epoll_over(&fds) else {
-            return;
-        };
-        // Its timeouts carry due times: no slack on top of them.
-        let _ = sys::minimal_timer_slack();
-        if realtime && sys::set_realtime_priority(BACKSTOP_PRIORITY).is_ok() {
-            shared.backstop_realtime.store(true, Ordering::Relaxed);
-        }
-        let mut events = Vec::with_capacity(4);
-        'run: loop {
-            events.clear();
-            match epoll::wait(&poll, rustix::buffer::spare_capacity(&mut events), None) {
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(_) => break,
-            }
-            for event in &events {
-                match event.data.u64() {
-                    BACKSTOP => {
-                        if let Some((fd, _)) = &shared.backstop {
-                            let _ = sys::read_counter(fd.as_fd());
-                        }
-                        guarded(&shared, || {
-                            shared.on_backstop_expiry();
-                        });
-                    }
-                    DEADLINE => {
-                        if let Some(fd) = &deadline_fd {
-                            let _ = sys::read_counter(fd.as_fd());
-                        }
-                        shared.deadline_wakeups.fetch_add(1, Ordering::Relaxed);
-                        guarded(&shared, || {
-                            shared.enforce_deadlines();
-                        });
-                    }
-                    _ => break 'run,
-                }
-            }
-        }
-        shared
-            .backstop_cpu_ns
-            .store(sys::thread_cpu_ns(), Ordering::Relaxed);
-    })
-    .map(Some)
+/// Where the loop asked the helper to go.
+pub(crate) struct HelperPlan {
+    /// From [`place_helper`](crate::place_helper).
+    pub placement: HelperPlacement,
+    /// The CPUs the loop thread may use (the helper inherits them).
+    pub loop_cpus: Vec<usize>,
+    /// Ask for `SCHED_FIFO` (not for a spinning watch, which would starve its CPU).
+    pub realtime: bool,
 }
 
-/// Spawns the deadline watcher on `cpu` if the configuration uses one.
-pub(crate) fn spawn_watcher<E, C>(
+/// Puts the calling thread (the helper, spawned by the loop thread) where `plan` says; where
+/// it could not be pinned, it stays with the loop.
+fn place_current_thread(plan: &HelperPlan) -> HelperPlacement {
+    match plan.placement {
+        HelperPlacement::OtherCpu(cpu) | HelperPlacement::MayShare(Some(cpu)) => {
+            if sys::pin_current_thread(cpu) {
+                plan.placement
+            } else {
+                unpinned_placement(&plan.loop_cpus)
+            }
+        }
+        placement => placement,
+    }
+}
+
+/// Spawns the helper if this configuration has one (soft mode), and waits until it has placed
+/// itself, so that the loop knows who enforces the bound before it runs.
+pub(crate) fn spawn_helper<E, C>(
     shared: &Arc<Shared<E, C>>,
-    cpu: Option<usize>,
+    plan: HelperPlan,
 ) -> Result<Option<Helper>, RtError>
 where
     E: Send + 'static,
     C: Clock + Send + Sync + 'static,
 {
-    let DeadlineService::Watcher(link) = &shared.deadlines else {
+    if shared.link.is_none() {
         return Ok(None);
-    };
-    let spin = link.spin;
+    }
+    let (placed_tx, placed_rx) = std::sync::mpsc::sync_channel(1);
     let shared = Arc::clone(shared);
-    Helper::spawn("softtimer-deadline", move |stop, stop_flag| {
-        if let Some(cpu) = cpu {
-            sys::pin_current_thread(cpu);
-        }
+    let helper = Helper::spawn("softtimer-backstop", move |stop, stop_flag| {
+        let placement = place_current_thread(&plan);
+        shared.set_placement(placement);
+        // Its timeouts carry due times and deadlines: no slack on top of them.
         let _ = sys::minimal_timer_slack();
+        let spin = shared.helper_spins();
+        if plan.realtime && !spin && sys::set_realtime_priority(HELPER_PRIORITY).is_ok() {
+            shared
+                .helper
+                .backstop_realtime
+                .store(true, Ordering::Relaxed);
+        }
+        let _ = placed_tx.send(());
         if spin {
             watch_spinning(&shared, stop_flag);
         } else {
-            watch_sleeping(&shared, stop);
+            watch_sleeping(&shared, stop, placement);
         }
-        shared
-            .watcher_cpu_ns
-            .store(sys::thread_cpu_ns(), Ordering::Relaxed);
-    })
-    .map(Some)
+        let cpu = if placement.shares_loop_cpu() {
+            &shared.helper.loop_cpu_ns
+        } else {
+            &shared.helper.other_cpu_ns
+        };
+        cpu.store(sys::thread_cpu_ns(), Ordering::Relaxed);
+    })?;
+    placed_rx.recv_timeout(PLACEMENT_WAIT).map_err(|_| {
+        RtError::io("starting the backstop's helper")(std::io::ErrorKind::TimedOut.into())
+    })?;
+    Ok(Some(helper))
 }
 
+/// The watch, spinning: no wake-up latency and no system call anywhere, for a whole CPU.
 fn watch_spinning<E, C: Clock>(shared: &Shared<E, C>, stop: &AtomicBool) {
-    let DeadlineService::Watcher(link) = &shared.deadlines else {
-        return;
-    };
     while !stop.load(Ordering::Relaxed) {
-        let deadline = link.deadline.load(Ordering::Acquire);
-        if deadline != u64::MAX && shared.gate.rel(shared.clock.now()) >= deadline {
-            guarded(shared, || {
+        let (next, deadline) = shared.watched_times();
+        match shared.watch().decide(shared.clock.now(), next, deadline) {
+            WatchAction::FireOverdue => guarded(shared, || {
+                shared.fire_overdue();
+            }),
+            WatchAction::EnforceDeadlines => guarded(shared, || {
                 shared.enforce_deadlines();
-            });
+            }),
+            WatchAction::Sleep { .. } => std::hint::spin_loop(),
         }
-        std::hint::spin_loop();
     }
 }
 
-/// `sleeping_until` of a watcher that is not sleeping: lower than any deadline, so the loop
-/// never nudges it.
-pub(crate) const AWAKE: u64 = 0;
-
-fn watch_sleeping<E, C: Clock>(shared: &Shared<E, C>, stop: &OwnedFd) {
-    let DeadlineService::Watcher(link) = &shared.deadlines else {
+/// The watch, sleeping until its alarm (and serving the one-shot timers when it shares the
+/// loop's only CPU).
+fn watch_sleeping<E, C: Clock>(shared: &Shared<E, C>, stop: &OwnedFd, placement: HelperPlacement) {
+    let Some(link) = &shared.link else {
         return;
     };
-    let Ok(poll) = epoll_over(&[(stop.as_fd(), STOP), (link.wake.as_fd(), WAKE)]) else {
+    let mut fds = vec![(stop.as_fd(), STOP), (link.wake.as_fd(), WAKE)];
+    if let (Some(backstop), HelperPlacement::LoopCpu) = (&shared.backstop, placement) {
+        fds.push((backstop.timer.as_fd(), BACKSTOP));
+    }
+    let deadline_fd = shared.lazy_deadline_fd();
+    if let Some(fd) = &deadline_fd {
+        fds.push((fd.as_fd(), DEADLINE));
+    }
+    let Ok(poll) = epoll_over(&fds) else {
         return;
     };
+    let on_loop_core = placement.shares_loop_cpu();
+    let syscalls = |n: u64| {
+        if on_loop_core {
+            shared
+                .helper
+                .loop_core_syscalls
+                .fetch_add(n, Ordering::Relaxed);
+        }
+    };
+    let watch = shared.watch();
     let hz = shared.clock.resolution_hz();
-    let mut events = Vec::with_capacity(2);
+    let mut events = Vec::with_capacity(fds.len());
     loop {
-        let deadline = link.deadline.load(Ordering::SeqCst);
-        let now = shared.gate.rel(shared.clock.now());
-        if deadline != u64::MAX && now >= deadline {
-            guarded(shared, || {
-                shared.enforce_deadlines();
-            });
+        let (next, deadline) = shared.watched_times();
+        let now = shared.clock.now();
+        let until = match watch.decide(now, next, deadline) {
+            WatchAction::FireOverdue => {
+                guarded(shared, || {
+                    shared.fire_overdue();
+                });
+                continue;
+            }
+            WatchAction::EnforceDeadlines => {
+                guarded(shared, || {
+                    shared.enforce_deadlines();
+                });
+                continue;
+            }
+            WatchAction::Sleep { until } => until,
+        };
+        // Say what we sleep until, then look again: a loop that published an earlier time
+        // in between either saw this store (and wakes us) or we see its time now.
+        shared.set_sleeping_until(Some(until));
+        let (next, deadline) = shared.watched_times();
+        let again = watch.alarm(next, deadline);
+        if again.is_some_and(|a| until.is_none_or(|u| a < u)) {
+            shared.set_sleeping_until(None);
             continue;
         }
-        // Say what we sleep until, then look again: a loop that published an earlier
-        // deadline in between either saw this store (and nudges us) or we see its deadline.
-        link.sleeping_until.store(deadline, Ordering::SeqCst);
-        if link.deadline.load(Ordering::SeqCst) != deadline {
-            continue;
-        }
-        let timeout = (deadline != u64::MAX)
-            .then(|| crate::timerfd::timespec(Span::from_ticks(deadline - now).to_duration(hz)));
+        let timeout = until.map(|u| {
+            let wait = u.saturating_since(now).to_duration(hz);
+            crate::timerfd::timespec(wait)
+        });
         events.clear();
         let woke = epoll::wait(
             &poll,
             rustix::buffer::spare_capacity(&mut events),
             timeout.as_ref(),
         );
-        // Awake: it looks at the deadline again before it sleeps, so no nudge is needed
-        // (and one now would be a wasted system call on the loop's core).
-        link.sleeping_until.store(AWAKE, Ordering::SeqCst);
-        shared.deadline_wakeups.fetch_add(1, Ordering::Relaxed);
+        // Awake: it looks at the published times before it sleeps again, so the loop need
+        // not wake it (and doing so now would be a wasted system call on the loop's core).
+        shared.set_sleeping_until(None);
+        syscalls(1);
         match woke {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => return,
+        }
+        if events.is_empty() {
+            // The timeout: the deadline's, or the late line's.
+            let counter = if until.is_some() && until == deadline {
+                &shared.helper.deadline_wakeups
+            } else {
+                &shared.helper.backstop_wakeups
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
         }
         for event in &events {
             match event.data.u64() {
                 WAKE => {
                     let _ = sys::read_counter(link.wake.as_fd());
+                    syscalls(1);
+                }
+                BACKSTOP => {
+                    if let Some(backstop) = &shared.backstop {
+                        let _ = sys::read_counter(backstop.timer.as_fd());
+                    }
+                    syscalls(1);
+                    guarded(shared, || {
+                        shared.on_backstop_expiry();
+                    });
+                }
+                DEADLINE => {
+                    if let Some(fd) = &deadline_fd {
+                        let _ = sys::read_counter(fd.as_fd());
+                    }
+                    syscalls(1);
+                    shared
+                        .helper
+                        .deadline_wakeups
+                        .fetch_add(1, Ordering::Relaxed);
+                    guarded(shared, || {
+                        shared.enforce_deadlines();
+                    });
                 }
                 _ => return,
             }

@@ -1,49 +1,213 @@
-//! This machine's wake-up lateness: how long after its timeout a thread blocked in
-//! `epoll_wait` runs again (with the minimal timer slack). The idle policy wakes that much
-//! early and spins the rest, so an event fires on time without spinning through a wait.
+//! This machine's wake-up cost: how late a thread sleeping with a precise timeout runs again
+//! after it, and how much CPU each wake-up costs the thread, at normal priority and under
+//! `SCHED_FIFO`. It is the floor every idle figure is read against (a loop that blocks until an
+//! event is at least this late), and it sets the idle policy's default spin window (wake that
+//! much early and spin the rest) and how early the backstop's watch wakes before its late line.
+//!
+//! One probe serves both: [`wakeup_probe`] measures once per process, on a thread of its own
+//! (the caller's CPU affinity, the minimal timer slack the loop uses), and
+//! [`wakeup_lateness`] is the spin window it implies.
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rustix::event::epoll;
+use softtimer::{Clock, SystemClock};
 
 use crate::sys;
-use crate::timerfd::timespec;
 
+/// Sleeps per priority.
+const SAMPLES: usize = 128;
+/// Each sleep's timeout: long enough to go idle, short enough that the probe takes ~20 ms.
+const WAIT: Duration = Duration::from_micros(100);
 /// The smallest and largest spin window the calibration returns.
 const MIN_WINDOW: Duration = Duration::from_micros(2);
 const MAX_WINDOW: Duration = Duration::from_micros(200);
+/// The probe thread's priority under `SCHED_FIFO` (the helper's).
+const FIFO_PRIORITY: i32 = 10;
 
-/// Wake-up lateness of a blocked thread on this machine, measured once per process (about
-/// 5 ms): the 90th percentile of 24 timed 150 µs waits, plus 1 µs.
-pub fn wakeup_lateness() -> Duration {
-    static LATENESS: OnceLock<Duration> = OnceLock::new();
-    *LATENESS.get_or_init(measure)
+/// Wake-up lateness and CPU at one scheduling priority, in µs.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WakeupCost {
+    /// Median lateness past the timeout.
+    pub wakeup_late_p50_us: f64,
+    /// 90th percentile of lateness (the default spin window is this plus 1 µs).
+    pub wakeup_late_p90_us: f64,
+    /// 99th percentile of lateness.
+    pub wakeup_late_p99_us: f64,
+    /// Largest lateness seen.
+    pub wakeup_late_max_us: f64,
+    /// CPU time the sleeping thread is charged per wake-up (the system call's entry and exit,
+    /// the switch in and out; not the timer interrupt itself, which an idle CPU takes).
+    pub wakeup_cpu_us: f64,
 }
 
-fn measure() -> Duration {
-    let Ok(poll) = epoll::create(epoll::CreateFlags::CLOEXEC) else {
-        return MAX_WINDOW;
-    };
-    let slack = sys::timer_slack().ok();
-    let _ = sys::minimal_timer_slack();
-    let wait = Duration::from_micros(150);
-    let ts = timespec(wait);
-    let mut late: Vec<Duration> = (0..24)
+/// What [`wakeup_probe`] measured: `SAMPLES` sleeps of `wait_us` each, in `clock_nanosleep`
+/// with a 1 ns timer slack, at normal priority and under `SCHED_FIFO`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WakeupProbe {
+    /// The timeout of each sleep, µs.
+    pub wait_us: f64,
+    /// Sleeps per priority.
+    pub samples: usize,
+    /// At normal priority (`SCHED_OTHER`), as the event loop sleeps.
+    pub normal: WakeupCost,
+    /// Under `SCHED_FIFO`, as the loop's helper sleeps; `None` where it was refused.
+    pub fifo: Option<WakeupCost>,
+    /// Why `SCHED_FIFO` was refused (no `CAP_SYS_NICE`, a real-time budget of zero, …).
+    pub fifo_refused: Option<String>,
+}
+
+impl WakeupProbe {
+    /// The idle policy's default spin window: the 90th percentile of lateness at normal
+    /// priority, plus 1 µs, within 2 ..= 200 µs.
+    pub fn spin_window(&self) -> Duration {
+        let p90 = Duration::from_secs_f64(self.normal.wakeup_late_p90_us.max(0.0) / 1e6);
+        (p90 + Duration::from_micros(1)).clamp(MIN_WINDOW, MAX_WINDOW)
+    }
+}
+
+/// This machine's wake-up cost, measured once per process (about 40 ms the first time, on a
+/// thread spawned from the caller, so on the caller's CPUs).
+///
+/// ```
+/// let probe = softtimer_rt::wakeup_probe();
+/// assert_eq!(probe.samples, 128);
+/// assert!(probe.normal.wakeup_late_p99_us >= probe.normal.wakeup_late_p50_us);
+/// // Refused without the privilege; measured with it.
+/// assert_eq!(probe.fifo.is_none(), probe.fifo_refused.is_some());
+/// ```
+pub fn wakeup_probe() -> WakeupProbe {
+    let normal = *normal_cost();
+    let fifo = fifo_cost();
+    WakeupProbe {
+        wait_us: WAIT.as_secs_f64() * 1e6,
+        samples: SAMPLES,
+        normal,
+        fifo: fifo.as_ref().ok().copied(),
+        fifo_refused: fifo.as_ref().err().cloned(),
+    }
+}
+
+/// Wake-up lateness of a blocked thread on this machine: the default spin window of the idle
+/// policy, from the same measurement as [`wakeup_probe`]'s normal priority (which it runs,
+/// once per process, if it has not run yet: about 20 ms).
+pub fn wakeup_lateness() -> Duration {
+    WakeupProbe {
+        wait_us: 0.0,
+        samples: SAMPLES,
+        normal: *normal_cost(),
+        fifo: None,
+        fifo_refused: None,
+    }
+    .spin_window()
+}
+
+fn normal_cost() -> &'static WakeupCost {
+    static NORMAL: OnceLock<WakeupCost> = OnceLock::new();
+    NORMAL.get_or_init(|| on_probe_thread(false).unwrap_or(FALLBACK))
+}
+
+fn fifo_cost() -> &'static Result<WakeupCost, String> {
+    static FIFO: OnceLock<Result<WakeupCost, String>> = OnceLock::new();
+    FIFO.get_or_init(|| on_probe_thread(true))
+}
+
+/// What the probe reports if it cannot run at all (no thread could be spawned): the largest
+/// window, so that the idle policy errs towards precision.
+const FALLBACK: WakeupCost = WakeupCost {
+    wakeup_late_p50_us: 200.0,
+    wakeup_late_p90_us: 200.0,
+    wakeup_late_p99_us: 200.0,
+    wakeup_late_max_us: 200.0,
+    wakeup_cpu_us: 0.0,
+};
+
+/// Runs the sleeps on a thread of its own, so that the caller's priority and timer slack stay
+/// as they are.
+fn on_probe_thread(fifo: bool) -> Result<WakeupCost, String> {
+    std::thread::Builder::new()
+        .name("softtimer-probe".into())
+        .spawn(move || {
+            let _ = sys::minimal_timer_slack();
+            if fifo {
+                sys::set_realtime_priority(FIFO_PRIORITY).map_err(|e| e.to_string())?;
+            }
+            Ok(sleep_and_measure(SAMPLES, WAIT))
+        })
+        .map_err(|e| e.to_string())?
+        .join()
+        .map_err(|_| "the probe thread panicked".to_string())?
+}
+
+fn sleep_and_measure(samples: usize, wait: Duration) -> WakeupCost {
+    let ts = crate::timerfd::timespec(wait);
+    // Measured on the facility's own clock, the clock the loops run on.
+    let clock = SystemClock::new();
+    let cpu_before = sys::thread_cpu_ns();
+    let mut late_us: Vec<f64> = (0..samples)
         .map(|_| {
-            let mut events: Vec<epoll::Event> = Vec::with_capacity(1);
-            let start = Instant::now();
-            let _ = epoll::wait(
-                &poll,
-                rustix::buffer::spare_capacity(&mut events),
-                Some(&ts),
-            );
-            start.elapsed().saturating_sub(wait)
+            let start = clock.now();
+            let _ =
+                rustix::thread::clock_nanosleep_relative(rustix::thread::ClockId::Monotonic, &ts);
+            clock
+                .duration(clock.now().saturating_since(start))
+                .saturating_sub(wait)
+                .as_secs_f64()
+                * 1e6
         })
         .collect();
-    if let Some(slack) = slack.and_then(std::num::NonZeroU64::new) {
-        let _ = rustix::thread::set_current_timer_slack(Some(slack));
+    let cpu_us = (sys::thread_cpu_ns() - cpu_before) as f64 / 1e3 / samples.max(1) as f64;
+    late_us.sort_by(f64::total_cmp);
+    let at = |q: f64| late_us[((late_us.len() - 1) as f64 * q).round() as usize];
+    WakeupCost {
+        wakeup_late_p50_us: at(0.5),
+        wakeup_late_p90_us: at(0.9),
+        wakeup_late_p99_us: at(0.99),
+        wakeup_late_max_us: at(1.0),
+        wakeup_cpu_us: cpu_us,
     }
-    late.sort();
-    (late[late.len() * 9 / 10] + Duration::from_micros(1)).clamp(MIN_WINDOW, MAX_WINDOW)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spin_window_is_the_p90_plus_a_microsecond_within_bounds() {
+        let cost = |p90| WakeupCost {
+            wakeup_late_p50_us: 1.0,
+            wakeup_late_p90_us: p90,
+            wakeup_late_p99_us: 2.0 * p90,
+            wakeup_late_max_us: 3.0 * p90,
+            wakeup_cpu_us: 5.0,
+        };
+        let probe = |p90| WakeupProbe {
+            wait_us: 100.0,
+            samples: SAMPLES,
+            normal: cost(p90),
+            fifo: None,
+            fifo_refused: Some("test".into()),
+        };
+        assert_eq!(probe(9.0).spin_window(), Duration::from_micros(10));
+        assert_eq!(probe(0.0).spin_window(), MIN_WINDOW);
+        assert_eq!(probe(5000.0).spin_window(), MAX_WINDOW);
+    }
+
+    #[test]
+    fn a_probe_round_trips_through_json_with_the_names_info_prints() {
+        let probe = wakeup_probe();
+        let json = serde_json::to_value(&probe).unwrap();
+        for key in ["wakeup_late_p50_us", "wakeup_late_p99_us", "wakeup_cpu_us"] {
+            assert!(json["normal"][key].is_number(), "{key}: {json}");
+        }
+        let back: WakeupProbe = serde_json::from_value(json).unwrap();
+        assert_eq!(back, probe);
+        // The default spin window comes from the same measurement.
+        assert_eq!(wakeup_lateness(), probe.spin_window());
+        let normal = probe.normal;
+        assert!(normal.wakeup_late_p50_us <= normal.wakeup_late_p90_us);
+        assert!(normal.wakeup_late_p90_us <= normal.wakeup_late_p99_us);
+        assert!(normal.wakeup_late_p99_us <= normal.wakeup_late_max_us);
+        assert!(normal.wakeup_cpu_us > 0.0, "a wake-up costs some CPU");
+    }
 }

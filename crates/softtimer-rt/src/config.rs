@@ -46,18 +46,21 @@ pub(crate) fn check_period(period: Duration) -> Result<Duration, RtError> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeadlineDesign {
-    /// A watcher thread on another CPU (a housekeeping core) that sleeps, with a precise
-    /// timeout, until the earliest deadline the loop has published, and fires an event only
-    /// when its deadline has really passed. Met deadlines cost the loop's core nothing but a
-    /// store; the watcher's wake-ups land on the other core. The default.
+    /// The loop's helper thread, on another CPU (a housekeeping core) where there is one,
+    /// sleeps with a precise timeout until the earliest deadline the loop has published (or
+    /// the backstop's late line, whichever is first: it is the backstop's watch too), and
+    /// fires an event only when its deadline has really passed. Met deadlines cost the loop's
+    /// core nothing but a store; the helper's wake-ups land on the other core. The default.
     #[default]
     Watcher,
-    /// The same watcher, spinning on the published deadline instead of sleeping: no wake-up
-    /// latency and no system call anywhere, for a whole other core.
+    /// The same helper, spinning on the published deadline and due time instead of sleeping:
+    /// no wake-up latency and no system call anywhere, for a whole other core (it sleeps
+    /// after all when it has no other core to spin on).
     WatcherSpin,
-    /// A one-shot kernel timer on the loop's CPU, served by the backstop thread and re-armed
-    /// lazily (the first design): every met deadline still costs an expiry and a wake-up on
-    /// the loop's core.
+    /// The first design, kept whole for comparison: a one-shot kernel timer on the loop's
+    /// CPU, re-armed lazily, and the backstop's adaptive one-shot timer beside it, both
+    /// served by the helper on the loop's CPU: every met deadline still costs an expiry and
+    /// a wake-up on the loop's core.
     LazyTimerfd,
 }
 
@@ -79,6 +82,29 @@ impl DeadlineDesign {
     }
 }
 
+/// How the loop does its I/O. One backend today; the choice is here so that a completion-based
+/// backend (io_uring: sends queued in the submission ring and submitted once per trigger
+/// state, completions reaped as trigger states) can be added without changing the
+/// configuration's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum IoBackend {
+    /// Readiness from `epoll`, one system call per operation (`recvmmsg`/`sendmmsg` batch
+    /// datagrams). The default.
+    #[default]
+    Epoll,
+}
+
+impl IoBackend {
+    /// `epoll`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoBackend::Epoll => "epoll",
+        }
+    }
+}
+
 /// How long the idle loop spins before a due time instead of blocking through it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SpinWindow {
@@ -92,6 +118,27 @@ pub enum SpinWindow {
     Fixed(Duration),
 }
 
+impl SpinWindow {
+    /// The window as a length: the calibration (measured once per process, on the
+    /// facility's clock) or the fixed one. A program resolves its window once, gives the
+    /// loop [`SpinWindow::Fixed`] of it, and reports what it resolved, rather than reading
+    /// the loop's policy back.
+    ///
+    /// ```
+    /// use softtimer_rt::SpinWindow;
+    /// use std::time::Duration;
+    /// let fixed = SpinWindow::Fixed(Duration::from_micros(20));
+    /// assert_eq!(fixed.resolve(), Duration::from_micros(20));
+    /// assert!(SpinWindow::Calibrated.resolve() >= Duration::from_micros(2));
+    /// ```
+    pub fn resolve(self) -> Duration {
+        match self {
+            SpinWindow::Calibrated => crate::calibrate::wakeup_lateness(),
+            SpinWindow::Fixed(window) => window,
+        }
+    }
+}
+
 /// Settings of an [`EventLoop`](crate::EventLoop).
 #[derive(Clone, Debug)]
 pub struct LoopConfig {
@@ -102,14 +149,18 @@ pub struct LoopConfig {
     /// Run the backstop (soft mode only; default on). Without it the delay bound holds only
     /// while the loop keeps reaching trigger states.
     pub backstop: bool,
-    /// Ask for `SCHED_FIFO` priority for the backstop thread so that it preempts a computing
+    /// Ask for `SCHED_FIFO` priority for the helper thread (the backstop and the deadline
+    /// service) so that its wake-ups are prompt, and on the loop's CPU preempt a computing
     /// loop thread like an interrupt (default on; normal priority where refused, reported by
     /// [`EventLoop::backstop_realtime`](crate::EventLoop::backstop_realtime)).
     pub realtime_backstop: bool,
-    /// What enforces deadlines (soft mode only; default: a watcher on another CPU).
+    /// What enforces deadlines (soft mode only; default: the helper on another CPU).
     pub deadlines: DeadlineDesign,
-    /// The CPU the deadline watcher runs on (default: the lowest CPU the loop thread may not
-    /// use, or any other allowed CPU; the loop's own when it has only one).
+    /// The CPU the helper thread (the backstop's watch and the deadline service) runs on.
+    /// Default: when the loop thread is pinned to one CPU, the lowest other online CPU (the
+    /// loop's own when there is none: then the loop arms a one-shot timer instead, see
+    /// [`HelperPlacement`](crate::HelperPlacement)); when it is not, wherever the kernel puts
+    /// it. Naming the loop's only CPU asks for the one-shot timer.
     pub watcher_cpu: Option<usize>,
     /// Keep trigger-state and delay statistics (default off).
     pub stats: bool,
@@ -122,6 +173,8 @@ pub struct LoopConfig {
     /// Record the first this-many trigger states (clock time and source) for later analysis
     /// (default 0: no trace). Memory is reserved up front; recording is a store.
     pub trace_capacity: usize,
+    /// How the loop does its I/O (default: epoll).
+    pub io_backend: IoBackend,
 }
 
 impl Default for LoopConfig {
@@ -138,6 +191,7 @@ impl Default for LoopConfig {
             max_events: 256,
             spin_window: SpinWindow::default(),
             trace_capacity: 0,
+            io_backend: IoBackend::default(),
         }
     }
 }

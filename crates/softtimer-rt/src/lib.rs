@@ -8,27 +8,43 @@
 //! never writes the check. `softtimer-net` builds pacing and polling on it; the lab measures
 //! it.
 //!
+//! The layers, bottom up: `sys.rs` (the thin Linux layer, and the workspace's one batched
+//! UDP I/O: [`RecvBatch`] and [`send_all`]), `policy.rs` (the idle, backstop and deadline
+//! decisions as pure functions of time), `config.rs`, `shared.rs` (what the loop thread
+//! and its helper threads share: the facility, the counters), `backstop.rs` (the helper
+//! threads), `cx.rs` (the I/O helpers that are trigger states), `event_loop.rs` (the loop
+//! itself). Start reading at [`EventLoop::run_with`] and [`LoopCx`]; `tests/event_loop.rs`
+//! runs every mode end to end. The `unsafe` code is in `sys.rs`, and in the timer-signal
+//! path (`signal.rs`, and the constructor in `event_loop.rs` that installs the handler).
+//!
 //! Around that it provides what the kernel provided to the paper's facility:
 //!
 //! * **the idle policy** ([`IdlePolicy`], Section 5.1 made cheap): with no descriptor ready,
 //!   block in `epoll_pwait2` with a precise timeout (timer slack at its minimum) until a short
 //!   window before the next due time, then spin on trigger checks for the rest. The window is
 //!   this machine's measured wake-up lateness, so one loop is both precise and cheap;
-//! * **the adaptive backstop** ([`BackstopPlan`], the interrupt clock): a one-shot timer armed
-//!   only while events are pending, at the later of the next due time and the last trigger
-//!   state plus `X`, and pushed out while trigger states keep up (after FreeBSD's HPTS). The
-//!   bound `T < actual < T + X + 1` holds even while the loop thread computes without system
-//!   calls, and an idle loop, or a busy one that keeps up, takes no timer wake-ups;
-//! * **deadlines** (Section 5.9, [`DeadlineDesign`]): by default a watcher on another CPU that
-//!   sleeps until the earliest published deadline and fires only events whose deadline has
-//!   really passed, so met deadlines cost the loop's core nothing;
+//! * **the backstop** (the interrupt clock), kept off the loop's core: a helper thread on
+//!   another CPU (its [`BackstopWatch`]) reads the earliest due time the loop publishes anyway
+//!   for its own fast path, sleeps until `X` past it, and fires only what the loop really left
+//!   overdue, after the way FreeBSD's HPTS keeps its callout only as a backstop to the pacer
+//!   its trigger points run. The bound `T < actual < T + X + 1` holds even while the loop
+//!   thread computes without system calls; a busy loop that keeps passing trigger states makes
+//!   no system call for it ([`Counters::loop_core_syscalls`]), and an idle loop with nothing
+//!   pending wakes nothing. Where the helper can only share the loop's CPU
+//!   ([`HelperPlacement`]), the loop arms an adaptive one-shot timer instead ([`BackstopPlan`]);
+//! * **deadlines** (Section 5.9, [`DeadlineDesign`]): by default the same helper also sleeps
+//!   until the earliest published deadline and fires only events whose deadline has really
+//!   passed, so met deadlines cost the loop's core nothing;
+//! * **this machine's wake-up floor** ([`wakeup_probe`]): lateness and CPU per wake-up of a
+//!   precise sleep, at normal and real-time priority, which also sets the idle policy's
+//!   default spin window;
 //! * **the baselines** behind the same interface: events fired by a periodic `timerfd`
 //!   ([`TimerMode::Timerfd`]), by a POSIX timer signal that interrupts the loop thread
 //!   ([`EventLoop::with_timer_signal`], `unsafe`), and the reference without timers
 //!   ([`TimerMode::Off`]: no facility consulted, no clock read, no helper thread).
 //!
-//! Every decision (idle, backstop arming, deadline arming) is a pure function in
-//! [`policy`](IdlePolicy) of the times involved, and the loop is generic over the
+//! Every decision (idle, the backstop's watch and its placement, timer arming) is a pure
+//! function in [`policy`](IdlePolicy) of the times involved, and the loop is generic over the
 //! [`softtimer::Clock`], so tests drive the decisions on a simulated clock.
 //!
 //! ## Where handlers run, and why that is sound
@@ -37,22 +53,23 @@
 //!
 //! * on the **loop thread**, at a trigger state: right after a system call returns inside
 //!   one of the helpers, at the end of a batch of I/O callbacks, or in the idle loop;
-//! * on the **backstop thread**, when the loop thread has run `X` past an event's due time
-//!   without reaching a trigger state (it computes, or a handler is slow);
-//! * on the **deadline watcher**, when an event's deadline has passed.
+//! * on the **helper thread**, when the loop thread has run (almost) `X` past an event's due
+//!   time without reaching a trigger state (it computes, or a handler is slow), or when an
+//!   event's deadline has passed.
 //!
 //! The facility is behind a mutex, taken only when something is due (the fast path is a
 //! clock read and an atomic load), so a handler never runs inside the facility's own
-//! critical section. It never runs inside the loop thread's `malloc`: the helpers are other
-//! threads, and the allocator is thread-safe. It cannot alias the loop thread's state: the
-//! handler shares only what is `Sync`, which the compiler checks. The backstop thread
-//! inherits the loop thread's CPU affinity and asks for `SCHED_FIFO`, so it preempts a
-//! computing loop thread the way a timer interrupt would.
+//! critical section. It never runs inside the loop thread's `malloc`: the helper is another
+//! thread, and the allocator is thread-safe. It cannot alias the loop thread's state: the
+//! handler shares only what is `Sync`, which the compiler checks. The helper asks for
+//! `SCHED_FIFO`, so that its wake-ups are prompt and, on the loop's CPU, preempt a computing
+//! loop thread the way a timer interrupt would.
 //!
 //! What this design cannot do, measured in the tests and in `docs/RESULTS.md`: while a
 //! handler itself runs longer than `X`, other due events wait for it (handlers never nest);
-//! and a backstop thread without real-time priority on a busy core waits for the kernel's
-//! scheduler.
+//! a helper without real-time priority on a busy core waits for the kernel's scheduler; and
+//! the helper's look once per `X` while events are pending costs the CPU it runs on a
+//! wake-up each time ([`wakeup_probe`] says how much).
 //!
 //! The timer-signal baseline does run handlers in signal context on the loop thread, like
 //! an interrupt handler; its constructor is `unsafe` and takes the handler whose contract is
@@ -66,6 +83,7 @@ mod config;
 mod cx;
 mod error;
 mod event_loop;
+mod handle;
 mod policy;
 mod poll_set;
 mod shared;
@@ -73,15 +91,19 @@ mod signal;
 mod sys;
 mod timerfd;
 
-pub use calibrate::wakeup_lateness;
-pub use config::{DeadlineDesign, LoopConfig, SpinWindow, TimerMode};
+pub use calibrate::{WakeupCost, WakeupProbe, wakeup_lateness, wakeup_probe};
+pub use config::{DeadlineDesign, IoBackend, LoopConfig, SpinWindow, TimerMode};
 pub use cx::{Interest, LoopCx, Ready};
 pub use error::RtError;
-pub use event_loop::{EventLoop, HelperCpu, LoopTurn, MAX_TOKEN, StopHandle};
-pub use policy::{Arm, BackstopPlan, IdleAction, IdlePolicy, deadline_needs_arming};
+pub use event_loop::{EventLoop, HelperCpu, LoopTurn, LoopWaker, MAX_TOKEN, Parked, StopHandle};
+pub use handle::LoopHandle;
+pub use policy::{
+    Arm, BackstopPlan, BackstopWatch, HelperPlacement, IdleAction, IdlePolicy, WatchAction,
+    deadline_needs_arming, place_helper, unpinned_placement, wake_needed,
+};
 pub use poll_set::PollSet;
 pub use shared::{Counters, Handler};
-pub use sys::RecvBatch;
+pub use sys::{BatchSent, Datagram, RecvBatch, send_all, send_batch};
 pub use timerfd::periodic_timerfd;
 
 /// The README's examples, compiled (and, where they end, run) as doctests so that they cannot

@@ -80,8 +80,9 @@ impl IdlePolicy {
     }
 }
 
-/// The adaptive backstop's arming rule (after FreeBSD's HPTS callout): a one-shot timer,
-/// armed only while events are pending, at the later of the next due time and the last
+/// The adaptive backstop's arming rule, for when the helper can only share the loop's CPU
+/// ([`HelperPlacement::LoopCpu`]; elsewhere the [`BackstopWatch`] needs no timer): a one-shot
+/// timer, armed only while events are pending, at the later of the next due time and the last
 /// trigger state plus `X`. It therefore expires only when the loop has gone `X` without a
 /// trigger state while an event waits, which is exactly when the paper's bound
 /// `T < actual < T + X + 1` needs it; an idle loop with nothing pending, and a busy loop
@@ -142,6 +143,211 @@ impl BackstopPlan {
 
     fn half(&self) -> Span {
         Span::from_ticks(self.interval.ticks() / 2)
+    }
+}
+
+/// The backstop's watch (the paper's interrupt clock, moved off the loop's core): a helper
+/// thread on another CPU that reads the earliest time at which the loop's trigger states have
+/// work, which the loop publishes anyway for its own fast path, and the earliest deadline, and
+/// sleeps until the first of:
+///
+/// * the **late line**, `interval − margin` past the earliest due time: an event still pending
+///   then has waited for a trigger state almost `X`, so the loop is stuck (computing, or
+///   descheduled) and the watch fires every due event itself. `margin` is the helper's own
+///   expected wake-up lateness, so that it fires by `X` rather than `X` plus a wake-up;
+/// * the earliest **deadline** (Section 5.9), at which it fires the events whose deadline has
+///   passed, and only those.
+///
+/// While the loop keeps passing trigger states it fires each event long before the late line,
+/// so the watch wakes, sees a later due time, and sleeps again: at most once per `X` while
+/// events are pending, on its own CPU, and never while nothing is pending. Unlike the adaptive
+/// one-shot timer ([`BackstopPlan`]), the loop programs no timer and makes no system call for
+/// it; it wakes the watch (one `write`) only when it publishes a time earlier than the one the
+/// watch sleeps until ([`wake_needed`]), which a loop whose new events fall due after the
+/// earliest pending one never does.
+///
+/// ```
+/// use softtimer::{Instant, Span};
+/// use softtimer_rt::{BackstopWatch, WatchAction};
+///
+/// let watch = BackstopWatch { interval: Span::from_ticks(1000), margin: Span::from_ticks(50), late_line: true };
+/// let t = Instant::from_ticks;
+/// // An event due at 100: sleep until its late line, 100 + 1000 − 50.
+/// assert_eq!(watch.decide(t(100), Some(t(100)), None), WatchAction::Sleep { until: Some(t(1050)) });
+/// // Still pending at 1050: the loop is stuck, fire it.
+/// assert_eq!(watch.decide(t(1050), Some(t(100)), None), WatchAction::FireOverdue);
+/// // Nothing pending: sleep until woken.
+/// assert_eq!(watch.decide(t(1050), None, None), WatchAction::Sleep { until: None });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackstopWatch {
+    /// `X`: the longest a due event may wait for a trigger state.
+    pub interval: Span,
+    /// How much before `X` the watch fires (its own wake-up lateness), at most `X / 4`.
+    pub margin: Span,
+    /// Whether the watch enforces the delay bound (it does unless the backstop is off, or a
+    /// one-shot timer on the loop's CPU enforces it instead); deadlines it always watches.
+    pub late_line: bool,
+}
+
+/// What the backstop's watch does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchAction {
+    /// An event has waited past the late line: fire everything due.
+    FireOverdue,
+    /// A deadline has passed: fire the events whose deadlines have.
+    EnforceDeadlines,
+    /// Nothing to do before `until` (`None`: before the loop publishes something new).
+    Sleep {
+        /// When to look again.
+        until: Option<Instant>,
+    },
+}
+
+impl BackstopWatch {
+    /// A watch for a backstop of period `interval`, firing `margin` early (clamped to
+    /// `interval / 4`, so that the loop always has three quarters of `X` to fire an event).
+    pub fn new(interval: Span, margin: Span, late_line: bool) -> Self {
+        BackstopWatch {
+            interval,
+            margin: margin.min(Span::from_ticks(interval.ticks() / 4)),
+            late_line,
+        }
+    }
+
+    /// When an event due at `due`, still pending, is left to the watch.
+    pub fn late_line(&self, due: Instant) -> Instant {
+        due + (self.interval - self.margin)
+    }
+
+    /// When the watch must look next, given the earliest time the loop's trigger states have
+    /// work (`next_trigger`) and the earliest deadline; `None`: nothing to watch.
+    pub fn alarm(
+        &self,
+        next_trigger: Option<Instant>,
+        next_deadline: Option<Instant>,
+    ) -> Option<Instant> {
+        let late = next_trigger
+            .filter(|_| self.late_line)
+            .map(|t| self.late_line(t));
+        match (late, next_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// What to do at `now`.
+    pub fn decide(
+        &self,
+        now: Instant,
+        next_trigger: Option<Instant>,
+        next_deadline: Option<Instant>,
+    ) -> WatchAction {
+        if next_deadline.is_some_and(|d| d <= now) {
+            return WatchAction::EnforceDeadlines;
+        }
+        if self.late_line && next_trigger.is_some_and(|t| self.late_line(t) <= now) {
+            return WatchAction::FireOverdue;
+        }
+        WatchAction::Sleep {
+            until: self.alarm(next_trigger, next_deadline),
+        }
+    }
+}
+
+/// Whether the loop, having published a new alarm for the watch, must wake it: only when the
+/// watch sleeps until later than that (`sleeping_until`; `None`: with no alarm at all). A
+/// watch that is awake looks again before it sleeps, so it is never woken.
+///
+/// ```
+/// use softtimer::Instant;
+/// use softtimer_rt::wake_needed;
+/// let t = Instant::from_ticks;
+/// assert!(wake_needed(Some(None), Some(t(10))));
+/// assert!(wake_needed(Some(Some(t(20))), Some(t(10))));
+/// assert!(!wake_needed(Some(Some(t(20))), Some(t(30))));
+/// assert!(!wake_needed(None, Some(t(10))));
+/// ```
+pub fn wake_needed(sleeping_until: Option<Option<Instant>>, alarm: Option<Instant>) -> bool {
+    match (sleeping_until, alarm) {
+        (None, _) | (_, None) => false,
+        (Some(None), Some(_)) => true,
+        (Some(Some(until)), Some(alarm)) => alarm < until,
+    }
+}
+
+/// Where the backstop's helper thread runs, and so who enforces the delay bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "cpu")]
+pub enum HelperPlacement {
+    /// Pinned to a CPU the loop thread may not use: the watch ([`BackstopWatch`]) enforces the
+    /// bound, and the loop's core pays nothing for it.
+    OtherCpu(usize),
+    /// Where the loop thread may also run (the loop may use several CPUs, or the helper was
+    /// placed on one of them; on that CPU when one is given): the watch still enforces the
+    /// bound, but its wake-ups may land on the loop's core, and are counted as if they did.
+    MayShare(Option<usize>),
+    /// On the loop's only CPU (no other is usable, or the lazy-timerfd deadline design, the
+    /// first design, kept whole): the adaptive one-shot timer ([`BackstopPlan`]), armed by the
+    /// loop, enforces the bound, and the helper serves it at real-time priority so that it
+    /// preempts a computing loop thread like an interrupt. The loop's core pays the timer's
+    /// programming (up to `2 / X` system calls a second while busy) and its expiries.
+    LoopCpu,
+}
+
+impl HelperPlacement {
+    /// Whether the helper may run on the loop's CPU.
+    pub fn shares_loop_cpu(self) -> bool {
+        !matches!(self, HelperPlacement::OtherCpu(_))
+    }
+
+    /// Whether the watch enforces the delay bound (else the one-shot timer does).
+    pub fn watches(self) -> bool {
+        self != HelperPlacement::LoopCpu
+    }
+}
+
+/// Where to put the backstop's helper, given the CPUs the loop thread may use, the CPUs online,
+/// the CPU asked for (if any), and whether the lazy-timerfd deadline design is in use (it keeps
+/// the whole first design, on the loop's CPU).
+///
+/// ```
+/// use softtimer_rt::{HelperPlacement, place_helper};
+/// // A loop pinned to CPU 1 of two: the helper goes to CPU 0.
+/// assert_eq!(place_helper(&[1], &[0, 1], None, false), HelperPlacement::OtherCpu(0));
+/// // Nowhere else to go: the adaptive timer on the loop's CPU.
+/// assert_eq!(place_helper(&[0], &[0], None, false), HelperPlacement::LoopCpu);
+/// // A loop that may run anywhere: the helper may share its CPU.
+/// assert_eq!(place_helper(&[0, 1], &[0, 1], None, false), HelperPlacement::MayShare(None));
+/// ```
+pub fn place_helper(
+    loop_cpus: &[usize],
+    online: &[usize],
+    requested: Option<usize>,
+    lazy_timerfd: bool,
+) -> HelperPlacement {
+    if lazy_timerfd {
+        return HelperPlacement::LoopCpu;
+    }
+    match (requested, loop_cpus) {
+        (Some(cpu), [only]) if cpu == *only => HelperPlacement::LoopCpu,
+        (Some(cpu), _) if loop_cpus.contains(&cpu) => HelperPlacement::MayShare(Some(cpu)),
+        (Some(cpu), _) => HelperPlacement::OtherCpu(cpu),
+        (None, [_]) => online
+            .iter()
+            .find(|c| !loop_cpus.contains(c))
+            .map_or(HelperPlacement::LoopCpu, |&c| HelperPlacement::OtherCpu(c)),
+        (None, _) => HelperPlacement::MayShare(None),
+    }
+}
+
+/// Where the helper is when it could not be pinned where [`place_helper`] said: with the loop
+/// (it inherited the loop thread's CPUs).
+pub fn unpinned_placement(loop_cpus: &[usize]) -> HelperPlacement {
+    if loop_cpus.len() == 1 {
+        HelperPlacement::LoopCpu
+    } else {
+        HelperPlacement::MayShare(None)
     }
 }
 
@@ -288,6 +494,162 @@ mod tests {
             PLAN.rearm(Some(t(50_000)), t(100), Some(t(200))),
             Arm::At(t(1100))
         );
+    }
+
+    const WATCH: BackstopWatch = BackstopWatch {
+        interval: Span::from_ticks(1000),
+        margin: Span::from_ticks(40),
+        late_line: true,
+    };
+
+    #[test]
+    fn the_watch_sleeps_until_the_late_line_and_fires_what_is_left_there() {
+        let clock = SimClock::new(1_000_000);
+        let due = clock.now() + span(100);
+        assert_eq!(
+            WATCH.decide(clock.now(), Some(due), None),
+            WatchAction::Sleep {
+                until: Some(due + span(960))
+            }
+        );
+        // The loop keeps up: at the late line the earliest due time has moved on.
+        clock.advance(1060);
+        let later = due + span(30);
+        assert_eq!(
+            WATCH.decide(clock.now(), Some(later), None),
+            WatchAction::Sleep {
+                until: Some(later + span(960))
+            }
+        );
+        // The loop is stuck: the event due at `due` is still the earliest.
+        assert_eq!(
+            WATCH.decide(clock.now(), Some(due), None),
+            WatchAction::FireOverdue
+        );
+        // With nothing pending the watch sleeps until woken.
+        assert_eq!(
+            WATCH.decide(clock.now(), None, None),
+            WatchAction::Sleep { until: None }
+        );
+    }
+
+    #[test]
+    fn the_watch_fires_within_the_bound_and_leaves_the_loop_most_of_it() {
+        // Wherever the event falls due, the watch looks by X after it (the bound) and not
+        // before 3X/4 (the loop's share), whatever margin it was given.
+        for margin in [0, 40, 250, 400, 10_000] {
+            let watch = BackstopWatch::new(span(1000), span(margin), true);
+            for due in [0u64, 1, 999, 123_456] {
+                let due = Instant::from_ticks(due);
+                let line = watch.late_line(due);
+                assert!(
+                    line <= due + span(1000) && line >= due + span(750),
+                    "{margin}"
+                );
+                assert_eq!(
+                    watch.decide(line, Some(due), None),
+                    WatchAction::FireOverdue
+                );
+                assert_ne!(
+                    watch.decide(line - span(1), Some(due), None),
+                    WatchAction::FireOverdue
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn deadlines_come_first_and_are_watched_without_the_late_line() {
+        let t = Instant::from_ticks;
+        // The deadline at 300 is before the late line at 1060.
+        assert_eq!(
+            WATCH.decide(t(0), Some(t(100)), Some(t(300))),
+            WatchAction::Sleep {
+                until: Some(t(300))
+            }
+        );
+        assert_eq!(
+            WATCH.decide(t(300), Some(t(100)), Some(t(300))),
+            WatchAction::EnforceDeadlines
+        );
+        // Past both: deadlines first, then (next look) the late line.
+        assert_eq!(
+            WATCH.decide(t(5000), Some(t(100)), Some(t(300))),
+            WatchAction::EnforceDeadlines
+        );
+        // Without the late line (the timer on the loop's CPU enforces the bound) only
+        // deadlines wake the watch.
+        let deadlines_only = BackstopWatch {
+            late_line: false,
+            ..WATCH
+        };
+        assert_eq!(
+            deadlines_only.decide(t(5000), Some(t(100)), None),
+            WatchAction::Sleep { until: None }
+        );
+        assert_eq!(
+            deadlines_only.decide(t(5000), Some(t(100)), Some(t(6000))),
+            WatchAction::Sleep {
+                until: Some(t(6000))
+            }
+        );
+    }
+
+    #[test]
+    fn the_loop_wakes_the_watch_only_for_an_earlier_alarm() {
+        let t = Instant::from_ticks;
+        // A busy loop: each event fires and the next falls due later, so the alarm only
+        // moves out and the sleeping watch is never woken.
+        let mut sleeping_until = WATCH.alarm(Some(t(100)), None);
+        for due in (110..10_000).step_by(10) {
+            assert!(!wake_needed(
+                Some(sleeping_until),
+                WATCH.alarm(Some(t(due)), None)
+            ));
+        }
+        // An event scheduled before the earliest pending one: the alarm comes in.
+        assert!(wake_needed(
+            Some(sleeping_until),
+            WATCH.alarm(Some(t(50)), None)
+        ));
+        // A watch with nothing to watch sleeps until woken: the first event wakes it.
+        sleeping_until = None;
+        assert!(wake_needed(
+            Some(sleeping_until),
+            WATCH.alarm(Some(t(50)), None)
+        ));
+        // An awake watch is never woken.
+        assert!(!wake_needed(None, WATCH.alarm(Some(t(50)), None)));
+        // Nothing pending any more: nothing to wake for.
+        assert!(!wake_needed(Some(Some(t(10))), WATCH.alarm(None, None)));
+    }
+
+    #[test]
+    fn the_helper_goes_where_the_loop_is_not() {
+        use HelperPlacement::*;
+        // Pinned loop, other CPUs online: the lowest other one.
+        assert_eq!(place_helper(&[2], &[0, 1, 2, 3], None, false), OtherCpu(0));
+        assert_eq!(place_helper(&[0], &[0, 1], None, false), OtherCpu(1));
+        // The loop's only CPU, or the only CPU there is: the one-shot timer on it.
+        assert_eq!(place_helper(&[0], &[0], None, false), LoopCpu);
+        assert_eq!(place_helper(&[1], &[0, 1], Some(1), false), LoopCpu);
+        // Asked for another CPU: there; for one of the loop's several: maybe shared.
+        assert_eq!(place_helper(&[1], &[0, 1], Some(0), false), OtherCpu(0));
+        assert_eq!(
+            place_helper(&[0, 1], &[0, 1], Some(1), false),
+            MayShare(Some(1))
+        );
+        // A loop free to run anywhere, or whose CPUs are unknown.
+        assert_eq!(place_helper(&[0, 1], &[0, 1], None, false), MayShare(None));
+        assert_eq!(place_helper(&[], &[0, 1], None, false), MayShare(None));
+        // The lazy-timerfd design keeps the first design whole, on the loop's CPU.
+        assert_eq!(place_helper(&[1], &[0, 1], None, true), LoopCpu);
+        // A helper that could not be pinned stayed with the loop.
+        assert_eq!(unpinned_placement(&[1]), LoopCpu);
+        assert_eq!(unpinned_placement(&[0, 1]), MayShare(None));
+        assert!(!OtherCpu(0).shares_loop_cpu() && OtherCpu(0).watches());
+        assert!(MayShare(None).shares_loop_cpu() && MayShare(None).watches());
+        assert!(LoopCpu.shares_loop_cpu() && !LoopCpu.watches());
     }
 
     #[test]

@@ -34,12 +34,12 @@ impl<E, C: Clock> SignalTarget for Shared<E, C> {
         match self.try_lock() {
             Some(mut locked) => {
                 locked.counters.timer_expirations += 1;
-                locked.counters.signal_busy += self.signal_busy.swap(0, Ordering::Relaxed);
+                locked.counters.signal_busy += self.helper.signal_busy.swap(0, Ordering::Relaxed);
                 let now = self.clock.now();
                 self.fire_locked(&mut locked, now, TriggerSource::Timer);
             }
             None => {
-                self.signal_busy.fetch_add(1, Ordering::Relaxed);
+                self.helper.signal_busy.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

@@ -1,9 +1,12 @@
 //! The thin Linux layer: the calls `rustix` does not cover (POSIX per-thread timer signals,
-//! `sigaction`, real-time scheduling, `recvmmsg`/`sendmmsg`) wrapped once here, so that the
-//! rest of the crate is safe code. Every `unsafe` block of the crate is in this module.
+//! `sigaction`, real-time scheduling, `recvmmsg` with its control messages) wrapped once
+//! here, each `unsafe` block with the reason it is sound; and the workspace's one batched
+//! UDP I/O ([`RecvBatch`], [`send_all`]), which `softtimer-net` and the tools build on. The
+//! crate's other `unsafe` code is the timer-signal path: the signal handler (`signal.rs`)
+//! and the loop's constructor that installs it (`event_loop.rs`).
 #![allow(unsafe_code)]
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -138,37 +141,29 @@ fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Op
     }
 }
 
-fn std_to_sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero is a valid `sockaddr_storage`.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: `sockaddr_storage` is large and aligned enough for `sockaddr_in`.
-            let out = unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in) };
-            out.sin_family = libc::AF_INET as libc::sa_family_t;
-            out.sin_port = a.port().to_be();
-            out.sin_addr = libc::in_addr {
-                s_addr: u32::from(*a.ip()).to_be(),
-            };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: as above, for `sockaddr_in6`.
-            let out = unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in6) };
-            out.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            out.sin6_port = a.port().to_be();
-            out.sin6_addr = libc::in6_addr {
-                s6_addr: a.ip().octets(),
-            };
-            out.sin6_flowinfo = a.flowinfo();
-            out.sin6_scope_id = a.scope_id();
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (storage, len as libc::socklen_t)
+/// Control-message room per datagram: a `timespec` and a `u32` drop counter, with headers.
+const CONTROL_LEN: usize = 128;
+
+/// One datagram of a [`RecvBatch`].
+#[derive(Clone, Copy, Debug)]
+pub struct Datagram<'a> {
+    /// What was received (at most the batch's datagram size).
+    pub data: &'a [u8],
+    /// Whether the datagram was longer than the buffer and cut.
+    pub truncated: bool,
+    /// The kernel's receive time, ns since the Unix epoch (`CLOCK_REALTIME`), where the
+    /// batch asked for it and the kernel gave one.
+    pub kernel_ns: Option<u64>,
+    /// The sender, for an IP socket.
+    pub from: Option<SocketAddr>,
 }
 
-/// Buffers for receiving up to `capacity` datagrams with one `recvmmsg`.
+/// Buffers for receiving up to `capacity` datagrams with one `recvmmsg`, and, made with
+/// [`RecvBatch::with_kernel_stamps`], the kernel's receive timestamp of each and its count
+/// of datagrams dropped on the socket (the control messages of `SO_TIMESTAMPNS` and
+/// `SO_RXQ_OVFL`, which the socket must have turned on). The one receive path of the
+/// workspace: the loop's [`LoopCx::recvmmsg`](crate::LoopCx::recvmmsg), and
+/// `softtimer-net`'s timestamped receiver, capture and forwarder.
 ///
 /// ```
 /// use softtimer_rt::RecvBatch;
@@ -182,6 +177,10 @@ pub struct RecvBatch {
     addrs: Vec<libc::sockaddr_storage>,
     iov: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// `CONTROL_LEN` bytes per datagram, or empty: no control messages asked for.
+    control: Vec<u8>,
+    stamps: Vec<Option<u64>>,
+    drops: Option<u64>,
     received: usize,
 }
 
@@ -192,18 +191,35 @@ unsafe impl Send for RecvBatch {}
 impl RecvBatch {
     /// Room for `capacity` datagrams (at least 1) of up to `size` bytes (at least 1) each.
     pub fn new(capacity: usize, size: usize) -> Self {
+        Self::build(capacity, size, false)
+    }
+
+    /// [`RecvBatch::new`], with room for each datagram's kernel timestamp and the socket's
+    /// drop counter.
+    pub fn with_kernel_stamps(capacity: usize, size: usize) -> Self {
+        Self::build(capacity, size, true)
+    }
+
+    fn build(capacity: usize, size: usize, stamps: bool) -> Self {
         let (capacity, size) = (capacity.max(1), size.max(1));
         // SAFETY: all-zero `sockaddr_storage`, `iovec` and `mmsghdr` are valid (null
         // pointers, zero lengths); they are filled in before every call.
-        let zero_addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let zero_iov: libc::iovec = unsafe { std::mem::zeroed() };
-        let zero_hdr: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        let (zero_addr, zero_iov, zero_hdr) = unsafe {
+            (
+                std::mem::zeroed::<libc::sockaddr_storage>(),
+                std::mem::zeroed::<libc::iovec>(),
+                std::mem::zeroed::<libc::mmsghdr>(),
+            )
+        };
         RecvBatch {
             data: vec![0; capacity * size],
             size,
             addrs: vec![zero_addr; capacity],
             iov: vec![zero_iov; capacity],
             hdrs: vec![zero_hdr; capacity],
+            control: vec![0; if stamps { capacity * CONTROL_LEN } else { 0 }],
+            stamps: vec![None; capacity],
+            drops: None,
             received: 0,
         }
     }
@@ -225,26 +241,47 @@ impl RecvBatch {
 
     /// Datagram `i` of the last call and its sender; `None` past [`RecvBatch::len`].
     pub fn get(&self, i: usize) -> Option<(&[u8], Option<SocketAddr>)> {
+        self.datagram(i).map(|d| (d.data, d.from))
+    }
+
+    /// Datagram `i` of the last call, with what the kernel said of it; `None` past
+    /// [`RecvBatch::len`].
+    pub fn datagram(&self, i: usize) -> Option<Datagram<'_>> {
         if i >= self.received {
             return None;
         }
         let hdr = &self.hdrs[i];
         let len = (hdr.msg_len as usize).min(self.size);
-        let data = &self.data[i * self.size..i * self.size + len];
-        Some((
-            data,
-            sockaddr_to_std(&self.addrs[i], hdr.msg_hdr.msg_namelen),
-        ))
+        Some(Datagram {
+            data: &self.data[i * self.size..i * self.size + len],
+            truncated: hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            kernel_ns: self.stamps[i],
+            from: sockaddr_to_std(&self.addrs[i], hdr.msg_hdr.msg_namelen),
+        })
     }
 
-    /// One non-blocking `recvmmsg` on `fd`. `Ok(0)` when nothing is waiting.
-    pub(crate) fn recv_from(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
+    /// The socket's count of datagrams the kernel dropped (its buffer was full), as of the
+    /// last datagram that carried it; `None` before any did.
+    pub fn kernel_drops(&self) -> Option<u64> {
+        self.drops
+    }
+
+    /// One `recvmmsg` of at most `max` datagrams on `fd`: without waiting (`wait` false:
+    /// `Ok(0)` when nothing is waiting), or waiting for a first datagram up to the socket's
+    /// receive timeout and then taking what else is waiting (`Ok(0)` on the timeout).
+    pub fn recv(&mut self, fd: BorrowedFd<'_>, max: usize, wait: bool) -> io::Result<usize> {
         self.received = 0;
-        let base = self.data.as_mut_ptr();
-        for i in 0..self.hdrs.len() {
+        let batch = self.hdrs.len().min(max);
+        if batch == 0 {
+            return Ok(0);
+        }
+        let data = self.data.as_mut_ptr();
+        let control = self.control.as_mut_ptr();
+        let with_control = !self.control.is_empty();
+        for i in 0..batch {
             self.iov[i] = libc::iovec {
                 // SAFETY: `i * size` is inside `data`, which is `capacity * size` long.
-                iov_base: unsafe { base.add(i * self.size) }.cast(),
+                iov_base: unsafe { data.add(i * self.size) }.cast(),
                 iov_len: self.size,
             };
             let hdr = &mut self.hdrs[i].msg_hdr;
@@ -252,79 +289,203 @@ impl RecvBatch {
             hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             hdr.msg_iov = &mut self.iov[i];
             hdr.msg_iovlen = 1;
-            hdr.msg_control = std::ptr::null_mut();
-            hdr.msg_controllen = 0;
+            (hdr.msg_control, hdr.msg_controllen) = if with_control {
+                // SAFETY: `i * CONTROL_LEN` is inside `control`, `capacity * CONTROL_LEN`
+                // long.
+                (
+                    unsafe { control.add(i * CONTROL_LEN) }.cast(),
+                    CONTROL_LEN as _,
+                )
+            } else {
+                (std::ptr::null_mut(), 0)
+            };
             hdr.msg_flags = 0;
         }
+        let flags = if wait {
+            libc::MSG_WAITFORONE
+        } else {
+            libc::MSG_DONTWAIT
+        };
         // SAFETY: every header points into this batch's own buffers, which outlive the
-        // call and are not otherwise borrowed; `vlen` is the number of headers.
+        // call and are not otherwise borrowed; `vlen` is at most the number of headers.
         let n = unsafe {
             libc::recvmmsg(
                 fd.as_raw_fd(),
                 self.hdrs.as_mut_ptr(),
-                self.hdrs.len() as libc::c_uint,
-                libc::MSG_DONTWAIT,
+                batch as libc::c_uint,
+                flags,
                 std::ptr::null_mut(),
             )
         };
         if n < 0 {
             let err = last_error();
-            if err.kind() == io::ErrorKind::WouldBlock {
-                return Ok(0);
-            }
-            return Err(err);
+            return match err.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Ok(0),
+                _ => Err(err),
+            };
         }
-        self.received = n as usize;
-        Ok(self.received)
+        let n = n as usize;
+        for i in 0..n {
+            let (stamp, drops) = if with_control {
+                self.control_of(i)
+            } else {
+                (None, None)
+            };
+            self.stamps[i] = stamp;
+            if drops.is_some() {
+                self.drops = drops;
+            }
+        }
+        self.received = n;
+        Ok(n)
+    }
+
+    /// The timestamp and drop counter in datagram `i`'s control messages.
+    fn control_of(&self, i: usize) -> (Option<u64>, Option<u64>) {
+        let hdr = &self.hdrs[i].msg_hdr;
+        let (mut stamp, mut drops) = (None, None);
+        // SAFETY: `hdr` was filled by the kernel in the last `recvmmsg`; its control pointer
+        // and length describe this batch's control buffer, so the CMSG macros walk inside
+        // it, and every message read is checked for its level, type and length first.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+            while !cmsg.is_null() {
+                let c = &*cmsg;
+                let payload = c.cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                if c.cmsg_level == libc::SOL_SOCKET {
+                    if c.cmsg_type == libc::SCM_TIMESTAMPNS
+                        && payload >= std::mem::size_of::<libc::timespec>()
+                    {
+                        let t: libc::timespec =
+                            std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
+                        stamp = Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64);
+                    } else if c.cmsg_type == libc::SO_RXQ_OVFL
+                        && payload >= std::mem::size_of::<u32>()
+                    {
+                        let d: u32 = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
+                        drops = Some(u64::from(d));
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+            }
+        }
+        (stamp, drops)
     }
 }
 
-/// Sends each `(payload, destination)` with one `sendmmsg`; returns how many were sent.
-pub(crate) fn send_batch(
-    fd: BorrowedFd<'_>,
-    messages: &[(&[u8], SocketAddr)],
-) -> io::Result<usize> {
+/// What sending a batch of datagrams did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchSent {
+    /// Datagrams the kernel accepted.
+    pub sent: usize,
+    /// Datagrams it refused (a full buffer without waiting, an unreachable port), skipped.
+    pub refused: usize,
+    /// System calls made.
+    pub calls: usize,
+}
+
+/// Sends every datagram of `datagrams` on the connected socket `fd`, each made of its parts
+/// in order (a header and a payload leave from their own buffers, without a copy): one
+/// `sendmsg` for one datagram, one `sendmmsg` per run of the rest, as many calls as it
+/// takes. A datagram the kernel refuses is skipped and counted, and the rest go on. `wait`:
+/// block while the socket's buffer is full (a sender that must not lose its own datagrams),
+/// or refuse at once (a router, which drops). The one batched send of the workspace for
+/// connected sockets: `softtimers pace`, the flood, and `softtimer-net`'s forwarder.
+///
+/// ```
+/// use std::io::IoSlice;
+/// let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+/// tx.connect(rx.local_addr().unwrap()).unwrap();
+/// let (header, payload) = ([1u8; 4], [0u8; 60]);
+/// let parts = [IoSlice::new(&header), IoSlice::new(&payload)];
+/// let sent = softtimer_rt::send_all(&tx, &[&parts[..], &parts[..]], true);
+/// assert_eq!((sent.sent, sent.refused, sent.calls), (2, 0, 1));
+/// let mut buf = [0u8; 128];
+/// assert_eq!(rx.recv(&mut buf).unwrap(), 64);
+/// ```
+pub fn send_all(fd: impl AsFd, datagrams: &[&[IoSlice<'_>]], wait: bool) -> BatchSent {
+    let flags = if wait {
+        rustix::net::SendFlags::empty()
+    } else {
+        rustix::net::SendFlags::DONTWAIT
+    };
+    let mut out = BatchSent::default();
+    if let [parts] = datagrams {
+        out.calls = 1;
+        let sent = loop {
+            match rustix::net::sendmsg(
+                &fd,
+                parts,
+                &mut rustix::net::SendAncillaryBuffer::default(),
+                flags,
+            ) {
+                Err(rustix::io::Errno::INTR) => continue,
+                other => break other.is_ok(),
+            }
+        };
+        (out.sent, out.refused) = if sent { (1, 0) } else { (0, 1) };
+        return out;
+    }
+    let mut controls: Vec<rustix::net::SendAncillaryBuffer<'_, '_, '_>> =
+        datagrams.iter().map(|_| Default::default()).collect();
+    let mut messages: Vec<rustix::net::MMsgHdr<'_>> = datagrams
+        .iter()
+        .zip(controls.iter_mut())
+        .map(|(parts, control)| rustix::net::MMsgHdr::new(parts, control))
+        .collect();
+    let mut done = 0;
+    while done < messages.len() {
+        out.calls += 1;
+        match rustix::net::sendmmsg(&fd, &mut messages[done..], flags) {
+            Ok(n) if n > 0 => {
+                done += n;
+                out.sent += n;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            // The first datagram left was refused: skip it and go on.
+            _ => {
+                done += 1;
+                out.refused += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Sends each `(payload, destination)` with one non-blocking `sendmmsg`; returns how many
+/// were sent (`Ok(0)` when the socket's buffer is full). For code outside the loop's
+/// callbacks, which use [`LoopCx::sendmmsg`](crate::LoopCx::sendmmsg).
+///
+/// ```
+/// use std::net::UdpSocket;
+/// let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let to = rx.local_addr().unwrap();
+/// let sent = softtimer_rt::send_batch(&tx, &[(b"a".as_slice(), to), (b"b".as_slice(), to)]);
+/// assert_eq!(sent.unwrap(), 2);
+/// ```
+pub fn send_batch(fd: impl AsFd, messages: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
+    let fd = fd.as_fd();
     if messages.is_empty() {
         return Ok(0);
     }
-    let mut addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)> =
-        messages.iter().map(|(_, a)| std_to_sockaddr(a)).collect();
-    let mut iov: Vec<libc::iovec> = messages
+    let addrs: Vec<rustix::net::SocketAddrAny> =
+        messages.iter().map(|(_, to)| (*to).into()).collect();
+    let iovs: Vec<[IoSlice<'_>; 1]> = messages.iter().map(|(d, _)| [IoSlice::new(d)]).collect();
+    let mut controls: Vec<rustix::net::SendAncillaryBuffer<'_, '_, '_>> =
+        messages.iter().map(|_| Default::default()).collect();
+    let mut hdrs: Vec<rustix::net::MMsgHdr<'_>> = addrs
         .iter()
-        .map(|(data, _)| libc::iovec {
-            iov_base: data.as_ptr() as *mut libc::c_void,
-            iov_len: data.len(),
-        })
+        .zip(&iovs)
+        .zip(controls.iter_mut())
+        .map(|((to, iov), control)| rustix::net::MMsgHdr::new_with_addr(to, iov, control))
         .collect();
-    let mut hdrs: Vec<libc::mmsghdr> = (0..messages.len())
-        .map(|i| {
-            // SAFETY: an all-zero `mmsghdr` is valid; the pointer fields are set below.
-            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_name = (&mut addrs[i].0 as *mut libc::sockaddr_storage).cast();
-            h.msg_hdr.msg_namelen = addrs[i].1;
-            h.msg_hdr.msg_iov = &mut iov[i];
-            h.msg_hdr.msg_iovlen = 1;
-            h
-        })
-        .collect();
-    // SAFETY: the headers point into `addrs`, `iov` and the caller's payloads, all alive
-    // and unmodified for the duration of the call (the kernel only reads them).
-    let n = unsafe {
-        libc::sendmmsg(
-            fd.as_raw_fd(),
-            hdrs.as_mut_ptr(),
-            hdrs.len() as libc::c_uint,
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        let err = last_error();
-        if err.kind() == io::ErrorKind::WouldBlock {
-            return Ok(0);
-        }
-        return Err(err);
+    match rustix::net::sendmmsg(fd, &mut hdrs, rustix::net::SendFlags::DONTWAIT) {
+        Ok(n) => Ok(n),
+        Err(rustix::io::Errno::AGAIN) => Ok(0),
+        Err(e) => Err(e.into()),
     }
-    Ok(n as usize)
 }
 
 /// Whether `fd` is an open descriptor (so that registering a closed one is a clear error).
@@ -353,16 +514,15 @@ pub(crate) fn minimal_timer_slack() -> io::Result<()> {
     rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1)).map_err(io::Error::from)
 }
 
-/// The calling thread's timer slack in ns.
-pub(crate) fn timer_slack() -> io::Result<u64> {
-    rustix::thread::current_timer_slack().map_err(io::Error::from)
-}
-
-/// Pins the calling thread to `cpu` (ignored if the CPU does not exist or is not allowed).
-pub(crate) fn pin_current_thread(cpu: usize) {
+/// Pins the calling thread to `cpu`; whether it is now pinned there (not when the CPU does not
+/// exist or is not allowed, as in a container confined to other CPUs).
+pub(crate) fn pin_current_thread(cpu: usize) -> bool {
+    if cpu >= rustix::thread::CpuSet::MAX_CPU {
+        return false;
+    }
     let mut set = rustix::thread::CpuSet::new();
     set.set(cpu);
-    let _ = rustix::thread::sched_setaffinity(None, &set);
+    rustix::thread::sched_setaffinity(None, &set).is_ok() && allowed_cpus() == [cpu]
 }
 
 /// The CPUs the calling thread may run on.

@@ -21,6 +21,13 @@
 //! | [`Instant`], [`Span`] | typed time: a clock reading (compared on a circle) and a length in ticks |
 //! | [`TriggerStats`] | trigger states by source, trigger intervals, firing delays |
 //!
+//! The layers, bottom up: `time.rs` (typed time), `clock.rs` (the clocks and the choice of
+//! the TSC), `wheel.rs` (the hierarchical timing wheel: slots of `2^k` ticks, exact order
+//! inside a slot, a free list of nodes), `facility.rs` (the paper's API over the wheel: the
+//! trigger check, the backstop, deadlines), `trigger_stats.rs`. Start reading at
+//! [`SoftTimers::trigger`] and [`SoftTimers::schedule_soft_event`]; the model tests
+//! (`tests/model.rs`) state the facility's contract against a plain sorted list.
+//!
 //! ```
 //! use softtimer::{SimClock, SoftTimers, Span, TriggerSource};
 //!

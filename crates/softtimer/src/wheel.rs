@@ -55,7 +55,11 @@ impl Link {
 }
 
 /// A slab node: links for two wheels, where it is in each, its generation and its payload.
+/// Aligned to a cache line, so that firing an event (which reads its time and links and
+/// takes its payload) touches one line wherever the node sits: at a 48-byte stride half the
+/// nodes would straddle two. Payloads up to 23 bytes keep a node to one line.
 #[derive(Debug)]
+#[repr(align(64))]
 pub(crate) struct Node<E> {
     pub links: [Link; 2],
     /// `level * 64 + slot` in each wheel, or [`NO_LOC`].
@@ -64,19 +68,39 @@ pub(crate) struct Node<E> {
     pub payload: Option<E>,
 }
 
+/// A slot's list: its first and last node (`NIL` when empty), side by side so that one cache
+/// line holds both ends of eight neighbouring slots.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    head: u32,
+    tail: u32,
+}
+
+impl Slot {
+    const EMPTY: Slot = Slot {
+        head: NIL,
+        tail: NIL,
+    };
+}
+
+/// The wheel keeps what every operation reads in its first cache line (its time, length,
+/// level summary, the slots' address and level 0's occupancy), and its 704 slots out of line,
+/// so that a trigger state that fires an event touches few lines: a server's system calls
+/// between two trigger states evict the first-level cache, and each line touched is then a
+/// miss.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Wheel {
+    /// The wheel's notion of the current time, in clock ticks; no node is due before it.
+    elapsed: u64,
+    len: usize,
+    slots: Box<[[Slot; SLOTS]; LEVELS]>,
     /// Which of the node's two links this wheel uses.
     link: usize,
     /// log2 of the clock ticks in one wheel tick.
     shift: u32,
-    /// The wheel's notion of the current time, in clock ticks; no node is due before it.
-    elapsed: u64,
-    heads: [[u32; SLOTS]; LEVELS],
-    tails: [[u32; SLOTS]; LEVELS],
-    occupied: [u64; LEVELS],
     nonempty_levels: u16,
-    len: usize,
+    occupied: [u64; LEVELS],
 }
 
 /// The level at which an event due at wheel tick `when` sits when the wheel's time is
@@ -110,14 +134,13 @@ impl Wheel {
     /// ticks wide, starting at clock time `elapsed`.
     pub(crate) fn new(link: usize, shift: u32, elapsed: u64) -> Self {
         Wheel {
+            elapsed,
+            len: 0,
+            slots: Box::new([[Slot::EMPTY; SLOTS]; LEVELS]),
             link,
             shift: shift.min(32),
-            elapsed,
-            heads: [[NIL; SLOTS]; LEVELS],
-            tails: [[NIL; SLOTS]; LEVELS],
-            occupied: [0; LEVELS],
             nonempty_levels: 0,
-            len: 0,
+            occupied: [0; LEVELS],
         }
     }
 
@@ -182,7 +205,7 @@ impl Wheel {
     pub(crate) fn next_check<E>(&self, nodes: &[Node<E>]) -> u64 {
         match self.next_expiration() {
             None => u64::MAX,
-            Some((0, slot, _)) => nodes[self.heads[0][slot] as usize].links[self.link].when,
+            Some((0, slot, _)) => nodes[self.slots[0][slot].head as usize].links[self.link].when,
             Some((_, _, start)) => start,
         }
     }
@@ -191,7 +214,7 @@ impl Wheel {
     /// level 0.
     pub(crate) fn earliest<E>(&self, nodes: &[Node<E>]) -> Option<u64> {
         let (level, slot, _) = self.next_expiration()?;
-        let head = self.heads[level][slot];
+        let head = self.slots[level][slot].head;
         if level == 0 {
             return Some(nodes[head as usize].links[self.link].when);
         }
@@ -210,21 +233,22 @@ impl Wheel {
     /// moved up to `now`.
     #[inline]
     pub(crate) fn pop_due<E>(&mut self, nodes: &mut [Node<E>], now: u64) -> Option<u32> {
-        self.pop_due_or_next(nodes, now).ok()
+        self.pop_due_or_next(nodes, now).ok().map(|(idx, _)| idx)
     }
 
     /// [`Wheel::pop_due`], but when nothing is due it returns [`Wheel::next_check`] (as
-    /// `Err`), which it has just computed anyway.
+    /// `Err`), which it has just computed anyway; and with the node it returns what
+    /// [`Wheel::settle`] says after taking it out.
     #[inline]
     pub(crate) fn pop_due_or_next<E>(
         &mut self,
         nodes: &mut [Node<E>],
         now: u64,
-    ) -> Result<u32, u64> {
+    ) -> Result<(u32, Option<u64>), u64> {
         loop {
             match self.next_expiration() {
                 Some((0, slot, _)) => {
-                    let idx = self.heads[0][slot];
+                    let idx = self.slots[0][slot].head;
                     let when = nodes[idx as usize].links[self.link].when;
                     if when > now {
                         self.elapsed = self.elapsed.max(now);
@@ -232,7 +256,7 @@ impl Wheel {
                     }
                     self.elapsed = self.elapsed.max(when);
                     self.unlink(nodes, 0, slot, idx);
-                    return Ok(idx);
+                    return Ok((idx, self.settle(nodes, now)));
                 }
                 Some((level, slot, start)) if start <= now => {
                     self.elapsed = self.elapsed.max(start);
@@ -246,6 +270,25 @@ impl Wheel {
         }
     }
 
+    /// After a node due at or before `now` was taken out: if nothing else is due at `now`,
+    /// moves the wheel's time up to `now` and returns when the wheel next has work (as
+    /// [`Wheel::next_check`]); `None` while more is due. A pop that leaves the wheel's time
+    /// behind `now` would put an event scheduled just after `now` (a handler re-arming itself
+    /// at the next tick) on a higher level, to be cascaded down again on the next pop.
+    #[inline]
+    fn settle<E>(&mut self, nodes: &[Node<E>], now: u64) -> Option<u64> {
+        let next = match self.next_expiration() {
+            None => u64::MAX,
+            Some((0, slot, _)) => nodes[self.slots[0][slot].head as usize].links[self.link].when,
+            Some((_, _, start)) => start,
+        };
+        if next <= now {
+            return None;
+        }
+        self.elapsed = self.elapsed.max(now);
+        Some(next)
+    }
+
     /// Moves the wheel's time towards `now` without removing anything: cascades every
     /// higher slot that has started, and stops at a due level-0 slot if there is one.
     pub(crate) fn advance<E>(&mut self, nodes: &mut [Node<E>], now: u64) {
@@ -256,7 +299,7 @@ impl Wheel {
                     self.cascade(nodes, level, slot);
                 }
                 Some((0, slot, _)) => {
-                    let when = nodes[self.heads[0][slot] as usize].links[self.link].when;
+                    let when = nodes[self.slots[0][slot].head as usize].links[self.link].when;
                     self.elapsed = self.elapsed.max(now.min(when));
                     return;
                 }
@@ -272,9 +315,9 @@ impl Wheel {
     /// (schedule) order, so that events due at the same tick keep their order. Only called
     /// when every lower level is empty.
     fn cascade<E>(&mut self, nodes: &mut [Node<E>], level: usize, slot: usize) {
-        let mut cur = self.heads[level][slot];
-        self.heads[level][slot] = NIL;
-        self.tails[level][slot] = NIL;
+        let mut cur = self.slots[level][slot].head;
+        self.slots[level][slot].head = NIL;
+        self.slots[level][slot].tail = NIL;
         self.clear_bit(level, slot);
         while cur != NIL {
             let next = nodes[cur as usize].links[self.link].next;
@@ -289,16 +332,16 @@ impl Wheel {
     #[inline(always)]
     fn insert_ordered<E>(&mut self, nodes: &mut [Node<E>], slot: usize, idx: u32, when: u64) {
         let w = self.link;
-        let mut after = self.tails[0][slot];
+        let mut after = self.slots[0][slot].tail;
         while after != NIL && nodes[after as usize].links[w].when > when {
             after = nodes[after as usize].links[w].prev;
         }
-        if after == self.tails[0][slot] {
+        if after == self.slots[0][slot].tail {
             return self.push_back(nodes, 0, slot, idx);
         }
         // `after` is NIL (new head) or a node with a successor.
         let next = if after == NIL {
-            self.heads[0][slot]
+            self.slots[0][slot].head
         } else {
             nodes[after as usize].links[w].next
         };
@@ -309,7 +352,7 @@ impl Wheel {
         }
         nodes[next as usize].links[w].prev = idx;
         if after == NIL {
-            self.heads[0][slot] = idx;
+            self.slots[0][slot].head = idx;
         } else {
             nodes[after as usize].links[w].next = idx;
         }
@@ -320,20 +363,20 @@ impl Wheel {
     #[inline(always)]
     fn push_back<E>(&mut self, nodes: &mut [Node<E>], level: usize, slot: usize, idx: u32) {
         let w = self.link;
-        let tail = self.tails[level][slot];
+        let tail = self.slots[level][slot].tail;
         {
             let link = &mut nodes[idx as usize].links[w];
             link.prev = tail;
             link.next = NIL;
         }
         if tail == NIL {
-            self.heads[level][slot] = idx;
+            self.slots[level][slot].head = idx;
             self.occupied[level] |= 1 << slot;
             self.nonempty_levels |= 1 << level;
         } else {
             nodes[tail as usize].links[w].next = idx;
         }
-        self.tails[level][slot] = idx;
+        self.slots[level][slot].tail = idx;
         nodes[idx as usize].loc[w] = ((level << BITS) | slot) as u16;
         self.len += 1;
     }
@@ -343,12 +386,12 @@ impl Wheel {
         let w = self.link;
         let Link { prev, next, .. } = nodes[idx as usize].links[w];
         if prev == NIL {
-            self.heads[level][slot] = next;
+            self.slots[level][slot].head = next;
         } else {
             nodes[prev as usize].links[w].next = next;
         }
         if next == NIL {
-            self.tails[level][slot] = prev;
+            self.slots[level][slot].tail = prev;
         } else {
             nodes[next as usize].links[w].prev = prev;
         }
@@ -433,6 +476,38 @@ mod tests {
         }
         assert_eq!(order, vec![2, 5, 0, 1, 3, 4, 7]);
         assert_eq!(wheel.next_check(&nodes), 70_000);
+    }
+
+    #[test]
+    fn the_last_pop_moves_the_wheel_up_to_now() {
+        // An event due at 5, popped at 100_000 (a trigger state long after): with nothing
+        // else due, the wheel's time moves to 100_000, and the pop says when it next has work.
+        let mut nodes = vec![node(5), node(70_000_000), node(100_001)];
+        let mut wheel = Wheel::new(0, 0, 0);
+        wheel.insert(&mut nodes, 0);
+        wheel.insert(&mut nodes, 1);
+        let popped = wheel.pop_due_or_next(&mut nodes, 100_000);
+        // (The far event sits in a higher slot: the next check is that slot's start.)
+        let next = wheel.next_check(&nodes);
+        assert!(next > 100_000 && next <= 70_000_000);
+        assert_eq!(popped, Ok((0, Some(next))));
+        // So an event re-armed just after now lands at level 0, ready for the next pop,
+        // instead of a higher level to be cascaded down first.
+        wheel.insert(&mut nodes, 2);
+        assert_eq!(nodes[2].loc[0] >> BITS, 0, "level of the re-armed event");
+        assert_eq!(
+            wheel.pop_due_or_next(&mut nodes, 100_001),
+            Ok((2, Some(next)))
+        );
+        let mut more = vec![node(200_000), node(200_000)];
+        let mut busy = Wheel::new(0, 0, 0);
+        busy.insert(&mut more, 0);
+        busy.insert(&mut more, 1);
+        assert_eq!(busy.pop_due_or_next(&mut more, 300_000), Ok((0, None)));
+        assert_eq!(
+            busy.pop_due_or_next(&mut more, 300_000),
+            Ok((1, Some(u64::MAX)))
+        );
     }
 
     #[test]

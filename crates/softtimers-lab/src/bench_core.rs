@@ -25,6 +25,8 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use softtimer::{Clock, SimClock, Span, SystemClock};
 
+use softtimers_tools::output::{Program, Report};
+
 use crate::alloc_count;
 use crate::baselines::{self, TimerQueue};
 use crate::harness::{RunLength, pin_to_last_cpu};
@@ -63,14 +65,28 @@ pub struct CoreArgs {
     pub json: Option<std::path::PathBuf>,
 }
 
-impl CoreArgs {
+impl Program for CoreArgs {
+    type Output = CoreReport;
+
     /// Runs the benchmark with a progress bar.
-    pub fn run(&self) -> CoreReport {
+    fn run(&self) -> anyhow::Result<CoreReport> {
         let config = CoreBenchConfig {
             slot_ticks: self.slot_ticks,
             ..CoreBenchConfig::new(self.quick)
         };
-        crate::harness::with_progress("bench core", |p| run(&config, p))
+        Ok(crate::harness::with_progress("bench core", |p| {
+            run(&config, p)
+        }))
+    }
+
+    fn json(&self) -> Option<&std::path::Path> {
+        self.json.as_deref()
+    }
+}
+
+impl Report for CoreReport {
+    fn text(&self) -> String {
+        to_markdown(self)
     }
 }
 
@@ -419,67 +435,64 @@ fn row(implementation: &str, pending: usize, op: &str, samples: &[f64]) -> Row {
 const OURS: &str = "softtimer";
 
 fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetCheck> {
+    use crate::paper::{ANCHOR_CLOCK_READ, ANCHOR_DESIGN, ANCHOR_HEAPS};
     let mut checks = Vec::new();
-    let mut check = |figure: String, target: &str, measured: f64, met: bool| {
-        checks.push(TargetCheck {
-            figure,
-            target: target.to_string(),
-            measured,
-            met,
-        })
-    };
     let largest = config.sizes.iter().copied().max().unwrap_or(0);
     for &n in &config.sizes {
         if let (Some(r), Some(read)) = (
             report.row(OURS, n, "trigger"),
             report.row(CLOCK_READ, n, "clock_read"),
         ) {
-            let ratio = r.median_ns / read.median_ns;
-            check(
+            checks.push(TargetCheck::at_most(
                 format!("trigger / clock read, {n} pending"),
                 "<= 1.5",
-                ratio,
-                ratio <= 1.5,
-            );
+                1.5,
+                r.median_ns / read.median_ns,
+                ANCHOR_CLOCK_READ,
+            ));
         }
         for op in ["schedule", "cancel"] {
             if let Some(r) = report.row(OURS, n, op) {
-                check(
+                checks.push(TargetCheck::at_most(
                     format!("{op} median ns, {n} pending"),
                     "<= 30",
+                    30.0,
                     r.median_ns,
-                    r.median_ns <= 30.0,
-                );
-            }
-            if n == largest {
-                let best = report.best_baseline(n, op);
-                if let Some(r) = report.row(OURS, n, op) {
-                    let speedup = best / r.median_ns;
-                    check(
-                        format!("{op}: best baseline / ours, {n} pending"),
-                        ">= 3",
-                        speedup,
-                        speedup >= 3.0,
-                    );
-                }
+                    ANCHOR_DESIGN,
+                ));
             }
         }
         if let Some(r) = report.row(OURS, n, "schedule_fire") {
-            check(
+            checks.push(TargetCheck::at_most(
                 format!("schedule_fire median ns, {n} pending"),
                 "<= 60",
+                60.0,
                 r.median_ns,
-                r.median_ns <= 60.0,
-            );
+                ANCHOR_DESIGN,
+            ));
+        }
+        // Against the other queues, a timer's whole life: a lone schedule or cancel hides
+        // what a lazy-cancel heap puts off until later.
+        if n == largest
+            && let Some(r) = report.row(OURS, n, "schedule_cancel_reap")
+        {
+            checks.push(TargetCheck::at_least(
+                format!("a cancelled timer's whole life: best baseline / ours, {n} pending"),
+                ">= 3",
+                3.0,
+                report.best_baseline(n, "schedule_cancel_reap") / r.median_ns,
+                ANCHOR_HEAPS,
+            ));
         }
     }
     for m in report.memory.iter().filter(|m| m.implementation == OURS) {
-        check(
+        checks.push(TargetCheck::at_most(
             format!("bytes per pending event, {} pending", m.pending),
             "<= 64",
+            64.0,
             m.bytes_per_event,
-            m.bytes_per_event <= 64.0,
-        );
+            ANCHOR_DESIGN,
+        ));
     }
     checks
 }
@@ -495,6 +508,10 @@ impl Section for CoreReport {
         );
         md += &to_markdown(self);
         Ok(Rendered::text(md))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Config, SystemClock, monotonic_nanos};
+use softtimers_tools::output::{Program, Report};
 
 use crate::bench_core::per_call_ns;
 
@@ -18,10 +19,21 @@ pub struct InfoArgs {
     pub json: Option<std::path::PathBuf>,
 }
 
-impl InfoArgs {
-    /// Measures.
-    pub fn run(&self) -> Info {
-        run()
+impl Program for InfoArgs {
+    type Output = Info;
+
+    fn run(&self) -> anyhow::Result<Info> {
+        Ok(run())
+    }
+
+    fn json(&self) -> Option<&std::path::Path> {
+        self.json.as_deref()
+    }
+}
+
+impl Report for Info {
+    fn text(&self) -> String {
+        to_markdown(self)
     }
 }
 

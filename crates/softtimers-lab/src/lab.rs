@@ -1,5 +1,7 @@
-//! `softtimers lab`: runs the steps of [`crate::exp`] in order and writes the report; and
-//! `softtimers report DIR` ([`rewrite`]): the report again from the JSON files in `DIR`.
+//! `softtimers lab`: runs the steps of [`crate::exp`] in order and writes the report and
+//! the summary of every target (`summary.md`); and `softtimers report DIR` ([`rewrite`]):
+//! both again from the JSON files in `DIR`, and with `--results FILE` the summary block of
+//! the project's results document ([`update_results`]).
 //!
 //! Each step writes its JSON; its report section is then rendered from that JSON (the same
 //! path as `softtimers report`), and `report.md` is rewritten after every step, so an
@@ -15,6 +17,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use crate::exp::{Carry, Step};
 use crate::harness::{Client, ExpOptions, RunLength, check_client, human_duration, progress_bar};
 use crate::report::{TITLE, assemble, write_report};
+use crate::targets::measured_cell;
 
 /// Which steps a lab run makes: all of them, or one (`softtimers lab e13`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,12 +103,21 @@ impl LabArgs {
 pub struct ReportArgs {
     /// The directory a lab run wrote (`results/` by default).
     pub dir: PathBuf,
+    /// Also rewrite the summary block of this results document (docs/RESULTS.md) from the
+    /// run's targets.
+    #[arg(long, value_name = "FILE")]
+    pub results: Option<PathBuf>,
 }
 
 impl ReportArgs {
-    /// Renders the report again; returns its path.
+    /// Renders the report and the summary again (and the results document's summary, if
+    /// asked); returns the report's path.
     pub fn run(&self) -> Result<PathBuf> {
-        rewrite(&self.dir)
+        let path = rewrite(&self.dir)?;
+        if let Some(file) = &self.results {
+            update_results(file, &self.dir)?;
+        }
+        Ok(path)
     }
 }
 
@@ -291,6 +303,7 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
         sections.push(section);
         write_report(&options.out, &assemble(&header, &sections))?;
     }
+    write_summary(&options.out)?;
     Ok(path)
 }
 
@@ -332,7 +345,83 @@ pub fn rewrite(dir: &Path) -> Result<PathBuf> {
     if !broken.is_empty() {
         header += &format!("\nSkipped, cannot be rendered: {}.\n", broken.join("; "));
     }
+    write_summary(dir)?;
     write_report(dir, &assemble(&header, &sections))
+}
+
+/// Where, in a results document, the summary [`update_results`] rewrites begins.
+pub const SUMMARY_BEGIN: &str =
+    "<!-- summary: `softtimers report DIR --results FILE` rewrites the table below -->";
+/// Where it ends.
+pub const SUMMARY_END: &str = "<!-- end of summary -->";
+
+/// Every target of the steps whose JSON is in `dir`, one row each: the step, the target and
+/// its goal, its anchor, the figure now, and whether it is met; with a count at the top.
+pub fn summary(dir: &Path) -> Result<String> {
+    let mut rows = String::new();
+    let (mut all, mut met) = (0, 0);
+    for step in Step::ALL {
+        let Some(targets) = step.targets(dir) else {
+            continue;
+        };
+        let targets = targets.with_context(|| format!("reading {}", step.file()))?;
+        for t in targets {
+            all += 1;
+            met += usize::from(t.met);
+            rows += &format!(
+                "| {} | {} | {} | {} | {} | {} |\n",
+                step.label(),
+                t.figure,
+                t.target,
+                if t.anchor.is_empty() {
+                    "—"
+                } else {
+                    &t.anchor
+                },
+                measured_cell(&t),
+                if t.met { "yes" } else { "**no**" }
+            );
+        }
+    }
+    Ok(format!(
+        "{met} of {all} targets met.\n\n| step | target | goal | anchor | now | met |\n\
+         | --- | --- | --- | --- | ---: | --- |\n{rows}"
+    ))
+}
+
+/// Writes `dir/summary.md`: the [`summary`] of the results in `dir`.
+pub fn write_summary(dir: &Path) -> Result<PathBuf> {
+    let path = dir.join("summary.md");
+    let text = format!("# softtimers lab: the targets\n\n{}", summary(dir)?);
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+/// Rewrites the block between [`SUMMARY_BEGIN`] and [`SUMMARY_END`] in `file` (the project's
+/// results document) with the [`summary`] of the results in `dir`; everything else in the
+/// file is left as it is.
+pub fn update_results(file: &Path, dir: &Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let (Some(begin), Some(end)) = (text.find(SUMMARY_BEGIN), text.find(SUMMARY_END)) else {
+        bail!(
+            "{} has no summary block (a line {SUMMARY_BEGIN} and, below it, {SUMMARY_END})",
+            file.display()
+        );
+    };
+    if end < begin {
+        bail!(
+            "{}: the summary block ends before it begins",
+            file.display()
+        );
+    }
+    let updated = format!(
+        "{}{SUMMARY_BEGIN}\n\n{}\n{}",
+        &text[..begin],
+        summary(dir)?,
+        &text[end..]
+    );
+    std::fs::write(file, updated).with_context(|| format!("cannot write {}", file.display()))
 }
 
 #[cfg(test)]
@@ -375,6 +464,39 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let err = rewrite(&dir).unwrap_err();
         assert!(format!("{err}").contains("holds no lab results"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_summary_block_is_rewritten_and_nothing_else() {
+        use crate::exp::quic::E14;
+        use crate::report::{NoExtra, save};
+        use crate::targets::TargetCheck;
+        let dir = std::env::temp_dir().join(format!("softtimers-summary-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = TargetCheck::at_most("response time ratio", "≤ 0.5", 0.5, 0.25, "paper");
+        save(
+            &dir,
+            &E14::ran("full", NoExtra {}, Vec::new(), vec![target]),
+        )
+        .unwrap();
+        let file = dir.join("RESULTS.md");
+        let before = format!("# Results\n\n{SUMMARY_BEGIN}\n\nold table\n{SUMMARY_END}\n\n## E1\n");
+        std::fs::write(&file, &before).unwrap();
+        update_results(&file, &dir).unwrap();
+        let after = std::fs::read_to_string(&file).unwrap();
+        assert!(after.starts_with(&format!(
+            "# Results\n\n{SUMMARY_BEGIN}\n\n1 of 1 targets met."
+        )));
+        assert!(after.contains("| E14 | response time ratio | ≤ 0.5 | paper | 0.25 | yes |"));
+        assert!(!after.contains("old table"));
+        assert!(after.ends_with(&format!("{SUMMARY_END}\n\n## E1\n")));
+        // Twice is the same as once.
+        update_results(&file, &dir).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), after);
+        assert!(write_summary(&dir).is_ok_and(|p| p.exists()));
+        std::fs::write(&file, "no markers").unwrap();
+        assert!(update_results(&file, &dir).is_err());
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -14,8 +14,14 @@
 //! | [`bench_core`], [`bench_timers`], [`baselines`] | `softtimers bench core` and `bench timers` (also lab steps); the timer queues bench core compares with |
 //! | [`info`], [`alloc_count`] | `softtimers info`; the counting allocator the binary installs |
 //!
-//! The modules are public so that the criterion benchmarks and the tests use the same code
-//! as the command.
+//! The layers, bottom up: `summary`, `targets` and `paper` (numbers, and what they are
+//! judged against); `report` and `plot` (a step's section from its JSON alone); `harness`
+//! (server runs and their load, on the tools' servers); the experiments in `exp`, one module
+//! per family, each a result type implementing [`report::Section`] and a function that runs
+//! it; the registry [`exp::Step`]; and [`lab`], which runs the registry in order. Start
+//! reading at [`exp::Step::run`], then at one family (E1 and E2 in [`exp::cost`] are the
+//! smallest). The modules are public so that the criterion benchmarks and the tests use the
+//! same code as the command.
 #![deny(unsafe_code)]
 
 pub mod alloc_count;

@@ -78,3 +78,42 @@ pub const PAPER_TABLE_X: [PaperRow; 5] = [
     (10_000, 3867.0, 2500.0),
     (100_000, 25432.0, 24863.0),
 ];
+
+// Anchors: where a target comes from, as its row in a targets table names it.
+
+/// The soft-timers paper's Table I (cost per event, a web server's slowdown).
+pub const ANCHOR_TABLE_I: &str = "soft-timers paper, Table I";
+/// The soft-timers paper's Table IV (trigger-state intervals).
+pub const ANCHOR_TABLE_IV: &str = "soft-timers paper, Table IV";
+/// The soft-timers paper's Tables VI–VII (the overhead of rate-based clocking).
+pub const ANCHOR_TABLES_VI_VII: &str = "soft-timers paper, Tables VI–VII";
+/// The soft-timers paper's Tables VIII–IX (the transmission process under load).
+pub const ANCHOR_TABLES_VIII_IX: &str = "soft-timers paper, Tables VIII–IX";
+/// The soft-timers paper's Table X (response time after idle).
+pub const ANCHOR_TABLE_X: &str = "soft-timers paper, Table X";
+/// The soft-timers paper's Table XII (soft-timer network polling).
+pub const ANCHOR_TABLE_XII: &str = "soft-timers paper, Table XII";
+/// The soft-timers paper's Table XIII (deadlines).
+pub const ANCHOR_TABLE_XIII: &str = "soft-timers paper, Table XIII";
+/// Kobayashi's Table II (burstiness of a paced slow start).
+pub const ANCHOR_KOBAYASHI_TABLE_II: &str = "Kobayashi, Table II";
+/// The livelock paper's forwarding figures without livelock (polling).
+pub const ANCHOR_FIGS_6_3_6_4: &str = "livelock paper, Figs. 6-3, 6-4";
+/// The livelock paper's unmodified kernel (Fig. 6-1).
+pub const ANCHOR_FIG_6_1: &str = "livelock paper, Fig. 6-1";
+/// The livelock paper's Fig. 7-1 (CPU left to a user process).
+pub const ANCHOR_FIG_7_1: &str = "livelock paper, Fig. 7-1";
+/// Stock quinn on tokio, the QUIC baseline.
+pub const ANCHOR_STOCK_QUINN: &str = "stock quinn 0.11 on tokio";
+/// `iperf3 -u`, the paced-sender baseline.
+pub const ANCHOR_IPERF3: &str = "iperf3 -u";
+/// A periodic `timerfd` at the same interval, the hardware-timer baseline.
+pub const ANCHOR_TIMERFD: &str = "a periodic timerfd";
+/// The timer queues `bench core` compares with.
+pub const ANCHOR_HEAPS: &str = "BinaryHeap, BTreeMap, tokio's DelayQueue";
+/// One read of the measurement clock.
+pub const ANCHOR_CLOCK_READ: &str = "one clock read";
+/// The emulated path's own configuration (its rate, its delay).
+pub const ANCHOR_PATH: &str = "the configured path";
+/// The project's own goal, with no outside figure to compare.
+pub const ANCHOR_DESIGN: &str = "design target";

@@ -10,10 +10,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use softtimers_tools::json::{read_json, write_json};
+
+use crate::targets::TargetCheck;
 
 /// A rendered report section: its Markdown (starting with a `## ` heading) and the plot files
 /// it wrote and links (relative to the output directory).
@@ -26,11 +28,77 @@ pub struct Rendered {
 }
 
 impl Rendered {
+    /// A section: `markdown`, then the table of `targets`, with `plots`.
+    pub fn section(markdown: String, targets: &[TargetCheck], plots: Vec<String>) -> Self {
+        Rendered {
+            markdown: markdown + &crate::targets::targets_table(targets),
+            plots,
+        }
+    }
+
     /// A section without plots.
     pub fn text(markdown: String) -> Self {
         Rendered {
             markdown,
             plots: Vec::new(),
+        }
+    }
+}
+
+/// A step's result: the run's mode, why it did not run (if it did not), its rows and its
+/// targets, and whatever else the step records (`Extra`, written into the same JSON
+/// object). One shape for every step that can be skipped, so that each says the same about
+/// itself and renders "not run" the same way.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepResult<Row, Extra = NoExtra> {
+    /// `quick` or `full`.
+    pub mode: String,
+    /// Why the step did not run here (not root, a tool missing), if it did not.
+    #[serde(default)]
+    pub skipped: Option<String>,
+    /// What else the step records.
+    #[serde(flatten)]
+    pub extra: Extra,
+    /// One row per measured configuration.
+    pub rows: Vec<Row>,
+    /// The targets.
+    pub targets: Vec<TargetCheck>,
+}
+
+/// A step that records nothing beyond its rows and targets.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct NoExtra {}
+
+impl<Row, Extra> StepResult<Row, Extra> {
+    /// A step that ran.
+    pub fn ran(mode: &str, extra: Extra, rows: Vec<Row>, targets: Vec<TargetCheck>) -> Self {
+        StepResult {
+            mode: mode.to_string(),
+            skipped: None,
+            extra,
+            rows,
+            targets,
+        }
+    }
+
+    /// A step that did not run here, and why.
+    pub fn skipped(mode: &str, why: String, extra: Extra) -> Self {
+        StepResult {
+            mode: mode.to_string(),
+            skipped: Some(why),
+            extra,
+            rows: Vec::new(),
+            targets: Vec::new(),
+        }
+    }
+
+    /// The section's heading; with the reason and nothing else where the step did not run
+    /// (`Err`: that section, complete).
+    pub fn heading(&self, heading: &str) -> std::result::Result<String, Rendered> {
+        let md = format!("## {heading}\n\n");
+        match &self.skipped {
+            Some(why) => Err(Rendered::text(format!("{md}Not run here: {why}.\n"))),
+            None => Ok(md),
         }
     }
 }
@@ -41,6 +109,10 @@ pub trait Section: Serialize + DeserializeOwned {
     const FILE: &'static str;
     /// The Markdown section, with the plots drawn into `dir`.
     fn render(&self, dir: &Path) -> Result<Rendered>;
+    /// The targets the step checked (none for a step that only reports).
+    fn targets(&self) -> &[TargetCheck] {
+        &[]
+    }
 }
 
 /// Writes `result` to `dir/<its file>`.
@@ -65,6 +137,13 @@ pub fn render_file<T: Section>(dir: &Path) -> Option<Result<Rendered>> {
         }
         Ok(rendered)
     })())
+}
+
+/// `T`'s targets from `dir/<its file>`; `None` where the file is missing.
+pub fn targets_file<T: Section>(dir: &Path) -> Option<Result<Vec<TargetCheck>>> {
+    let path = dir.join(T::FILE);
+    path.exists()
+        .then(|| read_json::<T>(&path).map(|r| r.targets().to_vec()))
 }
 
 /// Checks that a path is a non-empty file.
@@ -111,5 +190,34 @@ mod tests {
     fn sections_split_at_second_level_headings() {
         let r = "# t\n\nintro\n\n## A\n\ntext\n### sub\n\n## B\nmore\n";
         assert_eq!(sections(r), vec!["## A\n\ntext\n### sub", "## B\nmore"]);
+    }
+
+    #[test]
+    fn a_step_result_is_one_json_object_and_a_missing_field_is_named() {
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        struct Extra {
+            flood_s: f64,
+        }
+        let r: StepResult<u32, Extra> =
+            StepResult::ran("quick", Extra { flood_s: 2.0 }, vec![1, 2], Vec::new());
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["flood_s"], 2.0);
+        assert_eq!(json["skipped"], serde_json::Value::Null);
+        let back: StepResult<u32, Extra> = serde_json::from_value(json).unwrap();
+        assert_eq!(
+            (back.rows, back.extra),
+            (vec![1, 2], Extra { flood_s: 2.0 })
+        );
+        let err = serde_json::from_str::<StepResult<u32, Extra>>(
+            r#"{"mode": "quick", "rows": [], "targets": []}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("flood_s"), "{err}");
+        let plain: StepResult<u32> = serde_json::from_str(
+            r#"{"mode": "full", "skipped": "no root", "rows": [], "targets": []}"#,
+        )
+        .unwrap();
+        let not_run = plain.heading("E0").unwrap_err();
+        assert_eq!(not_run.markdown, "## E0\n\nNot run here: no root.\n");
     }
 }

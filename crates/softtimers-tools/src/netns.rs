@@ -292,16 +292,8 @@ fn veth(
         "ip", "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b,
     ])?;
     for (ns, dev, addr) in [(ns_a, a, addr_a), (ns_b, b, addr_b)] {
-        run(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{addr}/24"),
-            "dev",
-            dev,
-        ])?;
+        let cidr = format!("{addr}/24");
+        run(&["ip", "-n", ns, "addr", "add", &cidr, "dev", dev])?;
         run(&["ip", "-n", ns, "link", "set", dev, "up"])?;
         run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
     }

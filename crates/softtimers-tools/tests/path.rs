@@ -7,28 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{can_run_paths as can_run, serial};
 use softtimer_net::path::{LinkConfig, QueueLimit};
 use softtimers_tools::path::{ADDR_A, ADDR_B, PathSpec, RunningPath, Side, device_exists};
-
-/// One path at a time: these tests measure timing, and two emulators and their traffic on
-/// two cores would measure each other.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn can_run() -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI runs as root: the path emulator tests must run there"
-    );
-    eprintln!("skipped: the path emulator needs root (network namespaces and TUN devices)");
-    false
-}
 
 fn link(delay_us: u64, rate: Option<&str>, queue: QueueLimit) -> LinkConfig {
     LinkConfig {

@@ -1,13 +1,16 @@
-//! The `softtimers` command: a thin dispatcher. Every subcommand's options and its run live
-//! in the library that owns it: the programs a user runs on their own in
-//! `softtimers-tools`, the lab, its benchmarks and its report in `softtimers-lab`.
+//! # softtimers: the command
+//!
+//! A thin dispatcher. Every subcommand's options (`clap` derive) and its run live in the
+//! library that owns it: the programs a user runs on their own in `softtimers-tools`, the
+//! lab, its benchmarks and its report in `softtimers-lab`. Each program hands back a typed
+//! report, which [`execute`] prints and writes as JSON with `--json`.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use softtimers_lab::alloc_count::CountingAlloc;
 use softtimers_lab::{bench_core, bench_timers, info, lab};
-use softtimers_tools::json::write_json;
+use softtimers_tools::output::{emit, execute};
 use softtimers_tools::{netns, pace, path, quic, router};
 
 #[global_allocator]
@@ -48,8 +51,9 @@ enum Command {
     Router(router::RouterArgs),
     /// Spin for a duration (a compute-bound process) and report the share of a core it got.
     Compute(router::ComputeArgs),
-    /// Rewrite DIR/report.md and its plots from the JSON files a lab run left in DIR,
-    /// without running anything (sections whose JSON is missing are skipped, with a note).
+    /// Rewrite DIR/report.md, DIR/summary.md and the plots from the JSON files a lab run
+    /// left in DIR, without running anything (sections whose JSON is missing are skipped,
+    /// with a note).
     Report(lab::ReportArgs),
     /// Run a command with an emulated path between two network namespaces (delay, a
     /// bottleneck rate, a drop-tail queue, random loss; TUN devices, soft timers). The
@@ -95,110 +99,40 @@ fn main() -> ExitCode {
     }
 }
 
-/// Writes `value` to `json`, if given.
-fn save(json: Option<&std::path::Path>, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    json.map_or(Ok(()), |path| write_json(path, value))
-}
-
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Info(args) => {
-            let info = args.run();
-            print!("{}", info::to_markdown(&info));
-            save(args.json.as_deref(), &info)?;
-        }
+        Command::Info(args) => execute(&args),
         Command::Bench {
             which: Bench::Core(args),
-        } => {
-            let report = args.run();
-            print!("{}", bench_core::to_markdown(&report));
-            save(args.json.as_deref(), &report)?;
-        }
+        } => execute(&args),
         Command::Bench {
             which: Bench::Timers(args),
-        } => {
-            let report = args.run()?;
-            print!("{}", bench_timers::to_markdown(&report));
-            save(args.json.as_deref(), &report)?;
-        }
-        Command::Lab(args) => {
-            let path = args.run()?;
-            println!("report written to {}", path.display());
-        }
-        Command::Pace(args) => {
-            let report = args.run()?;
-            print!("{}", pace::pace_markdown(&report));
-            save(args.json.as_deref(), &report)?;
-        }
-        Command::Sink(args) => {
-            let report = args.run()?;
-            print!("{}", pace::sink_markdown(&report));
-            save(args.json.as_deref(), &report)?;
-        }
-        Command::Flood(args) => {
-            let report = args.run()?;
-            println!(
-                "{} datagrams in {:.2} s: {:.0} datagrams/s{}",
-                report.sent,
-                report.duration_s,
-                report.achieved_pps,
-                if report.saturated {
-                    format!(
-                        " (asked for {}: this is as fast as this sender goes here)",
-                        args.rate
-                    )
-                } else {
-                    String::new()
-                }
-            );
-            save(args.json.as_deref(), &report)?;
-        }
-        Command::Router(args) => {
-            let report = args.run()?;
-            println!(
-                "received {}, forwarded {}, dropped in a queue {}, dropped by the kernel {}, CPU {:.1} %",
-                report.received,
-                report.forwarded,
-                report.dropped_in_queue,
-                report.kernel_drops,
-                report.cpu_pct
-            );
-            save(args.json.as_deref(), &report)?;
-        }
-        Command::Compute(args) => {
-            let report = args.run()?;
-            println!(
-                "{:.1} % of a core over {:.2} s",
-                report.cpu_share_pct, report.duration_s
-            );
-            save(args.json.as_deref(), &report)?;
-        }
-        Command::Path(args) => {
-            let (code, report) = args.run()?;
-            eprint!("{}", path::summary(&report));
-            save(args.json.as_deref(), &report)?;
-            if code != 0 {
-                anyhow::bail!("the command exited with status {code}");
-            }
-        }
+        } => execute(&args),
+        Command::Pace(args) => execute(&args),
+        Command::Sink(args) => execute(&args),
+        Command::Flood(args) => execute(&args),
+        Command::Router(args) => execute(&args),
+        Command::Compute(args) => execute(&args),
         Command::Quic {
             which: quic::QuicCommand::Server(args),
-        } => {
-            let run = args.run()?;
-            println!("{}", quic::server_summary(&run));
-            save(args.common.json.as_deref(), &run)?;
-        }
+        } => execute(&args),
         Command::Quic {
             which: quic::QuicCommand::Client(args),
-        } => {
-            let run = args.run()?;
-            print!("{}", quic::client_summary(&run));
-            save(args.common.json.as_deref(), &run)?;
+        } => execute(&args),
+        Command::Path(args) => {
+            // The report, then the command's own failure, if it failed.
+            let (code, report) = args.run()?;
+            emit(&report, args.json.as_deref())?;
+            anyhow::ensure!(code == 0, "the command exited with status {code}");
+            Ok(())
+        }
+        Command::Lab(args) => {
+            println!("report written to {}", args.run()?.display());
+            Ok(())
         }
         Command::Report(args) => {
-            let path = args.run()?;
-            println!("report written to {}", path.display());
+            println!("report written to {}", args.run()?.display());
+            Ok(())
         }
     }
-    Ok(())
 }

@@ -1,27 +1,12 @@
 //! The `softtimers` command, run as a user would.
 
-use std::process::Command;
+mod support;
 
-fn softtimers(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_softtimers"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use support::{refused, scratch, softtimers, succeeded};
 
 #[test]
 fn unknown_flags_and_commands_are_clear_errors() {
-    for args in [
-        &["lab", "--bogus"][..],
-        &["bench", "nonsense"][..],
-        &["frobnicate"][..],
-    ] {
-        let out = softtimers(args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("error"), "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
-    }
+    refused(&[&["lab", "--bogus"], &["bench", "nonsense"], &["frobnicate"]]);
 }
 
 #[test]
@@ -35,15 +20,10 @@ fn an_unwritable_output_is_an_error_not_a_panic() {
 
 #[test]
 fn info_reports_the_clock() {
-    let dir = std::env::temp_dir().join(format!("softtimers-info-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("info");
     let json = dir.join("info.json");
     let out = softtimers(&["info", "--json", json.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert!(["tsc", "monotonic"].contains(&v["clock_source"].as_str().unwrap()));
     assert!(v["measure_resolution_hz"].as_u64().unwrap() >= 1_000_000);
@@ -56,15 +36,10 @@ fn info_reports_the_clock() {
 /// every implementation, pending count and operation.
 #[test]
 fn bench_core_quick_writes_every_column() {
-    let dir = std::env::temp_dir().join(format!("softtimers-core-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("core");
     let json = dir.join("core.json");
     let out = softtimers(&["bench", "core", "--quick", "--json", json.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("| schedule_fire | 1000000 |"), "{table}");
 
@@ -99,11 +74,7 @@ fn bench_core_quick_writes_every_column() {
 #[test]
 fn bench_timers_rejects_bad_intervals() {
     for bad in ["0", "3600000001", "-5", "ten"] {
-        let out = softtimers(&["bench", "timers", "--quick", "--interval", bad]);
-        assert!(!out.status.success(), "--interval {bad} should fail");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("error"), "{bad}: {err}");
-        assert!(!err.contains("panicked"), "{bad}: {err}");
+        refused(&[&["bench", "timers", "--quick", "--interval", bad]]);
     }
 }
 
@@ -111,8 +82,7 @@ fn bench_timers_rejects_bad_intervals() {
 /// report reads, for every source.
 #[test]
 fn bench_timers_quick_writes_every_column() {
-    let dir = std::env::temp_dir().join(format!("softtimers-timers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("timers");
     let json = dir.join("timers.json");
     let out = softtimers(&[
         "bench",
@@ -123,11 +93,7 @@ fn bench_timers_quick_writes_every_column() {
         "--json",
         json.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert!(v["trigger_states_per_s"].as_f64().unwrap() > 1000.0);
     let rows = v["rows"].as_array().unwrap();

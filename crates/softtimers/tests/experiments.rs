@@ -2,9 +2,9 @@
 //! and the checks read, and the plots its report section links; `softtimers report`
 //! renders the same sections again from the JSON alone.
 
-// The helpers the tools' own tests use: one copy.
-#[path = "../../softtimers-tools/tests/common/mod.rs"]
-mod common;
+mod support;
+
+use support::{common, scratch, softtimers, succeeded};
 
 use std::path::Path;
 use std::process::Command;
@@ -50,17 +50,46 @@ fn lab_succeeds(name: &str, dir: &Path) {
     );
 }
 
-/// Every target names itself, its goal, whether it was met and what was measured.
+/// Every target names itself, its goal, whether it was met, what was measured and its
+/// anchor; and where the goal is one bound, `met` agrees with `measured` against it.
 fn targets_complete(name: &str, targets: &[serde_json::Value]) {
     for t in targets {
-        for key in ["name", "goal", "met"] {
+        for key in ["name", "goal", "met", "anchor"] {
             assert!(!t[key].is_null(), "{name}: target without {key}: {t}");
         }
+        assert_ne!(t["anchor"], "", "{name}: target without an anchor: {t}");
         assert!(
             t.get("measured").is_some(),
             "{name}: target without measured"
         );
+        if let Some(holds) = bound_holds(t) {
+            assert_eq!(
+                Some(holds),
+                t["met"].as_bool(),
+                "{name}: met disagrees with measured and goal: {t}"
+            );
+        }
     }
+}
+
+/// Whether a target's measured value meets its goal, where the goal is one bound (`<= 5`,
+/// `≥ 1.0`, ...): `None` for other goals. A `null` measured value is an unbounded ratio
+/// (met by an at-least goal) or no figure at all.
+fn bound_holds(t: &serde_json::Value) -> Option<bool> {
+    let goal = t["goal"].as_str()?;
+    let (at_least, rest) = if let Some(r) = goal.strip_prefix(">=").or(goal.strip_prefix('≥')) {
+        (true, r)
+    } else if let Some(r) = goal.strip_prefix("<=").or(goal.strip_prefix('≤')) {
+        (false, r)
+    } else {
+        return None;
+    };
+    let bound: f64 = rest.split_whitespace().next()?.parse().ok()?;
+    Some(match t["measured"].as_f64() {
+        Some(m) if at_least => m >= bound,
+        Some(m) => m <= bound,
+        None => t["met"].as_bool() == Some(true) && at_least,
+    })
 }
 
 /// The report links plots by Markdown image syntax; each must exist and be non-empty.
@@ -357,15 +386,10 @@ fn unknown_experiments_are_refused() {
 /// a clear message where it is not (CI installs it, and fails the test without it).
 #[test]
 fn wrk_cross_check_or_a_clear_refusal() {
-    let dir = std::env::temp_dir().join(format!("softtimers-wrk-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("wrk");
     let out = lab(&["e1", "--client", "wrk"], &dir);
     if softtimers_tools::process::find(softtimers_tools::process::WRK).is_some() {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
         let rows = &json(&dir.join("e1.json"))["rows"];
         has_fields(rows, &["source", "throughput_rps", "cost_per_event_us"]);
         assert!(rows[0]["throughput_rps"].as_f64().unwrap() > 1000.0);
@@ -379,25 +403,13 @@ fn wrk_cross_check_or_a_clear_refusal() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-fn softtimers(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_softtimers"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
 /// `softtimers report DIR` renders the report and the plots from the JSON a lab run left,
 /// section for section the same as the lab wrote them, and notes the sections it lacks.
 #[test]
 fn report_renders_the_same_sections_from_the_json_alone() {
-    let dir = std::env::temp_dir().join(format!("softtimers-report-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("report");
     let out = lab(&["e5"], &dir);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let by_lab = std::fs::read_to_string(dir.join("report.md")).unwrap();
     let plots: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -411,11 +423,7 @@ fn report_renders_the_same_sections_from_the_json_alone() {
     }
 
     let out = softtimers(&["report", dir.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let by_report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     let sections = softtimers_lab::report::sections;
     assert_eq!(sections(&by_lab).len(), 1, "{by_lab}");
@@ -443,11 +451,7 @@ fn the_senders_step_measures_pace_and_iperf3_on_each_path() {
     let dir = std::env::temp_dir().join(format!("softtimers-senders-t{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = lab(&["senders"], &dir);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let result = json(&dir.join("senders.json"));
     if !rustix::process::geteuid().is_root() {
         // The observer's capture needs root: the step says so instead of failing.
@@ -571,8 +575,7 @@ fn an_interrupted_forwarding_run_leaves_no_namespace() {
         return;
     }
     let _one_at_a_time = LAB.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!("softtimers-int-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("int");
     let mut child = Command::new(env!("CARGO_BIN_EXE_softtimers"))
         .args(["lab", "e12", "--quick", "--out", dir.to_str().unwrap()])
         .stdout(std::process::Stdio::null())

@@ -2,21 +2,13 @@
 //! the JSON the lab reads is written, `sink --observe` measures another program's port, and
 //! the router forwards every datagram.
 
-use std::process::Command;
 use std::time::Duration;
 
-// The helpers the tools' own tests use: one copy.
-#[path = "../../softtimers-tools/tests/common/mod.rs"]
-mod common;
+mod support;
+
+use support::{common, refused, scratch, softtimers, succeeded, take_json};
 
 use softtimers_tools::pace::{self, PaceOptions, PaceTimer};
-
-fn softtimers(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_softtimers"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
 
 #[test]
 fn bad_input_is_a_clear_error() {
@@ -58,19 +50,12 @@ fn bad_input_is_a_clear_error() {
         &["sink", "--listen", "127.0.0.1:9", "--observe", "9"],
         &["sink", "--observe", "9", "--interface", "no-such-if0"],
     ];
-    for args in cases {
-        let out = softtimers(args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("error"), "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
-    }
+    refused(&cases);
 }
 
 #[test]
 fn pace_and_sink_write_the_json_the_checks_read() {
-    let dir = std::env::temp_dir().join(format!("softtimers-pace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("pace");
     let sink_json = dir.join("sink.json");
     let pace_json = dir.join("pace.json");
     // A port picked by binding and releasing it.
@@ -109,17 +94,9 @@ fn pace_and_sink_write_the_json_the_checks_read() {
         "--json",
         pace_json.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let out = sink.join().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let p: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&pace_json).unwrap()).unwrap();
     for key in [
@@ -206,14 +183,8 @@ fn the_sink_observes_a_port_it_does_not_own() {
     })
     .unwrap();
     let out = sink.join().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
+    succeeded(&out);
+    let got = take_json(&json);
     assert_eq!(got["source"], format!("capture lo:{}", to.port()));
     assert_eq!(got["packets"], sent.packets, "{got}");
     assert_eq!(got["bytes"], sent.packets * 1000);
@@ -279,13 +250,7 @@ fn forwarding_commands_refuse_bad_input() {
             "1s",
         ],
     ];
-    for args in cases {
-        let out = softtimers(args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("error"), "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
-    }
+    refused(&cases);
 }
 
 /// The router forwards every datagram on loopback at a low rate, in both designs.
@@ -356,21 +321,11 @@ fn the_router_forwards_every_datagram_at_a_low_rate() {
             "--duration",
             "500ms",
         ]);
-        assert!(
-            flood.status.success(),
-            "{}",
-            String::from_utf8_lossy(&flood.stderr)
-        );
+        succeeded(&flood);
         let got = reader.join().unwrap();
         let out = router.join().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        let _ = std::fs::remove_file(&json);
+        succeeded(&out);
+        let report = take_json(&json);
         assert_eq!(report["received"], 1000, "{design}: {report}");
         assert_eq!(got, 1000, "{design}: the sink got {got} of 1000; {report}");
         assert_eq!(report["forwarded"], 1000, "{design}: {report}");

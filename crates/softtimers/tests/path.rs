@@ -3,24 +3,10 @@
 
 use std::process::Command;
 
-/// One path at a time, as the library's tests take them.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+mod support;
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn can_run() -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI runs as root: the path emulator tests must run there"
-    );
-    eprintln!("skipped: the path emulator needs root (network namespaces and TUN devices)");
-    false
-}
+use support::common::{can_run_paths as can_run, serial};
+use support::scratch;
 
 #[test]
 fn the_path_command_refuses_bad_input_and_runs_a_command() {
@@ -75,8 +61,7 @@ fn without_root_the_path_command_says_so() {
     let bin = env!("CARGO_BIN_EXE_softtimers");
     let out = if rustix::process::geteuid().is_root() {
         // Run a copy as `nobody`, from a directory anyone may enter (the build's may not be).
-        let dir = std::env::temp_dir().join(format!("softtimers-nonroot-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("nonroot");
         let copy = dir.join("softtimers");
         std::fs::copy(bin, &copy).unwrap();
         use std::os::unix::fs::PermissionsExt;

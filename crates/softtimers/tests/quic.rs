@@ -5,9 +5,9 @@ use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-// The helpers the tools' own tests use: one copy.
-#[path = "../../softtimers-tools/tests/common/mod.rs"]
-mod common;
+mod support;
+
+use support::{common, succeeded};
 
 const BIN: &str = env!("CARGO_BIN_EXE_softtimers");
 
@@ -94,11 +94,7 @@ fn transfer(server_stack: &str, client_stack: &str) -> serde_json::Value {
         .output()
         .unwrap();
     let status = server.wait().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert!(status.success());
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let _ = std::fs::remove_dir_all(&dir);

@@ -237,11 +237,12 @@ pub(super) fn wakeup_and_idle_targets(
 ) -> Vec<TargetCheck> {
     let mut targets = Vec::new();
     if let Some(w) = wakeups.iter().find(|w| w.state == LoopState::Idle) {
-        targets.push(TargetCheck::new(
+        targets.push(TargetCheck::at_most(
             "backstop wake-ups per second, idle with nothing pending",
             "0",
+            0.0,
             w.backstop_wakeups_per_s,
-            w.backstop_wakeups_per_s == 0.0,
+            crate::paper::ANCHOR_DESIGN,
         ));
     }
     for (period, cpu_goal) in [(100, 15.0), (1000, 3.0)] {
@@ -249,17 +250,19 @@ pub(super) fn wakeup_and_idle_targets(
             .iter()
             .find(|r| r.period_us == period && r.policy == IdlePolicyKind::Calibrated)
         {
-            targets.push(TargetCheck::new(
+            targets.push(TargetCheck::at_most(
                 format!("an event every {period} µs: lateness p99, µs (calibrated idle policy)"),
                 "<= 5",
+                5.0,
                 r.late_p99_us,
-                r.late_p99_us <= 5.0,
+                crate::paper::ANCHOR_DESIGN,
             ));
-            targets.push(TargetCheck::new(
+            targets.push(TargetCheck::at_most(
                 format!("an event every {period} µs: CPU of the loop, %"),
                 &format!("<= {cpu_goal}"),
+                cpu_goal,
                 r.cpu_pct,
-                r.cpu_pct <= cpu_goal,
+                crate::paper::ANCHOR_DESIGN,
             ));
         }
     }

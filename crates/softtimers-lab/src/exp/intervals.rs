@@ -17,7 +17,7 @@ use crate::paper::{PAPER_FIG_3, PAPER_TABLE_IV, PAPER_TABLE_V};
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, percentile};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 
 /// Points per CDF line.
 const CDF_POINTS: u32 = 400;
@@ -194,17 +194,19 @@ pub fn e3(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<(
         .find(|r| r.workload == Workload::HttpKeepAlive)
         .context("the HTTP row")?;
     let targets = vec![
-        TargetCheck::new(
+        TargetCheck::at_most(
             "trigger-interval median, HTTP (keep-alive)",
             "<= 5 µs",
+            5.0,
             http.median_us,
-            http.median_us <= 5.0,
+            crate::paper::ANCHOR_TABLE_IV,
         ),
-        TargetCheck::new(
+        TargetCheck::at_most(
             "share of intervals > 100 µs, HTTP (keep-alive)",
             "<= 1 %",
+            1.0,
             http.pct_over_100us,
-            http.pct_over_100us <= 1.0,
+            crate::paper::ANCHOR_TABLE_IV,
         ),
     ];
     let result = E3 {
@@ -260,11 +262,11 @@ impl Section for E3 {
             md,
             "\n{PAPER_TABLE_IV}\n\n![trigger interval CDF]({plot})\n"
         );
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
 

@@ -35,7 +35,8 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::harness::{ExpOptions, RunLength, with_progress};
-use crate::report::{Rendered, Section, render_file, save};
+use crate::report::{Rendered, Section, render_file, save, targets_file};
+use crate::targets::TargetCheck;
 use crate::{bench_core, bench_timers, info};
 
 /// One step of the lab, in the order a whole run makes them.
@@ -83,6 +84,14 @@ pub enum Step {
     E16,
     /// The HTTP server against nginx.
     Nginx,
+}
+
+/// Something done with a step's result type (its file, its section, its targets).
+trait ResultType {
+    /// What it gives.
+    type Out;
+    /// Does it with `T`.
+    fn of<T: Section>(self) -> Self::Out;
 }
 
 /// What one step hands to a later one in the same run: E3's keep-alive trace, which E5
@@ -219,29 +228,14 @@ impl Step {
 
     /// Its JSON file in the output directory.
     pub fn file(self) -> &'static str {
-        match self {
-            Step::Info => info::Info::FILE,
-            Step::BenchCore => bench_core::CoreReport::FILE,
-            Step::BenchTimers => bench_timers::TimersReport::FILE,
-            Step::E1 => cost::E1::FILE,
-            Step::E2 => cost::E2::FILE,
-            Step::E3 => intervals::E3::FILE,
-            Step::E4 => intervals::E4::FILE,
-            Step::E5 => intervals::E5::FILE,
-            Step::E6 => pacing::E6::FILE,
-            Step::E7 => pacing::E7::FILE,
-            Step::E8 => pacing::E8::FILE,
-            Step::Senders => senders::Senders::FILE,
-            Step::E9 => polling::E9::FILE,
-            Step::E10 => livelock::E10::FILE,
-            Step::E11 => livelock::E11::FILE,
-            Step::E12 => livelock::E12::FILE,
-            Step::E13 => deadline::E13::FILE,
-            Step::Quic => quic::QuicResult::FILE,
-            Step::E14 => quic::E14::FILE,
-            Step::E16 => quic::E16::FILE,
-            Step::Nginx => nginx::Nginx::FILE,
+        struct File;
+        impl ResultType for File {
+            type Out = &'static str;
+            fn of<T: Section>(self) -> &'static str {
+                T::FILE
+            }
         }
+        self.result_type(File)
     }
 
     /// How long it is expected to take (`after_e3`: E3 ran before it in the same run, so E5
@@ -372,28 +366,52 @@ impl Step {
 
     /// Renders its report section from its JSON in `dir`; `None` where the JSON is missing.
     pub fn render(self, dir: &Path) -> Option<Result<Rendered>> {
+        struct Render<'a>(&'a Path);
+        impl ResultType for Render<'_> {
+            type Out = Option<Result<Rendered>>;
+            fn of<T: Section>(self) -> Self::Out {
+                render_file::<T>(self.0)
+            }
+        }
+        self.result_type(Render(dir))
+    }
+
+    /// Its targets, from its JSON in `dir`; `None` where the JSON is missing.
+    pub fn targets(self, dir: &Path) -> Option<Result<Vec<TargetCheck>>> {
+        struct Targets<'a>(&'a Path);
+        impl ResultType for Targets<'_> {
+            type Out = Option<Result<Vec<TargetCheck>>>;
+            fn of<T: Section>(self) -> Self::Out {
+                targets_file::<T>(self.0)
+            }
+        }
+        self.result_type(Targets(dir))
+    }
+
+    /// `what`, done with the step's result type: the one place a step names its type.
+    fn result_type<W: ResultType>(self, what: W) -> W::Out {
         match self {
-            Step::Info => render_file::<info::Info>(dir),
-            Step::BenchCore => render_file::<bench_core::CoreReport>(dir),
-            Step::BenchTimers => render_file::<bench_timers::TimersReport>(dir),
-            Step::E1 => render_file::<cost::E1>(dir),
-            Step::E2 => render_file::<cost::E2>(dir),
-            Step::E3 => render_file::<intervals::E3>(dir),
-            Step::E4 => render_file::<intervals::E4>(dir),
-            Step::E5 => render_file::<intervals::E5>(dir),
-            Step::E6 => render_file::<pacing::E6>(dir),
-            Step::E7 => render_file::<pacing::E7>(dir),
-            Step::E8 => render_file::<pacing::E8>(dir),
-            Step::Senders => render_file::<senders::Senders>(dir),
-            Step::E9 => render_file::<polling::E9>(dir),
-            Step::E10 => render_file::<livelock::E10>(dir),
-            Step::E11 => render_file::<livelock::E11>(dir),
-            Step::E12 => render_file::<livelock::E12>(dir),
-            Step::E13 => render_file::<deadline::E13>(dir),
-            Step::Quic => render_file::<quic::QuicResult>(dir),
-            Step::E14 => render_file::<quic::E14>(dir),
-            Step::E16 => render_file::<quic::E16>(dir),
-            Step::Nginx => render_file::<nginx::Nginx>(dir),
+            Step::Info => what.of::<info::Info>(),
+            Step::BenchCore => what.of::<bench_core::CoreReport>(),
+            Step::BenchTimers => what.of::<bench_timers::TimersReport>(),
+            Step::E1 => what.of::<cost::E1>(),
+            Step::E2 => what.of::<cost::E2>(),
+            Step::E3 => what.of::<intervals::E3>(),
+            Step::E4 => what.of::<intervals::E4>(),
+            Step::E5 => what.of::<intervals::E5>(),
+            Step::E6 => what.of::<pacing::E6>(),
+            Step::E7 => what.of::<pacing::E7>(),
+            Step::E8 => what.of::<pacing::E8>(),
+            Step::Senders => what.of::<senders::Senders>(),
+            Step::E9 => what.of::<polling::E9>(),
+            Step::E10 => what.of::<livelock::E10>(),
+            Step::E11 => what.of::<livelock::E11>(),
+            Step::E12 => what.of::<livelock::E12>(),
+            Step::E13 => what.of::<deadline::E13>(),
+            Step::Quic => what.of::<quic::QuicResult>(),
+            Step::E14 => what.of::<quic::E14>(),
+            Step::E16 => what.of::<quic::E16>(),
+            Step::Nginx => what.of::<nginx::Nginx>(),
         }
     }
 }

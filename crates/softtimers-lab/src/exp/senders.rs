@@ -30,9 +30,9 @@ use serde::{Deserialize, Serialize};
 use softtimer_net::Rate;
 
 use crate::harness::{CLIENT_CPU, ExpOptions, interleaved, read_json, waited_children_cpu_ns};
-use crate::report::{Rendered, Section};
+use crate::report::{Rendered, Section, StepResult};
 use crate::summary::{median, paired_ratios, range};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 use softtimers_tools::netns::{End, VethLink};
 use softtimers_tools::pace::{PaceReport, SinkReport};
 use softtimers_tools::process as tools;
@@ -365,13 +365,11 @@ pub struct SenderRow {
 }
 
 /// The step's result (`senders.json`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Senders {
-    /// `quick` or `full`.
-    pub mode: String,
-    /// Why it did not run here (the observer's capture needs root), if it did not.
-    #[serde(default)]
-    pub skipped: Option<String>,
+pub type Senders = StepResult<SenderRow, SendersExtra>;
+
+/// What `senders` records beside its rows: how the senders ran.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SendersExtra {
     /// Interleaved rounds.
     pub rounds: usize,
     /// Seconds each sender sends.
@@ -384,10 +382,19 @@ pub struct Senders {
     pub veth: String,
     /// Why iperf3's rows are missing, if they are.
     pub iperf3_missing: Option<String>,
-    /// One row per path and sender.
-    pub rows: Vec<SenderRow>,
-    /// The targets against this run.
-    pub targets: Vec<TargetCheck>,
+}
+
+impl SendersExtra {
+    fn new(rounds: usize, seconds: u64, veth: String, iperf3_missing: Option<String>) -> Self {
+        SendersExtra {
+            rounds,
+            seconds,
+            rate_bps: RATE.parse::<Rate>().expect("a rate").bits_per_sec(),
+            size: SIZE,
+            veth,
+            iperf3_missing,
+        }
+    }
 }
 
 /// Seconds each sender sends.
@@ -492,18 +499,11 @@ pub fn senders(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Res
     let quick = options.length.quick;
     let (seconds, rounds) = (seconds(quick), rounds(quick));
     if let Some(why) = capture_unavailable() {
-        return Ok(Senders {
-            mode: options.length.mode().to_string(),
-            skipped: Some(why),
-            rounds,
-            seconds,
-            rate_bps: RATE.parse::<Rate>().expect("a rate").bits_per_sec(),
-            size: SIZE,
-            veth: String::new(),
-            iperf3_missing: None,
-            rows: Vec::new(),
-            targets: Vec::new(),
-        });
+        return Ok(Senders::skipped(
+            options.length.mode(),
+            why,
+            SendersExtra::new(rounds, seconds, String::new(), None),
+        ));
     }
     let exe = std::env::current_exe().context("finding the softtimers binary")?;
     let iperf3 = tools::require("iperf3", "iperf3");
@@ -539,18 +539,12 @@ pub fn senders(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Res
         .map(|(&(path, sender), runs)| row(path, sender, runs))
         .collect();
     let targets = checks(&configs, &runs);
-    Ok(Senders {
-        mode: options.length.mode().to_string(),
-        skipped: None,
-        rounds,
-        seconds,
-        rate_bps: RATE.parse::<Rate>().expect("a rate").bits_per_sec(),
-        size: SIZE,
-        veth,
-        iperf3_missing,
+    Ok(Senders::ran(
+        options.length.mode(),
+        SendersExtra::new(rounds, seconds, veth, iperf3_missing),
         rows,
         targets,
-    })
+    ))
 }
 
 fn row(path: NetPath, sender: UdpSender, runs: &[SenderRun]) -> SenderRow {
@@ -606,17 +600,19 @@ fn checks(configs: &[(NetPath, UdpSender)], runs: &[Vec<SenderRun>]) -> Vec<Targ
             };
             let sd_ratio = median(&paired_ratios(&soft_sd, &sd));
             let cpu_ratio = median(&paired_ratios(&soft_cpu, &c));
-            out.push(TargetCheck::new(
+            out.push(TargetCheck::at_most(
                 format!("inter-arrival stddev, soft / {label}, {}", path.name()),
                 "<= 0.1",
+                0.1,
                 sd_ratio,
-                sd_ratio <= 0.1,
+                crate::paper::ANCHOR_IPERF3,
             ));
-            out.push(TargetCheck::new(
+            out.push(TargetCheck::at_most(
                 format!("sender CPU, soft / {label}, {}", path.name()),
                 "<= 1",
+                1.0,
                 cpu_ratio,
-                cpu_ratio <= 1.0,
+                crate::paper::ANCHOR_IPERF3,
             ));
         }
         if let (Some(soft), Some(timerfd)) = (
@@ -624,11 +620,12 @@ fn checks(configs: &[(NetPath, UdpSender)], runs: &[Vec<SenderRun>]) -> Vec<Targ
             series(path, UdpSender::Timerfd, &cpu_per_packet),
         ) {
             let ratio = median(&paired_ratios(&timerfd, &soft));
-            out.push(TargetCheck::new(
+            out.push(TargetCheck::at_least(
                 format!("CPU per paced packet, timerfd / soft, {}", path.name()),
                 ">= 5",
+                5.0,
                 ratio,
-                ratio >= 5.0,
+                crate::paper::ANCHOR_TIMERFD,
             ));
         }
     }
@@ -638,11 +635,10 @@ fn checks(configs: &[(NetPath, UdpSender)], runs: &[Vec<SenderRun>]) -> Vec<Targ
 impl Section for Senders {
     const FILE: &'static str = "senders.json";
     fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md = String::from("## Paced senders against iperf3 -u\n\n");
-        if let Some(why) = &self.skipped {
-            let _ = writeln!(md, "Not run here: {why}.");
-            return Ok(Rendered::text(md));
-        }
+        let mut md = match self.heading("Paced senders against iperf3 -u") {
+            Ok(md) => md,
+            Err(not_run) => return Ok(not_run),
+        };
         let _ = writeln!(
             md,
             "Each sender sends {:.0} Mbit/s of {} B datagrams for {} s, pinned to CPU {SENDER_CPU}; \
@@ -651,13 +647,13 @@ impl Section for Senders {
              (`getrusage`). Bursts: datagrams closer than a quarter of the target interval. \
              B: against a constant bottleneck 10 % faster than the target rate. \
              Median of {} round(s); stddev [range].\n",
-            self.rate_bps as f64 / 1e6,
-            self.size,
-            self.seconds,
-            self.rounds,
+            self.extra.rate_bps as f64 / 1e6,
+            self.extra.size,
+            self.extra.seconds,
+            self.extra.rounds,
         );
-        let _ = writeln!(md, "veth path: {}.\n", self.veth);
-        if let Some(why) = &self.iperf3_missing {
+        let _ = writeln!(md, "veth path: {}.\n", self.extra.veth);
+        if let Some(why) = &self.extra.iperf3_missing {
             let _ = writeln!(md, "iperf3 rows missing: {why}.\n");
         }
         md += "| path | sender | Mbit/s | lost | CPU % | CPU per packet (µs) | inter-arrival mean (µs) | stddev (µs) [range] | p99 (µs) | gaps > 1 ms | longest burst | B |\n\
@@ -683,8 +679,11 @@ impl Section for Senders {
             );
         }
         md += "\n";
-        md += &targets_table(&self.targets);
-        Ok(Rendered::text(md))
+        Ok(Rendered::section(md, &self.targets, Vec::new()))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
 

@@ -59,7 +59,7 @@ impl RunInfo {
     }
 }
 
-/// Serialises a [`TriggerSource`] as its name (`syscall`, `send`, ...) and reads it back.
+/// Serialises a [`TriggerSource`](softtimer::TriggerSource) as its name (`syscall`, `send`, ...) and reads it back.
 pub mod trigger_source_name {
     use serde::{Deserialize, Deserializer, Serializer, de::Error};
     use softtimer::TriggerSource;

@@ -1,6 +1,7 @@
 //! A UDP flow the server's event handler sends while the server serves (E6, E7), and the
 //! receiver that counts it.
 
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,7 +10,9 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use softtimer::{Fired, SoftTimers, Span};
+use softtimer_rt::send_all;
 use softtimers_tools::cpu::{CLIENT_CPU, pin_to};
+use softtimers_tools::pace::SendCounters;
 
 /// A UDP flow the server's event handler sends while the server serves (E6, E7): one
 /// datagram of `size` bytes per event, to a receiver on the load generator's CPU.
@@ -41,19 +44,8 @@ pub enum Clocking {
     Bursts,
 }
 
-/// What a paced flow's sends measured.
-#[derive(Default)]
-struct PaceCounters {
-    sent: AtomicU64,
-    first_ticks: AtomicU64,
-    last_ticks: AtomicU64,
-    /// The sum of squared gaps in µs², as `f64` bits (one writer: the handler, which the
-    /// facility runs one at a time).
-    gap_sum_sq_us2_bits: AtomicU64,
-}
-
 /// The paced flow's state, reached from the event handler (which may run in signal
-/// context: sends are single system calls, the counters are atomics, and the pacer's lock
+/// context: sends are single system calls, the counters are `pace`'s lock-free ones, and the pacer's lock
 /// is taken only by the soft handler, never in a signal handler).
 pub(crate) struct PaceSender {
     socket: std::net::UdpSocket,
@@ -62,7 +54,7 @@ pub(crate) struct PaceSender {
     pacer: std::sync::Mutex<softtimer_net::pacer::FlowPacer>,
     interval: Span,
     start: AtomicU64,
-    counters: PaceCounters,
+    counters: SendCounters,
     hz: u64,
 }
 
@@ -89,28 +81,20 @@ impl PaceSender {
             )),
             interval: Span::from_micros(load.target_interval_us, hz),
             start: AtomicU64::new(u64::MAX),
-            counters: PaceCounters::default(),
+            counters: SendCounters::default(),
             hz,
         })
     }
 
-    /// Sends one datagram at `now`, counting it.
+    /// Sends one datagram at `now`, counting it (a refused one is not counted).
     fn send_one(&self, now: softtimer::Instant) {
-        if self.socket.send(&self.packet).is_err() {
+        if send_all(&self.socket, &[&[IoSlice::new(&self.packet)]], true).sent == 0 {
             return;
         }
+        let at_ns = Span::from_ticks(now.ticks()).as_nanos(self.hz);
         let c = &self.counters;
-        let t = now.ticks();
-        if c.sent.fetch_add(1, Ordering::Relaxed) == 0 {
-            c.first_ticks.store(t, Ordering::Relaxed);
-        } else {
-            let gap = t.saturating_sub(c.last_ticks.load(Ordering::Relaxed));
-            let gap_us = Span::from_ticks(gap).as_nanos(self.hz) as f64 / 1000.0;
-            let sum = f64::from_bits(c.gap_sum_sq_us2_bits.load(Ordering::Relaxed));
-            c.gap_sum_sq_us2_bits
-                .store((sum + gap_us * gap_us).to_bits(), Ordering::Relaxed);
-        }
-        c.last_ticks.store(t, Ordering::Relaxed);
+        let gap_ns = (c.packets() > 0).then(|| at_ns.saturating_sub(c.last_ns()));
+        c.sent(at_ns, gap_ns);
     }
 
     /// The event handler's work: send, then re-arm by the clocking rule.
@@ -156,10 +140,10 @@ impl PaceSender {
                 };
                 let elapsed = now.ticks().saturating_sub(start);
                 let due = elapsed / self.interval.ticks().max(1) + 1;
-                while self.counters.sent.load(Ordering::Relaxed) < due {
-                    let before = self.counters.sent.load(Ordering::Relaxed);
+                while self.counters.packets() < due {
+                    let before = self.counters.packets();
                     self.send_one(now);
-                    if self.counters.sent.load(Ordering::Relaxed) == before {
+                    if self.counters.packets() == before {
                         break;
                     }
                 }
@@ -185,22 +169,12 @@ pub struct PaceOutcome {
 
 impl PaceSender {
     pub(crate) fn outcome(&self, received: u64) -> PaceOutcome {
-        let c = &self.counters;
-        let sent = c.sent.load(Ordering::Relaxed);
-        let gaps = sent.saturating_sub(1).max(1) as f64;
-        let span = Span::from_ticks(
-            c.last_ticks
-                .load(Ordering::Relaxed)
-                .saturating_sub(c.first_ticks.load(Ordering::Relaxed)),
-        );
-        let mean_us = span.as_nanos(self.hz) as f64 / 1000.0 / gaps;
-        let var = f64::from_bits(c.gap_sum_sq_us2_bits.load(Ordering::Relaxed)) / gaps
-            - mean_us * mean_us;
+        let s = self.counters.summary();
         PaceOutcome {
-            sent,
+            sent: s.packets,
             received,
-            mean_interval_us: mean_us,
-            stddev_interval_us: var.max(0.0).sqrt(),
+            mean_interval_us: s.gap_mean_us,
+            stddev_interval_us: s.gap_stddev_us,
         }
     }
 }

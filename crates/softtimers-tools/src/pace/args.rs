@@ -1,7 +1,7 @@
 //! `softtimers pace` and `softtimers sink` on the command line.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -11,6 +11,7 @@ use softtimer_rt::SpinWindow;
 use super::{
     PaceOptions, PaceReport, PaceTimer, Scheduler, SinkOptions, SinkReport, SinkTarget, pace, sink,
 };
+use crate::output::Program;
 use crate::parse::{parse_duration, parse_spin_window};
 
 /// `softtimers pace`: send UDP datagrams at a rate, paced by the timer chosen.
@@ -71,11 +72,6 @@ impl PaceArgs {
             batch: !self.no_batch,
             scheduler: self.scheduler,
         }
-    }
-
-    /// Sends, and returns what was measured.
-    pub fn run(&self) -> Result<PaceReport> {
-        pace(&self.options())
     }
 }
 
@@ -140,9 +136,28 @@ impl SinkArgs {
             expected_rate: self.rate,
         }
     }
+}
 
-    /// Receives until the traffic stops (or `--duration`), and returns what was measured.
-    pub fn run(&self) -> Result<SinkReport> {
+impl Program for PaceArgs {
+    type Output = PaceReport;
+
+    fn run(&self) -> Result<PaceReport> {
+        pace(&self.options())
+    }
+
+    fn json(&self) -> Option<&Path> {
+        self.json.as_deref()
+    }
+}
+
+impl Program for SinkArgs {
+    type Output = SinkReport;
+
+    fn run(&self) -> Result<SinkReport> {
         sink(&self.options())
+    }
+
+    fn json(&self) -> Option<&Path> {
+        self.json.as_deref()
     }
 }

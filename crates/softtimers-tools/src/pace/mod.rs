@@ -14,17 +14,16 @@
 //! the same kernel timestamps), so that `iperf3 -u` and `pace` are measured alike.
 
 mod args;
+mod counters;
 mod sender;
 mod sink;
 
 pub use args::{PaceArgs, SinkArgs};
-pub use sink::{
-    SinkInput, SinkOptions, SinkReport, SinkTarget, bind_sink, sink, sink_markdown, sink_on,
-};
+pub use counters::{SendCounters, SendSummary};
+pub use sink::{SinkInput, SinkOptions, SinkReport, SinkTarget, bind_sink, sink, sink_on};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::{Result, bail, ensure};
@@ -36,7 +35,8 @@ use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader};
 use softtimer_rt::SpinWindow;
 
 use crate::cpu::process_cpu_ns;
-use sender::{Flow, SendCounters, Sender, connect, run_departure, run_loop, run_spin, run_unpaced};
+use crate::output::Report;
+use sender::{Flow, Sender, connect, run_departure, run_loop, run_spin, run_unpaced};
 
 /// What paces the sender.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -106,28 +106,36 @@ pub struct PaceReport {
     pub target_bps: u64,
     /// The rate achieved: the bits of every datagram but the last over the time from the
     /// first send to the last.
+    #[serde(deserialize_with = "crate::json::num")]
     pub achieved_bps: f64,
     /// |achieved − target| / target, %.
+    #[serde(deserialize_with = "crate::json::num")]
     pub conformance_pct: f64,
     /// Datagrams sent.
     pub packets: u64,
     /// Sends the kernel refused (buffer full, unreachable port): not counted as sent.
     pub send_errors: u64,
     /// The process's CPU time (user + system, every thread) per datagram sent, ns.
+    #[serde(deserialize_with = "crate::json::num")]
     pub cpu_ns_per_packet: f64,
     /// The process's CPU time over the run, % of one core.
+    #[serde(deserialize_with = "crate::json::num")]
     pub cpu_pct: f64,
     /// Datagram payload bytes.
     pub size: usize,
     /// Flows.
     pub flows: u32,
     /// The run's length, s.
+    #[serde(deserialize_with = "crate::json::num")]
     pub duration_s: f64,
     /// Mean interval between a flow's consecutive sends, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub send_interval_mean_us: f64,
     /// Their standard deviation, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub send_interval_stddev_us: f64,
     /// The longest, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub send_interval_max_us: f64,
     /// The soft loop's spin window, µs (`null` for the other timers).
     pub spin_window_us: Option<f64>,
@@ -214,24 +222,14 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         counters: SendCounters::default(),
         hz,
     });
-    let per_flow =
-        Rate::from_bits_per_sec((options.rate.bits_per_sec() / u64::from(options.flows)).max(1))?;
-    let burst = options.burst.map_or_else(
-        || {
-            Rate::from_bits_per_sec(
-                per_flow
-                    .bits_per_sec()
-                    .saturating_mul(2)
-                    .min(softtimer_net::MAX_RATE_BPS),
-            )
-        },
-        |b| Rate::from_bits_per_sec((b.bits_per_sec() / u64::from(options.flows)).max(1)),
-    )?;
+    let plan = Plan::new(options)?;
     let config = match options.timer {
         // Timer-driven pacing sends, at each expiry, every datagram the target rate has made
         // due since the train started: a late expiry is made up at once, not lost.
-        PaceTimer::Timerfd | PaceTimer::Signal => PacerConfig::new(per_flow, unlimited_burst())?,
-        _ => PacerConfig::new(per_flow, burst)?,
+        PaceTimer::Timerfd | PaceTimer::Signal => {
+            PacerConfig::new(plan.per_flow, unlimited_burst())?
+        }
+        _ => PacerConfig::new(plan.per_flow, plan.burst)?,
     };
     let flows: Vec<Flow> = (0..options.flows)
         .map(|id| Flow {
@@ -243,65 +241,87 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         .collect();
     let cpu_before = process_cpu_ns();
     let started = StdInstant::now();
-    let spin_window_us = match options.timer {
+    match options.timer {
         PaceTimer::Soft if options.scheduler == Scheduler::Departure => {
-            run_departure(options, &sender, flows)?
+            run_departure(options, &plan, &sender, flows)?
         }
         PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => {
-            run_loop(options, &sender, flows)?
+            run_loop(options, &plan, &sender, flows)?
         }
-        PaceTimer::Spin => {
-            run_spin(options, &sender, flows, &clock);
-            None
-        }
-        PaceTimer::None => {
-            run_unpaced(options, &sender);
-            None
-        }
-    };
+        PaceTimer::Spin => run_spin(options, &sender, flows, &clock),
+        PaceTimer::None => run_unpaced(options, &sender),
+    }
     let elapsed = started.elapsed();
     let cpu_ns = process_cpu_ns().saturating_sub(cpu_before);
-    let c = &sender.counters;
-    let packets = c.packets.load(Ordering::Relaxed);
-    let refused = c.errors.load(Ordering::Relaxed);
-    if packets == 0 && refused > 0 {
+    let c = sender.counters.summary();
+    if c.packets == 0 && c.refused > 0 {
         bail!(
-            "every send to {} was refused ({refused} tries): is anything listening there?",
-            options.to
+            "every send to {} was refused ({} tries): is anything listening there?",
+            options.to,
+            c.refused
         );
     }
-    let span_ns = c
-        .last_ns
-        .load(Ordering::Relaxed)
-        .saturating_sub(c.first_ns.load(Ordering::Relaxed));
-    let achieved_bps = if packets > 1 && span_ns > 0 {
-        (packets - 1) as f64 * options.size as f64 * 8.0 / (span_ns as f64 / 1e9)
+    let achieved_bps = if c.packets > 1 && c.span_ns > 0 {
+        (c.packets - 1) as f64 * options.size as f64 * 8.0 / (c.span_ns as f64 / 1e9)
     } else {
         f64::NAN
     };
     let target = options.rate.bits_per_sec() as f64;
-    let gaps = c.gaps.load(Ordering::Relaxed).max(1) as f64;
-    let mean_us = c.gap_sum_ns.load(Ordering::Relaxed) as f64 / gaps / 1000.0;
-    let var =
-        f64::from_bits(c.gap_sum_sq_us2_bits.load(Ordering::Relaxed)) / gaps - mean_us * mean_us;
     Ok(PaceReport {
         timer: options.timer,
         target_bps: options.rate.bits_per_sec(),
         achieved_bps,
         conformance_pct: (achieved_bps - target).abs() / target * 100.0,
-        packets,
-        send_errors: c.errors.load(Ordering::Relaxed),
-        cpu_ns_per_packet: cpu_ns as f64 / packets.max(1) as f64,
+        packets: c.packets,
+        send_errors: c.refused,
+        cpu_ns_per_packet: cpu_ns as f64 / c.packets.max(1) as f64,
         cpu_pct: cpu_ns as f64 / elapsed.as_nanos().max(1) as f64 * 100.0,
         size: options.size,
         flows: options.flows,
         duration_s: elapsed.as_secs_f64(),
-        send_interval_mean_us: mean_us,
-        send_interval_stddev_us: var.max(0.0).sqrt(),
-        send_interval_max_us: c.gap_max_ns.load(Ordering::Relaxed) as f64 / 1000.0,
-        spin_window_us,
-        send_calls: c.calls.load(Ordering::Relaxed),
+        send_interval_mean_us: c.gap_mean_us,
+        send_interval_stddev_us: c.gap_stddev_us,
+        send_interval_max_us: c.gap_max_us,
+        spin_window_us: (options.timer == PaceTimer::Soft)
+            .then_some(plan.spin_window.as_secs_f64() * 1e6),
+        send_calls: c.calls,
     })
+}
+
+/// What `pace` derives from its options, once, and hands to whichever sender runs.
+pub(super) struct Plan {
+    /// Each flow's target rate: the total over the flows (at least 1 bit/s).
+    per_flow: Rate,
+    /// Each flow's burst rate: `--burst` over the flows, or twice the target.
+    burst: Rate,
+    /// The interval between datagrams of all flows together, at least 1 µs (a hardware
+    /// timer's period).
+    period: Duration,
+    /// The soft loop's spin window, resolved (zero for the other timers, which do not spin).
+    spin_window: Duration,
+}
+
+impl Plan {
+    fn new(options: &PaceOptions) -> Result<Plan> {
+        let flows = u64::from(options.flows);
+        let per_flow = Rate::from_bits_per_sec((options.rate.bits_per_sec() / flows).max(1))?;
+        let burst = match options.burst {
+            Some(b) => (b.bits_per_sec() / flows).max(1),
+            None => per_flow
+                .bits_per_sec()
+                .saturating_mul(2)
+                .min(softtimer_net::MAX_RATE_BPS),
+        };
+        Ok(Plan {
+            per_flow,
+            burst: Rate::from_bits_per_sec(burst)?,
+            period: packet_interval(options.rate, options.size).max(Duration::from_micros(1)),
+            spin_window: match options.timer {
+                PaceTimer::Soft => options.spin_window.resolve(),
+                _ => Duration::ZERO,
+            },
+        })
+    }
 }
 
 /// The fastest burst rate: catch up at once.
@@ -309,29 +329,31 @@ fn unlimited_burst() -> Rate {
     Rate::from_bits_per_sec(softtimer_net::MAX_RATE_BPS).expect("the maximum rate is a rate")
 }
 
-/// Prints `pace`'s report.
-pub fn pace_markdown(r: &PaceReport) -> String {
-    format!(
-        "timer {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
-         target {:.3} Mbit/s, achieved {:.3} Mbit/s (off by {:.3} %)\n\
-         CPU {:.1} % of a core, {:.0} ns per datagram; {} send calls; send errors {}\n\
-         send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n",
-        r.timer.name(),
-        r.packets,
-        r.size,
-        r.duration_s,
-        r.flows,
-        r.target_bps as f64 / 1e6,
-        r.achieved_bps / 1e6,
-        r.conformance_pct,
-        r.cpu_pct,
-        r.cpu_ns_per_packet,
-        r.send_calls,
-        r.send_errors,
-        r.send_interval_mean_us,
-        r.send_interval_stddev_us,
-        r.send_interval_max_us,
-        r.spin_window_us
-            .map_or_else(String::new, |w| format!("; spin window {w:.1} µs")),
-    )
+impl Report for PaceReport {
+    fn text(&self) -> String {
+        let r = self;
+        format!(
+            "timer {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
+             target {:.3} Mbit/s, achieved {:.3} Mbit/s (off by {:.3} %)\n\
+             CPU {:.1} % of a core, {:.0} ns per datagram; {} send calls; send errors {}\n\
+             send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n",
+            r.timer.name(),
+            r.packets,
+            r.size,
+            r.duration_s,
+            r.flows,
+            r.target_bps as f64 / 1e6,
+            r.achieved_bps / 1e6,
+            r.conformance_pct,
+            r.cpu_pct,
+            r.cpu_ns_per_packet,
+            r.send_calls,
+            r.send_errors,
+            r.send_interval_mean_us,
+            r.send_interval_stddev_us,
+            r.send_interval_max_us,
+            r.spin_window_us
+                .map_or_else(String::new, |w| format!("; spin window {w:.1} µs")),
+        )
+    }
 }

@@ -2,20 +2,19 @@
 //! datagrams are paced (an event loop with soft timers or a hardware timer, one departure
 //! queue, a spinning loop, none).
 
+use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::{Context, Result, bail};
 use softtimer::{Clock, Fired, Instant, SoftTimers, Span, SystemClock};
-use softtimer_net::Rate;
 use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{PacketHeader, realtime_ns};
-use softtimer_rt::{EventLoop, LoopConfig, TimerMode};
+use softtimer_rt::{EventLoop, LoopConfig, SpinWindow, TimerMode, send_all};
 
-use super::{PaceOptions, PaceTimer, packet_interval};
+use super::{PaceOptions, PaceTimer, Plan, SendCounters};
 
 /// One flow's state, carried as the payload of its one pending event: no state is shared
 /// between the loop and a signal handler but the counters.
@@ -25,21 +24,6 @@ pub(super) struct Flow {
     pub(super) seq: u64,
     pub(super) pacer: FlowPacer,
     pub(super) last_sent: Option<Instant>,
-}
-
-/// What every sender updates (atomics: the timer-signal handler may not lock).
-#[derive(Default)]
-pub(super) struct SendCounters {
-    pub(super) calls: AtomicU64,
-    pub(super) packets: AtomicU64,
-    pub(super) errors: AtomicU64,
-    pub(super) first_ns: AtomicU64,
-    pub(super) last_ns: AtomicU64,
-    pub(super) gaps: AtomicU64,
-    pub(super) gap_sum_ns: AtomicU64,
-    /// Sum of squared gaps, µs², as `f64` bits (one sender at a time writes).
-    pub(super) gap_sum_sq_us2_bits: AtomicU64,
-    pub(super) gap_max_ns: AtomicU64,
 }
 
 /// The sending side: a connected socket, a zero payload, and the counters.
@@ -68,105 +52,51 @@ impl Sender {
     pub(super) fn send(&self, flow: &mut Flow, now: Instant) -> bool {
         let sent_ns = realtime_ns();
         let header = Self::header(flow, sent_ns);
-        let iov = [
-            std::io::IoSlice::new(&header),
-            std::io::IoSlice::new(&self.payload),
-        ];
-        self.counters.calls.fetch_add(1, Ordering::Relaxed);
-        let ok = rustix::net::sendmsg(
-            &self.socket,
-            &iov,
-            &mut rustix::net::SendAncillaryBuffer::default(),
-            rustix::net::SendFlags::empty(),
-        )
-        .is_ok();
-        if !ok {
-            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        let parts = [IoSlice::new(&header), IoSlice::new(&self.payload)];
+        let out = send_all(&self.socket, &[&parts], true);
+        self.counters.calls(1);
+        if out.sent == 0 {
+            self.counters.refused();
             return false;
         }
         self.account(flow, now, sent_ns);
         true
     }
 
+    /// Sends flow `flow`'s next datagram at `now` and returns when its next is due: by its
+    /// pacer, or one interval later if the kernel refused this one (its buffer was full).
+    pub(super) fn send_paced(&self, flow: &mut Flow, now: Instant) -> Instant {
+        let bytes = (self.payload.len() + PacketHeader::LEN) as u64;
+        if self.send(flow, now) {
+            flow.pacer.on_sent(now, bytes)
+        } else {
+            now + flow.pacer.config().target().span_for_bytes(bytes, self.hz)
+        }
+    }
+
     /// Counts flow `flow`'s datagram as sent at `now` (`sent_ns` on the realtime clock).
     fn account(&self, flow: &mut Flow, now: Instant, sent_ns: u64) {
         flow.seq += 1;
-        let c = &self.counters;
-        if c.packets.fetch_add(1, Ordering::Relaxed) == 0 {
-            c.first_ns.store(sent_ns, Ordering::Relaxed);
-        }
-        c.last_ns.store(sent_ns, Ordering::Relaxed);
-        if let Some(last) = flow.last_sent {
-            let gap_ns = now.saturating_since(last).as_nanos(self.hz);
-            c.gaps.fetch_add(1, Ordering::Relaxed);
-            c.gap_sum_ns.fetch_add(gap_ns, Ordering::Relaxed);
-            let gap_us = gap_ns as f64 / 1000.0;
-            let sum = f64::from_bits(c.gap_sum_sq_us2_bits.load(Ordering::Relaxed));
-            c.gap_sum_sq_us2_bits
-                .store((sum + gap_us * gap_us).to_bits(), Ordering::Relaxed);
-            c.gap_max_ns.fetch_max(gap_ns, Ordering::Relaxed);
-        }
+        let gap_ns = flow
+            .last_sent
+            .map(|last| now.saturating_since(last).as_nanos(self.hz));
+        self.counters.sent(sent_ns, gap_ns);
         flow.last_sent = Some(now);
     }
 
     /// Sends the datagrams whose headers are queued in `batch` (one `send` for one, one
-    /// `sendmmsg` per up to [`BATCH`] otherwise) and empties it. Datagrams the kernel refused
-    /// were counted as sent when queued: they move to the errors.
+    /// `sendmmsg` per run of the rest) and empties it. Datagrams the kernel refused were
+    /// counted as sent when queued: they move to the refused.
     fn flush(&self, batch: &mut Vec<[u8; PacketHeader::LEN]>) {
-        let c = &self.counters;
-        let mut refused = 0u64;
-        if let [header] = batch.as_slice() {
-            let iov = [
-                std::io::IoSlice::new(header),
-                std::io::IoSlice::new(&self.payload),
-            ];
-            c.calls.fetch_add(1, Ordering::Relaxed);
-            refused = u64::from(
-                rustix::net::sendmsg(
-                    &self.socket,
-                    &iov,
-                    &mut rustix::net::SendAncillaryBuffer::default(),
-                    rustix::net::SendFlags::empty(),
-                )
-                .is_err(),
-            );
-        } else if !batch.is_empty() {
-            let iovs: Vec<[std::io::IoSlice<'_>; 2]> = batch
-                .iter()
-                .map(|h| {
-                    [
-                        std::io::IoSlice::new(h),
-                        std::io::IoSlice::new(&self.payload),
-                    ]
-                })
-                .collect();
-            let mut controls: Vec<rustix::net::SendAncillaryBuffer<'_, '_, '_>> =
-                iovs.iter().map(|_| Default::default()).collect();
-            let mut messages: Vec<rustix::net::MMsgHdr<'_>> = iovs
-                .iter()
-                .zip(controls.iter_mut())
-                .map(|(iov, control)| rustix::net::MMsgHdr::new(iov, control))
-                .collect();
-            let mut done = 0;
-            while done < messages.len() {
-                c.calls.fetch_add(1, Ordering::Relaxed);
-                match rustix::net::sendmmsg(
-                    &self.socket,
-                    &mut messages[done..],
-                    rustix::net::SendFlags::empty(),
-                ) {
-                    Ok(n) if n > 0 => done += n,
-                    // The first datagram left was refused: skip it and go on.
-                    _ => {
-                        refused += 1;
-                        done += 1;
-                    }
-                }
-            }
-        }
-        if refused > 0 {
-            c.errors.fetch_add(refused, Ordering::Relaxed);
-            c.packets.fetch_sub(refused, Ordering::Relaxed);
+        let parts: Vec<[IoSlice<'_>; 2]> = batch
+            .iter()
+            .map(|header| [IoSlice::new(header), IoSlice::new(&self.payload)])
+            .collect();
+        let datagrams: Vec<&[IoSlice<'_>]> = parts.iter().map(|p| &p[..]).collect();
+        let out = send_all(&self.socket, &datagrams, true);
+        self.counters.calls(out.calls as u64);
+        if out.refused > 0 {
+            self.counters.unsent(out.refused as u64);
         }
         batch.clear();
     }
@@ -188,13 +118,25 @@ pub(super) fn connect(to: SocketAddr) -> Result<OwnedFd> {
     Ok(OwnedFd::from(socket))
 }
 
+/// Runs `ev` for `duration`, then stops it.
+fn run_for<E: Send + 'static>(mut ev: EventLoop<E>, duration: Duration) -> Result<()> {
+    let stop = ev.stop_handle();
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(duration);
+        stop.stop();
+    });
+    ev.run(|_, _| {})?;
+    let _ = stopper.join();
+    Ok(())
+}
+
 /// Soft timers, timerfd or signal: the event loop fires each flow's event; the handler sends.
-/// Returns the soft loop's spin window in µs.
 pub(super) fn run_loop(
     options: &PaceOptions,
+    plan: &Plan,
     sender: &Arc<Sender>,
     flows: Vec<Flow>,
-) -> Result<Option<f64>> {
+) -> Result<()> {
     let hardware = options.timer != PaceTimer::Soft;
     let batching = options.batch && !hardware;
     let s = Arc::clone(sender);
@@ -223,16 +165,7 @@ pub(super) fn run_loop(
         // Soft: one datagram per event (the burst rate paces any catching up). Hardware
         // timers: every datagram due at this expiry, up to a bound.
         for _ in 0..if hardware { 64 } else { 1 } {
-            let next = if s.send(&mut flow, now) {
-                flow.pacer.on_sent(now, bytes)
-            } else {
-                // Refused (buffer full): try again one interval later.
-                now + flow
-                    .pacer
-                    .config()
-                    .target()
-                    .span_for_bytes(s.payload.len() as u64, s.hz)
-            };
+            let next = s.send_paced(&mut flow, now);
             now = timers.measure_time();
             if next.is_after(now) || !hardware {
                 let _ = timers.schedule_at(next, flow);
@@ -243,10 +176,10 @@ pub(super) fn run_loop(
     };
     let config = LoopConfig {
         capacity: options.flows as usize + 1,
-        spin_window: options.spin_window,
+        spin_window: SpinWindow::Fixed(plan.spin_window),
         ..LoopConfig::default()
     };
-    let period = packet_interval(options.rate, options.size).max(Duration::from_micros(1));
+    let period = plan.period;
     let per_flow_interval = Span::from_duration(period * options.flows, sender.hz);
     let mut ev: EventLoop<Flow> = match options.timer {
         PaceTimer::Soft => EventLoop::new(config, handler)?,
@@ -280,27 +213,18 @@ pub(super) fn run_loop(
             cx.schedule_at(now + offset, flow)?;
         }
     }
-    let stop = ev.stop_handle();
-    let duration = options.duration;
-    let stopper = std::thread::spawn(move || {
-        std::thread::sleep(duration);
-        stop.stop();
-    });
-    ev.run(|_, _| {})?;
-    let _ = stopper.join();
-    let hz = ev.clock().resolution_hz();
-    Ok((options.timer == PaceTimer::Soft)
-        .then(|| ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0))
+    run_for(ev, options.duration)
 }
 
 /// Soft timers over one departure queue: every flow's next datagram is stamped at its rate;
 /// one event at the queue's next departure sends all that is due (one `sendmmsg`) and
-/// stamps each of those flows' next datagram. Returns the loop's spin window in µs.
+/// stamps each of those flows' next datagram.
 pub(super) fn run_departure(
     options: &PaceOptions,
+    plan: &Plan,
     sender: &Arc<Sender>,
     flows: Vec<Flow>,
-) -> Result<Option<f64>> {
+) -> Result<()> {
     use softtimer_net::departure::{DepartureQueue, FlowStamper};
     struct Departures {
         queue: DepartureQueue<u32>,
@@ -311,7 +235,7 @@ pub(super) fn run_departure(
     let clock = SystemClock::new();
     let hz = clock.resolution_hz();
     let bytes = options.size as u64;
-    let per_flow = Rate::from_bits_per_sec(options.rate.bits_per_sec() / u64::from(options.flows))?;
+    let per_flow = plan.per_flow;
     // Slots of one per-flow packet interval / 64, over a horizon of 4 intervals: a flow's next
     // stamp always falls inside the ring.
     let interval = per_flow.span_for_bytes(bytes, hz);
@@ -361,7 +285,7 @@ pub(super) fn run_departure(
     };
     let config = LoopConfig {
         capacity: 2,
-        spin_window: options.spin_window,
+        spin_window: SpinWindow::Fixed(plan.spin_window),
         ..LoopConfig::default()
     };
     let mut ev: EventLoop<()> = EventLoop::new(config, handler)?;
@@ -370,18 +294,7 @@ pub(super) fn run_departure(
         let now = cx.now();
         cx.schedule_at(now, ())?;
     }
-    let stop = ev.stop_handle();
-    let duration = options.duration;
-    let stopper = std::thread::spawn(move || {
-        std::thread::sleep(duration);
-        stop.stop();
-    });
-    ev.run(|_, _| {})?;
-    let _ = stopper.join();
-    let hz = ev.clock().resolution_hz();
-    Ok(Some(
-        ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0,
-    ))
+    run_for(ev, options.duration)
 }
 
 /// Spins on the clock; sends each flow's datagram when due (one per flow per pass).
@@ -392,22 +305,13 @@ pub(super) fn run_spin(
     clock: &SystemClock,
 ) {
     let end = StdInstant::now() + options.duration;
-    let bytes = options.size as u64;
     let mut next: Vec<Instant> = vec![clock.now(); flows.len()];
     let mut pass = 0u32;
     loop {
         let now = clock.now();
         for (flow, due) in flows.iter_mut().zip(next.iter_mut()) {
             if !due.is_after(now) {
-                *due = if sender.send(flow, now) {
-                    flow.pacer.on_sent(now, bytes)
-                } else {
-                    now + flow
-                        .pacer
-                        .config()
-                        .target()
-                        .span_for_bytes(bytes, sender.hz)
-                };
+                *due = sender.send_paced(flow, now);
             }
         }
         pass = pass.wrapping_add(1);

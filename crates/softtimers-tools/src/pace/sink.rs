@@ -12,6 +12,8 @@ use softtimer_net::burstiness::{ArrivalStats, Bottleneck, BurstinessIndex};
 use softtimer_net::capture::PortObserver;
 use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader, TimestampedReceiver, realtime_ns};
 
+use crate::output::Report;
+
 /// How `sink` runs.
 #[derive(Clone, Debug)]
 pub struct SinkOptions {
@@ -154,30 +156,37 @@ pub struct SinkReport {
     /// Payload bytes received.
     pub bytes: u64,
     /// Receive rate (payload bits over first-to-last arrival), bit/s.
+    #[serde(deserialize_with = "crate::json::num")]
     pub rate_bps: f64,
     /// Mean inter-arrival time, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub interarrival_mean_us: f64,
     /// Its standard deviation, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub interarrival_stddev_us: f64,
     /// Median inter-arrival time, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub interarrival_p50_us: f64,
     /// 99th percentile, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub interarrival_p99_us: f64,
     /// Longest gap, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub interarrival_max_us: f64,
     /// Gaps longer than 1 ms: on a shared machine, mostly the sender's CPU taken away (they
     /// weigh heavily in the stddev of a stream 100 µs apart).
-    #[serde(default)]
     pub gaps_over_1ms: u64,
     /// The most datagrams in a row with gaps of at most `burst_gap_us`.
     pub longest_burst: u64,
     /// The gap that counts as back to back, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub burst_gap_us: f64,
     /// Kobayashi's burstiness index B (Section V), `null` for too few datagrams.
     pub burstiness_index: Option<f64>,
     /// The virtual bottleneck B was computed for: `slow-start` or its rate in bit/s.
     pub bottleneck: String,
     /// The RTT B is normalised by, µs.
+    #[serde(deserialize_with = "crate::json::num")]
     pub rtt_us: f64,
     /// Datagrams without the `pace` header (another sender's traffic, or garbage).
     pub foreign: u64,
@@ -194,17 +203,13 @@ pub struct SinkReport {
     /// Captured packets that were not readable UDP datagrams (observe mode only).
     pub malformed: u64,
     /// |rate − expected| / expected, %, when the expected rate was given (`--rate`).
-    #[serde(default)]
     pub conformance_pct: Option<f64>,
     /// `pace` flows seen.
-    #[serde(default)]
     pub flows: u64,
     /// The fewest and the most datagrams received from one `pace` flow (equal shares mean
     /// every flow got its rate).
-    #[serde(default)]
     pub flow_packets_min: u64,
     /// See `flow_packets_min`.
-    #[serde(default)]
     pub flow_packets_max: u64,
 }
 
@@ -342,55 +347,57 @@ pub fn sink(options: &SinkOptions) -> Result<SinkReport> {
     sink_on(&mut input, options)
 }
 
-/// Prints `sink`'s report.
-pub fn sink_markdown(r: &SinkReport) -> String {
-    let mut out = format!(
-        "{}: {} datagrams, {} bytes: {:.3} Mbit/s\n\
-         inter-arrival: mean {:.2} µs, stddev {:.2} µs, p50 {:.2} µs, p99 {:.2} µs, max {:.1} µs, \
-         {} over 1 ms\n\
-         longest burst {} (gaps ≤ {:.1} µs); burstiness index B {} ({} bottleneck, RTT {:.0} µs)\n\
-         missing {}, reordered {}, kernel drops {}, foreign {}, truncated {}, without timestamp {}, \
-         malformed {}\n",
-        r.source,
-        r.packets,
-        r.bytes,
-        r.rate_bps / 1e6,
-        r.interarrival_mean_us,
-        r.interarrival_stddev_us,
-        r.interarrival_p50_us,
-        r.interarrival_p99_us,
-        r.interarrival_max_us,
-        r.gaps_over_1ms,
-        r.longest_burst,
-        r.burst_gap_us,
-        r.burstiness_index.map_or_else(
-            || "— (too few datagrams)".to_string(),
-            |b| format!("{b:.3e}")
-        ),
-        if r.bottleneck == "slow-start" {
-            "slow-start".to_string()
-        } else {
-            format!("{} bit/s", r.bottleneck)
-        },
-        r.rtt_us,
-        r.missing,
-        r.reordered,
-        r.kernel_drops,
-        r.foreign,
-        r.truncated,
-        r.untimestamped,
-        r.malformed,
-    );
-    if let Some(c) = r.conformance_pct {
-        out += &format!("off the expected rate by {c:.3} %\n");
-    }
-    if r.flows > 1 {
-        out += &format!(
-            "{} flows: {} to {} datagrams each\n",
-            r.flows, r.flow_packets_min, r.flow_packets_max
+impl Report for SinkReport {
+    fn text(&self) -> String {
+        let r = self;
+        let mut out = format!(
+            "{}: {} datagrams, {} bytes: {:.3} Mbit/s\n\
+             inter-arrival: mean {:.2} µs, stddev {:.2} µs, p50 {:.2} µs, p99 {:.2} µs, max {:.1} µs, \
+             {} over 1 ms\n\
+             longest burst {} (gaps ≤ {:.1} µs); burstiness index B {} ({} bottleneck, RTT {:.0} µs)\n\
+             missing {}, reordered {}, kernel drops {}, foreign {}, truncated {}, without timestamp {}, \
+             malformed {}\n",
+            r.source,
+            r.packets,
+            r.bytes,
+            r.rate_bps / 1e6,
+            r.interarrival_mean_us,
+            r.interarrival_stddev_us,
+            r.interarrival_p50_us,
+            r.interarrival_p99_us,
+            r.interarrival_max_us,
+            r.gaps_over_1ms,
+            r.longest_burst,
+            r.burst_gap_us,
+            r.burstiness_index.map_or_else(
+                || "— (too few datagrams)".to_string(),
+                |b| format!("{b:.3e}")
+            ),
+            if r.bottleneck == "slow-start" {
+                "slow-start".to_string()
+            } else {
+                format!("{} bit/s", r.bottleneck)
+            },
+            r.rtt_us,
+            r.missing,
+            r.reordered,
+            r.kernel_drops,
+            r.foreign,
+            r.truncated,
+            r.untimestamped,
+            r.malformed,
         );
+        if let Some(c) = r.conformance_pct {
+            out += &format!("off the expected rate by {c:.3} %\n");
+        }
+        if r.flows > 1 {
+            out += &format!(
+                "{} flows: {} to {} datagrams each\n",
+                r.flows, r.flow_packets_min, r.flow_packets_max
+            );
+        }
+        out
     }
-    out
 }
 
 /// The socket `sink` would use, for callers that need its address before it runs.

@@ -142,17 +142,9 @@ impl RunningPath {
             let dev = &names[i];
             fds.push(open_tun(dev)?);
             run(&["ip", "link", "set", dev, "netns", ns])?;
+            let (local, peer) = (addr.to_string(), format!("{peer}/32"));
             run(&[
-                "ip",
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &addr.to_string(),
-                "peer",
-                &format!("{peer}/32"),
-                "dev",
-                dev,
+                "ip", "-n", ns, "addr", "add", &local, "peer", &peer, "dev", dev,
             ])?;
             // A long device queue: the emulator's own queue is the bottleneck, not the
             // kernel's hand-off to it (500 packets by default, which a burst can overrun

@@ -3,7 +3,7 @@
 //! This kernel has no `netem`, `fq` or `cake`. The emulator makes two network namespaces,
 //! `a` and `b`, each with a TUN device whose other end is this process: whatever either
 //! namespace sends to the other (any protocol; the kernel's TCP included) is read here,
-//! given to a [`Link`] per direction (one-way delay, bottleneck rate, drop-tail queue,
+//! given to a [`Link`](softtimer_net::path::Link) per direction (one-way delay, bottleneck rate, drop-tail queue,
 //! random loss), and written into the other namespace at the time the link says, by a soft
 //! event on the `softtimer-rt` loop. It measures itself: how late each packet was written
 //! against its due time, the spacing of back-to-back packets at the bottleneck against the
@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use softtimer_net::path::{LinkConfig, QueueLimit};
 
 mod args;
@@ -23,6 +23,8 @@ mod emulator;
 mod measure;
 
 pub use args::PathArgs;
+
+use crate::output::Report;
 pub use emulator::{COMMAND_SPIN, COMMAND_SPIN_ARG, EmulatorOptions, RunningPath};
 
 /// The address of namespace `a`.
@@ -49,7 +51,7 @@ pub struct PathSpec {
 }
 
 /// What one direction measured.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct DirectionReport {
     /// Packets read from the sending side.
     pub packets: u64,
@@ -105,7 +107,7 @@ pub struct DirectionReport {
 }
 
 /// What the emulator measured, both directions.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PathReport {
     /// The worst direction's 99th-percentile delay error, µs (a direction that carried
     /// nothing is left out).
@@ -177,27 +179,32 @@ pub fn run_command(
     Ok((status.code().unwrap_or(128), report))
 }
 
-/// A short text summary of a report.
-pub fn summary(report: &PathReport) -> String {
-    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-    let mut out = String::new();
-    for (name, d) in [("a→b", &report.a_to_b), ("b→a", &report.b_to_a)] {
-        out += &format!(
-            "{name}: {} packets, {} delivered, {} queue drops ({} in the second half), {} lost, {} device drops; delay error p50 {} µs, p99 {} µs, max {} µs; queueing p99 {} µs; rate error {} %\n",
-            d.packets,
-            d.delivered,
-            d.queue_drops,
-            d.queue_drops_second_half,
-            d.random_losses,
-            d.device_drops.map_or("-".to_string(), |n| n.to_string()),
-            f(d.delay_error_p50_us),
-            f(d.delay_error_p99_us),
-            f(d.delay_error_max_us),
-            f(d.queue_delay_p99_us),
-            f(d.rate_error_pct),
-        );
+/// A line per direction, on stderr: the command's stdout is its child's.
+impl Report for PathReport {
+    const ON_STDERR: bool = true;
+
+    fn text(&self) -> String {
+        let report = self;
+        let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        let mut out = String::new();
+        for (name, d) in [("a→b", &report.a_to_b), ("b→a", &report.b_to_a)] {
+            out += &format!(
+                "{name}: {} packets, {} delivered, {} queue drops ({} in the second half), {} lost, {} device drops; delay error p50 {} µs, p99 {} µs, max {} µs; queueing p99 {} µs; rate error {} %\n",
+                d.packets,
+                d.delivered,
+                d.queue_drops,
+                d.queue_drops_second_half,
+                d.random_losses,
+                d.device_drops.map_or("-".to_string(), |n| n.to_string()),
+                f(d.delay_error_p50_us),
+                f(d.delay_error_p99_us),
+                f(d.delay_error_max_us),
+                f(d.queue_delay_p99_us),
+                f(d.rate_error_pct),
+            );
+        }
+        out
     }
-    out
 }
 
 /// The fd of a TUN device is what keeps it: a check for tests that devices are gone.

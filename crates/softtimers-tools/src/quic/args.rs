@@ -1,7 +1,7 @@
 //! `softtimers quic server|client` on the command line.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -11,6 +11,7 @@ use softtimer_rt::SpinWindow;
 use super::{
     AfterIdleArg, ClientOptions, ClientRun, Common, ServerOptions, ServerRun, Stack, client, server,
 };
+use crate::output::Program;
 use crate::parse::{parse_bytes, parse_duration, parse_spin_window};
 
 /// Options both QUIC sides take.
@@ -108,15 +109,20 @@ pub struct ServerArgs {
     pub common: CommonArgs,
 }
 
-impl ServerArgs {
-    /// Serves until `--connections` have closed, and returns what was served.
-    pub fn run(&self) -> Result<ServerRun> {
+impl Program for ServerArgs {
+    type Output = ServerRun;
+
+    fn run(&self) -> Result<ServerRun> {
         server(&ServerOptions {
             listen: self.listen,
             common: self.common.common(),
             connections: self.connections,
             cert_out: self.cert_out.clone(),
         })
+    }
+
+    fn json(&self) -> Option<&Path> {
+        self.common.json.as_deref()
     }
 }
 
@@ -163,9 +169,10 @@ pub struct ClientArgs {
     pub common: CommonArgs,
 }
 
-impl ClientArgs {
-    /// Runs the plan against the server, and returns what was measured.
-    pub fn run(&self) -> Result<ClientRun> {
+impl Program for ClientArgs {
+    type Output = ClientRun;
+
+    fn run(&self) -> Result<ClientRun> {
         client(&ClientOptions {
             to: self.to,
             server_name: self.server_name.clone(),
@@ -182,6 +189,10 @@ impl ClientArgs {
             insecure: self.insecure,
             cert: self.cert.clone(),
         })
+    }
+
+    fn json(&self) -> Option<&Path> {
+        self.common.json.as_deref()
     }
 }
 

@@ -32,8 +32,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use hdrhistogram::Histogram;
-use serde::Serialize;
-use softtimer::Clock;
+use serde::{Deserialize, Serialize};
 use softtimer_quic::idle::{AfterIdle, AfterIdleFactory};
 use softtimer_quic::perf::{
     ClientPlan, ClientReport, Pattern, PerfClient, PerfServer, ServerReport, pattern_byte,
@@ -43,10 +42,11 @@ use softtimer_quic::{DriverConfig, Pacing, QuicLoop, TransmitCauses};
 use softtimer_rt::{LoopConfig, SpinWindow};
 
 use crate::cpu::process_cpu_ns;
+use crate::output::Report;
 use tcp::{tcp_client, tcp_server};
 
 /// A stack of the comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stack {
     /// quinn-proto on soft timers, quinn's pacer.
@@ -94,7 +94,7 @@ impl Stack {
 }
 
 /// The after-idle behaviour, as a command-line value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AfterIdleArg {
     /// quinn's CUBIC as it is.
@@ -132,20 +132,24 @@ pub struct Common {
 }
 
 impl Common {
-    /// The soft-timer stacks' loop and driver on `socket`, serving if given a server config.
+    /// The soft-timer stacks' loop and driver on `socket`, serving if given a server
+    /// config, and the loop's spin window: resolved here, once, given to the loop and
+    /// reported as it was given.
     fn quic_loop(
         &self,
         socket: UdpSocket,
         server: Option<quinn::ServerConfig>,
-    ) -> Result<QuicLoop> {
+    ) -> Result<(QuicLoop, Duration)> {
+        let spin_window = self.spin.unwrap_or(SpinWindow::Calibrated).resolve();
         let loop_config = LoopConfig {
-            spin_window: self.spin.unwrap_or(SpinWindow::Calibrated),
+            spin_window: SpinWindow::Fixed(spin_window),
             ..LoopConfig::default()
         };
         let driver = self
             .stack
             .driver_config(self.per_departure, self.tail_probe);
-        Ok(QuicLoop::new(loop_config, socket, driver, server)?)
+        let quic = QuicLoop::new(loop_config, socket, driver, server)?;
+        Ok((quic, spin_window))
     }
 
     fn tuning(&self) -> Result<Tuning> {
@@ -243,7 +247,7 @@ pub struct ServerOptions {
 }
 
 /// What a server run reports.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ServerRun {
     /// The stack.
     pub stack: Stack,
@@ -258,7 +262,7 @@ pub struct ServerRun {
 }
 
 /// What a QUIC runtime saw on one side: its sends and quinn's timers.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct DriverSide {
     /// Datagrams sent (`null` where the runtime does not count them).
     pub datagrams_sent: Option<u64>,
@@ -310,13 +314,9 @@ fn timer_side(h: &Histogram<u64>) -> (f64, f64, f64, Vec<(f64, u64)>) {
     )
 }
 
-fn driver_side(quic: &mut QuicLoop) -> DriverSide {
+/// What the soft-timer driver on `quic` saw, with the spin window its loop was given.
+fn driver_side(quic: &mut QuicLoop, spin_window: Duration) -> DriverSide {
     let counters = quic.event_loop().counters();
-    let spin_window_us = {
-        let ev = quic.event_loop();
-        let span = ev.idle_policy().spin_window;
-        ev.clock().duration(span).as_secs_f64() * 1e6
-    };
     let io = quic.stats().clone();
     let d = quic.driver();
     let stats = d.stats();
@@ -335,7 +335,7 @@ fn driver_side(quic: &mut QuicLoop) -> DriverSide {
             .then(|| d.release_lateness().value_at_quantile(0.99) as f64 / 1000.0),
         timer_late_hist: hist,
         causes: Some(io.causes),
-        spin_window_us: Some(spin_window_us),
+        spin_window_us: Some(spin_window.as_secs_f64() * 1e6),
         idle_spin_ms: Some(counters.idle_spin_ns as f64 / 1e6),
     }
 }
@@ -354,10 +354,10 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
             let socket = UdpSocket::bind(opts.listen)
                 .with_context(|| format!("cannot listen on {}", opts.listen))?;
             let config = server_config(&identity, &tuning)?;
-            let mut quic = opts.common.quic_loop(socket, Some(config))?;
+            let (mut quic, spin_window) = opts.common.quic_loop(socket, Some(config))?;
             let mut app = PerfServer::new(opts.connections);
             quic.run(&mut app)?;
-            (app.report, Some(driver_side(&mut quic)))
+            (app.report, Some(driver_side(&mut quic, spin_window)))
         }
         Stack::QuinnTokio | Stack::QuinnPlain => {
             let arm = stock_arm(opts.common.stack);
@@ -409,7 +409,7 @@ pub struct ClientOptions {
 }
 
 /// What a client run reports.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClientRun {
     /// The stack.
     pub stack: Stack,
@@ -447,13 +447,13 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
                 "0.0.0.0:0".parse()?
             };
             let socket = UdpSocket::bind(bind).context("binding the client socket")?;
-            let mut quic = opts.common.quic_loop(socket, None)?;
+            let (mut quic, spin_window) = opts.common.quic_loop(socket, None)?;
             let config = client_config(&trust, &tuning)?;
             let started = quic.driver().now();
             let conn = quic.driver().connect(config, opts.to, &opts.server_name)?;
             let mut app = PerfClient::new(opts.plan.clone(), conn, started);
             quic.run(&mut app)?;
-            (app.report, Some(driver_side(&mut quic)))
+            (app.report, Some(driver_side(&mut quic, spin_window)))
         }
         Stack::QuinnTokio | Stack::QuinnPlain => {
             let arm = stock_arm(opts.common.stack);
@@ -483,62 +483,77 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
     })
 }
 
+/// Counts one request of `plan`, started at `start`, done now (the kernel-TCP and stock-quinn
+/// clients; the soft-timer client's `PerfClient` counts its own).
+fn count_request(report: &mut ClientReport, plan: &ClientPlan, start: Instant) {
+    report
+        .latencies_us
+        .push(start.elapsed().as_secs_f64() * 1e6);
+    report.requests += 1;
+    report.download_bytes += plan.download;
+    report.upload_bytes += plan.upload;
+}
+
 fn check(data: &[u8], offset: u64) -> bool {
     data.iter()
         .enumerate()
         .all(|(i, &b)| b == pattern_byte(offset + i as u64))
 }
 
-/// One line about a server run.
-pub fn server_summary(run: &ServerRun) -> String {
-    let count = |n: Option<u64>| n.map_or_else(|| "unavailable".to_string(), |n| n.to_string());
-    format!(
-        "{}: {} connections, {} requests, {} bytes sent, {} received, {:.0} ns CPU per MB; \
-         packets sent {}, lost {}",
-        run.stack.name(),
-        run.served.connections,
-        run.served.requests,
-        run.served.bytes_sent,
-        run.served.bytes_received,
-        run.cpu_ns_per_mb,
-        count(run.served.sent_packets),
-        count(run.served.lost_packets),
-    )
+impl Report for ServerRun {
+    fn text(&self) -> String {
+        let run = self;
+        let count = |n: Option<u64>| n.map_or_else(|| "unavailable".to_string(), |n| n.to_string());
+        format!(
+            "{}: {} connections, {} requests, {} bytes sent, {} received, {:.0} ns CPU per MB; \
+             packets sent {}, lost {}\n",
+            run.stack.name(),
+            run.served.connections,
+            run.served.requests,
+            run.served.bytes_sent,
+            run.served.bytes_received,
+            run.cpu_ns_per_mb,
+            count(run.served.sent_packets),
+            count(run.served.lost_packets),
+        )
+    }
 }
 
-/// A few lines about a client run.
-pub fn client_summary(run: &ClientRun) -> String {
-    let r = &run.report;
-    let mut out = format!(
-        "{}: {} requests, {} bytes in {:.3} s: {:.2} Mbit/s goodput; handshake {:.0} µs\n\
-         latency p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs; RTT {:.0} µs, cwnd {} B\n\
-         packets sent {}, lost {}, congestion events {}; CPU {:.0} ns per MB; data {}\n",
-        run.stack.name(),
-        r.requests,
-        r.download_bytes,
-        r.elapsed_s,
-        r.goodput_bps / 1e6,
-        r.handshake_us,
-        r.p50_us,
-        r.p99_us,
-        r.p999_us,
-        r.rtt_us,
-        r.cwnd,
-        r.sent_packets,
-        r.lost_packets,
-        r.congestion_events,
-        run.cpu_ns_per_mb,
-        match r.verified {
-            Some(true) => "verified",
-            Some(false) => "MISMATCH",
-            None => "not checked",
-        }
-    );
-    if let Some(d) = &run.driver {
-        out += &format!(
-            "timers: {} handled, late p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs\n",
-            d.timeouts, d.timer_late_p50_us, d.timer_late_p99_us, d.timer_late_max_us
+impl Report for ClientRun {
+    fn text(&self) -> String {
+        let run = self;
+        let r = &run.report;
+        let mut out = format!(
+            "{}: {} requests, {} bytes in {:.3} s: {:.2} Mbit/s goodput; handshake {:.0} µs\n\
+             latency p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs; RTT {:.0} µs, cwnd {} B\n\
+             packets sent {}, lost {}, congestion events {}; CPU {:.0} ns per MB; data {}\n",
+            run.stack.name(),
+            r.requests,
+            r.download_bytes,
+            r.elapsed_s,
+            r.goodput_bps / 1e6,
+            r.handshake_us,
+            r.p50_us,
+            r.p99_us,
+            r.p999_us,
+            r.rtt_us,
+            r.cwnd,
+            r.sent_packets,
+            r.lost_packets,
+            r.congestion_events,
+            run.cpu_ns_per_mb,
+            match r.verified {
+                Some(true) => "verified",
+                Some(false) => "MISMATCH",
+                None => "not checked",
+            }
         );
+        if let Some(d) = &run.driver {
+            out += &format!(
+                "timers: {} handled, late p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs\n",
+                d.timeouts, d.timer_late_p50_us, d.timer_late_p99_us, d.timer_late_max_us
+            );
+        }
+        out
     }
-    out
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use softtimer_quic::perf::{ClientReport, Pattern, ServerReport};
 
-use super::{ClientOptions, ServerOptions, check};
+use super::{ClientOptions, ServerOptions, check, count_request};
 
 pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
     let listener = TcpListener::bind(opts.listen)
@@ -109,12 +109,7 @@ pub(super) fn tcp_client(opts: &ClientOptions) -> Result<ClientReport> {
         }
         let start = Instant::now();
         verified &= exchange(&mut stream, plan.download, plan.upload)?;
-        report
-            .latencies_us
-            .push(start.elapsed().as_secs_f64() * 1e6);
-        report.requests += 1;
-        report.download_bytes += plan.download;
-        report.upload_bytes += plan.upload;
+        count_request(&mut report, plan, start);
     }
     report.elapsed_s = first.elapsed().as_secs_f64();
     let _ = stream.shutdown(std::net::Shutdown::Both);

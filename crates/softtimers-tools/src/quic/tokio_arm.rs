@@ -356,12 +356,7 @@ pub(super) fn client(
             }
             let start = Instant::now();
             verified &= request(&conn, plan.download, plan.upload, plan.verify).await?;
-            report
-                .latencies_us
-                .push(start.elapsed().as_secs_f64() * 1e6);
-            report.requests += 1;
-            report.download_bytes += plan.download;
-            report.upload_bytes += plan.upload;
+            count_request(&mut report, &plan, start);
         }
         report.elapsed_s = first.elapsed().as_secs_f64();
         let stats = conn.stats();

@@ -1,7 +1,7 @@
 //! `softtimers flood`, `router` and `compute` on the command line.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -11,6 +11,7 @@ use super::{
     ComputeReport, FloodOptions, FloodReport, RouterDesign, RouterOptions, RouterReport, compute,
     flood, router,
 };
+use crate::output::Program;
 use crate::parse::{parse_duration, parse_quota};
 
 /// `softtimers flood`.
@@ -31,18 +32,6 @@ pub struct FloodArgs {
     /// Also write the result as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-}
-
-impl FloodArgs {
-    /// Floods, and returns the rate reached.
-    pub fn run(&self) -> Result<FloodReport> {
-        flood(&FloodOptions {
-            to: self.to,
-            rate_pps: self.rate,
-            size: self.size,
-            duration: self.duration,
-        })
-    }
 }
 
 /// `softtimers router`.
@@ -84,9 +73,38 @@ pub struct RouterArgs {
     pub json: Option<PathBuf>,
 }
 
-impl RouterArgs {
-    /// Forwards for `--duration`, and returns what was counted.
-    pub fn run(&self) -> Result<RouterReport> {
+/// `softtimers compute`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ComputeArgs {
+    /// How long.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl Program for FloodArgs {
+    type Output = FloodReport;
+
+    fn run(&self) -> Result<FloodReport> {
+        flood(&FloodOptions {
+            to: self.to,
+            rate_pps: self.rate,
+            size: self.size,
+            duration: self.duration,
+        })
+    }
+
+    fn json(&self) -> Option<&Path> {
+        self.json.as_deref()
+    }
+}
+
+impl Program for RouterArgs {
+    type Output = RouterReport;
+
+    fn run(&self) -> Result<RouterReport> {
         router(&RouterOptions {
             listen: self.listen,
             forward_to: self.forward_to,
@@ -100,22 +118,20 @@ impl RouterArgs {
             duration: self.duration,
         })
     }
+
+    fn json(&self) -> Option<&Path> {
+        self.json.as_deref()
+    }
 }
 
-/// `softtimers compute`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct ComputeArgs {
-    /// How long.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub duration: Duration,
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-}
+impl Program for ComputeArgs {
+    type Output = ComputeReport;
 
-impl ComputeArgs {
-    /// Spins, and returns the share of a core it got.
-    pub fn run(&self) -> Result<ComputeReport> {
+    fn run(&self) -> Result<ComputeReport> {
         compute(self.duration)
+    }
+
+    fn json(&self) -> Option<&Path> {
+        self.json.as_deref()
     }
 }

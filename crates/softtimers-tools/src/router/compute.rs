@@ -6,6 +6,7 @@ use anyhow::{Result, ensure};
 use serde::{Deserialize, Serialize};
 
 use crate::cpu::process_cpu_ns;
+use crate::output::Report;
 
 /// What `compute` got (`compute --json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -36,4 +37,13 @@ pub fn compute(duration: Duration) -> Result<ComputeReport> {
             * 100.0,
         duration_s: wall.as_secs_f64(),
     })
+}
+
+impl Report for ComputeReport {
+    fn text(&self) -> String {
+        format!(
+            "{:.1} % of a core over {:.2} s\n",
+            self.cpu_share_pct, self.duration_s
+        )
+    }
 }

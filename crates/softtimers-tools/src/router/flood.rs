@@ -2,12 +2,15 @@
 //! on a schedule; reports the rate it reached, and says so when that is below the rate asked
 //! for.
 
+use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
+use crate::output::Report;
 use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Span, SystemClock};
+use softtimer_rt::send_all;
 
 /// How `flood` runs.
 #[derive(Clone, Debug)]
@@ -75,9 +78,8 @@ pub fn flood(options: &FloodOptions) -> Result<FloodReport> {
         .with_context(|| format!("connecting to {}", options.to))?;
     let payload = vec![0u8; options.size];
     let batch_max = 64u64;
-    let iovs: Vec<[std::io::IoSlice<'_>; 1]> = (0..batch_max)
-        .map(|_| [std::io::IoSlice::new(&payload)])
-        .collect();
+    let parts: Vec<[IoSlice<'_>; 1]> = (0..batch_max).map(|_| [IoSlice::new(&payload)]).collect();
+    let datagrams: Vec<&[IoSlice<'_>]> = parts.iter().map(|p| &p[..]).collect();
     let clock = SystemClock::new();
     let hz = clock.resolution_hz();
     let start = clock.now();
@@ -102,22 +104,9 @@ pub fn flood(options: &FloodOptions) -> Result<FloodReport> {
             }
             continue;
         }
-        let mut controls: Vec<rustix::net::SendAncillaryBuffer<'_, '_, '_>> =
-            (0..n).map(|_| Default::default()).collect();
-        let mut messages: Vec<rustix::net::MMsgHdr<'_>> = iovs[..n]
-            .iter()
-            .zip(controls.iter_mut())
-            .map(|(iov, control)| rustix::net::MMsgHdr::new(iov, control))
-            .collect();
-        match rustix::net::sendmmsg(&socket, &mut messages, rustix::net::SendFlags::empty()) {
-            Ok(k) => {
-                sent += k as u64;
-                if k < n {
-                    errors += 1;
-                }
-            }
-            Err(_) => errors += 1,
-        }
+        let out = send_all(&socket, &datagrams[..n], true);
+        sent += out.sent as u64;
+        errors += out.refused as u64;
     }
     let duration_s = clock
         .now()
@@ -133,4 +122,23 @@ pub fn flood(options: &FloodOptions) -> Result<FloodReport> {
         saturated: achieved_pps < options.rate_pps as f64 * 0.98,
         duration_s,
     })
+}
+
+impl Report for FloodReport {
+    fn text(&self) -> String {
+        format!(
+            "{} datagrams in {:.2} s: {:.0} datagrams/s{}\n",
+            self.sent,
+            self.duration_s,
+            self.achieved_pps,
+            if self.saturated {
+                format!(
+                    " (asked for {}: this is as fast as this sender goes here)",
+                    self.offered_pps
+                )
+            } else {
+                String::new()
+            }
+        )
+    }
 }

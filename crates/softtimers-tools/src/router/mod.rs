@@ -43,6 +43,7 @@ use softtimer_net::forward::{Forwarder, PacketWork};
 use softtimer_net::livelock::{CpuBudget, QueueFeedback, Quota, RoundRobin, Serviced};
 
 use crate::cpu::process_cpu_ns;
+use crate::output::Report;
 
 /// The router's designs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -501,6 +502,15 @@ fn run_baseline(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRep
         bail!("the baseline's receive thread needs SCHED_FIFO (root): {e}");
     }
     Ok(report)
+}
+
+impl Report for RouterReport {
+    fn text(&self) -> String {
+        format!(
+            "received {}, forwarded {}, dropped in a queue {}, dropped by the kernel {}, CPU {:.1} %\n",
+            self.received, self.forwarded, self.dropped_in_queue, self.kernel_drops, self.cpu_pct
+        )
+    }
 }
 
 #[cfg(test)]

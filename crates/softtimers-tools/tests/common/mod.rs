@@ -38,3 +38,25 @@ pub fn wait_for_port(
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// One path at a time: the path tests measure timing, and two emulators and their traffic on
+/// two cores would measure each other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[allow(dead_code)] // not every test binary that includes this module runs paths
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[allow(dead_code)]
+pub fn can_run_paths() -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI runs as root: the path emulator tests must run there"
+    );
+    eprintln!("skipped: the path emulator needs root (network namespaces and TUN devices)");
+    false
+}

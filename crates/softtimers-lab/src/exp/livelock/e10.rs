@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 use crate::harness::{CLIENT_CPU, ExpOptions};
 use crate::paper::PAPER_FIGS_6;
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
-use crate::report::{Rendered, Section};
-use crate::targets::{TargetCheck, targets_table};
+use crate::report::{Rendered, Section, StepResult};
+use crate::targets::{TargetCheck, as_reported};
 
 use super::{
-    Bench, Design, Point, RouterArgs, SCREEN_NS, WORK_NS, flood_seconds, runs, unavailable,
+    Bench, Design, Flood, Point, RouterArgs, SCREEN_NS, WORK_NS, flood_seconds, runs, unavailable,
 };
 
 /// One E10 or E11 row: one router configuration at one offered rate.
@@ -84,28 +84,20 @@ pub struct Mlfrr {
 }
 
 /// E10's result (`e10.json`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E10 {
-    /// `quick` or `full`.
-    pub mode: String,
-    /// Why it did not run here (no root, no `ip`), if it did not.
-    #[serde(default)]
-    pub skipped: Option<String>,
-    /// Seconds of flood per run.
-    pub flood_s: f64,
-    /// The source's top rate, datagrams/s.
-    #[serde(deserialize_with = "crate::summary::num")]
-    pub source_max_pps: f64,
+pub type E10 = StepResult<ForwardRow, E10Extra>;
+
+/// What E10 records beside its rows.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct E10Extra {
+    /// The floods' length and the source's top rate.
+    #[serde(flatten)]
+    pub flood: Flood,
     /// Per-packet work, ns: forwarding, screening.
     pub work_ns: (u64, u64),
-    /// One row per design and offered rate.
-    pub rows: Vec<ForwardRow>,
     /// Each design's MLFRR (also `mlfrr_pps` by design name, below).
     pub mlfrr: Vec<Mlfrr>,
     /// `mlfrr_pps` per design name.
     pub mlfrr_pps: std::collections::BTreeMap<String, f64>,
-    /// The targets against this run.
-    pub targets: Vec<TargetCheck>,
 }
 
 pub(super) fn fractions(quick: bool) -> Vec<f64> {
@@ -128,17 +120,15 @@ pub fn e10(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     let quick = options.length.quick;
     let flood_s = flood_seconds(quick);
     if let Some(why) = unavailable() {
-        return Ok(E10 {
-            mode: options.length.mode().to_string(),
-            skipped: Some(why),
-            flood_s,
-            source_max_pps: f64::NAN,
-            work_ns: (WORK_NS, SCREEN_NS),
-            rows: Vec::new(),
-            mlfrr: Vec::new(),
-            mlfrr_pps: Default::default(),
-            targets: Vec::new(),
-        });
+        return Ok(E10::skipped(
+            options.length.mode(),
+            why,
+            E10Extra {
+                flood: Flood::unmeasured(flood_s),
+                work_ns: (WORK_NS, SCREEN_NS),
+                ..Default::default()
+            },
+        ));
     }
     let mut bench = Bench::new("eten")?;
     let total = runs("e10", quick) as f64;
@@ -229,44 +219,62 @@ pub fn e10(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     ] {
         let (p, b) = (get(polling), get(baseline));
         let held = p.forwarded_at_3x_pps / p.mlfrr_pps;
-        targets.push(TargetCheck::new(
-            format!(
-                "E10 {polling}: forwarded at {:.1} × its MLFRR / MLFRR",
-                p.offered_multiple
-            ),
-            ">= 0.95 (no livelock)",
-            held,
-            held.is_finite() && held >= 0.95 && p.offered_multiple >= 2.95,
-        ));
-        targets.push(TargetCheck::new(
+        let name = format!(
+            "E10 {polling}: forwarded at {:.1} × its MLFRR / MLFRR",
+            p.offered_multiple
+        );
+        targets.push(if p.offered_multiple >= 2.95 {
+            TargetCheck::at_least(
+                name,
+                ">= 0.95 (no livelock)",
+                0.95,
+                held,
+                crate::paper::ANCHOR_FIGS_6_3_6_4,
+            )
+        } else {
+            // The source could not offer three times this MLFRR: the overload was not made.
+            TargetCheck::judged(
+                name,
+                "not tested: the flood did not reach 3 × the MLFRR",
+                as_reported(held),
+                false,
+                crate::paper::ANCHOR_FIGS_6_3_6_4,
+            )
+        });
+        targets.push(TargetCheck::judged(
             format!(
                 "E10 {baseline}: forwarded at {:.1} × its MLFRR / MLFRR",
                 b.offered_multiple
             ),
             "report (the paper's kernel fell to near zero)",
-            b.forwarded_at_3x_pps / b.mlfrr_pps,
+            as_reported(b.forwarded_at_3x_pps / b.mlfrr_pps),
             true,
+            crate::paper::ANCHOR_FIG_6_1,
         ));
+        // A router that forwarded nothing has no MLFRR to compare: NaN or infinity, not met.
         let ratio = p.mlfrr_pps / b.mlfrr_pps;
-        targets.push(TargetCheck::new(
+        targets.push(TargetCheck::at_least(
             format!("E10 MLFRR, {polling} / {baseline}"),
             ">= 1.0",
-            ratio,
-            // A router that forwarded nothing has no MLFRR to compare.
-            ratio.is_finite() && p.mlfrr_pps > 0.0 && ratio >= 1.0,
+            1.0,
+            if ratio.is_finite() { ratio } else { f64::NAN },
+            crate::paper::ANCHOR_FIGS_6_3_6_4,
         ));
     }
-    Ok(E10 {
-        mode: options.length.mode().to_string(),
-        skipped: None,
-        flood_s,
-        source_max_pps: max,
-        work_ns: (WORK_NS, SCREEN_NS),
+    Ok(E10::ran(
+        options.length.mode(),
+        E10Extra {
+            flood: Flood {
+                flood_s,
+                source_max_pps: max,
+            },
+            work_ns: (WORK_NS, SCREEN_NS),
+            mlfrr: table,
+            mlfrr_pps: by_name,
+        },
         rows,
-        mlfrr: table,
-        mlfrr_pps: by_name,
         targets,
-    })
+    ))
 }
 
 pub(super) fn forward_table(rows: &[ForwardRow]) -> String {
@@ -337,11 +345,10 @@ impl Section for E10 {
     const FILE: &'static str = "e10.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md =
-            String::from("## E10: forwarding under overload (livelock Figs. 6-1, 6-3, 6-4)\n\n");
-        if let Some(why) = &self.skipped {
-            let _ = writeln!(md, "Not run here: {why}.");
-            return Ok(Rendered::text(md));
-        }
+            match self.heading("E10: forwarding under overload (livelock Figs. 6-1, 6-3, 6-4)") {
+                Ok(md) => md,
+                Err(not_run) => return Ok(not_run),
+            };
         let _ = writeln!(
             md,
             "A UDP router between network namespaces (source → router → phantom sink), flooded \
@@ -349,13 +356,13 @@ impl Section for E10 {
              the other CPU does {} µs of work per packet ({} µs more with the screening stage). \
              The source's top rate here: {:.0} datagrams/s. Forwarded = packets sent by the \
              router's outgoing interface. Polling quota 10.\n",
-            self.flood_s,
-            self.work_ns.0 / 1000,
-            self.work_ns.1 / 1000,
-            self.source_max_pps,
+            self.extra.flood.flood_s,
+            self.extra.work_ns.0 / 1000,
+            self.extra.work_ns.1 / 1000,
+            self.extra.flood.source_max_pps,
         );
         md += "| design | MLFRR (datagrams/s) | offered for the overload run (× MLFRR) | forwarded there (datagrams/s) |\n| --- | ---: | ---: | ---: |\n";
-        for m in &self.mlfrr {
+        for m in &self.extra.mlfrr {
             let _ = writeln!(
                 md,
                 "| {} | {:.0} | {:.2} | {:.0} |",
@@ -372,10 +379,10 @@ impl Section for E10 {
             series_by(self.rows.iter().map(|r| (r, r.design.clone()))),
         )?;
         let _ = writeln!(md, "\n{PAPER_FIGS_6}\n\n![forwarding]({plot})\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

@@ -4,15 +4,14 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 
 use crate::harness::ExpOptions;
 use crate::paper::PAPER_FIGS_6;
-use crate::report::{Rendered, Section};
+use crate::report::{Rendered, Section, StepResult};
 use crate::targets::TargetCheck;
 
 use super::{
-    Bench, Design, ForwardRow, RouterArgs, flood_seconds, forward_chart, forward_row,
+    Bench, Design, Flood, ForwardRow, RouterArgs, flood_seconds, forward_chart, forward_row,
     forward_table, runs, series_by, unavailable,
 };
 
@@ -33,37 +32,18 @@ pub(super) fn e11_fractions(quick: bool) -> Vec<f64> {
 }
 
 /// E11's result (`e11.json`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E11 {
-    /// `quick` or `full`.
-    pub mode: String,
-    /// Why it did not run here (no root, no `ip`), if it did not.
-    #[serde(default)]
-    pub skipped: Option<String>,
-    /// Seconds of flood per run.
-    pub flood_s: f64,
-    /// The source's top rate, datagrams/s.
-    #[serde(deserialize_with = "crate::summary::num")]
-    pub source_max_pps: f64,
-    /// One row per screening, quota and offered rate.
-    pub rows: Vec<ForwardRow>,
-    /// The targets against this run (none are set for E11: it is reported).
-    pub targets: Vec<TargetCheck>,
-}
+pub type E11 = StepResult<ForwardRow, Flood>;
 
 /// E11: the polling router with each quota, without and with screening.
 pub fn e11(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E11> {
     let quick = options.length.quick;
     let flood_s = flood_seconds(quick);
     if let Some(why) = unavailable() {
-        return Ok(E11 {
-            mode: options.length.mode().to_string(),
-            skipped: Some(why),
-            flood_s,
-            source_max_pps: f64::NAN,
-            rows: Vec::new(),
-            targets: Vec::new(),
-        });
+        return Ok(E11::skipped(
+            options.length.mode(),
+            why,
+            Flood::unmeasured(flood_s),
+        ));
     }
     let mut bench = Bench::new("eleven")?;
     let total = runs("e11", quick) as f64;
@@ -93,30 +73,30 @@ pub fn e11(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         }
     }
     progress(1.0, "done");
-    Ok(E11 {
-        mode: options.length.mode().to_string(),
-        skipped: None,
-        flood_s,
-        source_max_pps: max,
+    Ok(E11::ran(
+        options.length.mode(),
+        Flood {
+            flood_s,
+            source_max_pps: max,
+        },
         rows,
-        targets: Vec::new(),
-    })
+        Vec::new(),
+    ))
 }
 
 impl Section for E11 {
     const FILE: &'static str = "e11.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md = String::from("## E11: the polling quota (livelock Figs. 6-5, 6-6)\n\n");
-        if let Some(why) = &self.skipped {
-            let _ = writeln!(md, "Not run here: {why}.");
-            return Ok(Rendered::text(md));
-        }
+        let mut md = match self.heading("E11: the polling quota (livelock Figs. 6-5, 6-6)") {
+            Ok(md) => md,
+            Err(not_run) => return Ok(not_run),
+        };
         let _ = writeln!(
             md,
             "The polling router with each packet quota per turn, without and with the screening \
              stage (32-packet queue, feedback at 75 % / 25 %, 1 ms timeout); {:.1} s of flood \
              per run; source top rate {:.0} datagrams/s.\n",
-            self.flood_s, self.source_max_pps
+            self.extra.flood_s, self.extra.source_max_pps
         );
         md += &forward_table(&self.rows);
         let mut plots = Vec::new();
@@ -145,5 +125,9 @@ impl Section for E11 {
             markdown: md,
             plots,
         })
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 use crate::harness::ExpOptions;
 use crate::paper::PAPER_FIG_7_1;
 use crate::plot::{LineChart, Series, line_chart};
-use crate::report::{Rendered, Section};
-use crate::targets::{TargetCheck, targets_table};
+use crate::report::{Rendered, Section, StepResult};
+use crate::targets::TargetCheck;
 
-use super::{Bench, Design, RouterArgs, flood_seconds, runs, unavailable};
+use super::{Bench, Design, Flood, RouterArgs, flood_seconds, runs, unavailable};
 
 pub(super) fn budgets(quick: bool) -> Vec<u32> {
     if quick {
@@ -46,23 +46,7 @@ pub struct BudgetRow {
 }
 
 /// E12's result (`e12.json`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E12 {
-    /// `quick` or `full`.
-    pub mode: String,
-    /// Why it did not run here (no root, no `ip`), if it did not.
-    #[serde(default)]
-    pub skipped: Option<String>,
-    /// Seconds of flood per run.
-    pub flood_s: f64,
-    /// The source's top rate, datagrams/s.
-    #[serde(deserialize_with = "crate::summary::num")]
-    pub source_max_pps: f64,
-    /// One row per budget and offered rate, and the compute process alone.
-    pub rows: Vec<BudgetRow>,
-    /// The targets against this run.
-    pub targets: Vec<TargetCheck>,
-}
+pub type E12 = StepResult<BudgetRow, Flood>;
 
 /// E12: the polling router at real-time priority, with each CPU budget, under flood, beside
 /// a compute-bound process on its core.
@@ -70,14 +54,11 @@ pub fn e12(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     let quick = options.length.quick;
     let flood_s = if quick { 0.5 } else { 1.0 };
     if let Some(why) = unavailable() {
-        return Ok(E12 {
-            mode: options.length.mode().to_string(),
-            skipped: Some(why),
-            flood_s,
-            source_max_pps: f64::NAN,
-            rows: Vec::new(),
-            targets: Vec::new(),
-        });
+        return Ok(E12::skipped(
+            options.length.mode(),
+            why,
+            Flood::unmeasured(flood_s),
+        ));
     }
     let mut bench = Bench::new("twelve")?;
     let total = runs("e12", quick) as f64;
@@ -135,39 +116,40 @@ pub fn e12(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         .filter(|r| r.budget_pct == Some(50))
         .map(|r| r.compute_pct)
         .fold(f64::INFINITY, f64::min);
-    let targets = vec![TargetCheck::new(
+    let targets = vec![TargetCheck::at_least(
         "E12 CPU left to the compute process, 50 % budget, under flood (%, worst rate)",
         ">= 40",
+        40.0,
         at_50,
-        at_50 >= 40.0,
+        crate::paper::ANCHOR_FIG_7_1,
     )];
-    Ok(E12 {
-        mode: options.length.mode().to_string(),
-        skipped: None,
-        flood_s,
-        source_max_pps: max,
+    Ok(E12::ran(
+        options.length.mode(),
+        Flood {
+            flood_s,
+            source_max_pps: max,
+        },
         rows,
         targets,
-    })
+    ))
 }
 
 impl Section for E12 {
     const FILE: &'static str = "e12.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md = String::from(
-            "## E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)\n\n",
-        );
-        if let Some(why) = &self.skipped {
-            let _ = writeln!(md, "Not run here: {why}.");
-            return Ok(Rendered::text(md));
-        }
+        let mut md = match self
+            .heading("E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)")
+        {
+            Ok(md) => md,
+            Err(not_run) => return Ok(not_run),
+        };
         let _ = writeln!(
             md,
             "The polling router at real-time priority (above normal processes, as in-kernel \
              packet processing is) with a CPU budget per 10 ms period, and a compute-bound \
              process on the same core, for {:.1} s of flood per run; source top rate {:.0} \
              datagrams/s.\n",
-            self.flood_s, self.source_max_pps
+            self.extra.flood_s, self.extra.source_max_pps
         );
         md += "| budget | offered (datagrams/s) | forwarded (datagrams/s) | compute process's share (%) | periods the budget ran out |\n| --- | ---: | ---: | ---: | ---: |\n";
         for r in &self.rows {
@@ -195,7 +177,7 @@ impl Section for E12 {
             }
         }
         let plot = "e12_budget.png";
-        let x_max = self.source_max_pps / 1000.0;
+        let x_max = self.extra.source_max_pps / 1000.0;
         line_chart(
             &dir.join(plot),
             &LineChart {
@@ -208,10 +190,10 @@ impl Section for E12 {
             },
         )?;
         let _ = writeln!(md, "\n{PAPER_FIG_7_1}\n\n![budget]({plot})\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

@@ -4,7 +4,7 @@
 //! 6-6); E12, the CPU left to a compute-bound process on the router's core under flood, for
 //! CPU budgets of 25–100 % (Fig. 7-1).
 //!
-//! Every run is on a [`ForwardPath`] the step makes and removes: a source namespace floods
+//! Every run is on a [`ForwardPath`](softtimers_tools::netns::ForwardPath) the step makes and removes: a source namespace floods
 //! minimum-size UDP datagrams (`softtimers flood`, pinned to CPU 0) at the router namespace
 //! (`softtimers router`, pinned to the last CPU), which forwards them to a phantom next hop
 //! on the sink's link. Forwarded packets are counted on the router's outgoing interface, as
@@ -28,6 +28,27 @@ pub use e12::{BudgetRow, E12, e12};
 use serde::{Deserialize, Serialize};
 
 use bench::*;
+
+/// What every livelock step records beside its rows: how long each flood lasted, and the
+/// fastest the source could send.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct Flood {
+    /// Seconds of flood per run.
+    pub flood_s: f64,
+    /// The source's top rate, datagrams/s (`null` where the step did not run).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub source_max_pps: f64,
+}
+
+impl Flood {
+    /// A step that did not run: its flood length, no source rate.
+    fn unmeasured(flood_s: f64) -> Self {
+        Flood {
+            flood_s,
+            source_max_pps: f64::NAN,
+        }
+    }
+}
 use e10::*;
 use e11::*;
 use e12::*;

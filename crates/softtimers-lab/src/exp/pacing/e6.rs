@@ -7,13 +7,13 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::harness::{Clocking, ExpOptions, RunInfo, TimerSource, interleaved};
+use crate::harness::{Clocking, ExpOptions, RunInfo};
 use crate::paper::PAPER_TABLES_VI_VII;
 use crate::report::{Rendered, Section};
 use crate::summary::{median, paired_ratios, range};
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::TargetCheck;
 
-use super::{PACED_SIZE, PacedConfig, run_paced};
+use super::{PACED_SIZE, PacedConfig, run_all, with_hardware};
 
 /// One row of E6.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -73,36 +73,12 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     let length = options.length;
     let mut configs = vec![PacedConfig::plain()];
     for interval in [20u64, 10] {
-        configs.push(PacedConfig::new(
-            TimerSource::Soft,
-            Clocking::Bursts,
-            interval,
-        ));
-        configs.push(PacedConfig::new(
-            TimerSource::Soft,
-            Clocking::Adaptive {
-                min_interval_us: interval / 2,
-            },
-            interval,
-        ));
-        configs.push(PacedConfig::new(
-            TimerSource::Timerfd,
-            Clocking::PerExpiry,
-            interval,
-        ));
-        configs.push(PacedConfig::new(
-            TimerSource::Signal,
-            Clocking::PerExpiry,
-            interval,
-        ));
+        let adaptive = Clocking::Adaptive {
+            min_interval_us: interval / 2,
+        };
+        configs.extend(with_hardware(&[Clocking::Bursts, adaptive], interval, true));
     }
-    let outcomes = interleaved(
-        length.rounds(),
-        &configs,
-        progress,
-        |c| format!("{} {} µs", c.name(), c.interval_us()),
-        |c| run_paced(c, options),
-    )?;
+    let outcomes = run_all(&configs, options, progress)?;
     let rates: Vec<Vec<f64>> = outcomes
         .iter()
         .map(|runs| runs.iter().map(|r| r.rate).collect())
@@ -167,17 +143,19 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     let timerfd = overhead_of("timerfd", 20);
     let ratio = overhead_ratio(timerfd, soft);
     let targets = vec![
-        TargetCheck::new(
+        TargetCheck::at_most(
             "E6 overhead of soft-timer pacing at 20 µs, %",
             "<= 2 (paper: 2-6)",
+            2.0,
             soft,
-            soft <= 2.0,
+            crate::paper::ANCHOR_TABLES_VI_VII,
         ),
-        TargetCheck::new(
+        TargetCheck::at_least(
             "E6 timerfd overhead / soft overhead at 20 µs",
             ">= 5",
+            5.0,
             ratio,
-            ratio >= 5.0,
+            crate::paper::ANCHOR_TABLES_VI_VII,
         ),
     ];
     Ok(E6 {
@@ -245,8 +223,11 @@ impl Section for E6 {
             );
         }
         let _ = writeln!(md, "\n{PAPER_TABLES_VI_VII}\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered::text(md))
+        Ok(Rendered::section(md, &self.targets, Vec::new()))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
 

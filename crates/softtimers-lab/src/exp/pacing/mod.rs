@@ -2,7 +2,7 @@
 //! paces a UDP flow; E7 (Tables VIII–IX), the transmission process the adaptive pacer
 //! achieves under that load; E8 (Kobayashi's Table II), a slow-start ramp released by the
 //! departure-time scheduler under each kind of timer, measured at the receiver with the
-//! burstiness index. The server runs of E6 and E7 are made here ([`PacedConfig`]).
+//! burstiness index. The server runs of E6 and E7 are made here (`PacedConfig`).
 
 mod e6;
 mod e7;
@@ -14,7 +14,9 @@ pub use e8::{BurstinessRow, E8, Ramp, Release, e8};
 
 use anyhow::Result;
 
-use crate::harness::{Clocking, ExpOptions, PaceLoad, PaceOutcome, Setup, TimerSource, Workload};
+use crate::harness::{
+    Clocking, ExpOptions, PaceLoad, PaceOutcome, Setup, TimerSource, Workload, interleaved,
+};
 
 /// E6's and E7's datagram payload, bytes (a full-size Ethernet frame, as the paper's TCP
 /// segments).
@@ -77,6 +79,43 @@ struct PacedRun {
     /// the loop's idle spinning), as E13 measures it.
     loop_core_ns_per_response: f64,
     pace: PaceOutcome,
+}
+
+/// Every configuration's server runs, interleaved over the lab's rounds.
+fn run_all(
+    configs: &[PacedConfig],
+    options: &ExpOptions,
+    progress: &mut dyn FnMut(f64, &str),
+) -> Result<Vec<Vec<PacedRun>>> {
+    interleaved(
+        options.length.rounds(),
+        configs,
+        progress,
+        |c| format!("{} {} µs", c.name(), c.interval_us()),
+        |c| run_paced(c, options),
+    )
+}
+
+/// One configuration paced at its `interval`: soft timers with `clocking`, and each hardware
+/// timer (`timerfd`, then the signal where `signal`) once per expiry.
+fn with_hardware(soft: &[Clocking], interval: u64, signal: bool) -> Vec<PacedConfig> {
+    let mut configs: Vec<PacedConfig> = soft
+        .iter()
+        .map(|&c| PacedConfig::new(TimerSource::Soft, c, interval))
+        .collect();
+    configs.push(PacedConfig::new(
+        TimerSource::Timerfd,
+        Clocking::PerExpiry,
+        interval,
+    ));
+    if signal {
+        configs.push(PacedConfig::new(
+            TimerSource::Signal,
+            Clocking::PerExpiry,
+            interval,
+        ));
+    }
+    configs
 }
 
 fn run_paced(config: &PacedConfig, options: &ExpOptions) -> Result<PacedRun> {

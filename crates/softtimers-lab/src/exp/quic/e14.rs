@@ -8,16 +8,17 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use softtimer_net::path::QueueLimit;
-use softtimers_tools::path::PathSpec;
 use softtimers_tools::quic::Stack;
 
 use crate::harness::ExpOptions;
 use crate::paper::{PAPER_TABLE_X, PaperRow};
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
-use crate::report::{Rendered, Section};
-use crate::targets::{TargetCheck, targets_table};
+use crate::report::{NoExtra, Rendered, Section, StepResult};
+use crate::targets::TargetCheck;
 
-use super::{Run, begin, f, link, median, per_round_ratios, round_seed, rounds, run_once, spread};
+use super::{
+    Run, begin, downloads, link, median, per_round_ratios, round_seed, rounds, run_once, spread,
+};
 
 /// Per round, rate-based over slow-start response time for `packets`.
 pub(super) fn e14_ratios(rows: &[E14Row], packets: u64) -> Vec<f64> {
@@ -47,18 +48,7 @@ pub struct E14Row {
 }
 
 /// `e14.json`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct E14 {
-    /// `quick` or `full`.
-    pub mode: String,
-    /// Why it did not run, if it did not.
-    #[serde(default)]
-    pub skipped: Option<String>,
-    /// One row per arm and size.
-    pub rows: Vec<E14Row>,
-    /// The targets.
-    pub targets: Vec<TargetCheck>,
-}
+pub type E14 = StepResult<E14Row>;
 
 pub(super) fn e14_sizes(quick: bool) -> Vec<u64> {
     if quick {
@@ -89,17 +79,9 @@ pub(super) fn e14_run_seconds(packets: u64) -> f64 {
 /// Runs E14.
 pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E14> {
     let quick = options.length.quick;
-    let (mode, tmp) = begin(options, "e14")?;
-    let tmp = match tmp {
-        Ok(tmp) => tmp,
-        Err(why) => {
-            let skipped = Some(why);
-            return Ok(E14 {
-                mode,
-                skipped,
-                ..Default::default()
-            });
-        }
+    let (mode, tmp) = match begin(options, "e14")? {
+        Ok(begun) => begun,
+        Err(skipped) => return Ok(skipped),
     };
     // 50 Mbit/s, 100 ms RTT, a queue of one BDP.
     let data = link(
@@ -135,10 +117,7 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             let run = Run {
                 stack,
                 seed: round_seed(round),
-                spec: PathSpec {
-                    a_to_b: acks,
-                    b_to_a: data,
-                },
+                spec: downloads(data, acks),
                 server_args: vec!["--after-idle", after_idle],
                 client_args: vec![
                     "--download".into(),
@@ -154,35 +133,30 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                 arm: arm.to_string(),
                 packets,
                 round,
-                response_ms: f(&m.client, &["report", "p50_us"]) / 1000.0,
+                response_ms: m.client.report.p50_us / 1000.0,
             });
         }
     }
     let _ = std::fs::remove_dir_all(&tmp);
     let ratio = median(e14_ratios(&rows, 100));
-    let targets = vec![TargetCheck::new(
+    let targets = vec![TargetCheck::at_most(
         "response time of a 100-packet transfer after idle, rate-based / slow start",
         "≤ 0.5",
+        0.5,
         ratio,
-        ratio <= 0.5,
+        crate::paper::ANCHOR_TABLE_X,
     )];
-    Ok(E14 {
-        mode,
-        skipped: None,
-        rows,
-        targets,
-    })
+    Ok(E14::ran(&mode, NoExtra {}, rows, targets))
 }
 
 impl Section for E14 {
     const FILE: &'static str = "e14.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let mut md =
-            String::from("## E14: response time after idle (soft-timers paper, Tables X–XI)\n\n");
-        if let Some(why) = &self.skipped {
-            let _ = writeln!(md, "Not run here: {why}.");
-            return Ok(Rendered::text(md));
-        }
+            match self.heading("E14: response time after idle (soft-timers paper, Tables X–XI)") {
+                Ok(md) => md,
+                Err(not_run) => return Ok(not_run),
+            };
         md += "50 Mbit/s, RTT 100 ms, queue of one BDP; the connection downloads 2 MB, is idle for 1 s, then downloads the transfer. QUIC arms: quinn-proto on soft timers with per-packet pacing and a CUBIC that restarts slow start after idle, or resumes at the rate measured before idle (rate-based clocking). The kernel's TCP restarts slow start (`tcp_slow_start_after_idle`). A packet is 1200 bytes of data; the 100,000-packet transfer (120 MB) runs in the first round only. The paper's columns are its Table X (the same path; FreeBSD 2.2.6, 1448-byte packets, regular TCP against rate-based clocking at the bottleneck rate).\n\n| packets | slow-start (ms) | rate-based (ms) | kernel-tcp (ms) | rate-based / slow-start | paper: regular TCP (ms) | paper: rate-based (ms) | paper: ratio |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let mut sizes: Vec<u64> = self.rows.iter().map(|r| r.packets).collect();
         sizes.sort_unstable();
@@ -217,11 +191,11 @@ impl Section for E14 {
         let plot = "e14_response_time.png";
         line_chart(&dir.join(plot), &self.chart())?;
         let _ = writeln!(md, "![E14 response time after idle]({plot})\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }
 

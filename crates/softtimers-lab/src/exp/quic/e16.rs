@@ -10,12 +10,12 @@ use softtimers_tools::quic::Stack;
 
 use crate::harness::ExpOptions;
 use crate::plot::Series;
-use crate::report::{Rendered, Section};
-use crate::targets::{TargetCheck, targets_table};
+use crate::report::{NoExtra, Rendered, Section, StepResult};
+use crate::targets::TargetCheck;
 
 use super::{
-    Run, begin, cdf_series, distinct, f, latencies, latency_cdf_chart, median, num,
-    per_round_ratios, round_seed, rounds, rr_args, rr_spec, run_once, spread,
+    Run, begin, cdf_series, distinct, latency_cdf_chart, median, num, per_round_ratios, round_seed,
+    rounds, rr_args, rr_spec, run_once, spread,
 };
 
 /// A row of `e16.json`.
@@ -59,18 +59,7 @@ pub struct E16Row {
 }
 
 /// `e16.json`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct E16 {
-    /// `quick` or `full`.
-    pub mode: String,
-    /// Why it did not run, if it did not.
-    #[serde(default)]
-    pub skipped: Option<String>,
-    /// One row per stack and round.
-    pub rows: Vec<E16Row>,
-    /// The targets.
-    pub targets: Vec<TargetCheck>,
-}
+pub type E16 = StepResult<E16Row>;
 
 /// E16's settings: (name, arguments for both ends, the stacks it runs on).
 pub(super) const E16_CONFIGS: [(&str, &[&str], &[Stack]); 3] = [
@@ -93,17 +82,9 @@ pub(super) fn e16_runs() -> usize {
 /// Runs E16.
 pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E16> {
     let quick = options.length.quick;
-    let (mode, tmp) = begin(options, "e16")?;
-    let tmp = match tmp {
-        Ok(tmp) => tmp,
-        Err(why) => {
-            let skipped = Some(why);
-            return Ok(E16 {
-                mode,
-                skipped,
-                ..Default::default()
-            });
-        }
+    let (mode, tmp) = match begin(options, "e16")? {
+        Ok(begun) => begun,
+        Err(skipped) => return Ok(skipped),
     };
     let total = (rounds(quick) * e16_runs()) as f64;
     let mut rows = Vec::new();
@@ -130,21 +111,15 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                 stack: stack.name().into(),
                 config: config.into(),
                 round,
-                p50_us: f(&m.client, &["report", "p50_us"]),
-                p99_us: f(&m.client, &["report", "p99_us"]),
-                p999_us: f(&m.client, &["report", "p999_us"]),
-                timeouts: f(&m.server, &["driver", "timeouts"]),
-                timer_late_p50_us: f(&m.server, &["driver", "timer_late_p50_us"]),
-                timer_late_p99_us: f(&m.server, &["driver", "timer_late_p99_us"]),
-                tail_probes: [&m.client, &m.server]
-                    .iter()
-                    .map(|side| side["driver"]["tail_probes"].as_u64())
-                    .sum(),
-                tail_probes_finding_loss: [&m.client, &m.server]
-                    .iter()
-                    .map(|side| side["driver"]["tail_probes_finding_loss"].as_u64())
-                    .sum(),
-                latencies_us: latencies(&m.client),
+                p50_us: m.client.report.p50_us,
+                p99_us: m.client.report.p99_us,
+                p999_us: m.client.report.p999_us,
+                timeouts: m.server_driver(|d| Some(d.timeouts as f64)),
+                timer_late_p50_us: m.server_driver(|d| Some(d.timer_late_p50_us)),
+                timer_late_p99_us: m.server_driver(|d| Some(d.timer_late_p99_us)),
+                tail_probes: m.both_drivers(|d| d.tail_probes),
+                tail_probes_finding_loss: m.both_drivers(|d| d.tail_probes_finding_loss),
+                latencies_us: m.client.report.latencies_us.clone(),
             });
         }
     }
@@ -162,31 +137,26 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             |r| r.p99_us,
         );
         let m = median(r);
-        targets.push(TargetCheck::new(
+        targets.push(TargetCheck::at_most(
             format!("request/response p99 at 1 % loss, RTT 200 µs, {config}: soft / quinn-tokio"),
             "≤ 0.5",
+            0.5,
             m,
-            m <= 0.5,
+            crate::paper::ANCHOR_STOCK_QUINN,
         ));
     }
-    Ok(E16 {
-        mode,
-        skipped: None,
-        rows,
-        targets,
-    })
+    Ok(E16::ran(&mode, NoExtra {}, rows, targets))
 }
 
 impl Section for E16 {
     const FILE: &'static str = "e16.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md = String::from(
-            "## E16: recovery timers under loss (request/response, 1 % loss, RTT 200 µs)\n\n",
-        );
-        if let Some(why) = &self.skipped {
-            let _ = writeln!(md, "Not run here: {why}.");
-            return Ok(Rendered::text(md));
-        }
+        let mut md = match self
+            .heading("E16: recovery timers under loss (request/response, 1 % loss, RTT 200 µs)")
+        {
+            Ok(md) => md,
+            Err(not_run) => return Ok(not_run),
+        };
         md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps; `no-tail-probe`: the defaults with the soft-timer driver's tail-loss probe off (a PING two smoothed RTTs after the last data or ACK while data is unacknowledged, which the peer acknowledges at once when it arrives after a gap, so that quinn's loss detection finds a lost last packet in about an RTT instead of after its probe timeout). `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Tail probes are both sides', with those that found a loss (quinn declared a packet lost before it next sent data) in brackets; the others met a peer that was only delaying its ACK. Medians over rounds with [min, max].\n\n| config | stack | p50 (µs) | p99 (µs) | p99.9 (µs) | timers handled | timer late p50 (µs) | p99 (µs) | tail probes (finding a loss) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let keys = distinct(&self.rows, |r| (r.config.clone(), r.stack.clone()));
         for (config, stack) in &keys {
@@ -238,10 +208,10 @@ impl Section for E16 {
             .collect();
         latency_cdf_chart(&dir.join(plot), "Request latency CDF (round 0)", series)?;
         let _ = writeln!(md, "\n![latency CDF]({plot})\n");
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

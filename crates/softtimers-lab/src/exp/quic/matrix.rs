@@ -5,17 +5,18 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use softtimer_net::path::QueueLimit;
 use softtimer_quic::TransmitCauses;
-use softtimers_tools::path::{COMMAND_SPIN, PathSpec};
+use softtimers_tools::path::COMMAND_SPIN;
 use softtimers_tools::quic::Stack;
 
 use crate::exp::bottleneck::{self, BottleneckRow};
 use crate::harness::ExpOptions;
+use crate::report::StepResult;
 use crate::targets::TargetCheck;
 
 use super::{
-    AFTER_IDLE, AFTER_IDLE_WARMUP, BULK_50M_SMALL_QUEUE, Measured, PACING_VARIANTS, RR, RR_STACKS,
-    Run, TIMER_STACKS, begin, bulk_bytes, bulk_stacks, bulks, f, link, median, nan,
-    per_round_ratios, round_seed, rounds, rr_args, rr_spec, run_once, timer_runs, timer_spec,
+    AFTER_IDLE, AFTER_IDLE_WARMUP, BULK_50M_SMALL_QUEUE, DriverSide, Measured, PACING_VARIANTS, RR,
+    RR_STACKS, Run, TIMER_STACKS, begin, bulk_bytes, bulk_stacks, bulks, downloads, link, median,
+    nan, per_round_ratios, round_seed, rounds, rr_args, rr_spec, run_once, timer_runs, timer_spec,
 };
 
 /// A row of `quic.json`.
@@ -114,15 +115,11 @@ pub struct QuicRow {
 }
 
 /// `quic.json`.
+pub type QuicResult = StepResult<QuicRow, QuicExtra>;
+
+/// What `quic` records beside its rows: the emulator's bottleneck and per-packet pacing's variants.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct QuicResult {
-    /// `quick` or `full`.
-    pub mode: String,
-    /// Why it did not run here, if it did not.
-    #[serde(default)]
-    pub skipped: Option<String>,
-    /// One row per stack, scenario and round.
-    pub rows: Vec<QuicRow>,
+pub struct QuicExtra {
     /// The path emulator's bottleneck beside `tbf`, and its delay error by rate.
     #[serde(default)]
     pub bottleneck: Vec<BottleneckRow>,
@@ -131,24 +128,14 @@ pub struct QuicResult {
     /// scenario's `soft-paced` row of each round (their order rotating per round).
     #[serde(default)]
     pub pacing_variants: Vec<QuicRow>,
-    /// The targets.
-    pub targets: Vec<TargetCheck>,
 }
 
 /// Runs `quic` (bulk and request/response).
 pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<QuicResult> {
     let quick = options.length.quick;
-    let (mode, tmp) = begin(options, "quic")?;
-    let tmp = match tmp {
-        Ok(tmp) => tmp,
-        Err(why) => {
-            let skipped = Some(why);
-            return Ok(QuicResult {
-                mode,
-                skipped,
-                ..Default::default()
-            });
-        }
+    let (mode, tmp) = match begin(options, "quic")? {
+        Ok(begun) => begun,
+        Err(skipped) => return Ok(skipped),
     };
     let bulks = bulks(quick);
     let timer_runs = timer_runs(quick);
@@ -179,10 +166,7 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
                 let run = Run {
                     stack,
                     seed: round_seed(round),
-                    spec: PathSpec {
-                        a_to_b: acks,
-                        b_to_a: data,
-                    },
+                    spec: downloads(data, acks),
                     server_args: vec![],
                     client_args: vec!["--download".into(), bulk_bytes(b, quick).to_string()],
                 };
@@ -244,22 +228,25 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
     })?;
     let mut targets = quic_targets(&rows, &pacing_variants);
     targets.insert(0, emulator_target(&bottleneck));
-    Ok(QuicResult {
-        mode,
-        skipped: None,
+    Ok(QuicResult::ran(
+        &mode,
+        QuicExtra {
+            bottleneck,
+            pacing_variants,
+        },
         rows,
-        bottleneck,
-        pacing_variants,
         targets,
-    })
+    ))
 }
 
 pub(super) fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
     let data = &m.path.b_to_a;
-    let server_cpu = f(&m.server, &["cpu_ns"]);
-    let client_cpu = f(&m.client, &["cpu_ns"]);
-    let spin_ms =
-        f(&m.client, &["driver", "idle_spin_ms"]) + f(&m.server, &["driver", "idle_spin_ms"]);
+    let (client, server) = (&m.client.report, &m.server.served);
+    let server_cpu = m.server.cpu_ns as f64;
+    let client_cpu = m.client.cpu_ns as f64;
+    let idle_spin_ms =
+        |d: &Option<DriverSide>| d.as_ref().and_then(|d| d.idle_spin_ms).unwrap_or(f64::NAN);
+    let spin_ms = idle_spin_ms(&m.client.driver) + idle_spin_ms(&m.server.driver);
     // After idle, the CPU and the delivered bytes cover the warm-up too, which the client's
     // count of the (one) response leaves out.
     let warmup = if scenario == AFTER_IDLE {
@@ -267,8 +254,8 @@ pub(super) fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> Q
     } else {
         0.0
     };
-    let downloaded = f(&m.client, &["report", "download_bytes"]) + warmup;
-    let bytes = downloaded + f(&m.client, &["report", "upload_bytes"]);
+    let downloaded = client.download_bytes as f64 + warmup;
+    let bytes = downloaded + client.upload_bytes as f64;
     let per_mb = |ns: f64| {
         if bytes > 0.0 {
             ns / (bytes / 1e6)
@@ -280,10 +267,10 @@ pub(super) fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> Q
         stack: stack.name().into(),
         scenario: scenario.into(),
         round,
-        goodput_bps: f(&m.client, &["report", "goodput_bps"]),
+        goodput_bps: client.goodput_bps,
         bottleneck_drops: data.queue_drops,
         bottleneck_drops_second_half: data.queue_drops_second_half as f64,
-        sender_lost_packets: f(&m.server, &["served", "lost_packets"]),
+        sender_lost_packets: server.lost_packets.map_or(f64::NAN, |n| n as f64),
         data_share: downloaded / data.delivered_bytes as f64,
         interarrival_stddev_us: data.interarrival_stddev_us.unwrap_or(f64::NAN),
         sender_gap_stddev_us: data.sender_gap_stddev_us.unwrap_or(f64::NAN),
@@ -291,37 +278,31 @@ pub(super) fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> Q
         cpu_ns_per_mb: per_mb(server_cpu + client_cpu),
         server_cpu_ns_per_mb: per_mb(server_cpu),
         client_cpu_ns_per_mb: per_mb(client_cpu),
-        p50_us: f(&m.client, &["report", "p50_us"]),
-        p99_us: f(&m.client, &["report", "p99_us"]),
-        p999_us: f(&m.client, &["report", "p999_us"]),
+        p50_us: client.p50_us,
+        p99_us: client.p99_us,
+        p999_us: client.p999_us,
         burstiness_index: data.burstiness_index.unwrap_or(f64::NAN),
-        server_timeouts: f(&m.server, &["driver", "timeouts"]),
-        server_timer_late_p50_us: f(&m.server, &["driver", "timer_late_p50_us"]),
-        server_timer_late_p99_us: f(&m.server, &["driver", "timer_late_p99_us"]),
-        server_timer_late_hist: serde_json::from_value(
-            m.server["driver"]["timer_late_hist"].clone(),
-        )
-        .unwrap_or_default(),
-        server_causes: serde_json::from_value(m.server["driver"]["causes"].clone()).ok(),
+        server_timeouts: m.server_driver(|d| Some(d.timeouts as f64)),
+        server_timer_late_p50_us: m.server_driver(|d| Some(d.timer_late_p50_us)),
+        server_timer_late_p99_us: m.server_driver(|d| Some(d.timer_late_p99_us)),
+        server_timer_late_hist: m
+            .server
+            .driver
+            .as_ref()
+            .map(|d| d.timer_late_hist.clone())
+            .unwrap_or_default(),
+        server_causes: m.server.driver.as_ref().and_then(|d| d.causes),
         idle_spin_ns_per_mb: per_mb(spin_ms * 1e6),
-        spin_window_us: f(&m.server, &["driver", "spin_window_us"]),
-        server_send_calls: f(&m.server, &["driver", "send_calls"]),
+        spin_window_us: m.server_driver(|d| d.spin_window_us),
+        server_send_calls: m.server_driver(|d| d.send_calls.map(|n| n as f64)),
         variant: None,
         timeline: data.timeline.clone(),
         latencies_us: if scenario == RR {
-            latencies(&m.client)
+            client.latencies_us.clone()
         } else {
             Vec::new()
         },
     }
-}
-
-/// The client's request latencies, µs, from its JSON.
-pub(super) fn latencies(client: &serde_json::Value) -> Vec<f64> {
-    client["report"]["latencies_us"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
-        .unwrap_or_default()
 }
 
 /// Per round, `stack`'s value of `field` over quinn-tokio's, in one scenario.
@@ -362,14 +343,15 @@ pub(super) fn emulator_target(rows: &[BottleneckRow]) -> TargetCheck {
         (Some(lo), Some(hi)) => format!("{}–{} Mbit/s", lo / 1e6, hi / 1e6),
         _ => "no rate".into(),
     };
-    TargetCheck::new(
+    TargetCheck::at_most(
         format!(
             "path emulator (spinning up to {:?}): delay error per packet, p99 (µs), worst rate of {span}",
             COMMAND_SPIN
         ),
         "≤ 20",
+        20.0,
         worst,
-        worst <= 20.0,
+        crate::paper::ANCHOR_DESIGN,
     )
 }
 
@@ -378,18 +360,20 @@ pub(super) fn quic_targets(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<Target
     let mut t = Vec::new();
     let drops = ratios(rows, s, "soft-paced", |r| r.bottleneck_drops as f64);
     let m = median(drops);
-    t.push(TargetCheck::new(
+    t.push(TargetCheck::at_most(
         "bulk 50 Mbit/s, RTT 20 ms, queue 0.25 BDP: bottleneck drops, soft-paced / quinn-tokio (median)",
         "≤ 0.1",
-        m,
-        m <= 0.1,
-    ));
+    0.1,
+    m,
+    crate::paper::ANCHOR_STOCK_QUINN,
+));
     let g = median(ratios(rows, s, "soft-paced", |r| r.goodput_bps));
-    t.push(TargetCheck::new(
+    t.push(TargetCheck::at_least(
         "same: goodput, soft-paced / quinn-tokio",
         "≥ 1.0",
+        1.0,
         g,
-        g >= 1.0,
+        crate::paper::ANCHOR_STOCK_QUINN,
     ));
     let abs = median(
         rows.iter()
@@ -397,37 +381,41 @@ pub(super) fn quic_targets(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<Target
             .map(|r| r.goodput_bps / 50e6)
             .collect(),
     );
-    t.push(TargetCheck::new(
+    t.push(TargetCheck::at_least(
         "same: soft-paced goodput / bottleneck rate",
         "≥ 0.95",
+        0.95,
         abs,
-        abs >= 0.95,
+        crate::paper::ANCHOR_PATH,
     ));
     let sd = median(ratios(rows, s, "soft-paced", |r| r.interarrival_stddev_us));
-    t.push(TargetCheck::new(
+    t.push(TargetCheck::at_most(
         "same: receiver inter-arrival stddev, soft-paced / quinn-tokio",
         "≤ 0.1",
+        0.1,
         sd,
-        sd <= 0.1,
+        crate::paper::ANCHOR_STOCK_QUINN,
     ));
     for stack in ["soft", "soft-paced"] {
         let c = median(ratios(rows, s, stack, |r| r.cpu_ns_per_mb));
-        t.push(TargetCheck::new(
+        t.push(TargetCheck::at_most(
             format!("same: CPU per MB, {stack} / quinn-tokio"),
             "≤ 1.0",
+            1.0,
             c,
-            c <= 1.0,
+            crate::paper::ANCHOR_STOCK_QUINN,
         ));
     }
     if !variants.is_empty() {
         t.push(pairs_cpu_target(rows, variants));
     }
     let p = median(ratios(rows, RR, "soft", |r| r.p99_us));
-    t.push(TargetCheck::new(
+    t.push(TargetCheck::at_most(
         "request/response p99, 1 % loss, RTT 200 µs: soft / quinn-tokio",
         "≤ 0.5",
+        0.5,
         p,
-        p <= 0.5,
+        crate::paper::ANCHOR_STOCK_QUINN,
     ));
     t
 }
@@ -461,10 +449,11 @@ pub(super) fn pairs_cpu_target(rows: &[QuicRow], variants: &[QuicRow]) -> Target
         "soft-paced/2-per-departure",
         |r| r.cpu_ns_per_mb,
     ));
-    TargetCheck::new(
+    TargetCheck::at_most(
         "same: CPU per MB, soft-paced with 2 datagrams per departure / quinn-tokio",
         "≤ 1.0",
+        1.0,
         c,
-        c <= 1.0,
+        crate::paper::ANCHOR_STOCK_QUINN,
     )
 }

@@ -11,7 +11,7 @@ use softtimers_tools::path::COMMAND_SPIN;
 use crate::exp::bottleneck::{self, BottleneckRow};
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{Rendered, Section};
-use crate::targets::targets_table;
+use crate::targets::TargetCheck;
 
 use super::{
     BULK_50M_SMALL_QUEUE, QuicResult, QuicRow, RR, cdf_series, distinct, latency_cdf_chart, ratios,
@@ -21,7 +21,7 @@ use super::{
 impl QuicResult {
     /// What per-packet pacing costs: CPU against spacing, by variant.
     pub(super) fn pacing_variants_table(&self) -> String {
-        let arms = variant_arms(&self.rows, &self.pacing_variants);
+        let arms = variant_arms(&self.rows, &self.extra.pacing_variants);
         let mut md = format!(
             "\n### What per-packet pacing costs\n\n{BULK_50M_SMALL_QUEUE}, both sides with the same settings: one `sendmsg` and one wake-up per datagram are what pacing every datagram costs in user space (the driver blocks until a departure rather than spinning before it, and spins only before quinn's own timers); `spin-0` never spins, not even before those, `2-per-departure` sends two datagrams (one GSO send) per departure time at twice the interval, as Linux's TCP sends at least two segments per paced burst. The variants run right after `soft-paced` in each round, their order rotating. Medians over rounds with [min, max]; the CPU ratio is per round; idle spin is the loops' clock time spent spinning.\n\n| arm | spin window (µs) | server sendmsg calls | CPU per MB, both sides (ms) | of which idle spin (ms) | CPU / quinn-tokio | sender gap stddev (µs) | receiver inter-arrival stddev (µs) | burstiness index | bottleneck drops | goodput (Mbit/s) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
         );
@@ -152,11 +152,10 @@ pub(super) fn lateness_cell(hist: &[(f64, u64)]) -> String {
 impl Section for QuicResult {
     const FILE: &'static str = "quic.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md = String::from("## QUIC on soft timers against stock quinn and kernel TCP\n\n");
-        if let Some(why) = &self.skipped {
-            let _ = writeln!(md, "Not run here: {why}.");
-            return Ok(Rendered::text(md));
-        }
+        let mut md = match self.heading("QUIC on soft timers against stock quinn and kernel TCP") {
+            Ok(md) => md,
+            Err(not_run) => return Ok(not_run),
+        };
         md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the start of the 50 ms interval in which the data direction's delivered bytes passed half their total (drops at the end of slow start fall in the first half).\n\n";
         md += "| scenario | stack | goodput (Mbit/s) | data share of delivered bytes | bottleneck drops | of which in the second half | sender-declared losses (TCP: segments resent) | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB, both sides (ms) | of which the server's (ms) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let keys = distinct(&self.rows, |r| (r.scenario.clone(), r.stack.clone()));
@@ -180,7 +179,7 @@ impl Section for QuicResult {
                 col(|r| r.p99_us, 1.0, 0),
             );
         }
-        if !self.pacing_variants.is_empty() {
+        if !self.extra.pacing_variants.is_empty() {
             md += &self.pacing_variants_table();
         }
         if keys.iter().any(|k| timer_driven(&k.0)) {
@@ -266,14 +265,14 @@ impl Section for QuicResult {
             let _ = writeln!(md, "\n![{title}]({file})");
             plots.push(file.to_string());
         }
-        if !self.bottleneck.is_empty() {
-            md += &bottleneck_table(&self.bottleneck);
+        if !self.extra.bottleneck.is_empty() {
+            md += &bottleneck_table(&self.extra.bottleneck);
         }
         md += "\n";
-        md += &targets_table(&self.targets);
-        Ok(Rendered {
-            markdown: md,
-            plots,
-        })
+        Ok(Rendered::section(md, &self.targets, plots))
+    }
+
+    fn targets(&self) -> &[TargetCheck] {
+        &self.targets
     }
 }

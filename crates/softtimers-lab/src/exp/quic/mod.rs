@@ -26,11 +26,12 @@ use softtimer_net::path::{LinkConfig, QueueLimit};
 use softtimer_rt::SpinWindow;
 use softtimers_tools::path::{ADDR_B, EmulatorOptions, PathReport, PathSpec, RunningPath, Side};
 use softtimers_tools::process as tools;
-use softtimers_tools::quic::Stack;
+use softtimers_tools::quic::{ClientRun, DriverSide, ServerRun, Stack};
 
-use crate::exp::bottleneck::{self};
+use crate::exp::bottleneck;
 use crate::harness::{ExpOptions, pin_process, read_json};
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
+use crate::report::StepResult;
 
 use e14::*;
 use e16::*;
@@ -59,19 +60,28 @@ struct Run<'a> {
     client_args: Vec<String>,
 }
 
-/// What one run measured, from the three JSON files.
+/// What one run measured: the client's and the server's reports, read back from the JSON
+/// files `softtimers quic` wrote into the very types it wrote, and the emulator's own.
 struct Measured {
-    client: serde_json::Value,
-    server: serde_json::Value,
+    client: ClientRun,
+    server: ServerRun,
     path: PathReport,
 }
 
-fn f(v: &serde_json::Value, path: &[&str]) -> f64 {
-    let mut cur = v;
-    for p in path {
-        cur = &cur[*p];
+impl Measured {
+    /// The server runtime's figure `g`; NaN where the stack has no QUIC runtime to say it
+    /// (kernel TCP) or the runtime does not count it (stock quinn's sends and spin).
+    fn server_driver(&self, g: impl Fn(&DriverSide) -> Option<f64>) -> f64 {
+        self.server.driver.as_ref().and_then(g).unwrap_or(f64::NAN)
     }
-    cur.as_f64().unwrap_or(f64::NAN)
+
+    /// Both sides' figure `g` added up; `None` where either side does not count it.
+    fn both_drivers(&self, g: impl Fn(&DriverSide) -> Option<u64>) -> Option<u64> {
+        [&self.client.driver, &self.server.driver]
+            .into_iter()
+            .map(|side| side.as_ref().and_then(&g))
+            .sum()
+    }
 }
 
 fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
@@ -153,6 +163,15 @@ fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
     })
 }
 
+/// A path whose data flows from `b` to `a` (the server's downloads) through `data`, the
+/// acknowledgements back through `acks`.
+fn downloads(data: LinkConfig, acks: LinkConfig) -> PathSpec {
+    PathSpec {
+        a_to_b: acks,
+        b_to_a: data,
+    }
+}
+
 fn link(delay: Duration, rate: Option<&str>, queue: QueueLimit, loss: f64) -> LinkConfig {
     LinkConfig {
         delay,
@@ -169,21 +188,19 @@ fn cannot_run() -> Option<String> {
         .map(|e| e.to_string())
 }
 
-/// How a step begins: its mode (`quick` or `full`), and its scratch directory (made) or why
-/// the step cannot run here.
-fn begin(options: &ExpOptions, step: &str) -> Result<(String, Result<PathBuf, String>)> {
-    let mode = if options.length.quick {
-        "quick"
-    } else {
-        "full"
-    }
-    .to_string();
+/// How a step begins: its mode (`quick` or `full`) and its scratch directory (made), or
+/// the step's result saying why it cannot run here.
+fn begin<R, E: Default>(
+    options: &ExpOptions,
+    step: &str,
+) -> Result<std::result::Result<(String, PathBuf), StepResult<R, E>>> {
+    let mode = options.length.mode();
     if let Some(why) = cannot_run() {
-        return Ok((mode, Err(why)));
+        return Ok(Err(StepResult::skipped(mode, why, E::default())));
     }
     let tmp = options.out.join(format!("{step}-tmp"));
     std::fs::create_dir_all(&tmp)?;
-    Ok((mode, Ok(tmp)))
+    Ok(Ok((mode.to_string(), tmp)))
 }
 
 /// The median of the finite values (NaN for none).
