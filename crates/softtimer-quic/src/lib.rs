@@ -71,4 +71,7 @@ pub use driver::{
 pub use error::{ConfigError, QuicError, StreamError, TlsError};
 pub use io::{FireNotes, IoStats, QuicSocket, TransmitCauses};
 pub use quic_loop::{App, QUIC_TOKEN, QuicLoop, Wake};
+/// quinn-proto itself, for what its configuration types name (a client's `ClientConfig`,
+/// `ValidationTokenConfig`, `TransportConfig`) without a dependency of one's own.
+pub use quinn_proto;
 pub use quinn_proto::{ConnectionError, EcnCodepoint, StreamId, VarInt};
