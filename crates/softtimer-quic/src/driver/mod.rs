@@ -459,22 +459,9 @@ impl<C: Clock + Clone> Driver<C> {
         let dcid = Cid::destination(data, self.cid_len);
         if let Some(cid) = &dcid
             && self.closed.len() > 0
+            && self.late_packet(cid, remote, local_ip)
         {
-            match self.closed.on_packet(cid, remote) {
-                Late::Unknown => {}
-                Late::Drop => return,
-                Late::Answer(close, to) => {
-                    let d = Datagram {
-                        destination: to,
-                        ecn: None,
-                        src_ip: local_ip,
-                        bytes: close.to_vec(),
-                        segment_size: None,
-                    };
-                    self.responses.push_back(d);
-                    return;
-                }
-            }
+            return;
         }
         let now_std = self.map.to_std(now);
         let mut response = self.spare.pop().unwrap_or_default();
@@ -490,7 +477,14 @@ impl<C: Clock + Clone> Driver<C> {
         match event {
             Some(DatagramEvent::ConnectionEvent(ch, event)) => {
                 let slot = ch.0 as u32;
-                if let Some(c) = self.conns.at(slot) {
+                // A connection whose close is out but that is not compacted yet (that waits
+                // for its next call): compacted now, and the packet is a late one for its
+                // record (quinn-proto's answer would go with the connection).
+                if self.conns.at(slot).is_some_and(|c| c.conn.is_closed()) && self.retire(slot) {
+                    if let Some(cid) = &dcid {
+                        self.late_packet(cid, remote, local_ip);
+                    }
+                } else if let Some(c) = self.conns.at(slot) {
                     c.conn.handle_event(event);
                     if dcid.is_some() {
                         c.dcid = dcid;
@@ -529,6 +523,26 @@ impl<C: Clock + Clone> Driver<C> {
         }
         // The connection settles (its events, timers, what the probe learns) at the next
         // poll, once for a whole batch of datagrams.
+    }
+
+    /// A datagram for `cid` from `remote`: whether a closed connection's record took it
+    /// (answered with the close again, or dropped).
+    fn late_packet(&mut self, cid: &Cid, remote: SocketAddr, local_ip: Option<IpAddr>) -> bool {
+        match self.closed.on_packet(cid, remote) {
+            Late::Unknown => false,
+            Late::Drop => true,
+            Late::Answer(close, to) => {
+                let d = Datagram {
+                    destination: to,
+                    ecn: None,
+                    src_ip: local_ip,
+                    bytes: close.to_vec(),
+                    segment_size: None,
+                };
+                self.responses.push_back(d);
+                true
+            }
+        }
     }
 
     fn respond(&mut self, t: &quinn_proto::Transmit, mut bytes: Vec<u8>) {
