@@ -14,9 +14,9 @@
 //! pile up) end at once. In batches of [`BATCH`], the client opens connections (64 at a
 //! time) until the server has the batch up; the server then closes the batch and the run goes
 //! on until every close is out, the client has drained, and (full design) quinn-proto's own
-//! drain of three PTOs has passed. After the last batch a few late packets (1-RTT datagrams
-//! the client sent earlier, replayed) arrive for held connections; then the drain period
-//! ends and everything held expires.
+//! drain of three PTOs has passed. In the last batch, just after the server's closes leave,
+//! a few client connections send a fresh packet that crosses the close (a late packet); then
+//! the drain period ends and everything held expires.
 //!
 //! **What it measures**, per design (`compact`, `full`), over `held` closed connections
 //! (10⁵ in the full run, 10⁴ in the quick one):
@@ -75,7 +75,7 @@ pub struct E15Row {
     /// Connections accepted and closed per second of the server's time, all included.
     #[serde(deserialize_with = "crate::summary::num")]
     pub closes_per_s: f64,
-    /// Late packets replayed to held connections.
+    /// Late packets sent to held connections (fresh packets that crossed the close).
     pub late_packets_sent: u64,
     /// Of those, the ones the server answered.
     pub late_packets_answered: u64,
@@ -92,7 +92,7 @@ pub type E15 = StepResult<E15Row>;
 const BATCH: usize = 250;
 /// Handshakes the client keeps going at once.
 const PARALLEL: usize = 64;
-/// Late packets replayed per design.
+/// Late packets sent per design.
 const LATE: usize = 16;
 /// The link's one-way delay.
 const DELAY: Duration = Duration::from_micros(50);
@@ -112,10 +112,10 @@ pub fn held(quick: bool) -> usize {
     if quick { 10_000 } else { 100_000 }
 }
 
-/// Seconds the step takes, for the progress estimate (about 150 µs of both sides' work per
+/// Seconds the step takes, for the progress estimate (about 350 µs of both sides' work per
 /// connection, the full design's memory touched, both designs).
 pub fn expected_seconds(quick: bool) -> f64 {
-    2.0 * held(quick) as f64 * 200e-6 + 1.0
+    2.0 * held(quick) as f64 * 350e-6 + 1.0
 }
 
 /// The server's application: notes every connection up, to be closed by the batch.
@@ -243,34 +243,26 @@ impl Pair {
 
     fn step(&mut self) {
         let now = self.clock.now();
-        let delay = Span::from_duration(DELAY, HZ);
-        while self.to_client.front().is_some_and(|d| !d.0.is_after(now)) {
-            let (_, bytes) = self.to_client.pop_front().expect("looked");
-            self.client
-                .handle_datagram(now, self.server_addr, None, None, &bytes);
-        }
-        self.client.handle_timeout(now);
-        self.client.dispatch(&mut self.churn);
-        while let Some(t) = self.client.poll_transmit(now, &mut self.buf) {
-            let size = t.segment_size.unwrap_or(t.size).max(1);
-            for d in self.buf[..t.size].chunks(size) {
-                self.to_server.push_back((now + delay, d.to_vec()));
-            }
-        }
+        let at = now + Span::from_duration(DELAY, HZ);
+        turn(
+            now,
+            at,
+            (&mut self.client, &mut self.churn),
+            self.server_addr,
+            &mut self.to_client,
+            &mut self.to_server,
+            &mut self.buf,
+        );
         let began = WallInstant::now();
-        while self.to_server.front().is_some_and(|d| !d.0.is_after(now)) {
-            let (_, bytes) = self.to_server.pop_front().expect("looked");
-            self.server
-                .handle_datagram(now, self.client_addr, None, None, &bytes);
-        }
-        self.server.handle_timeout(now);
-        self.server.dispatch(&mut self.holder);
-        while let Some(t) = self.server.poll_transmit(now, &mut self.buf) {
-            let size = t.segment_size.unwrap_or(t.size).max(1);
-            for d in self.buf[..t.size].chunks(size) {
-                self.to_client.push_back((now + delay, d.to_vec()));
-            }
-        }
+        turn(
+            now,
+            at,
+            (&mut self.server, &mut self.holder),
+            self.client_addr,
+            &mut self.to_server,
+            &mut self.to_client,
+            &mut self.buf,
+        );
         self.server_busy += began.elapsed();
     }
 
@@ -340,8 +332,7 @@ impl Pair {
             self.client.write(id, stream, b"late")?;
             self.client.finish(id, stream)?;
             while let Some(t) = self.client.poll_transmit(now, &mut self.buf) {
-                let size = t.segment_size.unwrap_or(t.size).max(1);
-                late.extend(self.buf[..t.size].chunks(size).map(<[u8]>::to_vec));
+                late.extend(datagrams(&t, &self.buf));
             }
         }
         let mut answered = 0;
@@ -363,6 +354,37 @@ impl Pair {
             None => Ok(()),
         }
     }
+}
+
+/// One side's turn at `now`: what has arrived from `peer` in `inbox`, its timers, its
+/// application, and what it sends into `outbox` (arriving at `at`).
+fn turn<A: App<SimClock>>(
+    now: Instant,
+    at: Instant,
+    (driver, app): (&mut Driver<SimClock>, &mut A),
+    peer: SocketAddr,
+    inbox: &mut VecDeque<(Instant, Vec<u8>)>,
+    outbox: &mut VecDeque<(Instant, Vec<u8>)>,
+    buf: &mut Vec<u8>,
+) {
+    while inbox.front().is_some_and(|d| !d.0.is_after(now)) {
+        let (_, bytes) = inbox.pop_front().expect("looked");
+        driver.handle_datagram(now, peer, None, None, &bytes);
+    }
+    driver.handle_timeout(now);
+    driver.dispatch(app);
+    while let Some(t) = driver.poll_transmit(now, buf) {
+        outbox.extend(datagrams(&t, buf).map(|d| (at, d)));
+    }
+}
+
+/// The datagrams of a transmit (several with GSO).
+fn datagrams<'a>(
+    t: &softtimer_quic::Transmit,
+    buf: &'a [u8],
+) -> impl Iterator<Item = Vec<u8>> + 'a {
+    let size = t.segment_size.unwrap_or(t.size).max(1);
+    buf[..t.size].chunks(size).map(<[u8]>::to_vec)
 }
 
 /// The process's resident set, bytes.
@@ -495,19 +517,20 @@ pub fn e15(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     Ok(E15::ran(options.length.mode(), NoExtra {}, rows, targets))
 }
 
+/// `design`'s figure `g` (NaN without its row).
+fn figure(rows: &[E15Row], design: &str, g: fn(&E15Row) -> f64) -> f64 {
+    rows.iter().find(|r| r.design == design).map_or(f64::NAN, g)
+}
+
 fn e15_targets(rows: &[E15Row]) -> Vec<TargetCheck> {
-    let get = |design: &str, g: fn(&E15Row) -> f64| {
-        rows.iter().find(|r| r.design == design).map_or(f64::NAN, g)
-    };
+    let get = |design: &str, g: fn(&E15Row) -> f64| figure(rows, design, g);
     let compact = get("compact", |r| r.bytes_per_closed);
     let full = get("full", |r| r.bytes_per_closed);
     let held = rows.first().map_or(0, |r| r.held);
     let answered = |design: &str| {
-        rows.iter()
-            .find(|r| r.design == design)
-            .map_or(f64::NAN, |r| {
-                r.late_packets_answered as f64 / r.late_packets_sent.max(1) as f64
-            })
+        figure(rows, design, |r| {
+            r.late_packets_answered as f64 / r.late_packets_sent.max(1) as f64
+        })
     };
     vec![
         TargetCheck::at_most(
@@ -552,7 +575,7 @@ impl Section for E15 {
             Ok(md) => md,
             Err(not_run) => return Ok(not_run),
         };
-        md += "A server (the sans-IO driver) accepting connections and closing each, the drain period raised to an hour so that the closed ones pile up: `compact` replaces a closed connection by the driver's record (its connection ID, the peer's address, the close datagram to repeat, one soft event), `full` keeps quinn-proto's `Connection` until the drain ends. In-process, no sockets: a client driver and the server joined by an in-memory link (50 µs each way) on a simulated clock, every connection a real TLS 1.3 handshake, in batches of 250 that the server closes once up. Memory is the process's RSS slope from a tenth of the connections held to all of them (the live heap's slope beside it); times are the server's calls on the one thread, by the monotonic clock: per close and drain (the close, its transmission, the compaction or quinn-proto's drain timers, the expiry at the drain's end), of which the expiry, and per connection up to its close (accept and handshake). Late packets are 1-RTT datagrams the client sent earlier, replayed to held connections.\n\n| design | held | bytes per closed (RSS) | heap bytes per closed | server ns per close + drain | of which expiry | server ns per handshake | accepts and closes per s | late packets answered |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "A server (the sans-IO driver) accepting connections and closing each, the drain period raised to an hour so that the closed ones pile up: `compact` replaces a closed connection by the driver's record (its connection ID, the peer's address, the close datagram to repeat, one soft event), `full` keeps quinn-proto's `Connection` until the drain ends. In-process, no sockets: a client driver and the server joined by an in-memory link (50 µs each way) on a simulated clock, every connection a real TLS 1.3 handshake, in batches of 250 that the server closes once up. Memory is the process's RSS slope from a tenth of the connections held to all of them (the live heap's slope beside it); times are the server's calls on the one thread, by the monotonic clock: per close and drain (the close, its transmission, the compaction or quinn-proto's drain timers, the expiry at the drain's end), of which the expiry, and per connection up to its close (accept and handshake). Late packets: just after the server closed the last batch, 16 of the client's connections each send a byte on a new stream, a fresh 1-RTT packet that crosses the close; answered if the server sends anything back. The full run holds 10⁵ closed connections per design, the quick run 10⁴.\n\n| design | held | bytes per closed (RSS) | heap bytes per closed | server ns per close + drain | of which expiry | server ns per handshake | accepts and closes per s | late packets answered |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         for r in &self.rows {
             let _ = writeln!(
                 md,
@@ -570,12 +593,7 @@ impl Section for E15 {
             );
         }
         md += "\nThe TCP paper's TIME_WAIT figures beside ours (Aron & Druschel, *TCP implementation enhancements for improving webserver performance*): a busy Apache server held up to 48,048 connections in TIME_WAIT and 32 MB of kernel memory (Fig. 3); each connection kept about 600 bytes of kernel state (Fig. 8) until a 40-byte TIME_WAIT record replaced it, cutting the peak kernel memory by more than 6 × (Fig. 9; 17 MB to 4 MB on a real trace, Fig. 10); with TIME_WAIT connections kept in a list in expiry order the timers' CPU overhead fell from 25 % to 0.36 % (Fig. 7).\n\n| | TCP paper: BSD socket | TCP paper: TIME_WAIT record | ours: quinn-proto `Connection` | ours: compact record |\n| --- | ---: | ---: | ---: | ---: |\n";
-        let get = |design: &str, g: fn(&E15Row) -> f64| {
-            self.rows
-                .iter()
-                .find(|r| r.design == design)
-                .map_or(f64::NAN, g)
-        };
+        let get = |design: &str, g: fn(&E15Row) -> f64| figure(&self.rows, design, g);
         let _ = writeln!(
             md,
             "| bytes per closed connection | ~600 | 40 | {:.0} | {:.0} |",
@@ -588,6 +606,7 @@ impl Section for E15 {
             get("full", |r| r.held as f64),
             get("compact", |r| r.held as f64)
         );
+        md += "\n";
         Ok(Rendered::section(md, &self.targets, Vec::new()))
     }
 
