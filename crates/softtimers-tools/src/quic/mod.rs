@@ -272,11 +272,15 @@ pub struct DriverSide {
     /// handles; for stock quinn, each deadline quinn armed that its clock reads found passed
     /// (one whose expiry a packet's processing superseded counts too, at that moment).
     pub timeouts: u64,
-    /// Timer lateness past what quinn asked for, µs: p50, p99, max.
+    /// Timer lateness past what quinn asked for, µs: p50, p99, max (`null` where nothing
+    /// was measured: `quinn-plain`, or no timer handled).
+    #[serde(deserialize_with = "crate::json::num")]
     pub timer_late_p50_us: f64,
     /// 99th percentile.
+    #[serde(deserialize_with = "crate::json::num")]
     pub timer_late_p99_us: f64,
     /// Largest.
+    #[serde(deserialize_with = "crate::json::num")]
     pub timer_late_max_us: f64,
     /// Paced datagrams' lateness past their departure times, µs, p99 (`null` without
     /// per-packet pacing).

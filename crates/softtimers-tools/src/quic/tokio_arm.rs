@@ -412,6 +412,14 @@ mod tests {
     use quinn::Runtime;
 
     #[test]
+    fn the_plain_arm_s_side_without_measured_timers_reads_back_from_its_json() {
+        let written = serde_json::to_string(&side(None, 7, 3)).unwrap();
+        let read: DriverSide = serde_json::from_str(&written).unwrap();
+        assert!(read.timer_late_p50_us.is_nan() && read.timer_late_max_us.is_nan());
+        assert_eq!((read.datagrams_sent, read.send_calls), (Some(7), Some(3)));
+    }
+
+    #[test]
     fn a_passed_deadline_is_counted_once_when_its_timer_is_reset() {
         let base = Instant::now();
         let ms = Duration::from_millis;
