@@ -459,7 +459,7 @@ fn late_packet(net: &Net<Once, Closer>) -> Vec<u8> {
 }
 
 /// The server's close datagram as it first sent it.
-fn close_sent(net: &Net<Once, Closer>) -> Vec<u8> {
+fn close_sent<B>(net: &Net<Once, B>) -> Vec<u8> {
     net.transcript
         .iter()
         .rev()
@@ -469,7 +469,7 @@ fn close_sent(net: &Net<Once, Closer>) -> Vec<u8> {
 }
 
 /// Hands `late` to the server `n` times; returns what it answered each time.
-fn knock(net: &mut Net<Once, Closer>, late: &[u8], n: usize) -> Vec<Option<Vec<u8>>> {
+fn knock<B: App<SimClock>>(net: &mut Net<Once, B>, late: &[u8], n: usize) -> Vec<Option<Vec<u8>>> {
     let now = net.now();
     let mut answers = Vec::new();
     for _ in 0..n {
@@ -741,4 +741,59 @@ fn after_learning_a_late_peer_a_lost_reply_tail_is_still_found_long_before_quinn
         hit >= normal + 1000.0 && hit <= normal + bound && hit < 10_000.0,
         "the request whose tail was lost took {hit} µs (others {normal} µs)"
     );
+}
+
+/// Notes the connections that come up, and closes none.
+#[derive(Default)]
+struct Up(Vec<ConnId>);
+impl App<SimClock> for Up {
+    fn on_event(&mut self, _: &mut Driver<SimClock>, event: QuicEvent) {
+        if let QuicEvent::Connected(id) = event {
+            self.0.push(id);
+        }
+    }
+}
+
+#[test]
+fn a_packet_that_crosses_the_close_before_the_record_is_made_is_answered_by_the_record() {
+    let clock = SimClock::new(HZ);
+    let tls = server_config(identity(), &Tuning::default()).unwrap();
+    let server = Driver::new(clock.clone(), seeded(2), Some(tls)).unwrap();
+    let mut client = Driver::new(clock.clone(), seeded(1), None).unwrap();
+    let tls = client_config(&Trust::Insecure, &Tuning::default()).unwrap();
+    client.connect(tls, server_addr(), "localhost").unwrap();
+    let mut net = Net::new(
+        clock,
+        Side::new(client, Once::default(), client_addr()),
+        Side::new(server, Up::default(), server_addr()),
+        LinkConfig::default(),
+    );
+    net.keep_bytes = true;
+    assert!(net.run_for(Duration::from_secs(1), |n| !n.b.app.0.is_empty()));
+    net.run_for(Duration::from_millis(50), |_| false);
+    // The server closes, and its close leaves; nothing has asked the driver for its next
+    // timeout since, so quinn-proto's connection is still there.
+    let id = net.b.app.0[0];
+    net.b
+        .driver
+        .close(id, softtimer_quic::VarInt::from_u32(3), b"bye")
+        .unwrap();
+    net.step();
+    let close = close_sent(&net);
+    assert_eq!(net.b.driver.connections(), 1);
+    assert_eq!(net.b.driver.closed_held(), 0);
+    // Meanwhile the client, not yet aware, sends a byte on a new stream.
+    let now = net.now();
+    let client = &mut net.a.driver;
+    let conn = client.connection_ids()[0];
+    let stream = client.open_bi(conn).unwrap().unwrap();
+    client.write(conn, stream, b"late").unwrap();
+    let mut buf = Vec::new();
+    let t = client.poll_transmit(now, &mut buf).expect("a packet");
+    let late = buf[..t.segment_size.unwrap_or(t.size)].to_vec();
+    // It makes the record, which answers it with the close, byte for byte.
+    assert_eq!(knock(&mut net, &late, 1), [Some(close)]);
+    assert_eq!(net.b.driver.connections(), 0);
+    assert_eq!(net.b.driver.closed_held(), 1);
+    assert_eq!(net.b.driver.stats().closed.late_answered, 1);
 }
