@@ -11,7 +11,7 @@
 //! with a fixed delay on a [`SimClock`], every connection a real TLS 1.3 handshake. Real
 //! handshakes over loopback sockets at 10⁵ per design would not fit the step's budget, and
 //! the simulated clock lets the drain period (raised to an hour so that closed connections
-//! pile up) end at once. In batches of [`BATCH`], the client opens connections (64 at a
+//! pile up) end at once. In batches of 250, the client opens connections (64 at a
 //! time) until the server has the batch up; the server then closes the batch and the run goes
 //! on until every close is out, the client has drained, and (full design) quinn-proto's own
 //! drain of three PTOs has passed. In the last batch, just after the server's closes leave,
@@ -41,6 +41,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Instant, SimClock, Span};
 use softtimer_quic::quinn_proto;
+use softtimer_quic::sim::SimRun;
 use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
 use softtimer_quic::{App, ClosedState, ConnId, Driver, DriverConfig, QuicEvent, VarInt};
 
@@ -268,41 +269,28 @@ impl Pair {
 
     /// Runs until `done` or `limit` of simulated time has passed; whether `done` said so.
     fn run_for(&mut self, limit: Duration, done: impl Fn(&Pair) -> bool) -> bool {
-        let end = self.clock.now() + Span::from_duration(limit, HZ);
-        let mut stuck = 0;
+        let mut run = SimRun::new(&self.clock, limit);
         loop {
             self.step();
             if done(self) {
                 return true;
             }
-            let now = self.clock.now();
+            // The server's next timeout settles its connections (a closed one's record is
+            // made there): its time counts.
+            let began = WallInstant::now();
+            let server = self.server.poll_timeout().map(|t| t.at);
+            self.server_busy += began.elapsed();
             let next = [
                 self.client.poll_timeout().map(|t| t.at),
-                self.server.poll_timeout().map(|t| t.at),
+                server,
                 self.to_server.front().map(|d| d.0),
                 self.to_client.front().map(|d| d.0),
             ]
             .into_iter()
             .flatten()
             .min();
-            match next {
-                Some(next) if !next.is_after(end) => {
-                    if next.is_after(now) {
-                        self.clock.set(next.ticks());
-                        stuck = 0;
-                    } else {
-                        // Due now and not taken by a step: move on by a tick.
-                        stuck += 1;
-                        if stuck > 2 {
-                            self.clock.advance(1);
-                            stuck = 0;
-                        }
-                    }
-                }
-                _ => {
-                    self.clock.set(end.ticks());
-                    return false;
-                }
+            if !run.advance(&self.clock, next) {
+                return false;
             }
         }
     }
