@@ -12,9 +12,10 @@
 //!   1.25 × cwnd / srtt and released by the departure-time scheduler of `softtimer-net`
 //!   ([`pacing::PacketPacer`]), so quinn's bursts leave evenly spaced (a closed
 //!   connection's CONNECTION_CLOSE is not paced);
-//! * a tail-loss probe ([`probe`]) two smoothed RTTs after the last transmission finds a lost
-//!   last packet in about one RTT instead of quinn-proto's probe timeout, which includes the
-//!   peer's 25 ms ACK delay: a sub-millisecond recovery timer that a 1 ms wheel cannot run;
+//! * a tail-loss probe ([`probe`]) two smoothed RTTs (and an allowance learned from the
+//!   peer's late ACKs) after the last transmission finds a lost last packet in about one RTT
+//!   instead of quinn-proto's probe timeout, which includes the peer's 25 ms ACK delay: a
+//!   sub-millisecond recovery timer that a 1 ms wheel cannot run;
 //! * a closed connection is kept, for the drain period RFC 9000 §10.2 asks for, as a compact
 //!   record (its connection ID, the peer's address, the close datagram to repeat, one soft
 //!   event) instead of quinn-proto's whole `Connection`, as the TCP paper keeps TIME_WAIT
@@ -70,4 +71,7 @@ pub use driver::{
 pub use error::{ConfigError, QuicError, StreamError, TlsError};
 pub use io::{FireNotes, IoStats, QuicSocket, TransmitCauses};
 pub use quic_loop::{App, QUIC_TOKEN, QuicLoop, Wake};
+/// quinn-proto itself, for what its configuration types name (a client's `ClientConfig`,
+/// `ValidationTokenConfig`, `TransportConfig`) without a dependency of one's own.
+pub use quinn_proto;
 pub use quinn_proto::{ConnectionError, EcnCodepoint, StreamId, VarInt};

@@ -17,12 +17,22 @@
 //! 25. Two smoothed RTTs on a 200 µs path is 400 µs, which a timer wheel of 1 ms cannot
 //! express; on soft timers it is one more soft event.
 //!
-//! There is no allowance for a delayed ACK. RFC 8985 adds the peer's worst-case ACK delay
-//! when a single segment is out, and Linux 200 ms, which would make the probe useless for a
-//! lost one-packet request; here a peer that is only delaying its ACK of an odd last packet
-//! gets a PING it did not need (it then holds two unacknowledged packets and acknowledges
-//! both at once). [`DriverStats`](crate::DriverStats) counts the probes and those that found
-//! a loss.
+//! A peer that delays its ACK of the last, odd packet of a flight (RFC 9000 lets it wait
+//! up to its `max_ack_delay`, 25 ms by default, for a second packet) looks, for a while,
+//! like a peer that lost it. RFC 8985 (§7.2) adds the peer's worst-case ACK delay to the probe
+//! when one segment is in flight, and Linux adds 200 ms (and floors every probe at two
+//! jiffies); that would make the probe useless for a lost one-packet request or an odd reply
+//! tail, the cases it is for. Here the probe learns the delay instead, per connection, as
+//! RACK learns its reordering window (RFC 8985 §6.2): a probe that found no loss (quinn
+//! declared none before the connection next sent data) met a peer that was only holding
+//! its ACK, or answering later than two smoothed RTTs (a request/response peer acknowledges
+//! a reply's tail with its next request); each such probe doubles an allowance added to the
+//! probe's wait (from one smoothed RTT, up to [`MAX_ALLOWANCE`], beyond which quinn-proto's
+//! own probe timeout with the default ACK delay comes first), and after 16 probes that
+//! found a loss the allowance starts again from nothing. A peer that answers a reply within
+//! its think time so stops drawing a PING (and a wake-up on both sides) per request after a
+//! few, and a lost tail is still found within two smoothed RTTs and the learned allowance.
+//! [`DriverStats`](crate::DriverStats) counts the probes and those that found a loss.
 //!
 //! quinn-proto 0.11 does not say how many bytes are unacknowledged (its `bytes_in_flight`
 //! is for its own tests, and only the congestion controller hears of it). The driver
@@ -51,6 +61,15 @@
 //! ```
 
 use softtimer::{Instant, Span};
+
+/// The largest allowance for a peer's late ACK ([`TailProbe::outcome`]): RFC 9000's default
+/// `max_ack_delay`. A probe later than that would come after quinn-proto's own probe timeout,
+/// which adds the peer's ACK delay.
+pub const MAX_ALLOWANCE: std::time::Duration = std::time::Duration::from_millis(25);
+
+/// Probes that found a loss after which the learned allowance starts again from nothing
+/// (RACK keeps its grown reordering window for 16 recoveries).
+pub const ALLOWANCE_PERSISTS: u32 = 16;
 
 /// What changed on a connection since the driver last looked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,15 +103,19 @@ impl Progress {
     };
 }
 
-/// When to send a tail-loss probe: two smoothed RTTs after the latest transmission of data
-/// or ACK, while data is outstanding; at most one probe per flight of new data (a probe's own
-/// PING does not count as data, so probes do not feed themselves), and none once an ACK has
-/// left nothing outstanding.
+/// When to send a tail-loss probe: two smoothed RTTs and the learned allowance for the
+/// peer's late ACKs after the latest transmission of data or ACK, while data is outstanding;
+/// at most one probe per flight of new data (a probe's own PING does not count as data, so
+/// probes do not feed themselves), and none once an ACK has left nothing outstanding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TailProbe {
     deadline: Option<Instant>,
     /// Whether the data sent since the last probe may still be probed for.
     budget: bool,
+    /// Added to two smoothed RTTs: what the peer's late ACKs have taught.
+    allowance: Span,
+    /// Probes that found a loss since the allowance last grew.
+    found_since_growth: u32,
 }
 
 impl TailProbe {
@@ -107,7 +130,7 @@ impl TailProbe {
             return;
         }
         self.deadline = (progress.outstanding && self.budget && !srtt.is_zero())
-            .then(|| now + srtt.saturating_mul(2));
+            .then(|| now + srtt.saturating_mul(2) + self.allowance);
     }
 
     /// When the probe is due, if one is armed.
@@ -125,6 +148,27 @@ impl TailProbe {
             }
             _ => false,
         }
+    }
+
+    /// What the last probe met, once known (when the connection next sends data): a loss,
+    /// or a peer that was only late with its ACK, which doubles the allowance (from `srtt`,
+    /// up to `max`).
+    pub fn outcome(&mut self, found_loss: bool, srtt: Span, max: Span) {
+        if found_loss {
+            self.found_since_growth += 1;
+            if self.found_since_growth >= ALLOWANCE_PERSISTS {
+                self.allowance = Span::ZERO;
+                self.found_since_growth = 0;
+            }
+        } else {
+            self.allowance = self.allowance.saturating_mul(2).max(srtt).min(max);
+            self.found_since_growth = 0;
+        }
+    }
+
+    /// The allowance for the peer's late ACKs, learned so far.
+    pub fn allowance(&self) -> Span {
+        self.allowance
     }
 }
 
@@ -176,6 +220,28 @@ mod tests {
         // The retransmission is new data: it may be probed for again.
         p.observe(at(1000), Progress::DATA_SENT, SRTT);
         assert_eq!(p.deadline(), Some(at(1200)));
+    }
+
+    #[test]
+    fn probes_that_meet_a_late_ack_teach_an_allowance_and_losses_end_it() {
+        let max = Span::from_ticks(1000);
+        let mut p = TailProbe::default();
+        // Each probe that found no loss doubles the wait after two smoothed RTTs, from one.
+        for want in [100, 200, 400, 800, 1000, 1000] {
+            p.outcome(false, SRTT, max);
+            assert_eq!(p.allowance(), Span::from_ticks(want));
+        }
+        p.observe(at(0), Progress::DATA_SENT, SRTT);
+        assert_eq!(p.deadline(), Some(at(1200)));
+        // Losses found keep it for a while, then it starts again from nothing.
+        for _ in 1..ALLOWANCE_PERSISTS {
+            p.outcome(true, SRTT, max);
+        }
+        assert_eq!(p.allowance(), max);
+        p.outcome(true, SRTT, max);
+        assert_eq!(p.allowance(), Span::ZERO);
+        p.observe(at(0), Progress::DATA_SENT, SRTT);
+        assert_eq!(p.deadline(), Some(at(200)));
     }
 
     #[test]

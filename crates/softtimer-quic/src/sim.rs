@@ -165,6 +165,48 @@ impl Link {
     }
 }
 
+/// A run of a simulation for at most a limit of simulated time: after each step, the clock
+/// moves on to the earliest thing due ([`SimRun::advance`]). [`Net::run_for`] is one; a
+/// harness of its own (other links, other measurements) makes another the same way.
+#[derive(Clone, Copy, Debug)]
+pub struct SimRun {
+    end: Instant,
+    /// Steps in a row at one time.
+    stuck: u32,
+}
+
+impl SimRun {
+    /// A run of at most `limit` from `clock`'s time now.
+    pub fn new(clock: &SimClock, limit: Duration) -> SimRun {
+        SimRun {
+            end: clock.now() + Span::from_duration(limit, clock.resolution_hz()),
+            stuck: 0,
+        }
+    }
+
+    /// Moves `clock` on to `next`, the earliest time anything is due; `false` (the clock set
+    /// to the run's end) when nothing is due before the end. Something due now that two
+    /// steps in a row did not take (a driver that cannot, at this time) moves the clock on
+    /// by a tick rather than loop.
+    pub fn advance(&mut self, clock: &SimClock, next: Option<Instant>) -> bool {
+        let Some(next) = next.filter(|n| !n.is_after(self.end)) else {
+            clock.set(self.end.ticks());
+            return false;
+        };
+        if next.is_after(clock.now()) {
+            clock.set(next.ticks());
+            self.stuck = 0;
+        } else {
+            self.stuck += 1;
+            if self.stuck > 2 {
+                clock.advance(1);
+                self.stuck = 0;
+            }
+        }
+        true
+    }
+}
+
 /// One endpoint of the simulation: a driver, its application, its address.
 pub struct Side<A> {
     /// The driver.
@@ -245,14 +287,12 @@ impl<A: App<SimClock>, B: App<SimClock>> Net<A, B> {
     /// Runs until `done` says so or `limit` of simulated time has passed; returns whether
     /// `done` said so.
     pub fn run_for(&mut self, limit: Duration, mut done: impl FnMut(&Self) -> bool) -> bool {
-        let end = self.clock.now() + Span::from_duration(limit, self.clock.resolution_hz());
-        let mut steps_at_one_time = 0u32;
+        let mut run = SimRun::new(&self.clock, limit);
         loop {
             self.step();
             if done(self) {
                 return true;
             }
-            let now = self.clock.now();
             let next = [
                 self.a.driver.poll_timeout().map(|t| t.at),
                 self.b.driver.poll_timeout().map(|t| t.at),
@@ -262,24 +302,8 @@ impl<A: App<SimClock>, B: App<SimClock>> Net<A, B> {
             .into_iter()
             .flatten()
             .min();
-            let Some(next) = next else {
+            if !run.advance(&self.clock, next) {
                 return false;
-            };
-            if next.is_after(end) {
-                self.clock.set(end.ticks());
-                return false;
-            }
-            if next.is_after(now) {
-                self.clock.set(next.ticks());
-                steps_at_one_time = 0;
-            } else {
-                // Something due now that a step did not take (it cannot happen twice in a
-                // row unless the driver is stuck): move on by a tick rather than loop.
-                steps_at_one_time += 1;
-                if steps_at_one_time > 2 {
-                    self.clock.advance(1);
-                    steps_at_one_time = 0;
-                }
             }
         }
     }

@@ -459,7 +459,7 @@ fn late_packet(net: &Net<Once, Closer>) -> Vec<u8> {
 }
 
 /// The server's close datagram as it first sent it.
-fn close_sent(net: &Net<Once, Closer>) -> Vec<u8> {
+fn close_sent<B>(net: &Net<Once, B>) -> Vec<u8> {
     net.transcript
         .iter()
         .rev()
@@ -469,7 +469,7 @@ fn close_sent(net: &Net<Once, Closer>) -> Vec<u8> {
 }
 
 /// Hands `late` to the server `n` times; returns what it answered each time.
-fn knock(net: &mut Net<Once, Closer>, late: &[u8], n: usize) -> Vec<Option<Vec<u8>>> {
+fn knock<B: App<SimClock>>(net: &mut Net<Once, B>, late: &[u8], n: usize) -> Vec<Option<Vec<u8>>> {
     let now = net.now();
     let mut answers = Vec::new();
     for _ in 0..n {
@@ -633,4 +633,167 @@ fn certificate_files_that_do_not_parse_are_refused_with_the_reason() {
     );
     assert!(Trust::pem_file(&garbage).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_peer_that_acknowledges_a_reply_with_its_next_request_stops_drawing_probes() {
+    // Requests every 2 ms over a 200 µs RTT; each end asks its peer (ACK frequency) to
+    // acknowledge only every 8 packets or within 10 ms, so the client holds its ACK of a
+    // reply of seven datagrams until its next request. A probe two smoothed RTTs after the
+    // reply meets that held ACK, finds nothing lost, and teaches the probe to wait longer:
+    // after a few, the probe waits out the client's think time.
+    let plan = ClientPlan {
+        download: 8000,
+        requests: 40,
+        interval: Some(Duration::from_millis(2)),
+        ..ClientPlan::default()
+    };
+    let tuning = Tuning {
+        ack_every: Some(8),
+        max_ack_delay: Some(Duration::from_millis(10)),
+        ..Tuning::default()
+    };
+    let mut net = perf_net(plan, seeded(1), seeded(2), &tuning, LinkConfig::default());
+    run_to_end(&mut net, Duration::from_secs(10));
+    let stats = net.b.driver.stats();
+    assert_eq!(stats.tail_probes_finding_loss, 0);
+    assert!(
+        (1..=6).contains(&stats.tail_probes),
+        "{} probes over 40 replies",
+        stats.tail_probes
+    );
+}
+
+#[test]
+fn a_tail_probe_is_waited_for_without_spinning() {
+    // The same held ACKs: after the first reply the server's next wake-up is its probe,
+    // which needs no precision (a wake-up late against quinn's 25 ms probe timeout), so the
+    // loop running the driver may block until it rather than spin.
+    let plan = ClientPlan {
+        download: 8000,
+        requests: 2,
+        interval: Some(Duration::from_millis(2)),
+        ..ClientPlan::default()
+    };
+    let tuning = Tuning {
+        ack_every: Some(8),
+        max_ack_delay: Some(Duration::from_millis(10)),
+        ..Tuning::default()
+    };
+    let server = DriverConfig {
+        wake_lateness: Duration::from_micros(50),
+        ..seeded(2)
+    };
+    let mut net = perf_net(plan, seeded(1), server, &tuning, LinkConfig::default());
+    let mut soon = Vec::new();
+    for _ in 0..400 {
+        net.run_for(Duration::from_micros(25), |_| false);
+        let now = net.now();
+        if let Some(t) = net.b.driver.poll_timeout()
+            && t.at.saturating_since(now) < softtimer::Span::from_micros(2000, HZ)
+        {
+            soon.push((t.at.saturating_since(now).as_nanos(HZ) / 1000, t.spin));
+        }
+    }
+    assert!(net.b.driver.stats().tail_probes >= 1);
+    assert!(
+        !soon.is_empty() && soon.iter().all(|&(_, spin)| !spin),
+        "{soon:?}"
+    );
+}
+
+#[test]
+fn after_learning_a_late_peer_a_lost_reply_tail_is_still_found_long_before_quinns_probe_timeout() {
+    // The peer of the test above (it holds its ACK of a reply until its next request, 2 ms
+    // later) has taught the probe to wait out its think time; then a reply's last datagram is
+    // lost. The client, waiting for it, sends nothing; the probe, two smoothed RTTs and the
+    // learned allowance after the last send, draws the ACK that shows the loss.
+    let plan = ClientPlan {
+        download: 8000,
+        requests: 40,
+        interval: Some(Duration::from_millis(2)),
+        ..ClientPlan::default()
+    };
+    let tuning = Tuning {
+        ack_every: Some(8),
+        max_ack_delay: Some(Duration::from_millis(10)),
+        ..Tuning::default()
+    };
+    let link = LinkConfig::default();
+    let mut clean = perf_net(plan.clone(), seeded(1), seeded(2), &tuning, link.clone());
+    run_to_end(&mut clean, Duration::from_secs(10));
+    let tail = reply_tail(&clean.transcript, 5, 30);
+    let mut net = perf_net(plan, seeded(1), seeded(2), &tuning, link);
+    net.drop = Some(Box::new(move |s| s.from == From::B && s.index == tail));
+    run_to_end(&mut net, Duration::from_secs(10));
+    let stats = net.b.driver.stats();
+    assert!(stats.tail_probes_finding_loss >= 1, "{stats:?}");
+    let latencies = &net.a.app.report.latencies_us;
+    let normal = latencies[28];
+    let hit = latencies[29];
+    // The allowance stops growing once the probe waits longer than the think time, so it is
+    // at most twice that (4 ms): the probe by 2 srtt + 4 ms, its ACK a round trip later,
+    // quinn's time threshold (1 ms) and the retransmission's round trip. quinn-proto's own
+    // probe timeout waits for the peer's 10 ms ACK delay on top of srtt + 4 rttvar.
+    let srtt = 200.0;
+    let bound = 2.0 * srtt + 4000.0 + 1000.0 + 2.0 * srtt;
+    assert!(
+        hit >= normal + 1000.0 && hit <= normal + bound && hit < 10_000.0,
+        "the request whose tail was lost took {hit} µs (others {normal} µs)"
+    );
+}
+
+/// Notes the connections that come up, and closes none.
+#[derive(Default)]
+struct Up(Vec<ConnId>);
+impl App<SimClock> for Up {
+    fn on_event(&mut self, _: &mut Driver<SimClock>, event: QuicEvent) {
+        if let QuicEvent::Connected(id) = event {
+            self.0.push(id);
+        }
+    }
+}
+
+#[test]
+fn a_packet_that_crosses_the_close_before_the_record_is_made_is_answered_by_the_record() {
+    let clock = SimClock::new(HZ);
+    let tls = server_config(identity(), &Tuning::default()).unwrap();
+    let server = Driver::new(clock.clone(), seeded(2), Some(tls)).unwrap();
+    let mut client = Driver::new(clock.clone(), seeded(1), None).unwrap();
+    let tls = client_config(&Trust::Insecure, &Tuning::default()).unwrap();
+    client.connect(tls, server_addr(), "localhost").unwrap();
+    let mut net = Net::new(
+        clock,
+        Side::new(client, Once::default(), client_addr()),
+        Side::new(server, Up::default(), server_addr()),
+        LinkConfig::default(),
+    );
+    net.keep_bytes = true;
+    assert!(net.run_for(Duration::from_secs(1), |n| !n.b.app.0.is_empty()));
+    net.run_for(Duration::from_millis(50), |_| false);
+    // The server closes, and its close leaves; nothing has asked the driver for its next
+    // timeout since, so quinn-proto's connection is still there.
+    let id = net.b.app.0[0];
+    net.b
+        .driver
+        .close(id, softtimer_quic::VarInt::from_u32(3), b"bye")
+        .unwrap();
+    net.step();
+    let close = close_sent(&net);
+    assert_eq!(net.b.driver.connections(), 1);
+    assert_eq!(net.b.driver.closed_held(), 0);
+    // Meanwhile the client, not yet aware, sends a byte on a new stream.
+    let now = net.now();
+    let client = &mut net.a.driver;
+    let conn = client.connection_ids()[0];
+    let stream = client.open_bi(conn).unwrap().unwrap();
+    client.write(conn, stream, b"late").unwrap();
+    let mut buf = Vec::new();
+    let t = client.poll_transmit(now, &mut buf).expect("a packet");
+    let late = buf[..t.segment_size.unwrap_or(t.size)].to_vec();
+    // It makes the record, which answers it with the close, byte for byte.
+    assert_eq!(knock(&mut net, &late, 1), [Some(close)]);
+    assert_eq!(net.b.driver.connections(), 0);
+    assert_eq!(net.b.driver.closed_held(), 1);
+    assert_eq!(net.b.driver.stats().closed.late_answered, 1);
 }

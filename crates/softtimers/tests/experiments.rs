@@ -111,7 +111,7 @@ fn plots_exist(dir: &Path) -> usize {
 #[test]
 fn every_experiment_writes_its_table_json_and_plots() {
     let base = std::env::temp_dir().join(format!("softtimers-exp-{}", std::process::id()));
-    let cases: [(&str, &[&str], usize); 10] = [
+    let cases: [(&str, &[&str], usize); 11] = [
         (
             "e1",
             &[
@@ -179,6 +179,17 @@ fn every_experiment_writes_its_table_json_and_plots() {
         ),
         ("e13", &["deadline_us", "extra_cost_pct", "fired_pct"], 0),
         (
+            "e15",
+            &[
+                "design",
+                "held",
+                "bytes_per_closed",
+                "cpu_ns_per_close",
+                "late_packets_answered",
+            ],
+            0,
+        ),
+        (
             "e9",
             &["workload", "design", "rps", "ratio", "cpu_us_per_response"],
             1,
@@ -197,7 +208,7 @@ fn every_experiment_writes_its_table_json_and_plots() {
         let result = json(&dir.join(format!("{name}.json")));
         has_fields(&result["rows"], fields);
         // The steps that state targets must write them.
-        if ["e1", "e3", "e6", "e7", "e8", "e9", "e13"].contains(&name) {
+        if ["e1", "e3", "e6", "e7", "e8", "e9", "e13", "e15"].contains(&name) {
             assert!(result["targets"].is_array(), "{name}: no targets list");
         }
         if let Some(targets) = result["targets"].as_array() {
@@ -227,6 +238,20 @@ fn quic_steps_write_what_the_checks_read() {
         let rows = &result["rows"];
         match name {
             "quic" => {
+                // The loopback median: each server, the same stock-quinn client.
+                let all = rows.as_array().unwrap();
+                let (loopback, path): (Vec<_>, Vec<_>) = all
+                    .iter()
+                    .cloned()
+                    .partition(|r| r["workload"] == "loopback-rr-stock-client");
+                has_fields(
+                    &serde_json::Value::Array(loopback.clone()),
+                    &["workload", "stack", "p50_us", "p99_us"],
+                );
+                for stack in ["soft", "quinn-tokio", "quinn-plain"] {
+                    assert!(loopback.iter().any(|r| r["stack"] == stack), "no {stack}");
+                }
+                let rows = &serde_json::Value::Array(path);
                 has_fields(
                     rows,
                     &[

@@ -216,15 +216,20 @@ impl Conn {
         self.flight.data_frames = data;
         self.flight.last_data = Some(now_std);
         self.flight.loss_timer = self.conn.poll_timeout();
-        let found = matches!(self.flight.lost_at_probe.take(), Some(lost) if stats.path.lost_packets > lost);
-        if self.connected {
-            self.probe.observe(
-                now,
-                Progress::DATA_SENT,
-                Span::from_duration(stats.path.rtt, hz),
-            );
+        let srtt = Span::from_duration(stats.path.rtt, hz);
+        let outcome = self
+            .flight
+            .lost_at_probe
+            .take()
+            .map(|lost| stats.path.lost_packets > lost);
+        if let Some(found) = outcome {
+            let max = Span::from_duration(crate::probe::MAX_ALLOWANCE, hz);
+            self.probe.outcome(found, srtt, max);
         }
-        found
+        if self.connected {
+            self.probe.observe(now, Progress::DATA_SENT, srtt);
+        }
+        outcome == Some(true)
     }
 }
 

@@ -92,11 +92,11 @@ pub struct DriverConfig {
     pub datagrams_per_departure: usize,
     /// `SO_SNDBUF` and `SO_RCVBUF` to ask for (the I/O layer's).
     pub socket_buffer: Option<usize>,
-    /// Send a tail-loss probe (a PING) two smoothed RTTs after the latest data or ACK while
-    /// data is unacknowledged, once per flight ([`probe`](crate::probe)): the peer's
-    /// immediate ACK of it lets quinn-proto find a lost last packet about one RTT later,
-    /// instead of after its probe timeout (which includes the peer's 25 ms ACK delay).
-    /// Works with any congestion controller.
+    /// Send a tail-loss probe (a PING) two smoothed RTTs, and what the peer's late ACKs
+    /// have taught, after the latest data or ACK while data is unacknowledged, once per
+    /// flight ([`probe`](crate::probe)): the peer's immediate ACK of it lets quinn-proto find
+    /// a lost last packet about one RTT later, instead of after its probe timeout (which
+    /// includes the peer's 25 ms ACK delay). Works with any congestion controller.
     pub tail_probe: bool,
     /// What a closed connection is kept as during its drain period.
     pub closed_state: ClosedState,
@@ -187,10 +187,12 @@ pub enum ReadStatus {
 pub struct Timeout {
     /// The time.
     pub at: Instant,
-    /// Whether the wake-up needs precision. `false` when it is for a paced departure alone
-    /// with nothing precise due within [`DriverConfig::wake_lateness`] after it: a departure
-    /// a wake-up late leaves later departures at their times, so the spacing holds, and a
-    /// loop may block until it instead of spinning.
+    /// Whether the wake-up needs precision. `false` when it is for a paced departure, a
+    /// tail-loss probe or the end of a drain period, with nothing precise (quinn-proto's
+    /// timers, an application wake-up) due within [`DriverConfig::wake_lateness`] after it:
+    /// a departure a wake-up late leaves later departures at their times, so the spacing
+    /// holds, and a probe a wake-up late is still far ahead of quinn's probe timeout; a loop
+    /// may block until it instead of spinning.
     pub spin: bool,
 }
 
@@ -286,6 +288,9 @@ pub struct Driver<C: Clock + Clone = SystemClock> {
     released: VecDeque<(Datagram, Instant)>,
     pacer: PacketPacer<u32, Datagram>,
     timers: SoftTimers<Timer, C>,
+    /// The tail-loss probes and the ends of held connections' drains: soft events that need
+    /// no precision ([`Timeout::spin`]).
+    lax: SoftTimers<Timer, C>,
     /// The ends of the closed records' drain periods (by record index), apart from the
     /// connections' timers so that many of them do not slow those down.
     drains: SoftTimers<u32, C>,
@@ -342,6 +347,8 @@ impl<C: Clock + Clone> Driver<C> {
         );
         let timers: SoftTimers<Timer, C> =
             SoftTimers::new(clock.clone()).map_err(|e| QuicError::from(ConfigError::Timers(e)))?;
+        let lax: SoftTimers<Timer, C> =
+            SoftTimers::new(clock.clone()).map_err(|e| QuicError::from(ConfigError::Timers(e)))?;
         let drains: SoftTimers<u32, C> =
             SoftTimers::new(clock.clone()).map_err(|e| QuicError::from(ConfigError::Timers(e)))?;
         let hz = clock.resolution_hz();
@@ -365,6 +372,7 @@ impl<C: Clock + Clone> Driver<C> {
             released: VecDeque::new(),
             pacer: PacketPacer::new(start, hz),
             timers,
+            lax,
             drains,
             app_timer: None,
             closed: ClosedTable::default(),
@@ -451,22 +459,9 @@ impl<C: Clock + Clone> Driver<C> {
         let dcid = Cid::destination(data, self.cid_len);
         if let Some(cid) = &dcid
             && self.closed.len() > 0
+            && self.late_packet(cid, remote, local_ip)
         {
-            match self.closed.on_packet(cid, remote) {
-                Late::Unknown => {}
-                Late::Drop => return,
-                Late::Answer(close, to) => {
-                    let d = Datagram {
-                        destination: to,
-                        ecn: None,
-                        src_ip: local_ip,
-                        bytes: close.to_vec(),
-                        segment_size: None,
-                    };
-                    self.responses.push_back(d);
-                    return;
-                }
-            }
+            return;
         }
         let now_std = self.map.to_std(now);
         let mut response = self.spare.pop().unwrap_or_default();
@@ -482,7 +477,14 @@ impl<C: Clock + Clone> Driver<C> {
         match event {
             Some(DatagramEvent::ConnectionEvent(ch, event)) => {
                 let slot = ch.0 as u32;
-                if let Some(c) = self.conns.at(slot) {
+                // A connection whose close is out but that is not compacted yet (that waits
+                // for its next call): compacted now, and the packet is a late one for its
+                // record (quinn-proto's answer would go with the connection).
+                if self.conns.at(slot).is_some_and(|c| c.conn.is_closed()) && self.retire(slot) {
+                    if let Some(cid) = &dcid {
+                        self.late_packet(cid, remote, local_ip);
+                    }
+                } else if let Some(c) = self.conns.at(slot) {
                     c.conn.handle_event(event);
                     if dcid.is_some() {
                         c.dcid = dcid;
@@ -523,6 +525,26 @@ impl<C: Clock + Clone> Driver<C> {
         // poll, once for a whole batch of datagrams.
     }
 
+    /// A datagram for `cid` from `remote`: whether a closed connection's record took it
+    /// (answered with the close again, or dropped).
+    fn late_packet(&mut self, cid: &Cid, remote: SocketAddr, local_ip: Option<IpAddr>) -> bool {
+        match self.closed.on_packet(cid, remote) {
+            Late::Unknown => false,
+            Late::Drop => true,
+            Late::Answer(close, to) => {
+                let d = Datagram {
+                    destination: to,
+                    ecn: None,
+                    src_ip: local_ip,
+                    bytes: close.to_vec(),
+                    segment_size: None,
+                };
+                self.responses.push_back(d);
+                true
+            }
+        }
+    }
+
     fn respond(&mut self, t: &quinn_proto::Transmit, mut bytes: Vec<u8>) {
         bytes.truncate(t.size);
         self.responses.push_back(Datagram {
@@ -543,47 +565,57 @@ impl<C: Clock + Clone> Driver<C> {
         }
         let now_std = self.map.to_std(now);
         while let Some(fired) = self.timers.pop_due(now, TriggerSource::User) {
-            match fired.event {
-                Timer::Quinn(slot) => {
-                    let Some(c) = self.conns.at(slot) else {
-                        continue;
-                    };
-                    let Some((id, asked)) = c.timer else { continue };
-                    if id != fired.id {
-                        continue;
-                    }
-                    c.timer = None;
-                    c.conn.handle_timeout(now_std);
-                    self.stats.timeouts += 1;
-                    let late = now_std.saturating_duration_since(asked).as_nanos() as u64;
-                    let _ = self.timer_lateness.record(late.max(1));
+            self.on_timer(fired.event, fired.id, now, now_std);
+        }
+        while let Some(fired) = self.lax.pop_due(now, TriggerSource::User) {
+            self.on_timer(fired.event, fired.id, now, now_std);
+        }
+    }
+
+    /// A soft event of the driver's has fired.
+    fn on_timer(&mut self, timer: Timer, id: EventId, now: Instant, now_std: std::time::Instant) {
+        match timer {
+            Timer::Quinn(slot) => {
+                let Some(c) = self.conns.at(slot) else {
+                    return;
+                };
+                let Some((event, asked)) = c.timer else {
+                    return;
+                };
+                if event != id {
+                    return;
+                }
+                c.timer = None;
+                c.conn.handle_timeout(now_std);
+                self.stats.timeouts += 1;
+                let late = now_std.saturating_duration_since(asked).as_nanos() as u64;
+                let _ = self.timer_lateness.record(late.max(1));
+                self.touch(slot);
+            }
+            Timer::Probe(slot) => {
+                let Some(c) = self.conns.at(slot) else {
+                    return;
+                };
+                if c.probe_timer.map(|(event, _)| event) != Some(id) {
+                    return;
+                }
+                c.probe_timer = None;
+                if c.probe.fire(now) && !c.conn.is_closed() {
+                    c.conn.ping();
+                    c.flight.lost_at_probe = Some(c.conn.stats().path.lost_packets);
+                    self.stats.tail_probes += 1;
                     self.touch(slot);
                 }
-                Timer::Probe(slot) => {
-                    let Some(c) = self.conns.at(slot) else {
-                        continue;
-                    };
-                    if c.probe_timer.map(|(id, _)| id) != Some(fired.id) {
-                        continue;
-                    }
-                    c.probe_timer = None;
-                    if c.probe.fire(now) && !c.conn.is_closed() {
-                        c.conn.ping();
-                        c.flight.lost_at_probe = Some(c.conn.stats().path.lost_packets);
-                        self.stats.tail_probes += 1;
-                        self.touch(slot);
-                    }
-                }
-                Timer::Hold(slot) => {
-                    if let Some(c) = self.conns.at(slot)
-                        && c.ending.hold == Some(fired.id)
-                    {
-                        c.ending.hold_over = true;
-                        self.touch(slot);
-                    }
-                }
-                Timer::App => self.app_timer = None,
             }
+            Timer::Hold(slot) => {
+                if let Some(c) = self.conns.at(slot)
+                    && c.ending.hold == Some(id)
+                {
+                    c.ending.hold_over = true;
+                    self.touch(slot);
+                }
+            }
+            Timer::App => self.app_timer = None,
         }
     }
 
@@ -601,12 +633,18 @@ impl<C: Clock + Clone> Driver<C> {
         // The end of a closed record needs no precision, and with many records held the
         // exact next one may take a walk over a coarse slot of the wheel: the facility's
         // lower bound (read in constant time) wakes the driver at worst a little early, and
-        // like a departure it does not ask the loop to spin.
-        let departure = match (departure, self.drains.next_trigger_time()) {
-            (Some(d), Some(r)) if d.is_after(r) => Some(r),
-            (None, r) => r,
-            (d, _) => d,
+        // like a departure it does not ask the loop to spin. Nor do a tail-loss probe (a
+        // wake-up late on a wait of two RTTs and more, against quinn's probe timeout of
+        // 25 ms) and the end of a held connection's drain: a loop that spun before a probe
+        // would look at its sockets only between slices of the spin, late for the very
+        // packet (the next request) that makes the probe needless.
+        let earliest = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(a), Some(b)) if a.is_after(b) => Some(b),
+            (None, b) => b,
+            (a, _) => a,
         };
+        let departure = earliest(departure, self.drains.next_trigger_time());
+        let departure = earliest(departure, self.lax.next_expiry());
         let (at, spin) = wake_plan(departure, precise, self.wake_lateness);
         at.map(|at| Timeout { at, spin })
     }
@@ -723,7 +761,7 @@ impl<C: Clock + Clone> Driver<C> {
                 .push_back(QuicEvent::Lost(id, ConnectionError::LocallyClosed));
         }
         if let Some(at) = hold
-            && let Ok(event) = self.timers.schedule_at(at, Timer::Hold(slot))
+            && let Ok(event) = self.lax.schedule_at(at, Timer::Hold(slot))
         {
             self.conns.at(slot).expect("listed").ending.hold = Some(event);
         }
@@ -750,10 +788,10 @@ impl<C: Clock + Clone> Driver<C> {
         let probe = c.probe.deadline().map(|t| map.round_up(granularity, t));
         if probe != c.probe_timer.map(|(_, t)| t) {
             if let Some((event, _)) = c.probe_timer.take() {
-                self.timers.cancel(event);
+                self.lax.cancel(event);
             }
             if let Some(at) = probe
-                && let Ok(event) = self.timers.schedule_at(at, Timer::Probe(slot))
+                && let Ok(event) = self.lax.schedule_at(at, Timer::Probe(slot))
             {
                 c.probe_timer = Some((event, at));
             }
@@ -831,15 +869,14 @@ impl<C: Clock + Clone> Driver<C> {
         let Some(c) = self.conns.remove(slot) else {
             return;
         };
-        for event in [
-            c.timer.map(|t| t.0),
-            c.probe_timer.map(|t| t.0),
-            c.ending.hold,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        if let Some((event, _)) = c.timer {
             self.timers.cancel(event);
+        }
+        for event in [c.probe_timer.map(|t| t.0), c.ending.hold]
+            .into_iter()
+            .flatten()
+        {
+            self.lax.cancel(event);
         }
         self.pacer.remove(slot);
         let _ = self

@@ -12,6 +12,7 @@
 //! | [`livelock`] | E10, E11, E12: a user-space router flooded across network namespaces; the 4.2BSD structure against polling with quotas, feedback and a CPU budget | livelock Figs. 6-1, 6-3 to 6-6, 7-1 |
 //! | [`deadline`] | E13: the deadline backstop | Table XIII |
 //! | [`quic`], [`bottleneck`] | quic, E14, E16: the path emulator's bottleneck beside `tbf`; quinn-proto on soft timers (quinn's pacer, per-packet pacing, timers rounded to 1 ms) against stock quinn on tokio and kernel TCP through the path emulator; response time after idle; recovery timers under loss | soft-timers paper, Tables X–XI |
+//! | [`e15`] | E15: closed connections held as compact records against quinn-proto's whole `Connection` | TCP paper, Figs. 3, 7–10 |
 //! | [`runtimes`] | async: the async runtime on soft timers (`softtimer-async`) against tokio and smol | — |
 //! | [`nginx`] | the HTTP server against nginx | — |
 //!
@@ -22,6 +23,7 @@
 pub mod bottleneck;
 pub mod cost;
 pub mod deadline;
+pub mod e15;
 pub mod intervals;
 pub mod livelock;
 pub mod nginx;
@@ -82,6 +84,8 @@ pub enum Step {
     Quic,
     /// E14: response time after idle (soft-timers paper, Tables X–XI).
     E14,
+    /// E15: compact closed-connection state (the TCP paper's TIME_WAIT).
+    E15,
     /// E16: recovery timers under loss.
     E16,
     /// The async runtime on soft timers against tokio and smol.
@@ -141,6 +145,7 @@ impl Step {
         Step::E13,
         Step::Quic,
         Step::E14,
+        Step::E15,
         Step::E16,
         Step::Async,
         Step::Nginx,
@@ -168,6 +173,7 @@ impl Step {
             Step::E13 => "e13",
             Step::Quic => "quic",
             Step::E14 => "e14",
+            Step::E15 => "e15",
             Step::E16 => "e16",
             Step::Async => "async",
             Step::Nginx => "nginx",
@@ -196,6 +202,7 @@ impl Step {
             Step::E13 => "E13",
             Step::Quic => "quic",
             Step::E14 => "E14",
+            Step::E15 => "E15",
             Step::E16 => "E16",
             Step::Async => "async",
             Step::Nginx => "nginx",
@@ -228,6 +235,7 @@ impl Step {
             Step::E13 => "E13: the deadline backstop (Table XIII)",
             Step::Quic => "quic: QUIC on soft timers against stock quinn and kernel TCP",
             Step::E14 => "E14: response time after idle (soft-timers paper, Tables X-XI)",
+            Step::E15 => "E15: compact closed-connection state (the TCP paper's TIME_WAIT)",
             Step::E16 => "E16: recovery timers under loss",
             Step::Async => "async: the async runtime on soft timers against tokio and smol",
             Step::Nginx => "the HTTP server against nginx with one worker",
@@ -294,6 +302,7 @@ impl Step {
             Step::Quic | Step::E14 | Step::E16 => {
                 Duration::from_secs_f64(quic::expected_seconds(self.name(), length.quick))
             }
+            Step::E15 => Duration::from_secs_f64(e15::expected_seconds(length.quick)),
             Step::Async => Duration::from_secs_f64(runtimes::expected_seconds(length.quick)),
             Step::Nginx => runs(rounds * 2, throughput) + Duration::from_millis(500),
         }
@@ -363,6 +372,7 @@ impl Step {
             Step::E13 => save(out, &deadline::e13(options, progress)?),
             Step::Quic => save(out, &quic::quic(options, progress)?),
             Step::E14 => save(out, &quic::e14(options, progress)?),
+            Step::E15 => save(out, &e15::e15(options, progress)?),
             Step::E16 => save(out, &quic::e16(options, progress)?),
             Step::Async => save(out, &runtimes::run(options, progress)?),
             Step::Nginx => save(out, &nginx::compare(options, progress)?),
@@ -420,6 +430,7 @@ impl Step {
             Step::E13 => what.of::<deadline::E13>(),
             Step::Quic => what.of::<quic::QuicResult>(),
             Step::E14 => what.of::<quic::E14>(),
+            Step::E15 => what.of::<e15::E15>(),
             Step::E16 => what.of::<quic::E16>(),
             Step::Async => what.of::<runtimes::AsyncResult>(),
             Step::Nginx => what.of::<nginx::Nginx>(),

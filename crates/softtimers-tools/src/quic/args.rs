@@ -18,7 +18,9 @@ use crate::parse::{parse_bytes, parse_duration, parse_spin_window};
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
     /// The stack: quinn-proto on soft timers (`soft`, `soft-paced` with per-packet pacing,
-    /// `soft-1ms` with timers rounded up to 1 ms), stock quinn on tokio, or kernel TCP.
+    /// `soft-1ms` with timers rounded up to 1 ms), stock quinn on tokio (`quinn-tokio` with
+    /// the lab's transport settings and its timers measured, `quinn-plain` with quinn's
+    /// defaults), or kernel TCP.
     #[arg(long, value_enum, default_value = "soft")]
     pub stack: Stack,
     /// Flow-control windows (bytes; k, M suffixes): at least twice the path's BDP.
@@ -43,11 +45,16 @@ pub struct CommonArgs {
     /// departure time. 1 spaces every datagram; 2 halves the system calls and wake-ups.
     #[arg(long, default_value_t = 1)]
     pub per_departure: usize,
-    /// Turn off the soft-timer driver's tail-loss probe (a PING two smoothed RTTs after the
-    /// last data or ACK while data is unacknowledged, which finds a lost last packet in about
-    /// an RTT instead of quinn's probe timeout of 25 ms and more).
+    /// Turn off the soft-timer driver's tail-loss probe (a PING two smoothed RTTs, and an
+    /// allowance learned from the peer's late ACKs, after the last data or ACK while data is
+    /// unacknowledged, which finds a lost last packet in about an RTT instead of quinn's
+    /// probe timeout of 25 ms and more).
     #[arg(long)]
     pub no_tail_probe: bool,
+    /// Run path MTU discovery, as quinn does by default (the QUIC stacks but quinn-plain,
+    /// which always does; off: every datagram is 1200 bytes, as in the lab's path runs).
+    #[arg(long)]
+    pub mtu_discovery: bool,
     /// Close a connection after this long without a packet from the peer (the QUIC stacks;
     /// the smaller of the two sides' values applies). A server whose client's close was lost
     /// exits after this long. Default: 30 s.
@@ -71,6 +78,7 @@ impl CommonArgs {
             per_departure: self.per_departure,
             tail_probe: !self.no_tail_probe,
             idle_timeout: self.idle_timeout,
+            mtu_discovery: self.mtu_discovery,
         }
     }
 }
@@ -185,5 +193,54 @@ impl Program for ClientArgs {
 
     fn json(&self) -> Option<&Path> {
         self.common.json.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        common: CommonArgs,
+    }
+
+    fn common(args: &[&str]) -> Common {
+        Cli::try_parse_from(std::iter::once("quic").chain(args.iter().copied()))
+            .unwrap()
+            .common
+            .common()
+    }
+
+    #[test]
+    fn quinn_plain_takes_quinns_defaults_and_refuses_the_lab_s_tuning() {
+        assert_eq!(common(&[]).window, super::super::DEFAULT_WINDOW);
+        assert!(common(&["--stack", "quinn-plain"]).tuning().is_ok());
+        for flags in [
+            &["--window", "1M"][..],
+            &["--mtu-discovery"],
+            &["--ack-every", "4"],
+            &["--idle-timeout", "3s"],
+            &["--spin", "0"],
+            &["--no-tail-probe"],
+        ] {
+            let mut args = vec!["--stack", "quinn-plain"];
+            args.extend_from_slice(flags);
+            let err = common(&args).tuning().unwrap_err().to_string();
+            assert!(err.contains(flags[0]), "{flags:?}: {err}");
+        }
+        assert!(
+            common(&["--stack", "quinn-tokio", "--mtu-discovery"])
+                .tuning()
+                .unwrap()
+                .mtu_discovery
+        );
+        assert!(
+            common(&["--stack", "kernel-tcp", "--mtu-discovery"])
+                .tuning()
+                .is_err()
+        );
     }
 }

@@ -5,14 +5,19 @@
 //! * `soft-paced`: the same with per-packet pacing through the departure-time scheduler;
 //! * `soft-1ms`: the same loop with every quinn timer rounded up to 1 ms, as tokio's wheel
 //!   rounds, to separate timer precision from everything else the runtimes differ in;
-//! * `quinn-tokio`: stock quinn 0.11 on a current-thread tokio runtime, structured as
-//!   quinn's own examples (an accept loop, a task per connection and per stream);
+//! * `quinn-tokio`: stock quinn 0.11 on a current-thread tokio runtime, written as quinn's
+//!   own examples and its `perf` tool write it (an accept loop, a task per connection and per
+//!   stream, one shared response buffer), with the lab's transport settings and quinn's
+//!   timers measured;
+//! * `quinn-plain`: the same stock quinn with quinn's defaults and nothing measured (the
+//!   server a user of quinn writes; the anchor of the loopback median);
 //! * `kernel-tcp`: the kernel's TCP (CUBIC) with plain blocking sockets, `TCP_NODELAY`, each
 //!   request framed as `[download u64][upload u64][upload bytes]` on one connection.
 //!
-//! Every QUIC stack uses the same TLS set-up, congestion controller, flow-control windows,
-//! MTU settings and socket buffers ([`softtimer_quic::tls::Tuning`]), and the same
-//! response pattern, so that a client checks every byte whichever server it talks to.
+//! Every QUIC stack but `quinn-plain` uses the same TLS set-up, congestion controller,
+//! flow-control windows, MTU settings and socket buffers ([`softtimer_quic::tls::Tuning`]),
+//! and every stack the same response pattern, so that a client checks every byte whichever
+//! server it talks to.
 
 mod args;
 mod tcp;
@@ -52,8 +57,10 @@ pub enum Stack {
     #[value(name = "soft-1ms")]
     #[serde(rename = "soft-1ms")]
     Soft1ms,
-    /// Stock quinn on tokio.
+    /// Stock quinn on tokio, the lab's transport settings, its timers measured.
     QuinnTokio,
+    /// Stock quinn on tokio with quinn's defaults, nothing measured.
+    QuinnPlain,
     /// The kernel's TCP.
     KernelTcp,
 }
@@ -66,6 +73,7 @@ impl Stack {
             Stack::SoftPaced => "soft-paced",
             Stack::Soft1ms => "soft-1ms",
             Stack::QuinnTokio => "quinn-tokio",
+            Stack::QuinnPlain => "quinn-plain",
             Stack::KernelTcp => "kernel-tcp",
         }
     }
@@ -119,6 +127,8 @@ pub struct Common {
     /// The connection's idle timeout (the QUIC stacks; default:
     /// [`softtimer_quic::tls::DEFAULT_IDLE_TIMEOUT`], 30 s).
     pub idle_timeout: Option<Duration>,
+    /// Path MTU discovery, as quinn runs it by default (off: every datagram 1200 bytes).
+    pub mtu_discovery: bool,
 }
 
 impl Common {
@@ -157,10 +167,30 @@ impl Common {
         if self.per_departure > 1 && self.stack != Stack::SoftPaced {
             bail!("--per-departure applies to --stack soft-paced only");
         }
-        if self.spin.is_some() && matches!(self.stack, Stack::QuinnTokio | Stack::KernelTcp) {
+        if self.stack == Stack::QuinnPlain {
+            let tuned = [
+                (self.window != DEFAULT_WINDOW, "--window"),
+                (self.after_idle != AfterIdleArg::Keep, "--after-idle"),
+                (self.ack_every.is_some(), "--ack-every"),
+                (self.max_ack_delay.is_some(), "--max-ack-delay"),
+                (self.idle_timeout.is_some(), "--idle-timeout"),
+                (self.mtu_discovery, "--mtu-discovery"),
+            ];
+            if let Some((_, flag)) = tuned.iter().find(|(set, _)| *set) {
+                bail!(
+                    "{flag} does not apply to quinn-plain (stock quinn with quinn's default \
+                     transport settings; quinn-tokio takes them)"
+                );
+            }
+        }
+        let stock_or_tcp = matches!(
+            self.stack,
+            Stack::QuinnTokio | Stack::QuinnPlain | Stack::KernelTcp
+        );
+        if self.spin.is_some() && stock_or_tcp {
             bail!("--spin applies to the soft-timer stacks only (soft, soft-paced, soft-1ms)");
         }
-        if !self.tail_probe && matches!(self.stack, Stack::QuinnTokio | Stack::KernelTcp) {
+        if !self.tail_probe && stock_or_tcp {
             bail!(
                 "--no-tail-probe applies to the soft-timer stacks only (soft, soft-paced, soft-1ms)"
             );
@@ -170,6 +200,9 @@ impl Common {
         }
         if self.idle_timeout.is_some() && self.stack == Stack::KernelTcp {
             bail!("--idle-timeout applies to the QUIC stacks only");
+        }
+        if self.mtu_discovery && self.stack == Stack::KernelTcp {
+            bail!("--mtu-discovery applies to the QUIC stacks only");
         }
         let idle_timeout = self
             .idle_timeout
@@ -186,10 +219,14 @@ impl Common {
             ack_every: self.ack_every,
             max_ack_delay: self.max_ack_delay,
             idle_timeout,
+            mtu_discovery: self.mtu_discovery,
             ..Tuning::default()
         })
     }
 }
+
+/// `--window`'s default, bytes.
+pub const DEFAULT_WINDOW: u64 = 16_000_000;
 
 /// The shortest `--idle-timeout`: a few RTTs of a slow path.
 const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -235,11 +272,15 @@ pub struct DriverSide {
     /// handles; for stock quinn, each deadline quinn armed that its clock reads found passed
     /// (one whose expiry a packet's processing superseded counts too, at that moment).
     pub timeouts: u64,
-    /// Timer lateness past what quinn asked for, µs: p50, p99, max.
+    /// Timer lateness past what quinn asked for, µs: p50, p99, max (`null` where nothing
+    /// was measured: `quinn-plain`, or no timer handled).
+    #[serde(deserialize_with = "crate::json::num")]
     pub timer_late_p50_us: f64,
     /// 99th percentile.
+    #[serde(deserialize_with = "crate::json::num")]
     pub timer_late_p99_us: f64,
     /// Largest.
+    #[serde(deserialize_with = "crate::json::num")]
     pub timer_late_max_us: f64,
     /// Paced datagrams' lateness past their departure times, µs, p99 (`null` without
     /// per-packet pacing).
@@ -322,8 +363,9 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
             quic.run(&mut app)?;
             (app.report, Some(driver_side(&mut quic, spin_window)))
         }
-        Stack::QuinnTokio => {
-            let (served, side) = tokio_arm::server(opts, &identity, &tuning)?;
+        Stack::QuinnTokio | Stack::QuinnPlain => {
+            let arm = stock_arm(opts.common.stack);
+            let (served, side) = tokio_arm::server(opts, &identity, &tuning, arm)?;
             (served, Some(side))
         }
         Stack::KernelTcp => (tcp_server(opts)?, None),
@@ -336,6 +378,14 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
         cpu_ns,
         driver,
     })
+}
+
+fn stock_arm(stack: Stack) -> tokio_arm::Arm {
+    if stack == Stack::QuinnPlain {
+        tokio_arm::Arm::Plain
+    } else {
+        tokio_arm::Arm::Measured
+    }
 }
 
 fn per_mb(cpu_ns: u64, bytes: u64) -> f64 {
@@ -409,8 +459,9 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
             quic.run(&mut app)?;
             (app.report, Some(driver_side(&mut quic, spin_window)))
         }
-        Stack::QuinnTokio => {
-            let (report, side) = tokio_arm::client(opts, &trust, &tuning)?;
+        Stack::QuinnTokio | Stack::QuinnPlain => {
+            let arm = stock_arm(opts.common.stack);
+            let (report, side) = tokio_arm::client(opts, &trust, &tuning, arm)?;
             (report, Some(side))
         }
         Stack::KernelTcp => (tcp_client(opts)?, None),

@@ -13,6 +13,7 @@ use crate::harness::ExpOptions;
 use crate::report::StepResult;
 use crate::targets::TargetCheck;
 
+use super::loopback::{LOOPBACK_RR, LOOPBACK_STACKS, loopback_run, loopback_targets};
 use super::{
     AFTER_IDLE, AFTER_IDLE_WARMUP, BULK_50M_SMALL_QUEUE, DriverSide, Measured, PACING_VARIANTS, RR,
     RR_STACKS, Run, TIMER_STACKS, begin, bulk_bytes, bulk_stacks, bulks, downloads, link, median,
@@ -26,6 +27,10 @@ pub struct QuicRow {
     pub stack: String,
     /// The scenario, e.g. `bulk-50M-20ms-0.25bdp` or `rr-200us-1%`.
     pub scenario: String,
+    /// `loopback-rr-stock-client` for the loopback median's rows (each stack's server, the
+    /// stock-quinn client), absent for the rows through the path emulator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
     /// Round (rounds interleave the stacks).
     pub round: usize,
     /// Download goodput, bit/s.
@@ -145,7 +150,8 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
         * (bulks.iter().map(|b| bulk_stacks(b).len()).sum::<usize>()
             + PACING_VARIANTS.len()
             + RR_STACKS.len()
-            + timer_runs.len() * TIMER_STACKS.len())) as f64
+            + timer_runs.len() * TIMER_STACKS.len()
+            + LOOPBACK_STACKS.len())) as f64
         + bottleneck_runs * rounds(quick) as f64;
     let mut done = 0.0;
     let mut rows = Vec::new();
@@ -220,6 +226,14 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
                 done += 1.0;
             }
         }
+        // Rotated like the others, quinn-plain's run in the same round as the ones read
+        // against it.
+        for i in 0..LOOPBACK_STACKS.len() {
+            let stack = LOOPBACK_STACKS[(i + round) % LOOPBACK_STACKS.len()];
+            progress(done / total, &format!("{LOOPBACK_RR} {}", stack.name()));
+            rows.push(loopback_run(stack, round, &tmp)?);
+            done += 1.0;
+        }
     }
     let _ = std::fs::remove_dir_all(&tmp);
     let bottleneck = bottleneck::measure(quick, rounds(quick), &mut |what| {
@@ -266,6 +280,7 @@ pub(super) fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> Q
     QuicRow {
         stack: stack.name().into(),
         scenario: scenario.into(),
+        workload: None,
         round,
         goodput_bps: client.goodput_bps,
         bottleneck_drops: data.queue_drops,
@@ -417,6 +432,7 @@ pub(super) fn quic_targets(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<Target
         p,
         crate::paper::ANCHOR_STOCK_QUINN,
     ));
+    t.extend(loopback_targets(rows));
     t
 }
 

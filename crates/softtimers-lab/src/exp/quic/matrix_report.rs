@@ -14,8 +14,8 @@ use crate::report::{Rendered, Section};
 use crate::targets::TargetCheck;
 
 use super::{
-    BULK_50M_SMALL_QUEUE, QuicResult, QuicRow, RR, cdf_series, distinct, latency_cdf_chart, ratios,
-    spread, timer_driven, variant_arms,
+    BULK_50M_SMALL_QUEUE, LOOPBACK_RR, QuicResult, QuicRow, RR, cdf_series, distinct,
+    latency_cdf_chart, ratios, spread, timer_driven, variant_arms,
 };
 
 impl QuicResult {
@@ -55,6 +55,27 @@ impl QuicResult {
                 col(|r| r.burstiness_index, 1.0, 3),
                 col(|r| r.bottleneck_drops as f64, 1.0, 0),
                 col(|r| r.goodput_bps, 1e6, 1),
+            );
+        }
+        md
+    }
+
+    /// The loopback median: each stack's server, the same stock-quinn client.
+    fn loopback_table(&self, keys: &[(String, String)]) -> String {
+        let mut md = String::from(
+            "\n### The loopback median\n\n`loopback-rr-stock-client`: each stack's server answering the same stock-quinn client (the `quinn-tokio` stack's) on loopback, 2,000 requests of 10 KB one after another on one connection, server and client pinned to different CPUs; `quinn-plain` is stock quinn with quinn's defaults, the server a user of quinn writes. Medians over rounds, with [min, max].\n\n| server | p50 (µs) | p99 (µs) | p99.9 (µs) | server CPU per MB (ms) | server send calls | server quinn timeouts |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        );
+        for (_, stack) in keys.iter().filter(|k| k.0 == LOOPBACK_RR) {
+            let col = self.column(LOOPBACK_RR, stack);
+            let _ = writeln!(
+                md,
+                "| {stack} | {} | {} | {} | {} | {} | {} |",
+                col(|r| r.p50_us, 1.0, 0),
+                col(|r| r.p99_us, 1.0, 0),
+                col(|r| r.p999_us, 1.0, 0),
+                col(|r| r.server_cpu_ns_per_mb, 1e6, 1),
+                col(|r| r.server_send_calls, 1.0, 0),
+                col(|r| r.server_timeouts, 1.0, 0),
             );
         }
         md
@@ -159,7 +180,10 @@ impl Section for QuicResult {
         md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the start of the 50 ms interval in which the data direction's delivered bytes passed half their total (drops at the end of slow start fall in the first half).\n\n";
         md += "| scenario | stack | goodput (Mbit/s) | data share of delivered bytes | bottleneck drops | of which in the second half | sender-declared losses (TCP: segments resent) | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB, both sides (ms) | of which the server's (ms) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let keys = distinct(&self.rows, |r| (r.scenario.clone(), r.stack.clone()));
-        for (scenario, stack) in keys.iter().filter(|k| !timer_driven(&k.0)) {
+        for (scenario, stack) in keys
+            .iter()
+            .filter(|k| !timer_driven(&k.0) && k.0 != LOOPBACK_RR)
+        {
             let col = self.column(scenario, stack);
             let _ = writeln!(
                 md,
@@ -181,6 +205,9 @@ impl Section for QuicResult {
         }
         if !self.extra.pacing_variants.is_empty() {
             md += &self.pacing_variants_table();
+        }
+        if keys.iter().any(|k| k.0 == LOOPBACK_RR) {
+            md += &self.loopback_table(&keys);
         }
         if keys.iter().any(|k| timer_driven(&k.0)) {
             md += "\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension); `after-idle-100pkt`: the client downloads 2 MB, is idle for 1 s, then asks for 100 packets (120 KB), which leave behind the pacer with quinn's CUBIC as it is (p50 and p99 are that one response; the other columns cover the whole connection, the warm-up included). All through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n| scenario | stack | goodput (Mbit/s) | p50 (µs) | p99 (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | sent on packet / trigger state / backstop / app (%) | timer late p50 (µs) | p99 (µs) | ≤ 10 µs / ≤ 100 µs / ≤ 1 ms / > 1 ms (%) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n";

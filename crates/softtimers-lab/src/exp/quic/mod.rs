@@ -9,12 +9,14 @@
 
 mod e14;
 mod e16;
+mod loopback;
 mod matrix;
 mod matrix_report;
 mod scenarios;
 
 pub use e14::{E14, E14Row, e14};
 pub use e16::{E16, E16Row, e16};
+pub use loopback::LOOPBACK_RR;
 pub use matrix::{QuicResult, QuicRow, quic};
 
 use std::path::{Path, PathBuf};
@@ -336,7 +338,9 @@ pub fn expected_seconds(step: &str, quick: bool) -> f64 {
                     } else {
                         2.0 + 2.0 + 1.6
                     });
-            (bulk + variants + rr + timer) * rounds(quick) as f64
+            let loopback =
+                loopback::LOOPBACK_STACKS.len() as f64 * (per_run + loopback::LOOPBACK_RUN_S);
+            (bulk + variants + rr + timer + loopback) * rounds(quick) as f64
                 + bottleneck::expected_seconds(quick, rounds(quick))
         }
         "e14" => (0..rounds(quick))

@@ -66,7 +66,10 @@ pub(super) fn bulks(quick: bool) -> Vec<Bulk> {
     let mut v = vec![Bulk::new(50, 20, 0.25, 12_500_000, 2.3)];
     if !quick {
         v.extend([
-            Bulk::new(50, 20, 1.0, 12_500_000, 2.2),
+            // Half the target scenario's transfer (a second at the rate after slow start):
+            // this corner is read beside it, not against a target, and the time saved pays
+            // for the loopback median's runs.
+            Bulk::new(50, 20, 1.0, 6_250_000, 1.2),
             // The other corners of the matrix (50 Mbit/s at 1 ms, 500 Mbit/s at 20 ms), with
             // transfers of about 1 s plus slow start where the stacks reach the rate, to keep
             // the full lab under 30 minutes. At 50 Mbit/s, RTT 1 ms and 0.25 BDP (two packets
