@@ -563,6 +563,23 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         self.ring()?.submit().map_err(RtError::io("io_uring_enter"))
     }
 
+    /// Submits what is queued in the ring and waits, up to `limit`, until every send has
+    /// completed (each completion reaped a trigger state): what a program calls before it
+    /// drops the loop, whose ring cancels what is still in flight. Whether they all did.
+    pub fn flush_ring(&mut self, limit: std::time::Duration) -> Result<bool, RtError> {
+        let Core {
+            shared,
+            extras,
+            ring,
+            ..
+        } = &mut *self.core;
+        let ring = ring.as_deref_mut().ok_or(RtError::NoRing)?;
+        ring.flush(limit, &mut |source| {
+            trigger(shared, extras, source);
+        })
+        .map_err(RtError::io("io_uring_enter"))
+    }
+
     /// What the ring did for `fd` (`None`: not attached, or no ring).
     pub fn ring_counters(&self, fd: RingFd) -> Option<RingCounters> {
         self.core.ring.as_deref()?.counters(fd)

@@ -528,3 +528,32 @@ fn a_level_triggered_descriptor_is_reported_until_read_and_an_edge_triggered_onc
     assert_eq!((level_reports, edge_reports), (3, 1));
     drop(limit);
 }
+
+#[test]
+fn a_flush_sends_everything_queued_without_running_the_loop() {
+    let Some(mut ev) = ring_loop(uring_config()) else {
+        return;
+    };
+    let rx = bind();
+    let tx = bind();
+    tx.connect(rx.local_addr().unwrap()).unwrap();
+    let mut cx = ev.cx();
+    let fd = cx.attach(&tx, 1, RingRecv::None).unwrap();
+    for i in 0..50u32 {
+        cx.send_ring(fd, &[&i.to_be_bytes()], &SendOptions::default())
+            .unwrap();
+    }
+    assert_eq!(
+        cx.ring_counters(fd).unwrap().sent,
+        0,
+        "queued, not yet sent"
+    );
+    assert!(cx.flush_ring(Duration::from_secs(5)).unwrap());
+    assert_eq!(cx.ring_counters(fd).unwrap().sent, 50);
+    rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = [0u8; 8];
+    for i in 0..50u32 {
+        assert_eq!(rx.recv(&mut buf).unwrap(), 4);
+        assert_eq!(buf[..4], i.to_be_bytes());
+    }
+}

@@ -557,6 +557,30 @@ impl Ring {
         }
     }
 
+    /// Submits what is queued and waits, up to `limit`, until every send has completed (those
+    /// refused for a full buffer sent again and completed too), each completion reaped a
+    /// trigger state; whether they all did.
+    pub(crate) fn flush(
+        &mut self,
+        limit: Duration,
+        on_completion: &mut impl FnMut(TriggerSource),
+    ) -> io::Result<bool> {
+        let give_up = std::time::Instant::now() + limit;
+        loop {
+            self.submit()?;
+            self.reap_all(on_completion);
+            if self.outstanding == 0 && self.attached.iter().all(|a| a.waiting.is_empty()) {
+                return Ok(true);
+            }
+            let now = std::time::Instant::now();
+            if now >= give_up {
+                return Ok(false);
+            }
+            let wait = (give_up - now).min(Duration::from_millis(10));
+            self.sys.wait(1, Some(wait), None)?;
+        }
+    }
+
     /// Submits what is queued.
     pub(crate) fn submit(&mut self) -> io::Result<()> {
         self.held = false;
