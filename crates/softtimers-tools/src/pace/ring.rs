@@ -9,6 +9,7 @@
 //! trigger state.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use softtimer::{Fired, SoftTimers, Span};
@@ -18,8 +19,15 @@ use softtimer_rt::{EventLoop, LoopConfig, RingRecv, SendOptions, SpinWindow};
 use super::sender::{BATCH, Flow, Sender};
 use super::{PaceOptions, Plan};
 
-/// Headers of the datagrams the handler made due, for the loop to send.
-type Due = Mutex<Vec<[u8; PacketHeader::LEN]>>;
+/// A datagram the handler made due, for the loop to send: its header, and what the counters
+/// take when it leaves (its send time, and the gap since its flow's previous send).
+struct DueDatagram {
+    header: [u8; PacketHeader::LEN],
+    sent_ns: u64,
+    gap_ns: Option<u64>,
+}
+
+type Due = Mutex<Vec<DueDatagram>>;
 
 /// Soft timers with the sends through the ring of `options.io`.
 pub(super) fn run_ring(
@@ -34,14 +42,23 @@ pub(super) fn run_ring(
         let mut flow = fired.event;
         let now = fired.now;
         let bytes = s.payload.len() as u64 + PacketHeader::LEN as u64;
-        // Counted as sent when queued, as a batch is; a send the kernel refuses moves to the
-        // refused when its completion is reaped.
+        // Counted as sent when the loop hands it to the ring, not here: a handler the
+        // backstop thread runs after the loop's last pass queues a datagram that never leaves.
         let sent_ns = realtime_ns();
+        let gap_ns = flow
+            .last_sent
+            .map(|last| now.saturating_since(last).as_nanos(s.hz));
+        let header = Sender::header(&flow, sent_ns);
+        flow.seq += 1;
+        flow.last_sent = Some(now);
         queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(Sender::header(&flow, sent_ns));
-        s.account(&mut flow, now, sent_ns);
+            .push(DueDatagram {
+                header,
+                sent_ns,
+                gap_ns,
+            });
         let next = flow.pacer.on_sent(now, bytes);
         let _ = timers.schedule_at(next, flow);
     };
@@ -83,11 +100,14 @@ pub(super) fn run_ring(
             &mut *due.lock().unwrap_or_else(|e| e.into_inner()),
             &mut sending,
         );
-        for header in sending.drain(..) {
-            let parts: [&[u8]; 2] = [&header, &sender.payload];
-            if let Err(e) = cx.send_ring(socket, &parts, &SendOptions::default()) {
-                sender.counters.unsent(1);
-                failed.get_or_insert(e);
+        for d in sending.drain(..) {
+            let parts: [&[u8]; 2] = [&d.header, &sender.payload];
+            match cx.send_ring(socket, &parts, &SendOptions::default()) {
+                Ok(()) => sender.counters.sent(d.sent_ns, d.gap_ns),
+                Err(e) => {
+                    sender.counters.refused();
+                    failed.get_or_insert(e);
+                }
             }
         }
     };
@@ -103,7 +123,10 @@ pub(super) fn run_ring(
     {
         let mut cx = ev.cx();
         send_due(&mut cx);
-        cx.submit_ring().context("the last sends")?;
+        // The ring cancels what is in flight when the loop goes: the last sends complete
+        // first.
+        cx.flush_ring(Duration::from_secs(1))
+            .context("the last sends")?;
     }
     if let Some(e) = failed {
         return Err(e).context("a send through the ring");

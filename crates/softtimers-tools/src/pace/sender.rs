@@ -75,7 +75,7 @@ impl Sender {
     }
 
     /// Counts flow `flow`'s datagram as sent at `now` (`sent_ns` on the realtime clock).
-    pub(super) fn account(&self, flow: &mut Flow, now: Instant, sent_ns: u64) {
+    fn account(&self, flow: &mut Flow, now: Instant, sent_ns: u64) {
         flow.seq += 1;
         let gap_ns = flow
             .last_sent
