@@ -557,3 +557,50 @@ fn a_flush_sends_everything_queued_without_running_the_loop() {
         assert_eq!(buf[..4], i.to_be_bytes());
     }
 }
+
+#[test]
+fn a_descriptor_that_is_not_a_socket_is_read_and_written_through_the_ring() {
+    let Some(mut ev) = ring_loop(uring_config()) else {
+        return;
+    };
+    let (read_end, write_end) = std::io::pipe().unwrap();
+    let (rfd, wfd) = {
+        let mut cx = ev.cx();
+        let reads = RingRecv::Reads {
+            buffers: 8,
+            size: 64,
+        };
+        (
+            cx.attach(&read_end, 1, reads).unwrap(),
+            cx.attach(&write_end, 2, RingRecv::None).unwrap(),
+        )
+    };
+    ev.cx()
+        .send_ring(wfd, &[b"through ", b"the ring"], &SendOptions::default())
+        .unwrap();
+    let limit = deadline(ev.stop_handle(), Duration::from_secs(10));
+    let mut got = Vec::new();
+    ev.run(|cx, ready| {
+        assert_eq!(ready.token, 1);
+        cx.received(rfd, usize::MAX, |m| got.extend_from_slice(m.data));
+        if got.len() >= 16 {
+            cx.stop();
+        }
+    })
+    .unwrap();
+    assert_eq!(got, b"through the ring");
+    // The writer gone (detached: the ring held its file), the reader meets end of file: its
+    // receive stops for good, saying why, instead of being armed again in a loop.
+    ev.cx().detach(wfd);
+    drop(write_end);
+    let stopper = deadline(ev.stop_handle(), Duration::from_millis(100));
+    ev.run(|cx, _| {
+        cx.received(rfd, usize::MAX, |m| assert!(m.data.is_empty()));
+    })
+    .unwrap();
+    stopper.join().unwrap();
+    let counters = ev.cx().ring_counters(rfd).unwrap();
+    assert_eq!(counters.recv_error, Some(0), "{counters:?}");
+    assert!(counters.rearmed <= 8, "{counters:?}");
+    drop(limit);
+}

@@ -125,6 +125,9 @@ pub struct RingCounters {
     pub truncated: u64,
     /// Times the multishot receive ended (no free buffer, an error) and was armed again.
     pub rearmed: u64,
+    /// What ended the receive for good (the negated `errno`, or 0 for end of file), after it
+    /// ended that many times in a row without a message; `None` while it runs.
+    pub recv_error: Option<i32>,
 }
 
 /// What the loop's ring did, in all.
@@ -195,9 +198,15 @@ struct RecvState {
     group: u16,
     socket: bool,
     armed: bool,
+    /// Times in a row the receive ended without a message (an error, end of file): past
+    /// [`RECV_FAILURES`] it is not armed again, instead of failing in a loop.
+    failures: u32,
     /// Buffers filled and not yet taken: (buffer id, bytes).
     queue: VecDeque<(u16, u32)>,
 }
+
+/// Ends of a receive in a row without a message after which it stays unarmed.
+const RECV_FAILURES: u32 = 8;
 
 /// A descriptor attached for I/O through the ring (its fixed-file index is its index).
 struct Attached {
@@ -405,6 +414,7 @@ impl Ring {
                     group,
                     socket: datagrams,
                     armed: false,
+                    failures: 0,
                     queue: VecDeque::new(),
                 })
             }
@@ -759,14 +769,22 @@ impl Ring {
                 let Some(r) = &mut a.recv else {
                     return TriggerSource::Recv;
                 };
-                if let Some(bid) = c.buffer() {
-                    r.queue.push_back((bid, c.result.max(0) as u32));
+                match c.buffer() {
+                    Some(bid) => {
+                        r.queue.push_back((bid, c.result.max(0) as u32));
+                        r.failures = 0;
+                    }
+                    None if c.result != -libc::ENOBUFS => r.failures += 1,
+                    None => {}
                 }
                 if !c.more() {
                     r.armed = false;
                     a.counters.rearmed += 1;
-                    // No free buffer: armed again once some are taken; otherwise now.
-                    if c.result != -libc::ENOBUFS {
+                    // No free buffer: armed again once some are taken; failing again and
+                    // again (an error, end of file): stopped, the error kept; otherwise now.
+                    if r.failures >= RECV_FAILURES {
+                        a.counters.recv_error = Some(c.result);
+                    } else if c.result != -libc::ENOBUFS {
                         self.rearm.push(index);
                     }
                 }
@@ -879,7 +897,11 @@ impl Ring {
         let a = &mut self.attached[index];
         a.counters.received += received;
         a.counters.truncated += truncated;
-        if a.recv.as_ref().is_some_and(|r| !r.armed) && !self.rearm.contains(&(index as u32)) {
+        if a.recv
+            .as_ref()
+            .is_some_and(|r| !r.armed && r.failures < RECV_FAILURES)
+            && !self.rearm.contains(&(index as u32))
+        {
             let _ = self.arm_recv(index as u32);
         }
         taken

@@ -493,7 +493,9 @@ impl RingSys {
             opcode::RecvMsgMulti::new(types::Fixed(file), group.msghdr.get().cast_const(), id)
                 .build()
         } else {
-            opcode::ReadMulti::new(types::Fixed(file), group.size, id).build()
+            // No length: each read fills one provided buffer (the kernel refuses a length
+            // with a multishot read, EINVAL).
+            opcode::ReadMulti::new(types::Fixed(file), 0, id).build()
         };
         self.push(&entry.user_data(data))
     }
