@@ -3,7 +3,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use rustix::event::epoll;
@@ -53,6 +53,22 @@ impl Interest {
     }
 }
 
+/// `fd`'s number, if it may be watched as `token`: the token is below [`MAX_TOKEN`], and a
+/// descriptor being added (`add`) is open.
+fn registrable(fd: BorrowedFd<'_>, token: u64, add: bool) -> Result<RawFd, RtError> {
+    if token >= MAX_TOKEN {
+        return Err(RtError::ReservedToken(token));
+    }
+    let raw = fd.as_raw_fd();
+    if add && !sys::is_open(fd) {
+        return Err(RtError::Register {
+            fd: raw,
+            source: io::Error::from_raw_os_error(libc::EBADF),
+        });
+    }
+    Ok(raw)
+}
+
 /// Adds (`add`) or modifies `fd` in `epoll`, watched for `interest` and peer hang-up, as
 /// `token` (below [`MAX_TOKEN`]).
 pub(crate) fn watch(
@@ -62,16 +78,7 @@ pub(crate) fn watch(
     token: u64,
     add: bool,
 ) -> Result<(), RtError> {
-    if token >= MAX_TOKEN {
-        return Err(RtError::ReservedToken(token));
-    }
-    let raw = fd.as_fd().as_raw_fd();
-    if add && !sys::is_open(fd.as_fd()) {
-        return Err(RtError::Register {
-            fd: raw,
-            source: io::Error::from_raw_os_error(libc::EBADF),
-        });
-    }
+    let raw = registrable(fd.as_fd(), token, add)?;
     let (data, flags) = (
         epoll::EventData::new_u64(token),
         interest.0 | epoll::EventFlags::RDHUP,
@@ -411,16 +418,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         token: u64,
         add: bool,
     ) -> Result<(), RtError> {
-        if token >= MAX_TOKEN {
-            return Err(RtError::ReservedToken(token));
-        }
-        let raw = fd.as_fd().as_raw_fd();
-        if add && !sys::is_open(fd.as_fd()) {
-            return Err(RtError::Register {
-                fd: raw,
-                source: io::Error::from_raw_os_error(libc::EBADF),
-            });
-        }
+        let raw = registrable(fd.as_fd(), token, add)?;
         let readable = interest.0.contains(epoll::EventFlags::IN);
         let writable = interest.0.contains(epoll::EventFlags::OUT);
         let edge = interest.0.contains(epoll::EventFlags::ET);
@@ -498,16 +496,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     /// # drop(stop);
     /// ```
     pub fn attach(&mut self, fd: impl AsFd, token: u64, recv: RingRecv) -> Result<RingFd, RtError> {
-        if token >= MAX_TOKEN {
-            return Err(RtError::ReservedToken(token));
-        }
-        let raw = fd.as_fd().as_raw_fd();
-        if !sys::is_open(fd.as_fd()) {
-            return Err(RtError::Register {
-                fd: raw,
-                source: io::Error::from_raw_os_error(libc::EBADF),
-            });
-        }
+        let raw = registrable(fd.as_fd(), token, true)?;
         self.ring()?
             .attach(fd.as_fd(), token, recv)
             .map_err(|source| RtError::Register { fd: raw, source })
