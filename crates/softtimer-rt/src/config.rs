@@ -82,10 +82,16 @@ impl DeadlineDesign {
     }
 }
 
-/// How the loop does its I/O. One backend today; the choice is here so that a completion-based
-/// backend (io_uring: sends queued in the submission ring and submitted once per trigger
-/// state, completions reaped as trigger states) can be added without changing the
-/// configuration's shape.
+/// How the loop does its I/O: readiness from `epoll` and a system call per operation, or
+/// io_uring, whose completions are trigger states.
+///
+/// With io_uring the loop blocks in the ring's own wait (with the idle policy's timeout), the
+/// descriptors it is given to watch are polls in the ring, and descriptors attached
+/// to it ([`LoopCx::attach`](crate::LoopCx::attach)) send from slots the ring owns, queued and
+/// submitted once per entry into the ring (the next wait, or the next pass's look), and
+/// receive by a multishot `recvmsg` into provided buffers. Every completion reaped is a trigger
+/// state. A loop refuses io_uring with [`RtError::Uring`] where the kernel has none or refuses
+/// it, saying why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
@@ -94,14 +100,57 @@ pub enum IoBackend {
     /// datagrams). The default.
     #[default]
     Epoll,
+    /// io_uring: sends and the wait in one `io_uring_enter` where the loop idles next, no
+    /// system call for the loop's look between passes unless the kernel flags completion work
+    /// it holds for the loop (deferred task work, Linux 6.1+) or sends have waited a pass.
+    Uring,
+    /// io_uring with a kernel thread polling the submission queue (`SQPOLL`): submissions
+    /// make no system call while it polls, but **it costs a core** while it polls (for
+    /// [`UringOptions::sqpoll_idle`](crate::UringOptions::sqpoll_idle) after the last
+    /// submission), on whatever CPU the kernel runs it.
+    UringSqpoll,
 }
 
 impl IoBackend {
-    /// `epoll`.
+    /// Every backend, for experiments that compare them.
+    pub const ALL: [IoBackend; 3] = [IoBackend::Epoll, IoBackend::Uring, IoBackend::UringSqpoll];
+
+    /// `epoll`, `uring` or `uring-sqpoll`.
     pub fn name(self) -> &'static str {
         match self {
             IoBackend::Epoll => "epoll",
+            IoBackend::Uring => "uring",
+            IoBackend::UringSqpoll => "uring-sqpoll",
         }
+    }
+
+    /// Whether it is one of the io_uring backends.
+    pub fn is_uring(self) -> bool {
+        matches!(self, IoBackend::Uring | IoBackend::UringSqpoll)
+    }
+}
+
+impl std::str::FromStr for IoBackend {
+    type Err = String;
+
+    /// Parses a [`name`](IoBackend::name).
+    ///
+    /// ```
+    /// use softtimer_rt::IoBackend;
+    /// assert_eq!("uring-sqpoll".parse::<IoBackend>(), Ok(IoBackend::UringSqpoll));
+    /// assert!("kqueue".parse::<IoBackend>().is_err());
+    /// ```
+    fn from_str(text: &str) -> Result<Self, String> {
+        IoBackend::ALL
+            .into_iter()
+            .find(|b| b.name() == text)
+            .ok_or_else(|| format!("unknown I/O backend {text:?} (epoll, uring, uring-sqpoll)"))
+    }
+}
+
+impl std::fmt::Display for IoBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -175,6 +224,8 @@ pub struct LoopConfig {
     pub trace_capacity: usize,
     /// How the loop does its I/O (default: epoll).
     pub io_backend: IoBackend,
+    /// The ring's set-up and wait, with an io_uring backend.
+    pub uring: crate::UringOptions,
 }
 
 impl Default for LoopConfig {
@@ -192,6 +243,7 @@ impl Default for LoopConfig {
             spin_window: SpinWindow::default(),
             trace_capacity: 0,
             io_backend: IoBackend::default(),
+            uring: crate::UringOptions::default(),
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use rustix::event::epoll;
@@ -15,6 +15,7 @@ use crate::event_loop::{MAX_TOKEN, StopInner};
 use crate::policy::IdlePolicy;
 use crate::shared::Shared;
 use crate::sys::{self, RecvBatch, send_batch};
+use crate::uring::{Received, Ring, RingCounters, RingFd, RingRecv, SendOptions};
 
 /// What a descriptor is watched for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +53,22 @@ impl Interest {
     }
 }
 
+/// `fd`'s number, if it may be watched as `token`: the token is below [`MAX_TOKEN`], and a
+/// descriptor being added (`add`) is open.
+fn registrable(fd: BorrowedFd<'_>, token: u64, add: bool) -> Result<RawFd, RtError> {
+    if token >= MAX_TOKEN {
+        return Err(RtError::ReservedToken(token));
+    }
+    let raw = fd.as_raw_fd();
+    if add && !sys::is_open(fd) {
+        return Err(RtError::Register {
+            fd: raw,
+            source: io::Error::from_raw_os_error(libc::EBADF),
+        });
+    }
+    Ok(raw)
+}
+
 /// Adds (`add`) or modifies `fd` in `epoll`, watched for `interest` and peer hang-up, as
 /// `token` (below [`MAX_TOKEN`]).
 pub(crate) fn watch(
@@ -61,16 +78,7 @@ pub(crate) fn watch(
     token: u64,
     add: bool,
 ) -> Result<(), RtError> {
-    if token >= MAX_TOKEN {
-        return Err(RtError::ReservedToken(token));
-    }
-    let raw = fd.as_fd().as_raw_fd();
-    if add && !sys::is_open(fd.as_fd()) {
-        return Err(RtError::Register {
-            fd: raw,
-            source: io::Error::from_raw_os_error(libc::EBADF),
-        });
-    }
+    let raw = registrable(fd.as_fd(), token, add)?;
     let (data, flags) = (
         epoll::EventData::new_u64(token),
         interest.0 | epoll::EventFlags::RDHUP,
@@ -141,6 +149,8 @@ pub(crate) struct Core<E, C: Clock> {
     extras: Option<Box<Extras>>,
     /// Shared with the loop's [`LoopHandle`](crate::LoopHandle)s.
     pub epoll: Arc<OwnedFd>,
+    /// The io_uring backend's ring (`None`: epoll).
+    pub ring: Option<Box<Ring>>,
     pub stop: Arc<StopInner>,
     /// The idle policy (its spin window calibrated to this machine by default).
     pub idle: IdlePolicy,
@@ -170,6 +180,7 @@ impl<E, C: Clock> Core<E, C> {
             shared,
             extras,
             epoll,
+            ring: None,
             stop,
             idle,
             spin_allowed: true,
@@ -180,30 +191,24 @@ impl<E, C: Clock> Core<E, C> {
     /// recorded).
     #[inline(always)]
     pub(crate) fn trigger(&mut self, source: TriggerSource) -> usize {
-        if self.extras.is_some() {
-            return self.trigger_with_extras(source);
-        }
-        let now = self.shared.clock.now_unordered();
-        if self.shared.nothing_due(now) {
-            return 0;
-        }
-        self.shared.fire(now, source)
+        trigger(&self.shared, &mut self.extras, source)
     }
 
-    #[inline(never)]
-    fn trigger_with_extras(&mut self, source: TriggerSource) -> usize {
-        let Some(extras) = self.extras.as_deref_mut() else {
-            return 0;
-        };
-        if extras.off {
-            return 0;
+    /// Reaps every completion of the ring, each a trigger state tagged by what completed
+    /// (`send`, `recv`, or `syscall` for readiness); returns how many.
+    pub(crate) fn reap_ring(&mut self) -> usize {
+        let Core {
+            shared,
+            extras,
+            ring,
+            ..
+        } = self;
+        match ring {
+            Some(ring) => ring.reap_all(&mut |source| {
+                trigger(shared, extras, source);
+            }),
+            None => 0,
         }
-        let now = self.shared.clock.now_unordered();
-        extras.record(source, now);
-        if self.shared.nothing_due(now) {
-            return 0;
-        }
-        self.shared.fire(now, source)
     }
 
     pub(crate) fn check_timers_on(&self) -> Result<(), RtError> {
@@ -234,6 +239,45 @@ impl<E, C: Clock> Core<E, C> {
             stats.reset();
         }
     }
+}
+
+/// A trigger state: one clock read and one compare when nothing is due (and nothing is
+/// recorded). A function of the two fields it uses, so that the ring's reap can run it while
+/// it holds the ring.
+#[inline(always)]
+fn trigger<E, C: Clock>(
+    shared: &Shared<E, C>,
+    extras: &mut Option<Box<Extras>>,
+    source: TriggerSource,
+) -> usize {
+    if extras.is_some() {
+        return trigger_with_extras(shared, extras, source);
+    }
+    let now = shared.clock.now_unordered();
+    if shared.nothing_due(now) {
+        return 0;
+    }
+    shared.fire(now, source)
+}
+
+#[inline(never)]
+fn trigger_with_extras<E, C: Clock>(
+    shared: &Shared<E, C>,
+    extras: &mut Option<Box<Extras>>,
+    source: TriggerSource,
+) -> usize {
+    let Some(extras) = extras.as_deref_mut() else {
+        return 0;
+    };
+    if extras.off {
+        return 0;
+    }
+    let now = shared.clock.now_unordered();
+    extras.record(source, now);
+    if shared.nothing_due(now) {
+        return 0;
+    }
+    shared.fire(now, source)
 }
 
 /// What an I/O callback gets: the loop's I/O helpers (each return from the system call is a
@@ -359,7 +403,28 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         interest: Interest,
         token: u64,
     ) -> Result<(), RtError> {
+        if self.core.ring.is_some() {
+            return self.watch_ring(fd, interest, token, true);
+        }
         watch(&self.core.epoll, fd, interest, token, true)
+    }
+
+    /// With an io_uring backend, a poll in the ring: multishot for an edge-triggered
+    /// interest, one-shot and armed again after each report for a level-triggered one.
+    fn watch_ring(
+        &mut self,
+        fd: impl AsFd,
+        interest: Interest,
+        token: u64,
+        add: bool,
+    ) -> Result<(), RtError> {
+        let raw = registrable(fd.as_fd(), token, add)?;
+        let readable = interest.0.contains(epoll::EventFlags::IN);
+        let writable = interest.0.contains(epoll::EventFlags::OUT);
+        let edge = interest.0.contains(epoll::EventFlags::ET);
+        let ring = self.ring()?;
+        ring.watch(raw, readable, writable, edge, token)
+            .map_err(|source| RtError::Register { fd: raw, source })
     }
 
     /// Changes what a registered `fd` is watched for.
@@ -369,12 +434,144 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         interest: Interest,
         token: u64,
     ) -> Result<(), RtError> {
+        if self.core.ring.is_some() {
+            return self.watch_ring(fd, interest, token, false);
+        }
         watch(&self.core.epoll, fd, interest, token, false)
     }
 
     /// Stops watching `fd`.
     pub fn deregister(&mut self, fd: impl AsFd) -> Result<(), RtError> {
+        if let Some(ring) = &mut self.core.ring {
+            return ring
+                .unwatch(fd.as_fd().as_raw_fd())
+                .map_err(RtError::io("poll_remove"));
+        }
         epoll::delete(&self.core.epoll, fd).map_err(|e| RtError::from(("epoll_ctl", e)))
+    }
+
+    /// The loop's I/O backend.
+    pub fn io_backend(&self) -> crate::IoBackend {
+        match &self.core.ring {
+            None => crate::IoBackend::Epoll,
+            Some(ring) if ring.sqpoll() => crate::IoBackend::UringSqpoll,
+            Some(_) => crate::IoBackend::Uring,
+        }
+    }
+
+    fn ring(&mut self) -> Result<&mut Ring, RtError> {
+        self.core.ring.as_deref_mut().ok_or(RtError::NoRing)
+    }
+
+    /// Attaches `fd` to the loop's ring (an io_uring backend only; [`RtError::NoRing`] on
+    /// epoll), reported as `token` (below [`MAX_TOKEN`]) when it has received messages
+    /// waiting ([`LoopCx::received`]). The ring holds the descriptor's file until
+    /// [`detach`](Self::detach)ed: requests on it never reach another descriptor that takes
+    /// the number. Sends ([`LoopCx::send_ring`]) are queued in the ring and submitted at the
+    /// loop's next entry into it.
+    ///
+    /// ```
+    /// use std::net::UdpSocket;
+    /// use softtimer_rt::{EventLoop, IoBackend, LoopConfig, RingRecv, SendOptions};
+    ///
+    /// let config = LoopConfig { io_backend: IoBackend::Uring, ..LoopConfig::default() };
+    /// let Ok(mut ev) = EventLoop::<()>::new(config, |_, _| {}) else {
+    ///     return; // no io_uring here: the error says why
+    /// };
+    /// let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    /// let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    /// let mut cx = ev.cx();
+    /// let rx_fd = cx.attach(&rx, 1, RingRecv::Datagrams { buffers: 8, size: 2048 }).unwrap();
+    /// let tx_fd = cx.attach(&tx, 2, RingRecv::None).unwrap();
+    /// let to = SendOptions { to: Some(rx.local_addr().unwrap()), ..Default::default() };
+    /// cx.send_ring(tx_fd, &[b"hello"], &to).unwrap();
+    /// let stop = ev.stop_handle();
+    /// ev.run(|cx, ready| {
+    ///     let n = cx.received(rx_fd, usize::MAX, |m| assert_eq!(m.data, b"hello"));
+    ///     if ready.token == 1 && n > 0 {
+    ///         cx.stop();
+    ///     }
+    /// })
+    /// .unwrap();
+    /// # drop(stop);
+    /// ```
+    pub fn attach(&mut self, fd: impl AsFd, token: u64, recv: RingRecv) -> Result<RingFd, RtError> {
+        let raw = registrable(fd.as_fd(), token, true)?;
+        self.ring()?
+            .attach(fd.as_fd(), token, recv)
+            .map_err(|source| RtError::Register { fd: raw, source })
+    }
+
+    /// Detaches `fd` from the ring: its receive is cancelled, messages not yet taken are
+    /// dropped, and the ring lets go of the file. Sends already queued still leave.
+    pub fn detach(&mut self, fd: RingFd) {
+        if let Some(ring) = self.core.ring.as_deref_mut() {
+            ring.detach(fd);
+        }
+    }
+
+    /// Queues one datagram made of `parts` (or, with [`SendOptions::segment_size`], a GSO
+    /// batch of them) for `fd`, copied into a slot the ring owns: the caller's buffers are
+    /// free again when this returns. It leaves at the loop's next entry into the ring. When
+    /// every slot is in use, the ring submits and waits for one (each completion reaped is
+    /// a trigger state), failing with `WouldBlock` only if none frees within a second; a
+    /// send the kernel refuses because the socket's buffer is full is sent again when it has
+    /// room, in order. Counted in [`LoopCx::ring_counters`].
+    pub fn send_ring(
+        &mut self,
+        fd: RingFd,
+        parts: &[&[u8]],
+        options: &SendOptions,
+    ) -> Result<(), RtError> {
+        let Core {
+            shared,
+            extras,
+            ring,
+            ..
+        } = &mut *self.core;
+        let ring = ring.as_deref_mut().ok_or(RtError::NoRing)?;
+        ring.send(fd, parts, options, |source| {
+            trigger(shared, extras, source);
+        })
+        .map_err(RtError::io("a send through the ring"))
+    }
+
+    /// Hands `fd`'s received messages to `f`, oldest first, at most `max` of them, and gives
+    /// their buffers back to the kernel; returns how many. No system call: they were reaped
+    /// by the loop.
+    pub fn received(&mut self, fd: RingFd, max: usize, f: impl FnMut(Received<'_>)) -> usize {
+        match self.core.ring.as_deref_mut() {
+            Some(ring) => ring.received(fd, max, f),
+            None => 0,
+        }
+    }
+
+    /// Submits what is queued in the ring now, instead of at the loop's next entry into it
+    /// (a system call, except with SQPOLL while its thread polls).
+    pub fn submit_ring(&mut self) -> Result<(), RtError> {
+        self.ring()?.submit().map_err(RtError::io("io_uring_enter"))
+    }
+
+    /// Submits what is queued in the ring and waits, up to `limit`, until every send has
+    /// completed (each completion reaped a trigger state): what a program calls before it
+    /// drops the loop, whose ring cancels what is still in flight. Whether they all did.
+    pub fn flush_ring(&mut self, limit: std::time::Duration) -> Result<bool, RtError> {
+        let Core {
+            shared,
+            extras,
+            ring,
+            ..
+        } = &mut *self.core;
+        let ring = ring.as_deref_mut().ok_or(RtError::NoRing)?;
+        ring.flush(limit, &mut |source| {
+            trigger(shared, extras, source);
+        })
+        .map_err(RtError::io("io_uring_enter"))
+    }
+
+    /// What the ring did for `fd` (`None`: not attached, or no ring).
+    pub fn ring_counters(&self, fd: RingFd) -> Option<RingCounters> {
+        self.core.ring.as_deref()?.counters(fd)
     }
 
     /// `recv` (non-blocking); a trigger state tagged `recv` follows. `WouldBlock` when

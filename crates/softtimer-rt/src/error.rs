@@ -42,6 +42,12 @@ pub enum RtError {
         "this loop runs with timers off (the reference without timers): nothing can be scheduled"
     )]
     TimersOff,
+    /// io_uring was asked for and this kernel or process cannot have it.
+    #[error("io_uring is unavailable: {0}")]
+    Uring(#[from] crate::UringUnavailable),
+    /// A ring operation was asked of a loop without a ring (the epoll backend).
+    #[error("this loop runs the epoll backend: attach and ring sends need an io_uring backend")]
+    NoRing,
     /// A system call failed.
     #[error("{what}: {source}")]
     Io {

@@ -2,7 +2,7 @@
 //! the timer source.
 
 use std::marker::PhantomData;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -23,11 +23,17 @@ use crate::shared::{Counters, Handler, Shared};
 use crate::signal;
 use crate::sys::{self, ThreadSignalTimer};
 use crate::timerfd::{periodic_timerfd, timespec};
+use crate::uring::{Ring, RingStats};
+
+mod ring_wait;
 
 /// Tokens from here up are the loop's own.
 pub const MAX_TOKEN: u64 = u64::MAX - 16;
 pub(crate) const STOP_TOKEN: u64 = u64::MAX;
 const TIMERFD_TOKEN: u64 = u64::MAX - 1;
+/// With an io_uring backend, the ring's poll of the loop's epoll set (where a
+/// [`LoopHandle`] registers descriptors).
+const EPOLL_TOKEN: u64 = u64::MAX - 2;
 
 /// How long the idle loop spins at most before it looks at the descriptors again.
 const SPIN_SLICE: Duration = Duration::from_micros(20);
@@ -147,6 +153,8 @@ pub struct HelperCpu {
 pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static = SystemClock> {
     core: Core<E, C>,
     events: Vec<epoll::Event>,
+    /// The readiness a ring's reap found, handed out in a pass (io_uring backends).
+    ring_ready: Vec<Ready>,
     mode: &'static str,
     timerfd: Option<OwnedFd>,
     signal_timer: Option<ThreadSignalTimer>,
@@ -332,7 +340,22 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         };
         let off = config.mode == TimerMode::Off && signal_period.is_none();
         let signals_paused = Arc::clone(&shared.signals_paused);
-        let core = Core::new(
+        let ring = if config.io_backend.is_uring() {
+            let sqpoll = config.io_backend == crate::IoBackend::UringSqpoll;
+            let mut ring = Ring::new(config.uring, sqpoll)?;
+            ring.watch(stop_fd.as_raw_fd(), true, false, true, STOP_TOKEN)
+                .map_err(RtError::io("a poll of the stop eventfd"))?;
+            if let Some(fd) = &timerfd {
+                ring.watch(fd.as_raw_fd(), true, false, true, TIMERFD_TOKEN)
+                    .map_err(RtError::io("a poll of the baseline's timerfd"))?;
+            }
+            ring.watch_once(epoll.as_raw_fd(), EPOLL_TOKEN)
+                .map_err(RtError::io("a poll of the epoll set"))?;
+            Some(Box::new(ring))
+        } else {
+            None
+        };
+        let mut core = Core::new(
             shared,
             epoll,
             Arc::new(StopInner {
@@ -347,9 +370,11 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             config.trace_capacity,
             idle,
         );
+        core.ring = ring;
         Ok(EventLoop {
             core,
             events: Vec::with_capacity(config.max_events.max(1)),
+            ring_ready: Vec::new(),
             mode,
             timerfd,
             signal_timer,
@@ -422,6 +447,20 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             .duration(self.idle_spin_total)
             .as_nanos() as u64;
         counters
+    }
+
+    /// What the loop's ring did (`None`: the epoll backend).
+    pub fn ring_stats(&self) -> Option<RingStats> {
+        self.core.ring.as_ref().map(|r| r.stats())
+    }
+
+    /// The loop's I/O backend.
+    pub fn io_backend(&self) -> crate::IoBackend {
+        match &self.core.ring {
+            None => crate::IoBackend::Epoll,
+            Some(ring) if ring.sqpoll() => crate::IoBackend::UringSqpoll,
+            Some(_) => crate::IoBackend::Uring,
+        }
     }
 
     /// Trigger-state statistics of the loop thread, with the facility's firing delays merged
@@ -543,7 +582,13 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 .signals_paused
                 .store(false, Ordering::Release);
         }
-        let result = self.run_inner(&mut on_ready, &mut on_turn);
+        let mut result = self.run_inner(&mut on_ready, &mut on_turn);
+        // What the last pass queued in the ring leaves now, not at the next run.
+        if let Some(ring) = self.core.ring.as_deref_mut()
+            && let Err(e) = ring.submit()
+        {
+            result = result.and(Err(RtError::io("io_uring_enter")(e)));
+        }
         self.core.stop.signals_paused.store(true, Ordering::Release);
         self.core.stop.flag.store(false, Ordering::Release);
         self.core.spin_allowed = true;
@@ -702,9 +747,16 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         }
     }
 
-    /// One `epoll_wait` into `self.events`; an interrupted wait returns no events.
+    /// One `epoll_wait` into `self.events`; an interrupted wait returns no events. With an
+    /// io_uring backend, the ring's look (a zero timeout: a system call only when the
+    /// kernel holds completion work or sends should leave now) or its wait (what is queued
+    /// leaves, and the loop sleeps until a completion or the timeout), every completion then
+    /// reaped (each a trigger state), and the readiness found, as epoll's events.
     fn wait(&mut self, timeout: Option<Duration>) -> Result<(), RtError> {
         self.events.clear();
+        if self.core.ring.is_some() {
+            return self.ring_wait(timeout);
+        }
         let ts = timeout.map(timespec);
         match epoll::wait(
             &*self.core.epoll,
@@ -752,6 +804,11 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         let shared = Arc::clone(&self.core.shared);
         let start = shared.clock.now_unordered();
         let mut now = start;
+        // What the ring holds leaves before the spin, not after it; the spin ends when a
+        // completion comes.
+        if let Some(ring) = self.core.ring.as_deref_mut() {
+            let _ = ring.submit();
+        }
         let fired = loop {
             // The trigger reads the clock after `now`: an event due at `until` fires at
             // the check that ends the spin.
@@ -761,6 +818,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 || now >= until
                 || stop.flag.load(Ordering::Relaxed)
                 || (wakeable && stop.woken.load(Ordering::Relaxed))
+                || self.core.ring.as_deref_mut().is_some_and(Ring::pending)
             {
                 break fired;
             }

@@ -14,8 +14,12 @@
 //! and its helper threads share: the facility, the counters), `backstop.rs` (the helper
 //! threads), `cx.rs` (the I/O helpers that are trigger states), `event_loop.rs` (the loop
 //! itself). Start reading at [`EventLoop::run_with`] and [`LoopCx`]; `tests/event_loop.rs`
-//! runs every mode end to end. The `unsafe` code is in `sys.rs`, and in the timer-signal
-//! path (`signal.rs`, and the constructor in `event_loop.rs` that installs the handler).
+//! runs every mode end to end. `uring/` is the io_uring backend ([`IoBackend::Uring`]):
+//! its bookkeeping in `uring/mod.rs`, its ring and the memory the kernel uses in
+//! `uring/sys.rs`, and the loop's wait on it in `event_loop/ring_wait.rs`; `tests/uring.rs`
+//! runs it end to end. The `unsafe` code is in `sys.rs` and `uring/sys.rs`, and in the
+//! timer-signal path (`signal.rs`, and the constructor in `event_loop.rs` that installs the
+//! handler).
 //!
 //! Around that it provides what the kernel provided to the paper's facility:
 //!
@@ -90,6 +94,7 @@ mod shared;
 mod signal;
 mod sys;
 mod timerfd;
+mod uring;
 
 pub use calibrate::{WakeupCost, WakeupProbe, wakeup_lateness, wakeup_probe};
 pub use config::{DeadlineDesign, IoBackend, LoopConfig, SpinWindow, TimerMode};
@@ -105,6 +110,10 @@ pub use poll_set::PollSet;
 pub use shared::{Counters, Handler};
 pub use sys::{BatchSent, Datagram, RecvBatch, send_all, send_batch};
 pub use timerfd::periodic_timerfd;
+pub use uring::{
+    Received, RingCounters, RingFd, RingRecv, RingStats, SendOptions, UringOptions,
+    UringUnavailable,
+};
 
 /// The README's examples, compiled (and, where they end, run) as doctests so that they cannot
 /// rot. They live here because this crate depends on both `softtimer` and itself.

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use softtimer_net::Rate;
+use softtimer_rt::IoBackend;
 use softtimers_tools::pace::{self, PaceOptions, PaceTimer, SinkInput, SinkOptions, SinkTarget};
 
 /// Runs a sink on loopback and `pace` with `timer` into it; returns both reports.
@@ -16,6 +17,21 @@ fn pace_into_sink(
     pace_into_sink_with(timer, pace::Scheduler::PerFlow, rate, flows, burst_gap)
 }
 
+/// Runs a sink on loopback and `pace` with soft timers into it, sending through `io`.
+fn pace_into_sink_through(
+    io: IoBackend,
+    rate: &str,
+) -> anyhow::Result<(pace::PaceReport, pace::SinkReport)> {
+    pace_into_sink_io(
+        PaceTimer::Soft,
+        pace::Scheduler::PerFlow,
+        io,
+        rate,
+        1,
+        Duration::ZERO,
+    )
+}
+
 /// As [`pace_into_sink`], with the scheduler of the flows chosen.
 fn pace_into_sink_with(
     timer: PaceTimer,
@@ -24,6 +40,18 @@ fn pace_into_sink_with(
     flows: u32,
     burst_gap: Duration,
 ) -> (pace::PaceReport, pace::SinkReport) {
+    pace_into_sink_io(timer, scheduler, IoBackend::Epoll, rate, flows, burst_gap).unwrap()
+}
+
+/// As [`pace_into_sink_with`], with the loop's I/O chosen; `pace`'s error is returned.
+fn pace_into_sink_io(
+    timer: PaceTimer,
+    scheduler: pace::Scheduler,
+    io: IoBackend,
+    rate: &str,
+    flows: u32,
+    burst_gap: Duration,
+) -> anyhow::Result<(pace::PaceReport, pace::SinkReport)> {
     let rx = pace::bind_sink("127.0.0.1:0".parse().unwrap()).unwrap();
     let to = rx.local_addr().unwrap();
     let mut input = SinkInput::from(rx);
@@ -48,9 +76,10 @@ fn pace_into_sink_with(
         spin_window: softtimer_rt::SpinWindow::Calibrated,
         batch: true,
         scheduler,
-    })
-    .unwrap();
-    (sent, sink.join().unwrap())
+        io,
+    });
+    let sink = sink.join().unwrap();
+    Ok((sent?, sink))
 }
 
 #[test]
@@ -174,6 +203,7 @@ fn a_hardware_timer_faster_than_a_microsecond_is_refused() {
         spin_window: softtimer_rt::SpinWindow::Calibrated,
         batch: true,
         scheduler: pace::Scheduler::PerFlow,
+        io: softtimer_rt::IoBackend::Epoll,
     })
     .unwrap_err();
     assert!(err.to_string().contains("1 µs"), "{err}");
@@ -216,4 +246,54 @@ fn the_sink_counts_garbage_and_forged_headers() {
     assert_eq!(got.foreign, 6);
     assert_eq!(got.flows, 1);
     assert_eq!((got.truncated, got.kernel_drops), (0, 0));
+}
+
+/// `--io uring` and `--io uring-sqpoll`: every datagram goes through the loop's ring, the
+/// sink on loopback receives every one, and the ring's system calls are counted.
+#[test]
+fn pace_sends_through_the_ring_and_the_sink_receives_every_datagram() {
+    for io in [IoBackend::Uring, IoBackend::UringSqpoll] {
+        let (sent, got) = match pace_into_sink_through(io, "20M") {
+            Ok(reports) => reports,
+            Err(e) if format!("{e:#}").contains("io_uring is unavailable") => {
+                eprintln!("skipped {io}: {e:#}");
+                continue;
+            }
+            Err(e) => panic!("pace --io {io}: {e:#}"),
+        };
+        assert_eq!(sent.io, io);
+        assert_eq!(sent.send_errors, 0, "{io}");
+        assert!(sent.packets > 100, "{io}: {} sent", sent.packets);
+        assert_eq!(
+            got.packets, sent.packets,
+            "{io}: every datagram sent arrives"
+        );
+        assert_eq!((got.missing, got.reordered), (0, 0), "{io}");
+        // The sends and waits of a run through the ring are io_uring_enter calls; none were
+        // made without one.
+        assert!(sent.send_calls > 0, "{io}: the ring was entered");
+    }
+}
+
+#[test]
+fn io_uring_needs_the_soft_per_flow_pacer() {
+    let mut options = PaceOptions {
+        to: "127.0.0.1:9".parse().unwrap(),
+        rate: "10M".parse().unwrap(),
+        burst: None,
+        size: 1000,
+        flows: 1,
+        duration: Duration::from_secs(1),
+        timer: PaceTimer::Timerfd,
+        spin_window: softtimer_rt::SpinWindow::Calibrated,
+        batch: true,
+        scheduler: pace::Scheduler::PerFlow,
+        io: IoBackend::Uring,
+    };
+    let err = pace::check_pace(&options).unwrap_err();
+    assert!(err.to_string().contains("--timer soft"), "{err}");
+    options.timer = PaceTimer::Soft;
+    assert!(pace::check_pace(&options).is_ok());
+    options.scheduler = pace::Scheduler::Departure;
+    assert!(pace::check_pace(&options).is_err());
 }

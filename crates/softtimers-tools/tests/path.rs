@@ -341,3 +341,69 @@ fn names_that_exist_already_are_refused_and_left_alone() {
         assert!(!netns(&ns), "{ns} left behind");
     }
 }
+
+/// `path --io uring` and `--io uring-sqpoll`: the emulator reads its devices and writes them
+/// through the ring; every datagram sent from a to b arrives, and the report counts them.
+#[test]
+fn the_emulator_reads_and_writes_through_the_ring() {
+    use softtimer_rt::IoBackend;
+    use softtimers_tools::path::EmulatorOptions;
+    let _serial = serial();
+    if !can_run() {
+        return;
+    }
+    const N: u32 = 300;
+    for (tag, io) in [("iou", IoBackend::Uring), ("ios", IoBackend::UringSqpoll)] {
+        let l = link(500, None, QueueLimit::Bytes(1 << 20));
+        let options = EmulatorOptions {
+            io,
+            ..EmulatorOptions::default()
+        };
+        let spec = PathSpec {
+            a_to_b: l,
+            b_to_a: l,
+        };
+        let path = match RunningPath::start_with(tag, spec, options) {
+            Ok(path) => path,
+            Err(e) if format!("{e:#}").contains("io_uring is unavailable") => {
+                eprintln!("skipped {io}: {e:#}");
+                continue;
+            }
+            Err(e) => panic!("path --io {io}: {e:#}"),
+        };
+        let (bound_tx, bound) = std::sync::mpsc::channel();
+        let server = in_namespace(path.namespace(Side::B), move || {
+            let s = UdpSocket::bind((ADDR_B, 7001)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            bound_tx.send(()).unwrap();
+            let mut seen = vec![false; N as usize];
+            let mut buf = [0u8; 2048];
+            while let Ok(n) = s.recv(&mut buf) {
+                if n == 1000 {
+                    let i = u32::from_be_bytes(buf[..4].try_into().unwrap());
+                    seen[i as usize] = true;
+                }
+                if seen.iter().all(|&s| s) {
+                    break;
+                }
+            }
+            seen.iter().filter(|&&s| s).count() as u32
+        });
+        bound.recv_timeout(Duration::from_secs(10)).unwrap();
+        let client = in_namespace(path.namespace(Side::A), move || {
+            let s = UdpSocket::bind((ADDR_A, 0)).unwrap();
+            let mut datagram = [0u8; 1000];
+            for i in 0..N {
+                datagram[..4].copy_from_slice(&i.to_be_bytes());
+                s.send_to(&datagram, (ADDR_B, 7001)).unwrap();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        client.join().unwrap();
+        let received = server.join().unwrap();
+        let report = path.finish().unwrap();
+        assert_eq!(received, N, "{io}: every datagram arrived");
+        assert_eq!(report.a_to_b.delivered, u64::from(N), "{io}");
+        assert_eq!(report.a_to_b.write_errors, 0, "{io}");
+    }
+}

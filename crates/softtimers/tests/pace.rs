@@ -180,6 +180,7 @@ fn the_sink_observes_a_port_it_does_not_own() {
         spin_window: softtimer_rt::SpinWindow::Calibrated,
         batch: true,
         scheduler: pace::Scheduler::PerFlow,
+        io: softtimer_rt::IoBackend::Epoll,
     })
     .unwrap();
     let out = sink.join().unwrap();

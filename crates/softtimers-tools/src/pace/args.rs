@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use softtimer_net::Rate;
-use softtimer_rt::SpinWindow;
+use softtimer_rt::{IoBackend, SpinWindow};
 
 use super::{
     PaceOptions, PaceReport, PaceTimer, Scheduler, SinkOptions, SinkReport, SinkTarget, pace, sink,
@@ -52,6 +52,12 @@ pub struct PaceArgs {
     /// or one departure-time queue for all flows with one event at its next departure.
     #[arg(long, value_enum, default_value = "per-flow")]
     pub scheduler: Scheduler,
+    /// With `--timer soft`: how the loop sends: `epoll` (a `send` per datagram), `uring`
+    /// (queued in an io_uring and submitted with the loop's next wait: one system call for
+    /// the sends and the wait), or `uring-sqpoll` (a kernel thread polls the ring: fewer
+    /// system calls, but it costs a core).
+    #[arg(long, default_value = "epoll")]
+    pub io: IoBackend,
     /// Also write the result as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -71,6 +77,7 @@ impl PaceArgs {
             spin_window: self.spin_window,
             batch: !self.no_batch,
             scheduler: self.scheduler,
+            io: self.io,
         }
     }
 }

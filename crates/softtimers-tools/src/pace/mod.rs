@@ -15,6 +15,7 @@
 
 mod args;
 mod counters;
+mod ring;
 mod sender;
 mod sink;
 
@@ -32,7 +33,7 @@ use softtimer::{Clock, SystemClock};
 use softtimer_net::Rate;
 use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader};
-use softtimer_rt::SpinWindow;
+use softtimer_rt::{IoBackend, SpinWindow};
 
 use crate::cpu::process_cpu_ns;
 use crate::output::Report;
@@ -95,6 +96,9 @@ pub struct PaceOptions {
     pub batch: bool,
     /// With soft timers: how the flows are scheduled.
     pub scheduler: Scheduler,
+    /// With soft timers and one event per flow: how the loop sends (epoll: a `send` per
+    /// datagram; io_uring: queued in the ring and submitted with the loop's next entry).
+    pub io: IoBackend,
 }
 
 /// What `pace` measured (`pace --json`).
@@ -139,8 +143,12 @@ pub struct PaceReport {
     pub send_interval_max_us: f64,
     /// The soft loop's spin window, µs (`null` for the other timers).
     pub spin_window_us: Option<f64>,
-    /// Send system calls made (`sendmmsg` counts once however many datagrams it carried).
+    /// Send system calls made (`sendmmsg` counts once however many datagrams it carried);
+    /// with io_uring, the ring's `io_uring_enter` calls, which carry the waits too.
     pub send_calls: u64,
+    /// How the loop sent (`epoll` for the senders without a loop).
+    #[serde(default)]
+    pub io: IoBackend,
 }
 
 /// Checks `pace`'s options: sizes, the flow count, the duration, and a packet interval the
@@ -170,6 +178,13 @@ pub fn check_pace(options: &PaceOptions) -> Result<()> {
             && options.duration <= Duration::from_secs(3600),
         "--duration {:?}: want 10 ms ..= 1 hour",
         options.duration
+    );
+    ensure!(
+        options.io == IoBackend::Epoll
+            || (options.timer == PaceTimer::Soft && options.scheduler == Scheduler::PerFlow),
+        "--io {} sends through the soft loop's ring: it needs --timer soft and --scheduler \
+         per-flow",
+        options.io
     );
     if let Some(burst) = options.burst {
         ensure!(
@@ -245,6 +260,9 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         PaceTimer::Soft if options.scheduler == Scheduler::Departure => {
             run_departure(options, &plan, &sender, flows)?
         }
+        PaceTimer::Soft if options.io != IoBackend::Epoll => {
+            ring::run_ring(options, &plan, &sender, flows)?
+        }
         PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => {
             run_loop(options, &plan, &sender, flows)?
         }
@@ -285,6 +303,7 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         spin_window_us: (options.timer == PaceTimer::Soft)
             .then_some(plan.spin_window.as_secs_f64() * 1e6),
         send_calls: c.calls,
+        io: options.io,
     })
 }
 
@@ -333,11 +352,12 @@ impl Report for PaceReport {
     fn text(&self) -> String {
         let r = self;
         format!(
-            "timer {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
+            "timer {}, io {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
              target {:.3} Mbit/s, achieved {:.3} Mbit/s (off by {:.3} %)\n\
              CPU {:.1} % of a core, {:.0} ns per datagram; {} send calls; send errors {}\n\
              send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n",
             r.timer.name(),
+            r.io,
             r.packets,
             r.size,
             r.duration_s,

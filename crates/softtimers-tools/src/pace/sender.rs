@@ -36,7 +36,7 @@ pub(super) struct Sender {
 
 impl Sender {
     /// The header of flow `flow`'s next datagram, sent at `sent_ns`.
-    fn header(flow: &Flow, sent_ns: u64) -> [u8; PacketHeader::LEN] {
+    pub(super) fn header(flow: &Flow, sent_ns: u64) -> [u8; PacketHeader::LEN] {
         let mut header = [0u8; PacketHeader::LEN];
         PacketHeader {
             flow: flow.id,
@@ -103,7 +103,7 @@ impl Sender {
 }
 
 /// The most datagrams one `sendmmsg` of `pace` carries.
-const BATCH: usize = 64;
+pub(super) const BATCH: usize = 64;
 
 pub(super) fn connect(to: SocketAddr) -> Result<OwnedFd> {
     let any: SocketAddr = if to.is_ipv4() {

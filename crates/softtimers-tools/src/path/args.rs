@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use softtimer_net::Rate;
 use softtimer_net::path::{LinkConfig, QueueLimit};
-use softtimer_rt::SpinWindow;
+use softtimer_rt::{IoBackend, SpinWindow};
 
 use super::{COMMAND_SPIN_ARG, EmulatorOptions, PathReport, PathSpec, parse_loss, parse_queue};
 use crate::parse::{parse_duration, parse_spin_window};
@@ -43,6 +43,11 @@ pub struct PathArgs {
     /// lateness). More is more precise and costs CPU while packets are pending.
     #[arg(long, default_value = COMMAND_SPIN_ARG, value_parser = parse_spin_window)]
     pub spin: SpinWindow,
+    /// How the emulator reads and writes its devices: `epoll` (a system call per packet),
+    /// `uring` (through an io_uring: multishot reads, writes submitted with the loop's next
+    /// wait) or `uring-sqpoll` (a kernel thread polls the ring; it costs a core).
+    #[arg(long, default_value = "epoll")]
+    pub io: IoBackend,
     /// The CPU to pin the emulator to.
     #[arg(long)]
     pub cpu: Option<usize>,
@@ -89,6 +94,7 @@ impl PathArgs {
             cpu: self.cpu,
             seed: self.seed,
             spin: self.spin,
+            io: self.io,
         };
         super::run_command(self.spec(), options, &self.command)
     }

@@ -11,7 +11,10 @@ use anyhow::{Context, Result, bail};
 use softtimer::{EventId, Fired, Instant, Span};
 use softtimer_net::departure::DepartureQueue;
 use softtimer_net::path::{Link, Offer};
-use softtimer_rt::{EventLoop, Interest, LoopConfig, LoopTurn, SpinWindow, StopHandle};
+use softtimer_rt::{
+    EventLoop, Interest, IoBackend, LoopConfig, LoopTurn, RingRecv, SendOptions, SpinWindow,
+    StopHandle,
+};
 
 use super::measure::Direction;
 use super::{ADDR_A, ADDR_B, PathReport, PathSpec, Side};
@@ -84,6 +87,10 @@ pub struct EmulatorOptions {
     /// at the cost of up to that much CPU per packet sent; 1 ms or more spins whenever a
     /// packet is due before the next backstop tick (the most precise, a core while busy).
     pub spin: SpinWindow,
+    /// How the emulator reads and writes the devices: `epoll` (a `read` and a `write` per
+    /// packet), or io_uring (multishot reads into provided buffers, writes queued in the ring
+    /// and submitted with the loop's next entry into it).
+    pub io: IoBackend,
 }
 
 impl Default for EmulatorOptions {
@@ -92,6 +99,7 @@ impl Default for EmulatorOptions {
             cpu: None,
             seed: 0x5eed,
             spin: SpinWindow::Calibrated,
+            io: IoBackend::Epoll,
         }
     }
 }
@@ -286,6 +294,52 @@ impl Packet {
 /// The most packets read from a device per readiness event before the loop turns.
 const READ_BATCH: usize = 64;
 
+/// Buffers the ring reads each device into (with io_uring).
+const RING_BUFFERS: u16 = 256;
+
+/// A packet read from device `from` at `now`: measured, then offered to its direction's link,
+/// which queues it for delivery or drops it.
+#[allow(clippy::too_many_arguments)]
+fn arrive(
+    d: &mut Direction,
+    queue: &mut DepartureQueue<(usize, Packet, Instant, bool)>,
+    spare: &mut Vec<Packet>,
+    from: usize,
+    buf: Packet,
+    now: Instant,
+    start: Instant,
+    hz: u64,
+) {
+    let n = buf.len;
+    d.report.packets += 1;
+    d.input_gaps.add(now, hz);
+    if let Some(b) = &mut d.burstiness {
+        b.push(now.saturating_since(start).as_nanos(hz), n as u64);
+    }
+    match d.link.offer(now, n as u64) {
+        Offer::Deliver {
+            at,
+            queued,
+            back_to_back,
+        } => {
+            let q = queued.as_nanos(hz);
+            let _ = d.queue_delay.record(q.max(1));
+            let b = d.bucket(now, start, hz);
+            b.max_queue_delay_ns = b.max_queue_delay_ns.max(q);
+            queue.push(at, (from, buf, at, back_to_back));
+        }
+        Offer::QueueFull => {
+            d.report.queue_drops += 1;
+            d.bucket(now, start, hz).queue_drops += 1;
+            spare.push(buf);
+        }
+        Offer::Lost => {
+            d.report.random_losses += 1;
+            spare.push(buf);
+        }
+    }
+}
+
 fn emulate(
     spec: PathSpec,
     options: EmulatorOptions,
@@ -293,10 +347,16 @@ fn emulate(
     tun_b: OwnedFd,
     started: std::sync::mpsc::Sender<StopHandle>,
 ) -> Result<PathReport> {
-    let EmulatorOptions { cpu, seed, spin } = options;
+    let EmulatorOptions {
+        cpu,
+        seed,
+        spin,
+        io,
+    } = options;
     let _pinned = cpu.map(crate::cpu::pin_to);
     let config = LoopConfig {
         spin_window: spin,
+        io_backend: io,
         ..LoopConfig::default()
     };
     let mut ev: EventLoop<Due> = EventLoop::new(config, |_, _: Fired<Due>| {})?;
@@ -308,9 +368,23 @@ fn emulate(
         Direction::new(spec.b_to_a, rtt, hz, seed.wrapping_mul(2) | 1)?,
     ];
     let tuns = [tun_a, tun_b];
-    for (i, fd) in tuns.iter().enumerate() {
-        ev.cx().register(fd, Interest::READABLE, i as u64)?;
-    }
+    // With io_uring, the devices are attached to the ring instead of watched.
+    let ring = if io == IoBackend::Epoll {
+        for (i, fd) in tuns.iter().enumerate() {
+            ev.cx().register(fd, Interest::READABLE, i as u64)?;
+        }
+        None
+    } else {
+        let mut cx = ev.cx();
+        let reads = RingRecv::Reads {
+            buffers: RING_BUFFERS,
+            size: Packet::CAPACITY as u32,
+        };
+        Some([
+            cx.attach(&tuns[0], 0, reads)?,
+            cx.attach(&tuns[1], 1, reads)?,
+        ])
+    };
     // Packets due for delivery: (direction, bytes, due time, queueing delay, back to back).
     let slot = Span::from_duration(Duration::from_micros(10), hz);
     let mut queue: DepartureQueue<(usize, Packet, Instant, bool)> =
@@ -325,6 +399,21 @@ fn emulate(
             let from = ready.token as usize;
             let mut guard = dirs_cell.borrow_mut();
             let (dirs, queue, spare) = &mut *guard;
+            if let Some(ring) = ring {
+                // A packet due for release goes first, as below: what the ring read waits.
+                let now = cx.now();
+                if queue.next_departure().is_some_and(|t| !t.is_after(now)) {
+                    return;
+                }
+                cx.received(ring[from], READ_BATCH, |m| {
+                    let mut buf = spare.pop().unwrap_or_else(Packet::new);
+                    let n = m.data.len().min(Packet::CAPACITY);
+                    buf.bytes[..n].copy_from_slice(&m.data[..n]);
+                    buf.len = n;
+                    arrive(&mut dirs[from], queue, spare, from, buf, now, start, hz);
+                });
+                return;
+            }
             for _ in 0..READ_BATCH {
                 // A packet due for release goes first: the rest of the backlog is read on
                 // the next pass, after the release (at 1 Gbit/s a packet is due every 12 µs,
@@ -346,34 +435,7 @@ fn emulate(
                 };
                 buf.len = n;
                 let now = cx.now();
-                let d = &mut dirs[from];
-                d.report.packets += 1;
-                d.input_gaps.add(now, hz);
-                if let Some(b) = &mut d.burstiness {
-                    b.push(now.saturating_since(start).as_nanos(hz), n as u64);
-                }
-                match d.link.offer(now, n as u64) {
-                    Offer::Deliver {
-                        at,
-                        queued,
-                        back_to_back,
-                    } => {
-                        let q = queued.as_nanos(hz);
-                        let _ = d.queue_delay.record(q.max(1));
-                        let b = d.bucket(now, start, hz);
-                        b.max_queue_delay_ns = b.max_queue_delay_ns.max(q);
-                        queue.push(at, (from, buf, at, back_to_back));
-                    }
-                    Offer::QueueFull => {
-                        d.report.queue_drops += 1;
-                        d.bucket(now, start, hz).queue_drops += 1;
-                        spare.push(buf);
-                    }
-                    Offer::Lost => {
-                        d.report.random_losses += 1;
-                        spare.push(buf);
-                    }
-                }
+                arrive(&mut dirs[from], queue, spare, from, buf, now, start, hz);
             }
         },
         |cx, turn| {
@@ -391,10 +453,15 @@ fn emulate(
                 // Released now: the write hands the packet to the receiving side, whose
                 // stack then runs in this call (a cost any emulator's delivery pays).
                 let written = cx.now();
-                let result = cx.write(&tuns[to], buf.as_slice());
+                let result = match ring {
+                    Some(ring) => cx
+                        .send_ring(ring[to], &[buf.as_slice()], &SendOptions::default())
+                        .is_ok(),
+                    None => cx.write(&tuns[to], buf.as_slice()).is_ok(),
+                };
                 let d = &mut dirs[from];
                 match result {
-                    Ok(_) => {
+                    true => {
                         d.report.delivered += 1;
                         d.report.delivered_bytes += buf.len as u64;
                         let late = written.saturating_since(at).as_nanos(hz);
@@ -411,7 +478,7 @@ fn emulate(
                         let b = d.bucket(at, start, hz);
                         b.bytes += buf.len as u64;
                     }
-                    Err(_) => d.report.write_errors += 1,
+                    false => d.report.write_errors += 1,
                 }
                 spare.push(buf);
             }
@@ -430,6 +497,18 @@ fn emulate(
         },
     )?;
     let _ = dirs_cell.into_inner();
+    if let Some(ring) = ring {
+        // The last writes leave before the ring goes; those the device refused move from the
+        // delivered to the write errors (a write into device `to` carried direction `1 - to`).
+        let mut cx = ev.cx();
+        cx.flush_ring(Duration::from_secs(1))?;
+        for (to, fd) in ring.into_iter().enumerate() {
+            let refused = cx.ring_counters(fd).map_or(0, |c| c.refused);
+            let d = &mut dirs[1 - to];
+            d.report.delivered = d.report.delivered.saturating_sub(refused);
+            d.report.write_errors += refused;
+        }
+    }
     let duration_s = ev.cx().now().saturating_since(start).as_nanos(hz) as f64 / 1e9;
     let [a, b] = dirs;
     let (a, b) = (a.finish(), b.finish());

@@ -95,6 +95,7 @@ fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
             cpu: Some(EMULATOR_CPU),
             seed: run.seed,
             spin: SpinWindow::Calibrated,
+            ..EmulatorOptions::default()
         },
     )?;
     let server_json = tmp.join("server.json");

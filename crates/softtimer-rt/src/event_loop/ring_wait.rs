@@ -1,0 +1,71 @@
+//! The loop's wait with an io_uring backend: the ring's look or wait, every completion
+//! reaped as a trigger state, and the readiness found handed out as epoll's events are.
+
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use rustix::event::epoll;
+use softtimer::Clock;
+
+use super::{EPOLL_TOKEN, EventLoop};
+use crate::error::RtError;
+use crate::timerfd::timespec;
+
+/// Events taken from the epoll set at once.
+const EPOLL_BATCH: usize = 64;
+
+impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C> {
+    pub(super) fn ring_wait(&mut self, timeout: Option<Duration>) -> Result<(), RtError> {
+        let Some(ring) = self.core.ring.as_deref_mut() else {
+            return Ok(());
+        };
+        match timeout {
+            Some(Duration::ZERO) => ring.look().map(drop),
+            timeout => ring.wait(timeout),
+        }
+        .map_err(RtError::io("io_uring_enter"))?;
+        self.core.reap_ring();
+        let mut ready = std::mem::take(&mut self.ring_ready);
+        if let Some(ring) = self.core.ring.as_deref_mut() {
+            ring.take_ready(&mut ready);
+        }
+        for r in ready.drain(..) {
+            if r.token == EPOLL_TOKEN {
+                // Descriptors a LoopHandle registered in the epoll set: take its events,
+                // and watch the set again (a one-shot poll, so that what stays ready is
+                // reported again, as epoll reports it).
+                self.epoll_events()?;
+                continue;
+            }
+            let mut flags = epoll::EventFlags::empty();
+            flags.set(epoll::EventFlags::IN, r.readable);
+            flags.set(epoll::EventFlags::OUT, r.writable);
+            flags.set(epoll::EventFlags::HUP, r.closed);
+            self.events.push(epoll::Event {
+                flags,
+                data: epoll::EventData::new_u64(r.token),
+            });
+        }
+        self.ring_ready = ready;
+        Ok(())
+    }
+
+    /// With an io_uring backend: the epoll set's events, after the ring's poll of it fired.
+    fn epoll_events(&mut self) -> Result<(), RtError> {
+        // Appended to what the ring's reap put there: epoll writes into the spare capacity.
+        self.events.reserve(EPOLL_BATCH);
+        match epoll::wait(
+            &*self.core.epoll,
+            rustix::buffer::spare_capacity(&mut self.events),
+            Some(&timespec(Duration::ZERO)),
+        ) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(("epoll_wait", e).into()),
+        }
+        if let Some(ring) = self.core.ring.as_deref_mut() {
+            ring.watch_once(self.core.epoll.as_raw_fd(), EPOLL_TOKEN)
+                .map_err(RtError::io("a poll of the epoll set"))?;
+        }
+        Ok(())
+    }
+}

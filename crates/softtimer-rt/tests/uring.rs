@@ -1,0 +1,642 @@
+//! The io_uring backend end to end: an echo through the ring, a burst larger than the ring,
+//! a datagram larger than a provided buffer, GSO and GRO, the trigger state after every
+//! completion reaped, other descriptors served through the ring's polls (and the epoll set a
+//! handle registers in), and the clear refusal where io_uring is unavailable.
+//!
+//! Every test that needs the ring says so and passes where the kernel has none (a CI
+//! container's seccomp profile), except the refusal test, which makes the kernel refuse.
+
+use std::net::UdpSocket;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use softtimer::TriggerSource;
+use softtimer_rt::{
+    EventLoop, Interest, IoBackend, LoopConfig, RingRecv, RtError, SendOptions, StopHandle,
+    UringOptions, UringUnavailable,
+};
+
+fn uring_config() -> LoopConfig {
+    LoopConfig {
+        io_backend: IoBackend::Uring,
+        ..LoopConfig::default()
+    }
+}
+
+/// A loop on the ring, or `None` (with the reason printed) where there is none.
+fn ring_loop(config: LoopConfig) -> Option<EventLoop<()>> {
+    match EventLoop::new(config, |_, _| {}) {
+        Ok(ev) => Some(ev),
+        Err(RtError::Uring(why)) => {
+            eprintln!("skipped: {why}");
+            None
+        }
+        Err(e) => panic!("loop: {e}"),
+    }
+}
+
+/// Stops the loop after `limit` whatever happens, so that no test hangs.
+fn deadline(stop: StopHandle, limit: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        stop.stop();
+    })
+}
+
+fn bind() -> UdpSocket {
+    UdpSocket::bind("127.0.0.1:0").unwrap()
+}
+
+#[test]
+fn a_udp_echo_runs_through_the_ring() {
+    let Some(mut ev) = ring_loop(uring_config()) else {
+        return;
+    };
+    let server = bind();
+    let client = bind();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let to = server.local_addr().unwrap();
+    let fd = ev
+        .cx()
+        .attach(
+            &server,
+            1,
+            RingRecv::Datagrams {
+                buffers: 16,
+                size: 2048,
+            },
+        )
+        .unwrap();
+    const N: usize = 100;
+    let sender = {
+        let client = client.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut echoed = Vec::new();
+            let mut buf = [0u8; 64];
+            for i in 0..N {
+                client.send_to(&(i as u32).to_be_bytes(), to).unwrap();
+                let (n, _) = client
+                    .recv_from(&mut buf)
+                    .unwrap_or_else(|e| panic!("reply {i}: {e}"));
+                echoed.push(u32::from_be_bytes(buf[..n].try_into().unwrap()));
+            }
+            echoed
+        })
+    };
+    let limit = deadline(ev.stop_handle(), Duration::from_secs(10));
+    let mut echoes = 0;
+    ev.run(|cx, ready| {
+        assert_eq!(ready.token, 1);
+        let mut replies = Vec::new();
+        cx.received(fd, usize::MAX, |m| {
+            assert!(!m.truncated);
+            replies.push((m.data.to_vec(), m.from.unwrap()));
+        });
+        for (data, from) in replies {
+            let options = SendOptions {
+                to: Some(from),
+                ..SendOptions::default()
+            };
+            cx.send_ring(fd, &[&data], &options).unwrap();
+            echoes += 1;
+        }
+        if echoes == N {
+            cx.stop();
+        }
+    })
+    .unwrap();
+    assert_eq!(sender.join().unwrap(), (0..N as u32).collect::<Vec<_>>());
+    let counters = ev.cx().ring_counters(fd).unwrap();
+    assert_eq!(counters.received, N as u64);
+    drop(ev);
+    let _ = limit;
+}
+
+#[test]
+fn a_burst_larger_than_the_ring_is_sent_whole() {
+    let config = LoopConfig {
+        uring: UringOptions {
+            entries: 8,
+            send_slots: 16,
+            ..UringOptions::default()
+        },
+        ..uring_config()
+    };
+    let Some(mut ev) = ring_loop(config) else {
+        return;
+    };
+    let rx = bind();
+    // Room for the whole burst, so that the receiver's buffer cannot lose any (root may
+    // force it past net.core.rmem_max; otherwise the burst is what fits).
+    let forced = rustix::net::sockopt::set_socket_recv_buffer_size_force(&rx, 8 << 20).is_ok();
+    let burst: usize = if forced { 2000 } else { 150 };
+    let tx = bind();
+    tx.connect(rx.local_addr().unwrap()).unwrap();
+    let fd = ev.cx().attach(&tx, 1, RingRecv::None).unwrap();
+    {
+        let mut cx = ev.cx();
+        for i in 0..burst {
+            cx.send_ring(
+                fd,
+                &[&(i as u32).to_be_bytes(), &[0u8; 60]],
+                &SendOptions::default(),
+            )
+            .unwrap();
+        }
+    }
+    // The loop's own send completions do not end its wait (nothing else is news to it):
+    // it reaps them when something else comes, here the stop.
+    let stopper = deadline(ev.stop_handle(), Duration::from_millis(300));
+    ev.run(|_, _| {}).unwrap();
+    stopper.join().unwrap();
+    let counters = ev.cx().ring_counters(fd).unwrap();
+    assert_eq!((counters.sent, counters.refused), (burst as u64, 0));
+    assert!(
+        ev.ring_stats().unwrap().slot_waits > 0,
+        "the burst waited for slots"
+    );
+    rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = [0u8; 128];
+    for i in 0..burst {
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(n, 64);
+        assert_eq!(
+            u32::from_be_bytes(buf[..4].try_into().unwrap()),
+            i as u32,
+            "in order"
+        );
+    }
+}
+
+#[test]
+fn a_datagram_longer_than_a_buffer_arrives_truncated_and_flagged() {
+    let Some(mut ev) = ring_loop(uring_config()) else {
+        return;
+    };
+    let rx = bind();
+    let fd = ev
+        .cx()
+        .attach(
+            &rx,
+            3,
+            RingRecv::Datagrams {
+                buffers: 4,
+                size: 64,
+            },
+        )
+        .unwrap();
+    let tx = bind();
+    tx.send_to(&[7u8; 200], rx.local_addr().unwrap()).unwrap();
+    tx.send_to(&[8u8; 10], rx.local_addr().unwrap()).unwrap();
+    let limit = deadline(ev.stop_handle(), Duration::from_secs(10));
+    let mut got = Vec::new();
+    ev.run(|cx, _| {
+        cx.received(fd, usize::MAX, |m| got.push((m.data.to_vec(), m.truncated)));
+        if got.len() == 2 {
+            cx.stop();
+        }
+    })
+    .unwrap();
+    assert_eq!(got[0], (vec![7u8; 64], true));
+    assert_eq!(got[1], (vec![8u8; 10], false));
+    let counters = ev.cx().ring_counters(fd).unwrap();
+    assert_eq!((counters.received, counters.truncated), (2, 1));
+    drop(limit);
+}
+
+#[test]
+fn a_gso_batch_leaves_as_one_send_and_arrives_whole() {
+    let Some(mut ev) = ring_loop(uring_config()) else {
+        return;
+    };
+    let rx = bind();
+    // GRO on the receiver: loopback hands the GSO batch over as one message.
+    let on: libc::c_int = 1;
+    // SAFETY: UDP_GRO takes an int; the socket is open.
+    let rc = unsafe {
+        libc::setsockopt(
+            rx.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    let gro = rc == 0;
+    let tx = bind();
+    let (rx_fd, tx_fd) = {
+        let mut cx = ev.cx();
+        let rx_fd = cx
+            .attach(
+                &rx,
+                1,
+                RingRecv::Datagrams {
+                    buffers: 8,
+                    size: 65536,
+                },
+            )
+            .unwrap();
+        (rx_fd, cx.attach(&tx, 2, RingRecv::None).unwrap())
+    };
+    let batch: Vec<u8> = (0..450u32).map(|i| (i / 100) as u8).collect();
+    let options = SendOptions {
+        to: Some(rx.local_addr().unwrap()),
+        segment_size: Some(100),
+        ..SendOptions::default()
+    };
+    ev.cx().send_ring(tx_fd, &[&batch], &options).unwrap();
+    let limit = deadline(ev.stop_handle(), Duration::from_secs(10));
+    let mut messages = Vec::new();
+    ev.run(|cx, _| {
+        cx.received(rx_fd, usize::MAX, |m| {
+            messages.push((m.data.to_vec(), m.segment_size))
+        });
+        if messages.iter().map(|(d, _)| d.len()).sum::<usize>() == 450 {
+            cx.stop();
+        }
+    })
+    .unwrap();
+    let counters = ev.cx().ring_counters(tx_fd).unwrap();
+    assert_eq!(counters.sent, 5, "a GSO send counts its datagrams");
+    let bytes: Vec<u8> = messages.iter().flat_map(|(d, _)| d.clone()).collect();
+    assert_eq!(bytes, batch);
+    if gro && messages.len() == 1 {
+        assert_eq!(messages[0].1, Some(100), "GRO's segment size is read");
+    } else {
+        assert_eq!(messages.len(), 5);
+    }
+    drop(limit);
+}
+
+#[test]
+fn every_completion_reaped_is_a_trigger_state() {
+    let config = LoopConfig {
+        stats: true,
+        ..uring_config()
+    };
+    let Some(mut ev) = ring_loop(config) else {
+        return;
+    };
+    let rx = bind();
+    let tx = bind();
+    tx.connect(rx.local_addr().unwrap()).unwrap();
+    const K: u64 = 40;
+    let (rx_fd, tx_fd) = {
+        let mut cx = ev.cx();
+        let rx_fd = cx
+            .attach(
+                &rx,
+                1,
+                RingRecv::Datagrams {
+                    buffers: 64,
+                    size: 256,
+                },
+            )
+            .unwrap();
+        let tx_fd = cx.attach(&tx, 2, RingRecv::None).unwrap();
+        for i in 0..K {
+            cx.send_ring(tx_fd, &[&i.to_be_bytes()], &SendOptions::default())
+                .unwrap();
+        }
+        (rx_fd, tx_fd)
+    };
+    let limit = deadline(ev.stop_handle(), Duration::from_secs(10));
+    ev.run_with(
+        |cx, _| {
+            cx.received(rx_fd, usize::MAX, |_| {});
+        },
+        |cx, _| {
+            let received = cx.ring_counters(rx_fd).unwrap().received;
+            if received == K && cx.ring_counters(tx_fd).unwrap().sent == K {
+                cx.stop();
+            }
+            false
+        },
+    )
+    .unwrap();
+    let stats = ev.stats().unwrap();
+    // One trigger state per send completion and per datagram received: nothing else in this
+    // loop sends or receives.
+    assert_eq!(stats.triggers(TriggerSource::Send), K);
+    assert_eq!(stats.triggers(TriggerSource::Recv), K);
+    assert!(ev.ring_stats().unwrap().completions >= 2 * K);
+    drop(limit);
+}
+
+/// An eventfd, made non-blocking.
+fn eventfd() -> OwnedFd {
+    rustix::event::eventfd(
+        0,
+        rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
+    )
+    .unwrap()
+}
+
+#[test]
+fn other_descriptors_are_served_through_the_rings_polls_and_the_epoll_set() {
+    let Some(mut ev) = ring_loop(uring_config()) else {
+        return;
+    };
+    // One registered by the loop's callbacks (a multishot poll in the ring), one by a
+    // handle from another thread (the epoll set, which the ring polls).
+    let direct = eventfd();
+    let handled = eventfd();
+    ev.cx().register(&direct, Interest::READABLE, 5).unwrap();
+    ev.handle()
+        .register(&handled, Interest::READABLE, 6)
+        .unwrap();
+    let (d, h) = (direct.try_clone().unwrap(), handled.try_clone().unwrap());
+    let writer = std::thread::spawn(move || {
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(5));
+            rustix::io::write(&d, &1u64.to_ne_bytes()).unwrap();
+            rustix::io::write(&h, &1u64.to_ne_bytes()).unwrap();
+        }
+    });
+    let limit = deadline(ev.stop_handle(), Duration::from_secs(10));
+    let (mut from_direct, mut from_handle) = (0u64, 0u64);
+    let started = Instant::now();
+    ev.run(|cx, ready| {
+        let mut buf = [0u8; 8];
+        match ready.token {
+            5 => {
+                assert!(ready.readable);
+                if cx.read(&direct, &mut buf).is_ok() {
+                    from_direct += u64::from_ne_bytes(buf);
+                }
+            }
+            6 => {
+                if cx.read(&handled, &mut buf).is_ok() {
+                    from_handle += u64::from_ne_bytes(buf);
+                }
+            }
+            other => panic!("unexpected token {other}"),
+        }
+        if from_direct == 3 && from_handle == 3 {
+            cx.stop();
+        }
+    })
+    .unwrap();
+    writer.join().unwrap();
+    assert_eq!((from_direct, from_handle), (3, 3));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // Deregistered: a write no longer reaches the loop.
+    ev.cx().deregister(&direct).unwrap();
+    rustix::io::write(&direct, &1u64.to_ne_bytes()).unwrap();
+    let stop = ev.stop_handle();
+    let stopper = deadline(stop, Duration::from_millis(50));
+    ev.run(|_, ready| assert_ne!(ready.token, 5, "deregistered"))
+        .unwrap();
+    stopper.join().unwrap();
+    drop(limit);
+    assert!(direct.as_fd().as_raw_fd() >= 0);
+}
+
+#[test]
+fn the_epoll_backend_refuses_ring_operations() {
+    let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
+    let socket = bind();
+    assert!(matches!(
+        ev.cx().attach(&socket, 1, RingRecv::None),
+        Err(RtError::NoRing)
+    ));
+    assert_eq!(ev.io_backend(), IoBackend::Epoll);
+}
+
+/// Installs, on the calling thread only, a seccomp filter that makes `io_uring_setup` fail
+/// with `ENOSYS`, as a container's default profile does.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+fn refuse_io_uring_on_this_thread() -> bool {
+    const LD_NR: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const JEQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const RET: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    let filter = [
+        // The system call's number is the first word of `seccomp_data`.
+        libc::sock_filter {
+            code: LD_NR,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: JEQ,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_io_uring_setup as u32,
+        },
+        libc::sock_filter {
+            code: RET,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        },
+        libc::sock_filter {
+            code: RET,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: `program` points at a valid four-instruction filter that outlives the call
+    // (the kernel copies it); without TSYNC it applies to this thread only, which the test
+    // spawned for it and ends after.
+    unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+            && libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &program as *const libc::sock_fprog,
+            ) == 0
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn where_io_uring_is_refused_the_loop_says_why() {
+    let outcome = std::thread::spawn(|| {
+        if !refuse_io_uring_on_this_thread() {
+            return None;
+        }
+        Some(EventLoop::<()>::new(uring_config(), |_, _| {}).map(|_| ()))
+    })
+    .join()
+    .unwrap();
+    let Some(result) = outcome else {
+        eprintln!("skipped: no seccomp here");
+        return;
+    };
+    match result {
+        Err(RtError::Uring(UringUnavailable::NoSyscall)) => {}
+        // Already refused here for another reason: still a typed refusal.
+        Err(RtError::Uring(other)) => eprintln!("refused before the filter: {other}"),
+        other => panic!("expected a typed refusal, got {:?}", other.err()),
+    }
+    let message = RtError::Uring(UringUnavailable::NoSyscall).to_string();
+    assert!(
+        message.contains("io_uring") && message.contains("seccomp"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_level_triggered_descriptor_is_reported_until_read_and_an_edge_triggered_once() {
+    let Some(mut ev) = ring_loop(uring_config()) else {
+        return;
+    };
+    let level = eventfd();
+    let edge = eventfd();
+    ev.cx().register(&level, Interest::READABLE, 1).unwrap();
+    ev.cx()
+        .register(&edge, Interest::READABLE.edge(), 2)
+        .unwrap();
+    rustix::io::write(&level, &1u64.to_ne_bytes()).unwrap();
+    rustix::io::write(&edge, &1u64.to_ne_bytes()).unwrap();
+    let limit = deadline(ev.stop_handle(), Duration::from_secs(10));
+    let (mut level_reports, mut edge_reports) = (0, 0);
+    ev.run(|cx, ready| {
+        match ready.token {
+            // Left unread twice: level-triggered, it is reported again; read the third time.
+            1 => {
+                level_reports += 1;
+                if level_reports == 3 {
+                    let mut buf = [0u8; 8];
+                    cx.read(&level, &mut buf).unwrap();
+                }
+            }
+            // Never read: edge-triggered, it is reported once.
+            2 => edge_reports += 1,
+            other => panic!("unexpected token {other}"),
+        }
+        if level_reports == 3 {
+            cx.stop();
+        }
+    })
+    .unwrap();
+    // A while longer: the level-triggered descriptor, read, is not reported again, and the
+    // edge-triggered one, never read, is not either.
+    let stopper = deadline(ev.stop_handle(), Duration::from_millis(50));
+    ev.run(|_, ready| panic!("reported again: token {}", ready.token))
+        .unwrap();
+    stopper.join().unwrap();
+    assert_eq!((level_reports, edge_reports), (3, 1));
+    drop(limit);
+}
+
+#[test]
+fn a_flush_sends_everything_queued_without_running_the_loop() {
+    let Some(mut ev) = ring_loop(uring_config()) else {
+        return;
+    };
+    let rx = bind();
+    let tx = bind();
+    tx.connect(rx.local_addr().unwrap()).unwrap();
+    let mut cx = ev.cx();
+    let fd = cx.attach(&tx, 1, RingRecv::None).unwrap();
+    for i in 0..50u32 {
+        cx.send_ring(fd, &[&i.to_be_bytes()], &SendOptions::default())
+            .unwrap();
+    }
+    assert_eq!(
+        cx.ring_counters(fd).unwrap().sent,
+        0,
+        "queued, not yet sent"
+    );
+    assert!(cx.flush_ring(Duration::from_secs(5)).unwrap());
+    assert_eq!(cx.ring_counters(fd).unwrap().sent, 50);
+    rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = [0u8; 8];
+    for i in 0..50u32 {
+        assert_eq!(rx.recv(&mut buf).unwrap(), 4);
+        assert_eq!(buf[..4], i.to_be_bytes());
+    }
+}
+
+#[test]
+fn a_descriptor_that_is_not_a_socket_is_read_and_written_through_the_ring() {
+    let Some(mut ev) = ring_loop(uring_config()) else {
+        return;
+    };
+    let (read_end, write_end) = std::io::pipe().unwrap();
+    let (rfd, wfd) = {
+        let mut cx = ev.cx();
+        let reads = RingRecv::Reads {
+            buffers: 8,
+            size: 64,
+        };
+        (
+            cx.attach(&read_end, 1, reads).unwrap(),
+            cx.attach(&write_end, 2, RingRecv::None).unwrap(),
+        )
+    };
+    ev.cx()
+        .send_ring(wfd, &[b"through ", b"the ring"], &SendOptions::default())
+        .unwrap();
+    let limit = deadline(ev.stop_handle(), Duration::from_secs(10));
+    let mut got = Vec::new();
+    ev.run(|cx, ready| {
+        assert_eq!(ready.token, 1);
+        cx.received(rfd, usize::MAX, |m| got.extend_from_slice(m.data));
+        if got.len() >= 16 {
+            cx.stop();
+        }
+    })
+    .unwrap();
+    assert_eq!(got, b"through the ring");
+    // The writer gone (detached: the ring held its file), the reader meets end of file: its
+    // receive stops for good, saying why, instead of being armed again in a loop.
+    ev.cx().detach(wfd);
+    drop(write_end);
+    let stopper = deadline(ev.stop_handle(), Duration::from_millis(100));
+    ev.run(|cx, _| {
+        cx.received(rfd, usize::MAX, |m| assert!(m.data.is_empty()));
+    })
+    .unwrap();
+    stopper.join().unwrap();
+    let counters = ev.cx().ring_counters(rfd).unwrap();
+    assert_eq!(counters.recv_error, Some(0), "{counters:?}");
+    assert!(counters.rearmed <= 8, "{counters:?}");
+    drop(limit);
+}
+
+#[test]
+fn a_busy_loop_that_never_idles_still_sends_within_a_pass() {
+    let Some(mut ev) = ring_loop(uring_config()) else {
+        return;
+    };
+    let rx = bind();
+    rx.set_nonblocking(true).unwrap();
+    let tx = bind();
+    tx.connect(rx.local_addr().unwrap()).unwrap();
+    let fd = ev.cx().attach(&tx, 1, RingRecv::None).unwrap();
+    let limit = deadline(ev.stop_handle(), Duration::from_secs(10));
+    let (mut sent, mut arrived) = (false, false);
+    let mut buf = [0u8; 16];
+    ev.run_with(
+        |_, _| {},
+        |cx, _| {
+            if !sent {
+                cx.send_ring(fd, &[b"busy"], &SendOptions::default())
+                    .unwrap();
+                sent = true;
+            } else if rx.recv(&mut buf).is_ok() {
+                arrived = true;
+                cx.stop();
+            }
+            // Always more work: the loop never idles, so never waits in the ring.
+            true
+        },
+    )
+    .unwrap();
+    drop(limit);
+    // Queued in one pass, submitted at the next pass's look: without that, a loop that
+    // never idles would hold it until the submission queue filled, and it would not arrive.
+    assert!(arrived, "the datagram left without the loop idling");
+    assert!(ev.ring_stats().unwrap().enters >= 1);
+}

@@ -1,0 +1,140 @@
+//! `pace --io uring` and `--io uring-sqpoll`: the soft pacer's datagrams leave through the
+//! loop's io_uring instead of a `send` each.
+//!
+//! The soft-timer handler may run on the loop's backstop thread, which has no ring, so it only
+//! stamps the flow's datagram, queues its header and schedules the flow's next: the loop takes
+//! the queue at its next pass and copies each datagram into a slot of the ring, and they all
+//! leave with the loop's next entry into the ring (the wait it idles in, usually: one
+//! `io_uring_enter` carries the pass's sends and the wait). Every send completion reaped is a
+//! trigger state.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use softtimer::{Fired, SoftTimers, Span};
+use softtimer_net::udp::{PacketHeader, realtime_ns};
+use softtimer_rt::{EventLoop, LoopConfig, RingRecv, SendOptions, SpinWindow};
+
+use super::sender::{BATCH, Flow, Sender};
+use super::{PaceOptions, Plan};
+
+/// A datagram the handler made due, for the loop to send: its header, and what the counters
+/// take when it leaves (its send time, and the gap since its flow's previous send).
+struct DueDatagram {
+    header: [u8; PacketHeader::LEN],
+    sent_ns: u64,
+    gap_ns: Option<u64>,
+}
+
+type Due = Mutex<Vec<DueDatagram>>;
+
+/// Soft timers with the sends through the ring of `options.io`.
+pub(super) fn run_ring(
+    options: &PaceOptions,
+    plan: &Plan,
+    sender: &Arc<Sender>,
+    flows: Vec<Flow>,
+) -> Result<()> {
+    let due: Arc<Due> = Arc::new(Mutex::new(Vec::with_capacity(BATCH)));
+    let (s, queue) = (Arc::clone(sender), Arc::clone(&due));
+    let handler = move |timers: &mut SoftTimers<Flow>, fired: Fired<Flow>| {
+        let mut flow = fired.event;
+        let now = fired.now;
+        let bytes = s.payload.len() as u64 + PacketHeader::LEN as u64;
+        // Counted as sent when the loop hands it to the ring, not here: a handler the
+        // backstop thread runs after the loop's last pass queues a datagram that never leaves.
+        let sent_ns = realtime_ns();
+        let gap_ns = flow
+            .last_sent
+            .map(|last| now.saturating_since(last).as_nanos(s.hz));
+        let header = Sender::header(&flow, sent_ns);
+        flow.seq += 1;
+        flow.last_sent = Some(now);
+        queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(DueDatagram {
+                header,
+                sent_ns,
+                gap_ns,
+            });
+        let next = flow.pacer.on_sent(now, bytes);
+        let _ = timers.schedule_at(next, flow);
+    };
+    let config = LoopConfig {
+        capacity: options.flows as usize + 1,
+        spin_window: SpinWindow::Fixed(plan.spin_window),
+        io_backend: options.io,
+        ..LoopConfig::default()
+    };
+    let mut ev: EventLoop<Flow> = EventLoop::new(config, handler)
+        .with_context(|| format!("--io {}: the event loop", options.io))?;
+    let socket = {
+        let mut cx = ev.cx();
+        let socket = cx
+            .attach(&sender.socket, 1, RingRecv::None)
+            .context("attaching the sending socket to the ring")?;
+        let now = cx.now();
+        // The flows start spread over one per-flow interval, not all at once.
+        let per_flow_interval = Span::from_duration(plan.period * options.flows, sender.hz);
+        let n = flows.len() as u64;
+        for flow in flows {
+            let offset = Span::from_ticks(per_flow_interval.ticks() * u64::from(flow.id) / n);
+            cx.schedule_at(now + offset, flow)?;
+        }
+        socket
+    };
+    let stop = ev.stop_handle();
+    let duration = options.duration;
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(duration);
+        stop.stop();
+    });
+    let mut sending = Vec::with_capacity(BATCH);
+    let mut failed = None;
+    // Sends what the handler queued: from each pass of the loop, and once more after it
+    // stops (what fired at its last trigger states was counted as sent, so it leaves).
+    let mut send_due = |cx: &mut softtimer_rt::LoopCx<'_, Flow>| {
+        std::mem::swap(
+            &mut *due.lock().unwrap_or_else(|e| e.into_inner()),
+            &mut sending,
+        );
+        for d in sending.drain(..) {
+            let parts: [&[u8]; 2] = [&d.header, &sender.payload];
+            match cx.send_ring(socket, &parts, &SendOptions::default()) {
+                Ok(()) => sender.counters.sent(d.sent_ns, d.gap_ns),
+                Err(e) => {
+                    sender.counters.refused();
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+    };
+    let result = ev.run_with(
+        |_, _| {},
+        |cx, _| {
+            send_due(cx);
+            false
+        },
+    );
+    let _ = stopper.join();
+    result?;
+    {
+        let mut cx = ev.cx();
+        send_due(&mut cx);
+        // The ring cancels what is in flight when the loop goes: the last sends complete
+        // first.
+        cx.flush_ring(Duration::from_secs(1))
+            .context("the last sends")?;
+    }
+    if let Some(e) = failed {
+        return Err(e).context("a send through the ring");
+    }
+    let counters = ev.cx().ring_counters(socket).unwrap_or_default();
+    sender.counters.unsent(counters.refused);
+    // The ring's system calls carry the sends and the waits alike: all count.
+    let enters = ev.ring_stats().map_or(0, |s| s.enters);
+    sender.counters.calls(enters);
+    Ok(())
+}
