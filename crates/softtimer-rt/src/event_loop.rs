@@ -627,12 +627,21 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// use std::time::Duration;
     /// use softtimer_rt::{EventLoop, LoopConfig};
     ///
-    /// let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    ///
+    /// // The handler counts, not `Parked::fired`: a late event may be fired by the backstop
+    /// // thread, and a park with nothing pending blocks until a descriptor or a wake.
+    /// let fired = Arc::new(AtomicUsize::new(0));
+    /// let counter = fired.clone();
+    /// let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), move |_, _| {
+    ///     counter.fetch_add(1, Ordering::Relaxed);
+    /// })
+    /// .unwrap();
     /// let t = ev.span(Duration::from_micros(200));
     /// ev.cx().schedule_soft_event(t, ()).unwrap();
-    /// let mut fired = 0;
-    /// while fired == 0 {
-    ///     fired += ev.park(|_, _| {}).unwrap().fired;
+    /// while fired.load(Ordering::Relaxed) == 0 {
+    ///     ev.park(|_, _| {}).unwrap();
     /// }
     /// assert_eq!(ev.cx().pending(), 0);
     /// ```
