@@ -14,6 +14,7 @@ use softtimer::{
 };
 
 use crate::backstop::{Helper, HelperPlan, spawn_helper};
+use crate::calibrate;
 use crate::config::{DeadlineDesign, LoopConfig, SpinWindow, TimerMode, check_period};
 use crate::cx::{Core, LoopCx, Ready};
 use crate::error::RtError;
