@@ -553,11 +553,16 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             }
         };
         let mut action = policy.decide(now, shared.next_check());
-        if let IdleAction::Block { timeout: Some(t) } = action {
-            // The loop will wake by itself at `now + t`: move the backstop past that, then
-            // decide again in case that changed when a trigger state next has work.
-            shared.before_block(now + t);
-            action = policy.decide(now, shared.next_check());
+        if let IdleAction::Block { timeout: Some(_) } = action {
+            // The published check time is a lower bound (the wheel's next cascade, or when to
+            // push the backstop's timer out): block until the earliest event itself, so that
+            // one wake-up serves it, instead of waking at a cascade only to block again.
+            action = policy.decide(now, shared.next_expiry());
+            if let IdleAction::Block { timeout: Some(t) } = action {
+                // The loop will wake by itself at `now + t`: move the backstop past that (its
+                // next revisit then falls after the wake-up).
+                shared.before_block(now + t);
+            }
         }
         match action {
             IdleAction::Fire => {
