@@ -164,7 +164,10 @@ mod tests {
         let machine = probe(5.0, 9.0, 30.0, 80.0, 20.0);
         // A 20 µs window: 0.5 × 15 + 0.4 × 11 = 11.9 µs of spin per wake-up.
         let p = plan_precision(&machine, US(10), None, 8);
-        assert!((p.expected_wait_cpu_us - (20.0 + 11.9)).abs() < 1e-9, "{p:?}");
+        assert!(
+            (p.expected_wait_cpu_us - (20.0 + 11.9)).abs() < 1e-9,
+            "{p:?}"
+        );
         // Finer precision is never cheaper.
         let mut last = 0.0;
         for us in (0..=40).rev() {

@@ -155,8 +155,7 @@ fn an_idle_loop_wakes_once_per_event_not_at_the_wheels_cascades() {
         let watched = Arc::clone(&fired_at);
         std::thread::spawn(move || {
             let start = Instant::now();
-            while watched.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(2)
-            {
+            while watched.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(2) {
                 std::thread::sleep(Duration::from_millis(1));
             }
             stop.stop();
@@ -167,7 +166,10 @@ fn an_idle_loop_wakes_once_per_event_not_at_the_wheels_cascades() {
         // The first look at the descriptors, the one wake-up for the event, and the wake-up
         // for the stop; a wake-up at a cascade would add one per level.
         let wakes = stats.triggers(TriggerSource::Syscall);
-        assert!(wakes <= 3, "{ahead_us} µs ahead: {wakes} system-call trigger states");
+        assert!(
+            wakes <= 3,
+            "{ahead_us} µs ahead: {wakes} system-call trigger states"
+        );
     }
 }
 
