@@ -28,9 +28,62 @@ impl Interest {
     /// Readable or writable.
     pub const BOTH: Interest = Interest(epoll::EventFlags::IN.union(epoll::EventFlags::OUT));
 
+    /// The same interest, edge-triggered (`EPOLLET`): the loop reports a descriptor once per
+    /// change of its readiness, not on every pass while it stays ready. An async reactor
+    /// registers each descriptor once this way and keeps the readiness itself, until a
+    /// system call says `WouldBlock`.
+    ///
+    /// ```
+    /// use softtimer_rt::Interest;
+    /// assert_ne!(Interest::BOTH.edge(), Interest::BOTH);
+    /// assert!(Interest::BOTH.edge().is_edge() && !Interest::BOTH.is_edge());
+    /// ```
+    pub const fn edge(self) -> Interest {
+        Interest(self.0.union(epoll::EventFlags::ET))
+    }
+
+    /// Whether the interest is edge-triggered.
+    pub const fn is_edge(self) -> bool {
+        self.0.contains(epoll::EventFlags::ET)
+    }
+
     pub(crate) fn flags(self) -> epoll::EventFlags {
         self.0
     }
+}
+
+/// Adds (`add`) or modifies `fd` in `epoll`, watched for `interest` and peer hang-up, as
+/// `token` (below [`MAX_TOKEN`]).
+pub(crate) fn watch(
+    epoll: &OwnedFd,
+    fd: impl AsFd,
+    interest: Interest,
+    token: u64,
+    add: bool,
+) -> Result<(), RtError> {
+    if token >= MAX_TOKEN {
+        return Err(RtError::ReservedToken(token));
+    }
+    let raw = fd.as_fd().as_raw_fd();
+    if add && !sys::is_open(fd.as_fd()) {
+        return Err(RtError::Register {
+            fd: raw,
+            source: io::Error::from_raw_os_error(libc::EBADF),
+        });
+    }
+    let (data, flags) = (
+        epoll::EventData::new_u64(token),
+        interest.0 | epoll::EventFlags::RDHUP,
+    );
+    let result = if add {
+        epoll::add(epoll, fd, data, flags)
+    } else {
+        epoll::modify(epoll, fd, data, flags)
+    };
+    result.map_err(|e| RtError::Register {
+        fd: raw,
+        source: e.into(),
+    })
 }
 
 /// A descriptor that became ready.
@@ -86,7 +139,8 @@ impl Extras {
 pub(crate) struct Core<E, C: Clock> {
     pub shared: Arc<Shared<E, C>>,
     extras: Option<Box<Extras>>,
-    pub epoll: OwnedFd,
+    /// Shared with the loop's [`LoopHandle`](crate::LoopHandle)s.
+    pub epoll: Arc<OwnedFd>,
     pub stop: Arc<StopInner>,
     /// The idle policy (its spin window calibrated to this machine by default).
     pub idle: IdlePolicy,
@@ -97,7 +151,7 @@ pub(crate) struct Core<E, C: Clock> {
 impl<E, C: Clock> Core<E, C> {
     pub(crate) fn new(
         shared: Arc<Shared<E, C>>,
-        epoll: OwnedFd,
+        epoll: Arc<OwnedFd>,
         stop: Arc<StopInner>,
         off: bool,
         stats: bool,
@@ -153,10 +207,15 @@ impl<E, C: Clock> Core<E, C> {
     }
 
     pub(crate) fn check_timers_on(&self) -> Result<(), RtError> {
-        match &self.extras {
-            Some(extras) if extras.off => Err(RtError::TimersOff),
-            _ => Ok(()),
+        if self.timers_off() {
+            Err(RtError::TimersOff)
+        } else {
+            Ok(())
         }
+    }
+
+    pub(crate) fn timers_off(&self) -> bool {
+        self.extras.as_ref().is_some_and(|extras| extras.off)
     }
 
     pub(crate) fn recorded_stats(&self) -> Option<TriggerStats> {
@@ -300,13 +359,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         interest: Interest,
         token: u64,
     ) -> Result<(), RtError> {
-        if !sys::is_open(fd.as_fd()) {
-            return Err(RtError::Register {
-                fd: fd.as_fd().as_raw_fd(),
-                source: io::Error::from_raw_os_error(libc::EBADF),
-            });
-        }
-        self.watch(fd, interest, token, true)
+        watch(&self.core.epoll, fd, interest, token, true)
     }
 
     /// Changes what a registered `fd` is watched for.
@@ -316,33 +369,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         interest: Interest,
         token: u64,
     ) -> Result<(), RtError> {
-        self.watch(fd, interest, token, false)
-    }
-
-    fn watch(
-        &mut self,
-        fd: impl AsFd,
-        interest: Interest,
-        token: u64,
-        add: bool,
-    ) -> Result<(), RtError> {
-        if token >= MAX_TOKEN {
-            return Err(RtError::ReservedToken(token));
-        }
-        let raw = fd.as_fd().as_raw_fd();
-        let (data, flags) = (
-            epoll::EventData::new_u64(token),
-            interest.0 | epoll::EventFlags::RDHUP,
-        );
-        let result = if add {
-            epoll::add(&self.core.epoll, fd, data, flags)
-        } else {
-            epoll::modify(&self.core.epoll, fd, data, flags)
-        };
-        result.map_err(|e| RtError::Register {
-            fd: raw,
-            source: e.into(),
-        })
+        watch(&self.core.epoll, fd, interest, token, false)
     }
 
     /// Stops watching `fd`.

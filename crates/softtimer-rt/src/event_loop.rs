@@ -14,10 +14,10 @@ use softtimer::{
 };
 
 use crate::backstop::{Helper, HelperPlan, spawn_helper};
-use crate::calibrate;
 use crate::config::{DeadlineDesign, LoopConfig, SpinWindow, TimerMode, check_period};
 use crate::cx::{Core, LoopCx, Ready};
 use crate::error::RtError;
+use crate::handle::LoopHandle;
 use crate::policy::{HelperPlacement, IdleAction, IdlePolicy, place_helper};
 use crate::shared::{Counters, Handler, Shared};
 use crate::signal;
@@ -32,11 +32,19 @@ const TIMERFD_TOKEN: u64 = u64::MAX - 1;
 /// How long the idle loop spins at most before it looks at the descriptors again.
 const SPIN_SLICE: Duration = Duration::from_micros(20);
 
+/// How close to its due time a block may wake and spin the rest rather than block again.
+const WAKE_MARGIN: Duration = Duration::from_micros(2);
+
 pub(crate) struct StopInner {
     pub flag: AtomicBool,
     /// The facility's: timer signals fire nothing while it is set.
     pub signals_paused: Arc<AtomicBool>,
+    /// The loop's notification eventfd (in its epoll set): stop requests and wakes write it.
     pub fd: OwnedFd,
+    /// A [`LoopWaker`] woke the loop and [`EventLoop::take_wake`] has not seen it yet.
+    pub woken: AtomicBool,
+    /// The loop is blocked in (or about to enter) `epoll_wait` and must be written to.
+    pub parked: AtomicBool,
 }
 
 impl StopInner {
@@ -71,6 +79,56 @@ impl StopHandle {
         self.0.request();
         let _ = rustix::io::write(&self.0.fd, &1u64.to_ne_bytes());
     }
+}
+
+/// Wakes an [`EventLoop`] from any thread: the loop's side of an async runtime's cross-thread
+/// waker. A wake sets a flag that [`EventLoop::take_wake`] consumes, and writes the loop's
+/// eventfd only when the loop is blocked in the kernel (or about to be), so that waking a
+/// running or spinning loop costs no system call. A spinning [`EventLoop::park`] stops at the
+/// flag; a blocked one returns from `epoll_wait`, a trigger state.
+///
+/// ```
+/// use softtimer_rt::{EventLoop, LoopConfig};
+///
+/// let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
+/// let waker = ev.waker();
+/// std::thread::spawn(move || waker.wake());
+/// // Nothing is pending, so the park blocks until the wake arrives.
+/// while !ev.take_wake() {
+///     ev.park(|_, _| {}).unwrap();
+/// }
+/// ```
+#[derive(Clone)]
+pub struct LoopWaker(Arc<StopInner>);
+
+impl LoopWaker {
+    /// Wakes the loop (see the type's documentation).
+    pub fn wake(&self) {
+        let inner = &self.0;
+        // Pairs with the loop's store of `parked` then load of `woken` before it blocks: one
+        // side sees the other's store, so a loop about to block never misses a wake.
+        inner.woken.store(true, Ordering::SeqCst);
+        if inner.parked.swap(false, Ordering::SeqCst) {
+            let _ = rustix::io::write(&inner.fd, &1u64.to_ne_bytes());
+        }
+    }
+}
+
+impl std::fmt::Debug for LoopWaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoopWaker").finish_non_exhaustive()
+    }
+}
+
+/// What one [`EventLoop::park`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Parked {
+    /// Soft events fired by its trigger states.
+    pub fired: usize,
+    /// Descriptors it found ready (and handed to `on_ready`).
+    pub ready: usize,
+    /// Whether it blocked in `epoll_wait` (otherwise it fired, spun, or was woken first).
+    pub blocked: bool,
 }
 
 /// CPU time used by the loop's helper thread (the backstop and the deadline service), known
@@ -198,16 +256,18 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         // The helper fires at the late line its own wake-up lateness early, so that it fires
         // by `X` rather than `X` and a wake-up.
         if soft && config.backstop {
-            shared.set_watch_margin(clock.span(calibrate::wakeup_lateness()));
+            shared.set_watch_margin(clock.span(crate::calibrate::wakeup_lateness()));
         }
         let shared = Arc::new(shared);
 
-        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)
-            .map_err(|e| RtError::from(("epoll_create", e)))?;
+        let epoll = Arc::new(
+            epoll::create(epoll::CreateFlags::CLOEXEC)
+                .map_err(|e| RtError::from(("epoll_create", e)))?,
+        );
         let stop_fd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
             .map_err(|e| RtError::from(("eventfd", e)))?;
         epoll::add(
-            &epoll,
+            &*epoll,
             &stop_fd,
             epoll::EventData::new_u64(STOP_TOKEN),
             epoll::EventFlags::IN,
@@ -219,7 +279,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             let period = check_period(period)?;
             let fd = periodic_timerfd(period).map_err(RtError::io("the baseline's timerfd"))?;
             epoll::add(
-                &epoll,
+                &*epoll,
                 &fd,
                 epoll::EventData::new_u64(TIMERFD_TOKEN),
                 epoll::EventFlags::IN,
@@ -279,6 +339,8 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 flag: AtomicBool::new(false),
                 signals_paused,
                 fd: stop_fd,
+                woken: AtomicBool::new(false),
+                parked: AtomicBool::new(false),
             }),
             off,
             config.stats,
@@ -300,6 +362,28 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// A handle that stops [`EventLoop::run`] from any thread.
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle(Arc::clone(&self.core.stop))
+    }
+
+    /// A handle that wakes the loop from any thread ([`EventLoop::park`] returns).
+    pub fn waker(&self) -> LoopWaker {
+        LoopWaker(Arc::clone(&self.core.stop))
+    }
+
+    /// Whether a [`LoopWaker`] woke the loop since the last call (and forgets it).
+    #[inline]
+    pub fn take_wake(&self) -> bool {
+        let woken = &self.core.stop.woken;
+        woken.load(Ordering::Relaxed) && woken.swap(false, Ordering::Acquire)
+    }
+
+    /// A thread-safe handle to the loop's facility and descriptors, for code that runs
+    /// outside the loop's callbacks (see [`LoopHandle`]).
+    pub fn handle(&self) -> LoopHandle<E, C> {
+        LoopHandle::new(
+            Arc::clone(&self.core.shared),
+            Arc::clone(&self.core.epoll),
+            self.core.timers_off(),
+        )
     }
 
     /// The loop's helpers and timers outside [`EventLoop::run`] (to register descriptors
@@ -466,6 +550,87 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         result
     }
 
+    /// One look at the descriptors, without blocking: a non-blocking `epoll_wait`, a trigger
+    /// state (`syscall`), `on_ready` for each ready descriptor, and after them a trigger state
+    /// (`loop`). Returns how many descriptors were ready. This and [`EventLoop::park`] are the
+    /// loop's step form, for a caller that runs its own work between them (an async
+    /// runtime's executor, which polls its tasks and looks at the descriptors every so
+    /// many polls) instead of handing [`EventLoop::run_with`] callbacks.
+    pub fn poll_io<F>(&mut self, mut on_ready: F) -> Result<usize, RtError>
+    where
+        F: FnMut(&mut LoopCx<'_, E, C>, Ready),
+    {
+        self.wait(Some(Duration::ZERO))?;
+        self.core.trigger(TriggerSource::Syscall);
+        Ok(self.dispatch(&mut on_ready))
+    }
+
+    /// The idle policy, carried out once, for a caller that has nothing to run (an async
+    /// runtime's park). It fires what is due; or spins on trigger checks until the next due
+    /// time (at most a spin slice), stopping early when an event fires or a [`LoopWaker`]
+    /// wakes the loop, and looks at the descriptors (without blocking) only when a slice
+    /// ends before the due time; or blocks in `epoll_wait` with a precise timeout (none when
+    /// nothing is pending) until the next due time less the spin window, a ready descriptor
+    /// or a wake, and hands what became ready to `on_ready`. So a wait for a soft event costs
+    /// one `epoll_wait` at most, and none when the event is due within the spin window.
+    ///
+    /// A wake seen before blocking returns at once; [`EventLoop::take_wake`] tells the caller
+    /// it was woken. A handler panic on a helper thread is reported as
+    /// [`RtError::HandlerPanicked`], as [`EventLoop::run`] reports it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use softtimer_rt::{EventLoop, LoopConfig};
+    ///
+    /// let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
+    /// let t = ev.span(Duration::from_micros(200));
+    /// ev.cx().schedule_soft_event(t, ()).unwrap();
+    /// let mut fired = 0;
+    /// while fired == 0 {
+    ///     fired += ev.park(|_, _| {}).unwrap().fired;
+    /// }
+    /// assert_eq!(ev.cx().pending(), 0);
+    /// ```
+    pub fn park<F>(&mut self, mut on_ready: F) -> Result<Parked, RtError>
+    where
+        F: FnMut(&mut LoopCx<'_, E, C>, Ready),
+    {
+        if self.core.shared.handler_panics.load(Ordering::Relaxed) > 0 {
+            return Err(RtError::HandlerPanicked);
+        }
+        let mut parked = Parked::default();
+        match self.idle_action() {
+            IdleAction::Fire => parked.fired = self.core.trigger(TriggerSource::Idle),
+            IdleAction::Spin { until } => {
+                // A spin cut short of the due time by the spin slice (a window longer than
+                // a slice) looks at the descriptors when the slice ends; one that runs to
+                // the due time does not: a descriptor that became ready meanwhile waited no
+                // longer than a wake-up from a block would have taken.
+                let sliced = self
+                    .core
+                    .shared
+                    .next_check()
+                    .is_some_and(|next| until < next);
+                parked.fired = self.spin(until, true);
+                let stopped = self.core.stop.woken.load(Ordering::Relaxed)
+                    || self.core.stop.flag.load(Ordering::Relaxed);
+                if parked.fired == 0 && sliced && !stopped {
+                    parked.ready = self.poll_io(&mut on_ready)?;
+                }
+            }
+            IdleAction::Block { timeout } => {
+                if self.block(timeout, true)? {
+                    parked.blocked = true;
+                    parked.ready = self.dispatch(&mut on_ready);
+                    if parked.ready == 0 {
+                        parked.fired = self.spin_past_early_wake();
+                    }
+                }
+            }
+        }
+        Ok(parked)
+    }
+
     fn run_inner<F, T>(&mut self, on_ready: &mut F, on_turn: &mut T) -> Result<(), RtError>
     where
         F: FnMut(&mut LoopCx<'_, E, C>, Ready),
@@ -493,20 +658,37 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 fresh = self.idle(on_turn)?;
                 continue;
             }
-            for i in 0..self.events.len() {
-                let event = self.events[i];
-                match event.data.u64() {
-                    STOP_TOKEN => {
-                        let _ = sys::read_counter(self.core.stop.fd.as_fd());
-                    }
-                    TIMERFD_TOKEN => self.on_baseline_timer(),
-                    token => on_ready(&mut LoopCx::new(&mut self.core), Ready::new(token, event)),
-                }
-            }
-            self.core.trigger(TriggerSource::Loop);
+            self.dispatch(on_ready);
             on_turn(&mut LoopCx::new(&mut self.core), LoopTurn::Pass { ready });
         }
         Ok(())
+    }
+
+    /// Hands the events of the last wait to `on_ready` (the loop's own tokens it handles
+    /// itself), then a trigger state (`loop`) if there were any. Returns how many were the
+    /// application's.
+    fn dispatch<F>(&mut self, on_ready: &mut F) -> usize
+    where
+        F: FnMut(&mut LoopCx<'_, E, C>, Ready),
+    {
+        let mut ready = 0;
+        for i in 0..self.events.len() {
+            let event = self.events[i];
+            match event.data.u64() {
+                STOP_TOKEN => {
+                    let _ = sys::read_counter(self.core.stop.fd.as_fd());
+                }
+                TIMERFD_TOKEN => self.on_baseline_timer(),
+                token => {
+                    ready += 1;
+                    on_ready(&mut LoopCx::new(&mut self.core), Ready::new(token, event));
+                }
+            }
+        }
+        if !self.events.is_empty() {
+            self.core.trigger(TriggerSource::Loop);
+        }
+        ready
     }
 
     fn on_baseline_timer(&mut self) {
@@ -525,7 +707,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         self.events.clear();
         let ts = timeout.map(timespec);
         match epoll::wait(
-            &self.core.epoll,
+            &*self.core.epoll,
             rustix::buffer::spare_capacity(&mut self.events),
             ts.as_ref(),
         ) {
@@ -534,16 +716,11 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         }
     }
 
-    /// The idle policy, carried out: no descriptor is ready, so fire, spin for the last
-    /// stretch before a due time, or block (with a precise timeout) until then. Returns
-    /// whether it blocked, so that `self.events` holds what became ready.
-    fn idle<T>(&mut self, on_turn: &mut T) -> Result<bool, RtError>
-    where
-        T: FnMut(&mut LoopCx<'_, E, C>, LoopTurn) -> bool,
-    {
-        let shared = Arc::clone(&self.core.shared);
-        let clock = &shared.clock;
-        let mut now = clock.now_unordered();
+    /// What the idle policy says to do now that nothing is ready. Before a timed block it
+    /// moves the backstop past the loop's own wake-up.
+    fn idle_action(&mut self) -> IdleAction {
+        let shared = &self.core.shared;
+        let now = shared.clock.now_unordered();
         let policy = if self.core.spin_allowed {
             self.core.idle
         } else {
@@ -552,43 +729,109 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 ..self.core.idle
             }
         };
-        let mut action = policy.decide(now, shared.next_check());
-        if let IdleAction::Block { timeout: Some(_) } = action {
-            // The published check time is a lower bound (the wheel's next cascade, or when to
-            // push the backstop's timer out): block until the earliest event itself, so that
-            // one wake-up serves it, instead of waking at a cascade only to block again.
-            action = policy.decide(now, shared.next_expiry());
-            if let IdleAction::Block { timeout: Some(t) } = action {
-                // The loop will wake by itself at `now + t`: move the backstop past that (its
-                // next revisit then falls after the wake-up).
-                shared.before_block(now + t);
+        let action = policy.decide(now, shared.next_check());
+        let IdleAction::Block { timeout: Some(_) } = action else {
+            return action;
+        };
+        // The trigger's next check is a lower bound of the earliest due time (exact only
+        // for an event in the wheel's finest level) or the backstop's revisit; a loop about
+        // to block wakes for neither: it blocks until the earliest due time itself (one
+        // wake-up, not a wake-up to cascade the wheel and another for the event), and the
+        // backstop is moved past its wake-up.
+        let due = shared.next_expiry();
+        let action = policy.decide(now, due);
+        if let IdleAction::Block { timeout: Some(t) } = action {
+            shared.before_block(now + t);
+        }
+        action
+    }
+
+    /// Spins on trigger checks until `until`, an event fires, a stop request, or (when
+    /// `wakeable`) a [`LoopWaker`]'s wake. Returns how many events fired.
+    fn spin(&mut self, until: Instant, wakeable: bool) -> usize {
+        let shared = Arc::clone(&self.core.shared);
+        let start = shared.clock.now_unordered();
+        let mut now = start;
+        let fired = loop {
+            // The trigger reads the clock after `now`: an event due at `until` fires at
+            // the check that ends the spin.
+            let fired = self.core.trigger(TriggerSource::Idle);
+            let stop = &self.core.stop;
+            if fired > 0
+                || now >= until
+                || stop.flag.load(Ordering::Relaxed)
+                || (wakeable && stop.woken.load(Ordering::Relaxed))
+            {
+                break fired;
+            }
+            std::hint::spin_loop();
+            now = shared.clock.now_unordered();
+        };
+        self.idle_spin_total += now.saturating_since(start);
+        fired
+    }
+
+    /// After a timed block that woke with nothing ready: a wake-up a hair before the due
+    /// time (the timeout's rounding to nanoseconds, the kernel's clock a few parts per
+    /// million off the TSC) spins the rest, up to [`WAKE_MARGIN`], instead of paying another
+    /// block for it. Returns how many events fired.
+    fn spin_past_early_wake(&mut self) -> usize {
+        let shared = &self.core.shared;
+        let now = shared.clock.now_unordered();
+        match shared.next_check() {
+            Some(next)
+                if next > now && next.saturating_since(now) <= shared.clock.span(WAKE_MARGIN) =>
+            {
+                self.spin(next, true)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Blocks in `epoll_wait` for at most `timeout`; when `wakeable`, not at all if a
+    /// [`LoopWaker`] has woken the loop, and a wake ends the wait. A trigger state (`syscall`)
+    /// follows. Returns whether it waited (`self.events` then holds what became ready).
+    fn block(&mut self, timeout: Option<Span>, wakeable: bool) -> Result<bool, RtError> {
+        let stop = Arc::clone(&self.core.stop);
+        if wakeable {
+            // Pairs with `LoopWaker::wake`: see there.
+            stop.parked.store(true, Ordering::SeqCst);
+            if stop.woken.load(Ordering::SeqCst) {
+                stop.parked.store(false, Ordering::Relaxed);
+                return Ok(false);
             }
         }
-        match action {
+        let timeout = timeout.map(|t| self.core.shared.clock.duration(t));
+        let result = self.wait(timeout);
+        if wakeable {
+            stop.parked.store(false, Ordering::Relaxed);
+        }
+        result?;
+        self.core.trigger(TriggerSource::Syscall);
+        Ok(true)
+    }
+
+    /// The idle policy, carried out for [`EventLoop::run_with`]: no descriptor is ready, so
+    /// fire, spin for the last stretch before a due time, or block (with a precise timeout)
+    /// until then. Returns whether it blocked, so that `self.events` holds what became
+    /// ready.
+    fn idle<T>(&mut self, on_turn: &mut T) -> Result<bool, RtError>
+    where
+        T: FnMut(&mut LoopCx<'_, E, C>, LoopTurn) -> bool,
+    {
+        match self.idle_action() {
             IdleAction::Fire => {
                 self.core.trigger(TriggerSource::Idle);
             }
             IdleAction::Spin { until } => {
-                let start = now;
-                while now < until {
-                    if self.core.trigger(TriggerSource::Idle) > 0
-                        || self.core.stop.flag.load(Ordering::Relaxed)
-                    {
-                        break;
-                    }
-                    std::hint::spin_loop();
-                    now = clock.now_unordered();
-                }
-                self.idle_spin_total += now.saturating_since(start);
+                self.spin(until, false);
             }
             IdleAction::Block { timeout } => {
                 if on_turn(&mut LoopCx::new(&mut self.core), LoopTurn::BeforeBlock) {
                     // The application changed what the loop waits for: decide again.
                     return Ok(false);
                 }
-                self.wait(timeout.map(|t| clock.duration(t)))?;
-                self.core.trigger(TriggerSource::Syscall);
-                return Ok(true);
+                return self.block(timeout, false);
             }
         }
         Ok(false)

@@ -85,6 +85,7 @@ mod config;
 mod cx;
 mod error;
 mod event_loop;
+mod handle;
 mod policy;
 mod poll_set;
 mod precision;
@@ -97,7 +98,8 @@ pub use calibrate::{WakeupCost, WakeupProbe, wakeup_lateness, wakeup_probe};
 pub use config::{DeadlineDesign, IoBackend, LoopConfig, SpinWindow, TimerMode};
 pub use cx::{Interest, LoopCx, Ready};
 pub use error::RtError;
-pub use event_loop::{EventLoop, HelperCpu, LoopTurn, MAX_TOKEN, StopHandle};
+pub use event_loop::{EventLoop, HelperCpu, LoopTurn, LoopWaker, MAX_TOKEN, Parked, StopHandle};
+pub use handle::LoopHandle;
 pub use policy::{
     Arm, BackstopPlan, BackstopWatch, HelperPlacement, IdleAction, IdlePolicy, WatchAction,
     deadline_needs_arming, place_helper, unpinned_placement, wake_needed,
@@ -105,7 +107,7 @@ pub use policy::{
 pub use poll_set::PollSet;
 pub use precision::{PrecisionPlan, plan_precision};
 pub use shared::{Counters, Handler};
-pub use sys::{BatchSent, Datagram, RecvBatch, send_all};
+pub use sys::{BatchSent, Datagram, RecvBatch, send_all, send_batch};
 pub use timerfd::periodic_timerfd;
 
 /// The README's examples, compiled (and, where they end, run) as doctests so that they cannot

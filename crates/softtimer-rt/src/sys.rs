@@ -454,11 +454,19 @@ pub fn send_all(fd: impl AsFd, datagrams: &[&[IoSlice<'_>]], wait: bool) -> Batc
 }
 
 /// Sends each `(payload, destination)` with one non-blocking `sendmmsg`; returns how many
-/// were sent (`Ok(0)` when the buffer is full).
-pub(crate) fn send_batch(
-    fd: BorrowedFd<'_>,
-    messages: &[(&[u8], SocketAddr)],
-) -> io::Result<usize> {
+/// were sent (`Ok(0)` when the socket's buffer is full). For code outside the loop's
+/// callbacks, which use [`LoopCx::sendmmsg`](crate::LoopCx::sendmmsg).
+///
+/// ```
+/// use std::net::UdpSocket;
+/// let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let to = rx.local_addr().unwrap();
+/// let sent = softtimer_rt::send_batch(&tx, &[(b"a".as_slice(), to), (b"b".as_slice(), to)]);
+/// assert_eq!(sent.unwrap(), 2);
+/// ```
+pub fn send_batch(fd: impl AsFd, messages: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
+    let fd = fd.as_fd();
     if messages.is_empty() {
         return Ok(0);
     }

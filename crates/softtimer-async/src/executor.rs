@@ -1,0 +1,501 @@
+//! The executor: one per loop thread, on the loop's step API.
+//!
+//! A loop thread runs, in turn: the future `block_on` was given (when woken), a batch of
+//! ready tasks (each poll followed by a trigger state), the tasks other threads woke, and
+//! then, when nothing is ready, the loop's idle policy ([`softtimer_rt::EventLoop::park`]):
+//! fire, spin the last stretch before a due event, or block in `epoll_wait` until it. While
+//! tasks keep it busy it looks at its descriptors, without blocking, every
+//! [`BATCH`] polls or [`IO_INTERVAL`], whichever comes first.
+//!
+//! Wakes: a task woken on its own loop thread is pushed onto a thread-local queue (what
+//! `async-task` does, and nothing else: no lock, no atomic, no system call). A task woken
+//! from another thread (or by the backstop thread) goes through the loop's remote queue and
+//! its [`LoopWaker`], which writes the loop's eventfd only while the loop is blocked.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use async_task::Runnable;
+use slab::Slab;
+use softtimer::{Clock, Fired, SoftTimers, Span, TriggerSource};
+use softtimer_rt::{EventLoop, LoopConfig, LoopHandle, LoopWaker, Parked, Ready, RtError};
+
+use crate::clock::{RuntimeClock, TimeBase};
+use crate::reactor::IoSource;
+
+/// Task polls between two looks at the descriptors while tasks keep the loop busy.
+pub(crate) const BATCH: usize = 64;
+/// The longest a busy loop goes without looking at its descriptors.
+pub(crate) const IO_INTERVAL: Duration = Duration::from_micros(50);
+
+/// A soft event of the runtime.
+pub(crate) enum TimerEvent {
+    /// A timer's deadline: wake the task that waits for it.
+    Wake(Waker),
+    /// A paced socket's next departure: send what is due, from the handler.
+    Depart(Arc<crate::pace::Departures>),
+}
+
+pub(crate) type Loop = EventLoop<TimerEvent, RuntimeClock>;
+pub(crate) type Timers = LoopHandle<TimerEvent, RuntimeClock>;
+
+/// The soft-event handler: runs at a trigger state on the loop thread, or on the backstop
+/// thread when the loop has gone the backstop interval without one.
+fn on_fired(timers: &mut SoftTimers<TimerEvent, RuntimeClock>, fired: Fired<TimerEvent>) {
+    match fired.event {
+        TimerEvent::Wake(waker) => waker.wake(),
+        TimerEvent::Depart(departures) => departures.on_departure(timers, fired.now),
+    }
+}
+
+/// Counters of one loop, written by its thread only (plain loads and stores, no
+/// read-modify-write on the hot path), read from anywhere.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub polls: AtomicU64,
+    pub io_polls: AtomicU64,
+    pub parks: AtomicU64,
+    pub blocked_parks: AtomicU64,
+    pub remote_wakes: AtomicU64,
+    /// Written by any thread that polls a timer (rare).
+    pub early_fires: AtomicU64,
+}
+
+impl Counters {
+    #[inline(always)]
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.store(
+            counter.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// What every thread may reach of one loop.
+pub(crate) struct LoopShared {
+    pub index: usize,
+    pub timers: Timers,
+    pub time: TimeBase,
+    waker: LoopWaker,
+    /// Tasks woken from other threads, waiting for the loop thread.
+    remote: Mutex<Vec<Runnable>>,
+    /// The runtime is being dropped: the loop thread returns.
+    shutdown: AtomicBool,
+    /// The loop has shut down: nothing runs here any more.
+    closed: AtomicBool,
+    /// Descriptors registered with the loop's epoll set, by token.
+    pub io: Mutex<Slab<Arc<IoSource>>>,
+    pub counters: Counters,
+    /// The runtime's handle (weak: the handle holds the loops).
+    pub handle: OnceLock<Weak<crate::runtime::HandleInner>>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl LoopShared {
+    /// Queues a task woken on another thread and wakes the loop.
+    fn inject(&self, runnable: Runnable) {
+        let mut remote = lock(&self.remote);
+        if self.closed.load(Ordering::Acquire) {
+            drop(remote);
+            // The loop is gone: the task is cancelled here (its future dropped).
+            drop(runnable);
+            return;
+        }
+        remote.push(runnable);
+        drop(remote);
+        self.waker.wake();
+    }
+
+    /// Asks the loop thread to return (worker loops).
+    pub(crate) fn request_shutdown(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        self.waker.wake();
+    }
+
+    /// A descriptor became ready: record it and wake whoever waits.
+    fn io_ready(&self, ready: Ready) {
+        let source = lock(&self.io).get(ready.token as usize).cloned();
+        if let Some(source) = source {
+            source.set_ready(ready);
+        }
+    }
+}
+
+thread_local! {
+    /// The loop this thread runs now (null: none). Compared, never dereferenced.
+    static CURRENT: Cell<*const LoopShared> = const { Cell::new(std::ptr::null()) };
+    /// Tasks woken on this thread, ready to run.
+    static QUEUE: RefCell<VecDeque<Runnable>> = const { RefCell::new(VecDeque::new()) };
+    static LOCAL: RefCell<Option<Rc<LocalLoop>>> = const { RefCell::new(None) };
+}
+
+/// Whether this thread runs `shared`'s loop now.
+#[inline(always)]
+pub(crate) fn is_current(shared: *const LoopShared) -> bool {
+    CURRENT.with(Cell::get) == shared
+}
+
+/// The schedule function of every task.
+#[inline]
+pub(crate) fn schedule(shared: &Arc<LoopShared>, runnable: Runnable) {
+    if is_current(Arc::as_ptr(shared)) {
+        QUEUE.with(|queue| queue.borrow_mut().push_back(runnable));
+    } else {
+        shared.inject(runnable);
+    }
+}
+
+/// The loop this thread runs, if any.
+pub(crate) fn current() -> Option<Rc<LocalLoop>> {
+    LOCAL.try_with(|l| l.borrow().clone()).ok().flatten()
+}
+
+/// The shared side of the loop this thread runs, if any.
+pub(crate) fn current_shared() -> Option<Arc<LoopShared>> {
+    LOCAL
+        .try_with(|l| l.borrow().as_ref().map(|l| Arc::clone(&l.shared)))
+        .ok()
+        .flatten()
+}
+
+/// `f` on the shared side of the loop this thread runs, without taking a reference to it.
+#[inline]
+pub(crate) fn with_current<R>(f: impl FnOnce(Option<&LoopShared>) -> R) -> R {
+    let mut f = Some(f);
+    let result = LOCAL.try_with(|l| {
+        let local = l.borrow();
+        (f.take().expect("called once"))(local.as_ref().map(|l| &*l.shared))
+    });
+    match result {
+        Ok(r) => r,
+        Err(_) => (f.take().expect("called once"))(None),
+    }
+}
+
+/// A trigger state of this thread's loop, if it runs one (after a system call a future
+/// made, on whatever loop its descriptor is registered with: trigger states are a thread's).
+#[inline]
+pub(crate) fn trigger(source: TriggerSource) {
+    let _ = LOCAL.try_with(|l| {
+        if let Some(local) = &*l.borrow()
+            && let Ok(mut ev) = local.ev.try_borrow_mut()
+        {
+            ev.cx().trigger(source);
+        }
+    });
+}
+
+/// The waker of the future `block_on` runs (not a task): a flag, and the loop's waker when
+/// woken from another thread.
+struct MainWake {
+    woken: AtomicBool,
+    owner: usize,
+    loop_waker: LoopWaker,
+}
+
+impl Wake for MainWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        if CURRENT.with(Cell::get) as usize != self.owner {
+            self.loop_waker.wake();
+        }
+    }
+}
+
+/// A loop thread's own state.
+pub(crate) struct LocalLoop {
+    pub shared: Arc<LoopShared>,
+    ev: RefCell<Loop>,
+    /// The ready queue while the loop is not entered (between two `block_on`s).
+    saved: RefCell<VecDeque<Runnable>>,
+    /// A waker of every live task, so that shutdown can reach them all.
+    pub tasks: RefCell<Slab<Waker>>,
+    /// The remote queue's other buffer (swapped in to take it without allocating).
+    spare: RefCell<Vec<Runnable>>,
+}
+
+impl LocalLoop {
+    /// A loop on this thread (its helper threads inherit this thread's affinity).
+    pub(crate) fn new(
+        index: usize,
+        config: LoopConfig,
+        clock: RuntimeClock,
+    ) -> Result<Self, RtError> {
+        let ev: Loop = EventLoop::with_clock(config, clock.clone(), on_fired)?;
+        let shared = Arc::new(LoopShared {
+            index,
+            timers: ev.handle(),
+            time: TimeBase::new(clock),
+            waker: ev.waker(),
+            remote: Mutex::new(Vec::new()),
+            shutdown: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            io: Mutex::new(Slab::new()),
+            counters: Counters::default(),
+            handle: OnceLock::new(),
+        });
+        Ok(LocalLoop {
+            shared,
+            ev: RefCell::new(ev),
+            saved: RefCell::new(VecDeque::new()),
+            tasks: RefCell::new(Slab::new()),
+            spare: RefCell::new(Vec::new()),
+        })
+    }
+
+    /// The loop's event loop (for statistics and counters).
+    pub(crate) fn event_loop(&self) -> std::cell::Ref<'_, Loop> {
+        self.ev.borrow()
+    }
+
+    /// Runs `fut` to completion, and the loop's tasks meanwhile. `None` when the runtime
+    /// asked the loop to shut down first.
+    pub(crate) fn run<F: Future>(&self, mut fut: Pin<&mut F>) -> Option<F::Output> {
+        let main = Arc::new(MainWake {
+            woken: AtomicBool::new(true),
+            owner: Arc::as_ptr(&self.shared) as usize,
+            loop_waker: self.shared.waker.clone(),
+        });
+        let waker = Waker::from(Arc::clone(&main));
+        let mut cx = Context::from_waker(&waker);
+        let clock = self.shared.time.clock().clone();
+        let io_interval = clock.span(IO_INTERVAL);
+        let counters = &self.shared.counters;
+        let mut last_io = clock.now_unordered();
+        let mut since_io = 0;
+        loop {
+            if main.woken.load(Ordering::Relaxed) && main.woken.swap(false, Ordering::Acquire) {
+                if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+                    return Some(out);
+                }
+                self.trigger(TriggerSource::Loop);
+                since_io += 1;
+                Counters::add(&counters.polls, 1);
+            }
+            let ran = self.run_tasks(BATCH);
+            since_io += ran;
+            Counters::add(&counters.polls, ran as u64);
+            if self.ev.borrow().take_wake() {
+                if self.shared.shutdown.load(Ordering::Acquire) {
+                    return None;
+                }
+                self.take_remote();
+            }
+            if main.woken.load(Ordering::Relaxed) || !queue_is_empty() {
+                let now = clock.now_unordered();
+                if since_io >= BATCH || now.saturating_since(last_io) >= io_interval {
+                    self.poll_io();
+                    since_io = 0;
+                    last_io = now;
+                }
+                continue;
+            }
+            let parked = self.park();
+            if parked.blocked || parked.fired == 0 {
+                since_io = 0;
+                last_io = clock.now_unordered();
+            }
+        }
+    }
+
+    /// Runs up to `budget` ready tasks, each poll followed by a trigger state.
+    fn run_tasks(&self, budget: usize) -> usize {
+        let mut ran = 0;
+        while ran < budget {
+            let Some(runnable) = QUEUE.with(|queue| queue.borrow_mut().pop_front()) else {
+                break;
+            };
+            runnable.run();
+            self.trigger(TriggerSource::Loop);
+            ran += 1;
+        }
+        ran
+    }
+
+    #[inline(always)]
+    fn trigger(&self, source: TriggerSource) {
+        self.ev.borrow_mut().cx().trigger(source);
+    }
+
+    /// Moves the tasks other threads woke onto this thread's queue.
+    fn take_remote(&self) {
+        let mut spare = self.spare.borrow_mut();
+        std::mem::swap(&mut *lock(&self.shared.remote), &mut *spare);
+        Counters::add(&self.shared.counters.remote_wakes, spare.len() as u64);
+        QUEUE.with(|queue| queue.borrow_mut().extend(spare.drain(..)));
+    }
+
+    fn poll_io(&self) {
+        let shared = &self.shared;
+        Counters::add(&shared.counters.io_polls, 1);
+        self.ev
+            .borrow_mut()
+            .poll_io(|_, ready| shared.io_ready(ready))
+            .expect("epoll_wait on the runtime's own epoll set failed");
+    }
+
+    /// Nothing to run: the loop's idle policy. On a simulated clock, time jumps to the next
+    /// due event instead (when no descriptor is ready), so that timers run deterministically
+    /// and at once.
+    fn park(&self) -> Parked {
+        let shared = &self.shared;
+        Counters::add(&shared.counters.parks, 1);
+        let mut ev = self.ev.borrow_mut();
+        if let RuntimeClock::Sim(sim) = shared.time.clock() {
+            let ready = ev
+                .poll_io(|_, ready| shared.io_ready(ready))
+                .expect("epoll_wait on the runtime's own epoll set failed");
+            if ready > 0 {
+                return Parked {
+                    ready,
+                    ..Parked::default()
+                };
+            }
+            let next = shared
+                .timers
+                .with_timers(|t| t.next_expiry())
+                .ok()
+                .flatten();
+            if let Some(next) = next {
+                if next > sim.now() {
+                    sim.set(next.ticks());
+                }
+                let fired = ev.cx().trigger(TriggerSource::Idle);
+                return Parked {
+                    fired,
+                    ..Parked::default()
+                };
+            }
+        }
+        let parked = ev
+            .park(|_, ready| shared.io_ready(ready))
+            .expect("the runtime's event loop failed to park");
+        if parked.blocked {
+            Counters::add(&shared.counters.blocked_parks, 1);
+        }
+        parked
+    }
+
+    /// Cancels every task of the loop (their futures are dropped here, on their thread) and
+    /// every soft event, and closes the loop: wakes from elsewhere then cancel, not queue.
+    pub(crate) fn shutdown(&self) {
+        loop {
+            // Every live task is woken, so that it is queued and its future dropped below.
+            let wakers: Vec<Waker> = self.tasks.borrow_mut().drain().collect();
+            let mut found = wakers.len();
+            wakers.into_iter().for_each(Waker::wake);
+            self.take_remote();
+            let queue = QUEUE.with(|queue| std::mem::take(&mut *queue.borrow_mut()));
+            found += queue.len();
+            drop(queue);
+            // Soft events: taken out under the lock, dropped after it.
+            let events = self
+                .shared
+                .timers
+                .with_timers(|timers| {
+                    let end = timers.measure_time() + Span::from_ticks(1 << 62);
+                    let mut events = Vec::new();
+                    while let Some(fired) = timers.pop_due(end, TriggerSource::User) {
+                        events.push(fired.event);
+                    }
+                    events
+                })
+                .unwrap_or_default();
+            found += events.len();
+            drop(events);
+            let sources: Vec<Arc<IoSource>> = lock(&self.shared.io).drain().collect();
+            found += sources.len();
+            for source in &sources {
+                drop(source.take_wakers());
+            }
+            if found == 0 {
+                break;
+            }
+        }
+        let leftover = {
+            let mut remote = lock(&self.shared.remote);
+            self.shared.closed.store(true, Ordering::Release);
+            std::mem::take(&mut *remote)
+        };
+        drop(leftover);
+    }
+}
+
+fn queue_is_empty() -> bool {
+    QUEUE.with(|queue| queue.borrow().is_empty())
+}
+
+/// What a thread ran before it entered a loop to shut it down: its loop, its state and its
+/// ready queue.
+type SetAside = (*const LoopShared, Option<Rc<LocalLoop>>, VecDeque<Runnable>);
+
+/// This thread runs `local`'s loop while the guard lives.
+pub(crate) struct Enter {
+    /// What this thread ran before (a runtime dropped inside another's task): restored.
+    previous: Option<SetAside>,
+}
+
+impl Enter {
+    /// Enters `local` on this thread. Refused (with a clear message) inside another loop:
+    /// a loop thread must not block on another runtime.
+    pub(crate) fn new(local: &Rc<LocalLoop>) -> Enter {
+        assert!(
+            CURRENT.with(Cell::get).is_null(),
+            "softtimer-async: cannot block on a runtime from a thread that already runs one \
+             (inside a task or block_on); spawn the future instead"
+        );
+        Self::install(local);
+        Enter { previous: None }
+    }
+
+    /// Enters `local` to shut it down, from any thread state: a loop this thread was running
+    /// (a runtime dropped inside another runtime's task) is set aside and restored after.
+    pub(crate) fn for_shutdown(local: &Rc<LocalLoop>) -> Enter {
+        let current = CURRENT.with(Cell::get);
+        let previous = (!current.is_null()).then(|| {
+            let previous_local = LOCAL.with(|l| l.borrow_mut().take());
+            let queue = QUEUE.with(|queue| std::mem::take(&mut *queue.borrow_mut()));
+            CURRENT.with(|c| c.set(std::ptr::null()));
+            (current, previous_local, queue)
+        });
+        Self::install(local);
+        Enter { previous }
+    }
+
+    fn install(local: &Rc<LocalLoop>) {
+        CURRENT.with(|c| c.set(Arc::as_ptr(&local.shared)));
+        LOCAL.with(|l| *l.borrow_mut() = Some(Rc::clone(local)));
+        let saved = std::mem::take(&mut *local.saved.borrow_mut());
+        QUEUE.with(|queue| queue.borrow_mut().extend(saved));
+    }
+}
+
+impl Drop for Enter {
+    fn drop(&mut self) {
+        let local = LOCAL.with(|l| l.borrow_mut().take());
+        CURRENT.with(|c| c.set(std::ptr::null()));
+        let queue = QUEUE.with(|queue| std::mem::take(&mut *queue.borrow_mut()));
+        if let Some(local) = local {
+            local.saved.borrow_mut().extend(queue);
+        }
+        if let Some((current, local, queue)) = self.previous.take() {
+            CURRENT.with(|c| c.set(current));
+            LOCAL.with(|l| *l.borrow_mut() = local);
+            QUEUE.with(|q| *q.borrow_mut() = queue);
+        }
+    }
+}

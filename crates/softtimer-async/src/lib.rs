@@ -1,0 +1,102 @@
+//! # softtimer-async: an async runtime on soft timers
+//!
+//! An async runtime whose reactor is the soft-timer event loop of `softtimer-rt`: `sleep`,
+//! `interval` and `timeout` that fire microseconds after their deadline instead of up to a
+//! millisecond, at a CPU cost the caller chooses ([`Precision`]); UDP datagrams that leave
+//! at chosen times without waking a task per datagram ([`UdpSocket::send_at`],
+//! [`PacedSender`]); and stock quinn ([`quinn::SoftRuntime`]) and hyper ([`hyper`]) on it.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use softtimer_async::{Runtime, time};
+//!
+//! let rt = Runtime::new().unwrap();
+//! rt.block_on(async {
+//!     // A precise 250 µs loop: each tick one soft event, re-armed from its own schedule.
+//!     let mut ticks = time::interval(Duration::from_micros(250));
+//!     let start = ticks.tick().await;
+//!     for _ in 0..8 {
+//!         let at = ticks.tick().await;
+//!         assert!(Instant::now() >= at);
+//!     }
+//!     assert!(start.elapsed() >= Duration::from_millis(2));
+//! });
+//! ```
+//!
+//! ## The paper's trigger states, in an async runtime
+//!
+//! Aron and Druschel's soft timers check for due events at *trigger states*, moments the
+//! system passes anyway, for the price of a clock read and a compare, and keep a coarse
+//! interrupt only as a backstop. In an async runtime those moments are everywhere:
+//!
+//! | soft timers (the kernel) | this runtime |
+//! | --- | --- |
+//! | return from a system call | return from every system call a future makes (`recv`, `recvmmsg`, `send`, `sendmmsg`, `accept`, `read`, `write`, `connect`) and from the loop's `epoll_wait` |
+//! | end of an interrupt handler | the end of every task poll: the runtime's own work makes the trigger states |
+//! | the idle loop | the runtime's park: block in `epoll_wait` with a precise timeout until a window before the next due timer, spin on trigger checks for the rest ([`Precision`]) |
+//! | the periodic interrupt that backs them up | `softtimer-rt`'s backstop, a one-shot timer armed only while the loop falls behind |
+//! | a soft event and its handler | a timer (each `sleep`, `interval` tick, `timeout`, quinn's and hyper's timers) whose handler wakes its task; a paced departure whose handler sends the datagram |
+//! | a network interrupt | edge-triggered readiness from the loop's epoll set |
+//!
+//! With nothing due, the check after a poll or a system call is one `rdtsc` and one compare.
+//! A task waiting for a timer costs one `epoll_wait` and the spin window; a task woken on its
+//! own loop thread is queued with no lock, atomic or system call beyond what `async-task`
+//! does; a task woken from another thread goes through the loop's remote queue and an
+//! eventfd write, made only while the loop is blocked.
+//!
+//! ## Layers
+//!
+//! | layer | what it is |
+//! | --- | --- |
+//! | `softtimer` | the facility: the timing wheel, `schedule`/`cancel`/`trigger`, the TSC clock |
+//! | `softtimer-rt` | the event loop: its step form ([`softtimer_rt::EventLoop::poll_io`], [`softtimer_rt::EventLoop::park`]), a [`softtimer_rt::LoopWaker`] for other threads, a thread-safe [`softtimer_rt::LoopHandle`] for futures |
+//! | [`Runtime`] | loops (one per thread, [`Builder::threads`]), each an executor on `async-task` |
+//! | [`time`] | timers as soft events: `std::time::Instant` deadlines, never early, O(1) reset |
+//! | [`UdpSocket`], [`TcpListener`], [`TcpStream`] | sockets on the loop's epoll set, each system call a trigger state |
+//! | [`PacedSender`], [`UdpSocket::send_at`] | departures from soft-event handlers (`softtimer-net`'s departure-time scheduler) |
+//! | [`quinn`], [`hyper`] | quinn's `Runtime`, hyper's `rt` traits (cargo features, on by default) |
+//!
+//! ## Where to start
+//!
+//! [`Runtime::block_on`] and [`time::sleep`]; then [`Precision`] for what a timer costs;
+//! [`UdpSocket`] and [`PacedSender`] for pacing; [`quinn::SoftRuntime`] to put an unchanged
+//! quinn program on soft timers. The examples: `quinn_echo` and `hyper_hello` (stock quinn
+//! and hyper over loopback), `sleep_lateness` (timer lateness and CPU at each precision).
+//! The source reads in this order: `executor.rs` (the loop thread's run, wake paths and
+//! shutdown), `time.rs`, `reactor.rs`, `net/`, `pace.rs`.
+//!
+//! ## Time
+//!
+//! The API speaks `std::time::Instant` and `Duration`, as quinn and hyper do. A deadline
+//! becomes a soft event on the TSC the facility reads; `std::time::Instant` stays the
+//! authority, so a timer never completes before its deadline even where the TSC's rate and
+//! `CLOCK_MONOTONIC`'s differ (they do, by parts per million): an event that fires a little
+//! early is armed again for the rest ([`RuntimeStats::early_fires`] counts those). For tests,
+//! [`Builder::simulated`] runs a runtime on a [`softtimer::SimClock`], whose time jumps to the
+//! next due timer when nothing can run.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod clock;
+mod executor;
+#[cfg(feature = "hyper")]
+pub mod hyper;
+mod net;
+mod pace;
+#[cfg(feature = "quinn")]
+pub mod quinn;
+mod reactor;
+mod runtime;
+mod task;
+pub mod time;
+
+pub use net::tcp::{TcpListener, TcpStream};
+pub use net::udp::UdpSocket;
+pub use pace::{Departure, PacedSender};
+pub use runtime::{Builder, Handle, Precision, Runtime, RuntimeStats};
+pub use task::{JoinError, JoinHandle, spawn, spawn_local};
+
+/// Re-exported for [`UdpSocket::send_transmit`] and [`UdpSocket::recv_segments`].
+pub use quinn_udp::{EcnCodepoint, RecvMeta, Transmit};
+/// Re-exported for [`PacedSender::new`].
+pub use softtimer_net::Rate;

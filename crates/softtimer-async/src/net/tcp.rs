@@ -1,0 +1,366 @@
+//! TCP on the runtime: a listener and a stream with the `futures-io` traits (and tokio's and
+//! hyper's behind their features).
+
+use std::future::poll_fn;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsFd, OwnedFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
+use softtimer::TriggerSource;
+
+use crate::net::udp::syscall;
+use crate::reactor::{Direction, Registration, take_socket_error};
+
+/// A TCP listener registered with the loop of the thread that made it; the streams it
+/// accepts are registered with the loop of the task that accepts them.
+///
+/// ```
+/// use softtimer_async::{Runtime, TcpListener, TcpStream};
+///
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+///     let addr = listener.local_addr().unwrap();
+///     softtimer_async::spawn(async move {
+///         let (stream, _) = listener.accept().await.unwrap();
+///         let mut buf = [0u8; 5];
+///         stream.read_exact(&mut buf).await.unwrap();
+///         stream.write_all(&buf).await.unwrap();
+///     });
+///     let stream = TcpStream::connect(addr).await.unwrap();
+///     stream.write_all(b"hello").await.unwrap();
+///     let mut buf = [0u8; 5];
+///     stream.read_exact(&mut buf).await.unwrap();
+///     assert_eq!(&buf, b"hello");
+/// });
+/// ```
+#[derive(Debug)]
+pub struct TcpListener {
+    socket: std::net::TcpListener,
+    reg: Registration,
+}
+
+impl TcpListener {
+    /// Binds and listens on `addr`, on the calling thread's loop.
+    pub fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+        Self::from_std(std::net::TcpListener::bind(addr)?)
+    }
+
+    /// Binds with `SO_REUSEPORT`, so that each loop of a thread-per-core server can have a
+    /// listener of its own on one port (the kernel spreads connections over them).
+    pub fn bind_reuse_port(addr: SocketAddr) -> io::Result<TcpListener> {
+        let family = if addr.is_ipv4() {
+            AddressFamily::INET
+        } else {
+            AddressFamily::INET6
+        };
+        let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+        sockopt::set_socket_reuseaddr(&fd, true)?;
+        sockopt::set_socket_reuseport(&fd, true)?;
+        rustix::net::bind(&fd, &addr)?;
+        rustix::net::listen(&fd, 1024)?;
+        Self::from_std(std::net::TcpListener::from(fd))
+    }
+
+    /// Takes over a listening std socket (made non-blocking).
+    pub fn from_std(socket: std::net::TcpListener) -> io::Result<TcpListener> {
+        socket.set_nonblocking(true)?;
+        let reg = Registration::current(socket.as_fd())?;
+        Ok(TcpListener { socket, reg })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    /// Accepts a connection (`accept4`, a trigger state after it).
+    pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        poll_fn(|cx| self.poll_accept(cx)).await
+    }
+
+    /// Polls to accept a connection.
+    pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(TcpStream, SocketAddr)>> {
+        let accepted = self.reg.poll_io(Direction::Read, cx, || {
+            syscall(TriggerSource::Accept, || {
+                rustix::net::acceptfrom_with(
+                    &self.socket,
+                    SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+                )
+                .map_err(io::Error::from)
+            })
+        });
+        let Poll::Ready(accepted) = accepted else {
+            return Poll::Pending;
+        };
+        Poll::Ready(accepted.and_then(|(fd, addr)| {
+            let stream = TcpStream::from_std(std::net::TcpStream::from(fd))?;
+            let peer = match addr.and_then(|a| SocketAddr::try_from(a).ok()) {
+                Some(peer) => peer,
+                None => stream.peer_addr()?,
+            };
+            Ok((stream, peer))
+        }))
+    }
+}
+
+/// A TCP stream registered with the loop of the thread that made it (or accepted it).
+///
+/// It implements `futures-io`'s `AsyncRead` and `AsyncWrite` (for itself and for `&TcpStream`,
+/// so one task may read while another writes), tokio's with the `tokio-io` feature, and
+/// hyper's `rt::Read` and `rt::Write` with the `hyper` feature. Every `read`, `write` and
+/// `writev` is followed by a trigger state.
+#[derive(Debug)]
+pub struct TcpStream {
+    socket: std::net::TcpStream,
+    reg: Registration,
+}
+
+impl TcpStream {
+    /// Connects to `addr` (non-blocking `connect`, waiting for the handshake).
+    pub async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+        let family = if addr.is_ipv4() {
+            AddressFamily::INET
+        } else {
+            AddressFamily::INET6
+        };
+        let fd: OwnedFd = rustix::net::socket_with(
+            family,
+            SocketType::STREAM,
+            SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+            None,
+        )?;
+        match syscall(TriggerSource::Syscall, || rustix::net::connect(&fd, &addr)) {
+            Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let stream = TcpStream::from_std(std::net::TcpStream::from(fd))?;
+        poll_fn(|cx| {
+            stream.reg.poll_io(Direction::Write, cx, || {
+                take_socket_error(&stream.socket)?;
+                match stream.socket.peer_addr() {
+                    Ok(_) => Ok(()),
+                    // Not connected yet: wait for the next writability.
+                    Err(e) if e.kind() == io::ErrorKind::NotConnected => {
+                        Err(io::ErrorKind::WouldBlock.into())
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+        })
+        .await?;
+        Ok(stream)
+    }
+
+    /// Takes over a connected std stream (made non-blocking).
+    pub fn from_std(socket: std::net::TcpStream) -> io::Result<TcpStream> {
+        socket.set_nonblocking(true)?;
+        let reg = Registration::current(socket.as_fd())?;
+        Ok(TcpStream { socket, reg })
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.peer_addr()
+    }
+
+    /// Sets `TCP_NODELAY`.
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.socket.set_nodelay(nodelay)
+    }
+
+    /// Shuts down the read side, the write side, or both.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.socket.shutdown(how)
+    }
+
+    /// Reads into `buf`; `Ok(0)` at the end of the stream.
+    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        poll_fn(|cx| self.poll_read_buf(cx, buf)).await
+    }
+
+    /// Fills `buf`, or fails with `UnexpectedEof`.
+    pub async fn read_exact(&self, mut buf: &mut [u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read(buf).await? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n => buf = &mut buf[n..],
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes some of `buf`.
+    pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        poll_fn(|cx| self.poll_write_buf(cx, buf)).await
+    }
+
+    /// Writes all of `buf`.
+    pub async fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.write(buf).await? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n => buf = &buf[n..],
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn poll_read_buf(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let want = buf.len();
+        self.reg.poll_io_partial(Direction::Read, cx, want, || {
+            syscall(TriggerSource::Recv, || (&self.socket).read(&mut *buf))
+        })
+    }
+
+    /// Reads into uninitialised memory (hyper's buffers); returns how many bytes it filled.
+    #[cfg(feature = "hyper")]
+    pub(crate) fn poll_read_uninit(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut [std::mem::MaybeUninit<u8>],
+    ) -> Poll<io::Result<usize>> {
+        let want = buf.len();
+        self.reg.poll_io_partial(Direction::Read, cx, want, || {
+            syscall(TriggerSource::Recv, || {
+                rustix::io::read(&self.socket, &mut *buf)
+                    .map(|(filled, _)| filled.len())
+                    .map_err(io::Error::from)
+            })
+        })
+    }
+
+    pub(crate) fn poll_write_buf(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.reg
+            .poll_io_partial(Direction::Write, cx, buf.len(), || {
+                syscall(TriggerSource::Send, || (&self.socket).write(buf))
+            })
+    }
+
+    pub(crate) fn poll_write_vectored_buf(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let want = bufs.iter().map(|b| b.len()).sum();
+        self.reg.poll_io_partial(Direction::Write, cx, want, || {
+            syscall(TriggerSource::Send, || (&self.socket).write_vectored(bufs))
+        })
+    }
+
+    pub(crate) fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
+        Poll::Ready(match self.socket.shutdown(Shutdown::Write) {
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
+            other => other,
+        })
+    }
+}
+
+/// `futures-io`'s traits for a stream and for a shared reference to one (so that one task
+/// may read while another writes).
+macro_rules! futures_io_traits {
+    ($stream:ty) => {
+        impl futures_io::AsyncRead for $stream {
+            fn poll_read(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &mut [u8],
+            ) -> Poll<io::Result<usize>> {
+                self.poll_read_buf(cx, buf)
+            }
+        }
+
+        impl futures_io::AsyncWrite for $stream {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                self.poll_write_buf(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &[IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                self.poll_write_vectored_buf(cx, bufs)
+            }
+
+            fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Ready(Ok(()))
+            }
+
+            fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                self.poll_shutdown_write()
+            }
+        }
+    };
+}
+
+futures_io_traits!(TcpStream);
+futures_io_traits!(&TcpStream);
+
+#[cfg(feature = "tokio-io")]
+mod tokio_io {
+    use super::*;
+    use tokio::io::ReadBuf;
+
+    impl tokio::io::AsyncRead for TcpStream {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let n = std::task::ready!(self.poll_read_buf(cx, buf.initialize_unfilled()))?;
+            buf.advance(n);
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl tokio::io::AsyncWrite for TcpStream {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.poll_write_buf(cx, buf)
+        }
+
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            self.poll_write_vectored_buf(cx, bufs)
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.poll_shutdown_write()
+        }
+    }
+}

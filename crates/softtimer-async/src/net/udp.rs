@@ -1,0 +1,376 @@
+//! UDP on the runtime: single datagrams, batches (`recvmmsg`, `sendmmsg`), segmentation
+//! offload (GSO and GRO through quinn-udp, where the kernel has them), and paced sends.
+
+use std::future::poll_fn;
+use std::io::{self, IoSliceMut};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::AsFd;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use softtimer::TriggerSource;
+use softtimer_rt::RecvBatch;
+
+use crate::executor::{self, LoopShared};
+use crate::pace::Departures;
+use crate::reactor::{Direction, Registration};
+
+/// A UDP socket registered with the loop of the thread that made it.
+///
+/// Every system call it makes is followed by a trigger state of the calling thread's loop.
+/// It is cheap to share (`&self` everywhere; several tasks may send and receive at once),
+/// and [`UdpSocket::send_at`] and [`PacedSender`](crate::PacedSender) send from it at chosen
+/// times.
+///
+/// ```
+/// use softtimer_async::{Runtime, UdpSocket};
+///
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+///     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+///     let to = echo.local_addr().unwrap();
+///     softtimer_async::spawn(async move {
+///         let mut buf = [0u8; 1500];
+///         let (n, from) = echo.recv_from(&mut buf).await.unwrap();
+///         echo.send_to(&buf[..n], from).await.unwrap();
+///     });
+///     client.send_to(b"ping", to).await.unwrap();
+///     let mut buf = [0u8; 16];
+///     let (n, _) = client.recv_from(&mut buf).await.unwrap();
+///     assert_eq!(&buf[..n], b"ping");
+/// });
+/// ```
+#[derive(Debug)]
+pub struct UdpSocket {
+    pub(crate) inner: Arc<UdpInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct UdpInner {
+    pub socket: Arc<std::net::UdpSocket>,
+    pub reg: Registration,
+    /// Segmentation offload and ECN, when asked for.
+    offload: Option<UdpSocketState>,
+    /// The departure queue of [`UdpSocket::send_at`], made on first use.
+    departures: OnceLock<Arc<Departures>>,
+}
+
+impl UdpSocket {
+    /// Binds `addr` (the first address it resolves to that binds) on the calling thread's
+    /// loop.
+    pub fn bind(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
+        Self::from_std(std::net::UdpSocket::bind(addr)?)
+    }
+
+    /// As [`UdpSocket::bind`], with segmentation offload (GSO on send, GRO on receive) and
+    /// ECN through quinn-udp where the kernel has them: send with
+    /// [`UdpSocket::send_transmit`], receive with [`UdpSocket::recv_segments`] (GRO hands
+    /// several datagrams over as one buffer that plain `recv_from` cannot split).
+    pub fn bind_with_offload(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
+        Self::from_std_with_offload(std::net::UdpSocket::bind(addr)?)
+    }
+
+    /// Takes over a bound std socket (made non-blocking).
+    pub fn from_std(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
+        let shared = executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
+        Self::on(shared, socket, false)
+    }
+
+    /// Takes over a bound std socket, with segmentation offload (see
+    /// [`UdpSocket::bind_with_offload`]).
+    pub fn from_std_with_offload(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
+        let shared = executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
+        Self::on(shared, socket, true)
+    }
+
+    pub(crate) fn on(
+        shared: Arc<LoopShared>,
+        socket: std::net::UdpSocket,
+        offload: bool,
+    ) -> io::Result<UdpSocket> {
+        socket.set_nonblocking(true)?;
+        let offload = if offload {
+            Some(UdpSocketState::new((&socket).into())?)
+        } else {
+            None
+        };
+        let reg = Registration::new_read_only(shared, socket.as_fd())?;
+        Ok(UdpSocket {
+            inner: Arc::new(UdpInner {
+                socket: Arc::new(socket),
+                reg,
+                offload,
+                departures: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The address it is bound to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.socket.local_addr()
+    }
+
+    /// The peer it is connected to.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.socket.peer_addr()
+    }
+
+    /// Connects it to `addr`: [`UdpSocket::send`] and [`UdpSocket::recv`] then go to and
+    /// come from that peer only, and errors the peer reports (ICMP port unreachable) come
+    /// back from them as `io::Error`s.
+    pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
+        self.inner.socket.connect(addr)
+    }
+
+    /// Sends one datagram to `to`.
+    pub async fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
+        poll_fn(|cx| self.poll_send_to(cx, buf, to)).await
+    }
+
+    /// Polls to send one datagram to `to`.
+    pub fn poll_send_to(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+        to: SocketAddr,
+    ) -> Poll<io::Result<usize>> {
+        let socket = &self.inner.socket;
+        self.poll_write_io(cx, || {
+            syscall(TriggerSource::Send, || socket.send_to(buf, to))
+        })
+    }
+
+    /// Runs a send once the socket may be writable; a send that has to wait makes the loop
+    /// watch the socket's writability (see [`Registration::new_read_only`]).
+    fn poll_write_io<R>(
+        &self,
+        cx: &mut Context<'_>,
+        op: impl FnMut() -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        let result = self.inner.reg.poll_io(Direction::Write, cx, op);
+        if result.is_pending() {
+            self.inner.reg.watch_writable(self.inner.socket.as_fd());
+        }
+        result
+    }
+
+    /// Receives one datagram, with its sender.
+    pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        poll_fn(|cx| self.poll_recv_from(cx, buf)).await
+    }
+
+    /// Polls to receive one datagram.
+    pub fn poll_recv_from(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<(usize, SocketAddr)>> {
+        let socket = &self.inner.socket;
+        self.inner.reg.poll_io(Direction::Read, cx, || {
+            syscall(TriggerSource::Recv, || socket.recv_from(buf))
+        })
+    }
+
+    /// Sends one datagram to the connected peer.
+    pub async fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        let socket = &self.inner.socket;
+        poll_fn(|cx| self.poll_write_io(cx, || syscall(TriggerSource::Send, || socket.send(buf))))
+            .await
+    }
+
+    /// Receives one datagram from the connected peer.
+    pub async fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let socket = &self.inner.socket;
+        poll_fn(|cx| {
+            self.inner.reg.poll_io(Direction::Read, cx, || {
+                syscall(TriggerSource::Recv, || socket.recv(&mut *buf))
+            })
+        })
+        .await
+    }
+
+    /// Receives a batch of datagrams with one `recvmmsg` (softtimer-rt's [`RecvBatch`]):
+    /// waits until at least one is there, then takes as many as are waiting, up to the
+    /// batch's capacity.
+    pub async fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
+        let socket = &self.inner.socket;
+        let room = batch.capacity();
+        poll_fn(|cx| {
+            self.inner
+                .reg
+                .poll_io_partial(Direction::Read, cx, room, || {
+                    match syscall(TriggerSource::Recv, || {
+                        batch.recv(socket.as_fd(), usize::MAX, false)
+                    }) {
+                        Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
+                        other => other,
+                    }
+                })
+        })
+        .await
+    }
+
+    /// Sends `(payload, destination)` datagrams with `sendmmsg`, as many per call as the
+    /// socket's buffer takes, until all are sent.
+    pub async fn send_batch(&self, messages: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
+        let socket = &self.inner.socket;
+        let mut sent = 0;
+        while sent < messages.len() {
+            let rest = &messages[sent..];
+            sent += poll_fn(|cx| {
+                self.poll_write_io(cx, || {
+                    match syscall(TriggerSource::Send, || {
+                        softtimer_rt::send_batch(&**socket, rest)
+                    }) {
+                        Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
+                        other => other,
+                    }
+                })
+            })
+            .await?;
+        }
+        Ok(sent)
+    }
+
+    fn offload(&self) -> io::Result<&UdpSocketState> {
+        self.inner.offload.as_ref().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "segmentation offload is on for sockets made with bind_with_offload only",
+            )
+        })
+    }
+
+    /// How many datagrams one [`Transmit`] may carry (1 where the kernel has no GSO).
+    pub fn max_gso_segments(&self) -> usize {
+        self.inner
+            .offload
+            .as_ref()
+            .map_or(1, UdpSocketState::max_gso_segments)
+    }
+
+    /// How many datagrams one received buffer may hold (1 where the kernel has no GRO).
+    pub fn gro_segments(&self) -> usize {
+        self.inner
+            .offload
+            .as_ref()
+            .map_or(1, UdpSocketState::gro_segments)
+    }
+
+    /// Sends a [`Transmit`]: with `segment_size`, its contents are several datagrams of that
+    /// size (the last may be shorter) handed to the kernel in one call (GSO). Refused
+    /// (`Unsupported`) on a socket made without offload.
+    pub async fn send_transmit(&self, transmit: &Transmit<'_>) -> io::Result<()> {
+        let state = self.offload()?;
+        let socket = &self.inner.socket;
+        poll_fn(|cx| {
+            self.poll_write_io(cx, || {
+                syscall(TriggerSource::Send, || {
+                    state.send((&**socket).into(), transmit)
+                })
+            })
+        })
+        .await
+    }
+
+    /// Receives into `bufs`, describing each in `meta` (sender, length, the stride of the
+    /// datagrams GRO coalesced into it, ECN). Refused (`Unsupported`) on a socket made
+    /// without offload.
+    pub async fn recv_segments(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> io::Result<usize> {
+        poll_fn(|cx| self.poll_recv_segments(cx, bufs, meta)).await
+    }
+
+    pub(crate) fn poll_recv_segments(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        let state = match self.offload() {
+            Ok(state) => state,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        let socket = &self.inner.socket;
+        // Fewer datagrams than there was room for: the socket is drained, and the next call
+        // waits for readiness instead of asking the kernel to say `WouldBlock`.
+        let room = meta.len().min(bufs.len());
+        self.inner
+            .reg
+            .poll_io_partial(Direction::Read, cx, room, || {
+                syscall(TriggerSource::Recv, || {
+                    state.recv((&**socket).into(), &mut *bufs, &mut *meta)
+                })
+            })
+    }
+
+    /// Sends a transmit if the socket may be writable, without waiting: `WouldBlock` if not.
+    pub(crate) fn try_send_transmit(&self, transmit: &Transmit<'_>) -> io::Result<()> {
+        let state = self.offload()?;
+        let socket = &self.inner.socket;
+        self.inner.reg.try_io(Direction::Write, || {
+            syscall(TriggerSource::Send, || {
+                state.send((&**socket).into(), transmit)
+            })
+        })
+    }
+
+    pub(crate) fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let ready = self.inner.reg.poll_ready(Direction::Write, cx);
+        if ready.is_pending() {
+            self.inner.reg.watch_writable(self.inner.socket.as_fd());
+        }
+        ready
+    }
+
+    pub(crate) fn may_fragment(&self) -> bool {
+        self.inner
+            .offload
+            .as_ref()
+            .is_none_or(UdpSocketState::may_fragment)
+    }
+
+    /// Sends a copy of `buf` to `to` at `at`: the datagram is queued in the socket's
+    /// departure queue and leaves from a soft-event handler at the first trigger state at
+    /// or after `at`, without waking this task (softtimer-net's departure-time scheduler).
+    /// Returns once it is queued; waits only while the queue is full. An error of an
+    /// earlier departure is returned by the next call.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use softtimer_async::{Runtime, UdpSocket};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    ///     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    ///     let to = rx.local_addr().unwrap();
+    ///     let at = Instant::now() + Duration::from_micros(300);
+    ///     tx.send_at(b"later", to, at).await.unwrap();
+    ///     let mut buf = [0u8; 8];
+    ///     let (n, _) = rx.recv_from(&mut buf).await.unwrap();
+    ///     assert!(Instant::now() >= at && &buf[..n] == b"later");
+    /// });
+    /// ```
+    pub async fn send_at(&self, buf: &[u8], to: SocketAddr, at: Instant) -> io::Result<()> {
+        let departures = self
+            .inner
+            .departures
+            .get_or_init(|| Departures::new(&self.inner, crate::pace::DEFAULT_QUEUE, None));
+        departures.send_at(buf, to, at).await
+    }
+}
+
+/// Runs a non-blocking system call, then a trigger state of the calling thread's loop.
+#[inline]
+pub(crate) fn syscall<R>(source: TriggerSource, call: impl FnOnce() -> R) -> R {
+    let result = call();
+    executor::trigger(source);
+    result
+}

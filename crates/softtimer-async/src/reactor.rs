@@ -1,0 +1,346 @@
+//! The reactor: readiness of descriptors from the loop's epoll set.
+//!
+//! A descriptor is registered once, edge-triggered, for both directions. The loop records
+//! each readiness change in the descriptor's [`IoSource`] and wakes the tasks waiting for
+//! it; a task then makes its system call until it says `WouldBlock`, which clears that
+//! direction's readiness, unless another readiness change came in meanwhile (a tick counts
+//! them, as tokio's does), so that no edge is lost between the call and the clearing.
+//!
+//! Every system call a future makes is followed by a trigger state of the thread it runs on
+//! ([`crate::executor::trigger`]).
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use softtimer_rt::{Interest, Ready};
+
+use crate::executor::{LoopShared, lock};
+
+/// A direction of readiness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Direction {
+    Read = 0,
+    Write = 1,
+}
+
+impl Direction {
+    fn bit(self) -> u64 {
+        1 << (self as u64)
+    }
+}
+
+const READ: u64 = 1;
+const WRITE: u64 = 2;
+const BITS: u64 = 0xff;
+const TICK: u64 = 1 << 8;
+
+/// The tasks waiting for one direction: the common case is one, without allocating.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    first: Option<Waker>,
+    rest: Vec<Waker>,
+}
+
+impl Waiters {
+    /// Adds `waker` unless a waker that wakes the same task is there already.
+    fn add(&mut self, waker: &Waker) {
+        match &self.first {
+            None => self.first = Some(waker.clone()),
+            Some(w) if w.will_wake(waker) => {}
+            Some(_) => {
+                if !self.rest.iter().any(|w| w.will_wake(waker)) {
+                    self.rest.push(waker.clone());
+                }
+            }
+        }
+    }
+
+    fn take(&mut self) -> Waiters {
+        Waiters {
+            first: self.first.take(),
+            rest: if self.rest.is_empty() {
+                Vec::new()
+            } else {
+                std::mem::take(&mut self.rest)
+            },
+        }
+    }
+
+    fn wake(self) {
+        if let Some(w) = self.first {
+            w.wake();
+        }
+        self.rest.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// The readiness of one registered descriptor and the tasks waiting for it.
+#[derive(Default)]
+pub(crate) struct IoSource {
+    /// `tick << 8 | readiness bits`.
+    state: AtomicU64,
+    waiters: Mutex<[Waiters; 2]>,
+}
+
+impl IoSource {
+    /// The loop saw `ready`: record it and wake the directions it concerns. A hang-up or an
+    /// error wakes both: the next system call reports it.
+    pub(crate) fn set_ready(&self, ready: Ready) {
+        let mut bits = 0;
+        if ready.readable || ready.closed {
+            bits |= READ;
+        }
+        if ready.writable || ready.closed {
+            bits |= WRITE;
+        }
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                Some((s & !BITS).wrapping_add(TICK) | (s & BITS) | bits)
+            });
+        let (read, write) = {
+            let mut waiters = lock(&self.waiters);
+            let read = if bits & READ != 0 {
+                waiters[0].take()
+            } else {
+                Waiters::default()
+            };
+            let write = if bits & WRITE != 0 {
+                waiters[1].take()
+            } else {
+                Waiters::default()
+            };
+            (read, write)
+        };
+        read.wake();
+        write.wake();
+    }
+
+    /// Takes every waiting waker out (shutdown).
+    pub(crate) fn take_wakers(&self) -> [Waiters; 2] {
+        let mut waiters = lock(&self.waiters);
+        [waiters[0].take(), waiters[1].take()]
+    }
+
+    /// Ready in `dir` (with the tick it was seen at), or the task is registered to be woken.
+    pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<u64> {
+        let state = self.state.load(Ordering::Acquire);
+        if state & dir.bit() != 0 {
+            return Poll::Ready(state >> 8);
+        }
+        lock(&self.waiters)[dir as usize].add(cx.waker());
+        // Looked at again after registering: a change between the first look and the
+        // registration either shows here or found the waker.
+        let state = self.state.load(Ordering::Acquire);
+        if state & dir.bit() != 0 {
+            return Poll::Ready(state >> 8);
+        }
+        Poll::Pending
+    }
+
+    /// Whether `dir` is ready as far as the source knows (the tick if so).
+    fn ready_tick(&self, dir: Direction) -> Option<u64> {
+        let state = self.state.load(Ordering::Acquire);
+        (state & dir.bit() != 0).then_some(state >> 8)
+    }
+
+    /// A system call said `WouldBlock`: clear `dir`, unless a readiness change came in after
+    /// `tick` was seen.
+    pub(crate) fn clear(&self, dir: Direction, tick: u64) {
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s >> 8 == tick).then_some(s & !dir.bit())
+            });
+    }
+}
+
+/// A descriptor's registration with a loop, held by the socket that owns the descriptor.
+/// Dropping it frees the token; closing the descriptor (which the owner does right after)
+/// takes it out of the epoll set.
+pub(crate) struct Registration {
+    source: Arc<IoSource>,
+    token: usize,
+    shared: Arc<LoopShared>,
+    /// Whether the epoll set watches writability too (see [`Registration::new_read_only`]).
+    writes_watched: AtomicBool,
+}
+
+impl Registration {
+    /// Registers `fd` (non-blocking) with `shared`'s loop, edge-triggered for both
+    /// directions. It starts out ready both ways, so that the first call is simply tried.
+    pub(crate) fn new(shared: Arc<LoopShared>, fd: BorrowedFd<'_>) -> io::Result<Registration> {
+        Self::watching(shared, fd, true)
+    }
+
+    /// As [`Registration::new`], watching readability only until a write says `WouldBlock`
+    /// ([`Registration::watch_writable`]). For UDP: the kernel reports a UDP socket writable
+    /// again each time a sent datagram's buffer is freed, so watching it would wake a blocked
+    /// loop once per datagram sent (a paced sender's every departure) for nothing.
+    pub(crate) fn new_read_only(
+        shared: Arc<LoopShared>,
+        fd: BorrowedFd<'_>,
+    ) -> io::Result<Registration> {
+        Self::watching(shared, fd, false)
+    }
+
+    fn watching(
+        shared: Arc<LoopShared>,
+        fd: BorrowedFd<'_>,
+        writes: bool,
+    ) -> io::Result<Registration> {
+        let source = Arc::new(IoSource {
+            state: AtomicU64::new(READ | WRITE),
+            waiters: Mutex::default(),
+        });
+        let token = lock(&shared.io).insert(Arc::clone(&source));
+        let interest = if writes {
+            Interest::BOTH
+        } else {
+            Interest::READABLE
+        };
+        if let Err(e) = shared.timers.register(fd, interest.edge(), token as u64) {
+            lock(&shared.io).try_remove(token);
+            return Err(match e {
+                softtimer_rt::RtError::Register { source, .. } => source,
+                other => io::Error::other(other),
+            });
+        }
+        Ok(Registration {
+            source,
+            token,
+            shared,
+            writes_watched: AtomicBool::new(writes),
+        })
+    }
+
+    /// Makes sure the epoll set watches `fd`'s writability (once a write has said
+    /// `WouldBlock`); it stays watched. The change reports a descriptor already writable, so
+    /// a waiter registered before it is not missed.
+    pub(crate) fn watch_writable(&self, fd: BorrowedFd<'_>) {
+        if !self.writes_watched.swap(true, Ordering::AcqRel) {
+            let _ = self
+                .shared
+                .timers
+                .reregister(fd, Interest::BOTH.edge(), self.token as u64);
+        }
+    }
+
+    /// Registers `fd` with the loop of the calling thread.
+    pub(crate) fn current(fd: BorrowedFd<'_>) -> io::Result<Registration> {
+        let shared = crate::executor::current_shared().ok_or_else(no_runtime)?;
+        Self::new(shared, fd)
+    }
+
+    /// The loop it is registered with.
+    pub(crate) fn shared(&self) -> &Arc<LoopShared> {
+        &self.shared
+    }
+
+    pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.source.poll_ready(dir, cx).map(|_| Ok(()))
+    }
+
+    /// Runs `op` (a non-blocking system call, followed by a trigger state) once `dir` is
+    /// ready, until it does not say `WouldBlock`.
+    pub(crate) fn poll_io<R>(
+        &self,
+        dir: Direction,
+        cx: &mut Context<'_>,
+        op: impl FnMut() -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        self.poll_io_until(dir, cx, op, |_| false)
+    }
+
+    /// As [`Registration::poll_io`] for a call that moves up to `want` bytes: one that moves
+    /// fewer (but some) has drained the socket's buffer (or filled it), so the readiness is
+    /// cleared without a second call to find out, as tokio does.
+    pub(crate) fn poll_io_partial(
+        &self,
+        dir: Direction,
+        cx: &mut Context<'_>,
+        want: usize,
+        op: impl FnMut() -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        self.poll_io_until(dir, cx, op, |&n| n > 0 && n < want)
+    }
+
+    /// Runs `op` once `dir` is ready, until it does not say `WouldBlock`; a result that
+    /// `exhausted` says used the readiness up clears it.
+    fn poll_io_until<R>(
+        &self,
+        dir: Direction,
+        cx: &mut Context<'_>,
+        mut op: impl FnMut() -> io::Result<R>,
+        exhausted: impl Fn(&R) -> bool,
+    ) -> Poll<io::Result<R>> {
+        loop {
+            let Poll::Ready(tick) = self.source.poll_ready(dir, cx) else {
+                return Poll::Pending;
+            };
+            match op() {
+                Ok(r) => {
+                    if exhausted(&r) {
+                        self.source.clear(dir, tick);
+                    }
+                    return Poll::Ready(Ok(r));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.source.clear(dir, tick),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// Runs `op` once if `dir` may be ready; `WouldBlock` (and the readiness cleared) if not.
+    pub(crate) fn try_io<R>(
+        &self,
+        dir: Direction,
+        op: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        let Some(tick) = self.source.ready_tick(dir) else {
+            return Err(io::ErrorKind::WouldBlock.into());
+        };
+        let result = op();
+        if let Err(e) = &result
+            && e.kind() == io::ErrorKind::WouldBlock
+        {
+            self.source.clear(dir, tick);
+        }
+        result
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let source = lock(&self.shared.io).try_remove(self.token);
+        drop(source);
+    }
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("token", &self.token)
+            .field("loop", &self.shared.index)
+            .finish()
+    }
+}
+
+/// The error of an I/O object made outside a runtime thread.
+pub(crate) fn no_runtime() -> io::Error {
+    io::Error::other(
+        "softtimer-async: I/O objects are made on a runtime thread (inside block_on or a task)",
+    )
+}
+
+/// `fd`'s pending socket error (`SO_ERROR`), if any.
+pub(crate) fn take_socket_error(fd: impl AsFd) -> io::Result<()> {
+    match rustix::net::sockopt::socket_error(fd)? {
+        Ok(()) => Ok(()),
+        Err(errno) => Err(errno.into()),
+    }
+}

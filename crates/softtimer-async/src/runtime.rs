@@ -1,0 +1,493 @@
+//! The runtime: its loops, how it is built, and the handle that spawns onto it.
+
+use std::future::Future;
+use std::io;
+use std::marker::PhantomData;
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle as ThreadHandle;
+use std::time::Duration;
+
+use softtimer::{SimClock, SystemClock};
+use softtimer_rt::{DeadlineDesign, LoopConfig, SpinWindow};
+
+use crate::clock::RuntimeClock;
+use crate::executor::{self, Enter, LocalLoop, LoopShared};
+use crate::task::{JoinHandle, spawn_local_onto, spawn_onto};
+
+/// How precisely timers fire, and what that costs: the idle policy's spin window.
+///
+/// A loop with nothing to run blocks in `epoll_wait` with a precise timeout (its timer slack
+/// at 1 ns) until a window before the next due timer, then spins on trigger checks for the
+/// rest. A blocked thread runs again a wake-up's latency after its timeout (tens of µs on a
+/// virtual machine, a few on bare metal), so the window trades CPU for lateness:
+///
+/// | setting | spins | lateness | CPU per timer |
+/// | --- | --- | --- | --- |
+/// | [`Coarse`](Precision::Coarse) | never | one wake-up | one wake-up: the cheapest |
+/// | [`Calibrated`](Precision::Calibrated) (default) | this machine's measured wake-up lateness | a few µs | one wake-up and the window |
+/// | [`Window(d)`](Precision::Window) | `d` | as `Calibrated` when `d` covers the wake-up lateness | one wake-up and `d` |
+/// | [`Busy`](Precision::Busy) | through the whole backstop interval (1 ms) | the trigger check's | a core while a timer is due within 1 ms |
+///
+/// The default keeps `sleep(100 µs)`'s lateness p99 within the bound measured in
+/// `docs/RESULTS.md`, at the CPU measured there (`cargo run --release -p softtimer-async
+/// --example sleep_lateness` prints both for every setting). The setting is per runtime:
+/// the loop has one idle policy, and it spins before whichever timer is due next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// Never spin: block until each due time; late by one wake-up. The cheapest.
+    Coarse,
+    /// Block until this machine's wake-up lateness (calibrated once per process) before each
+    /// due time, and spin the rest.
+    #[default]
+    Calibrated,
+    /// Spin this long before each due time.
+    Window(Duration),
+    /// Spin whenever a timer is due within the backstop interval: the paper's idle loop.
+    Busy,
+}
+
+impl Precision {
+    /// A short lower-case name (`coarse`, `calibrated`, `window-20us`, `busy`).
+    pub fn name(&self) -> String {
+        match self {
+            Precision::Coarse => "coarse".into(),
+            Precision::Calibrated => "calibrated".into(),
+            Precision::Window(d) => format!("window-{}us", d.as_micros()),
+            Precision::Busy => "busy".into(),
+        }
+    }
+
+    fn spin_window(self, interrupt_hz: u64) -> SpinWindow {
+        match self {
+            Precision::Coarse => SpinWindow::Fixed(Duration::ZERO),
+            Precision::Calibrated => SpinWindow::Calibrated,
+            Precision::Window(d) => SpinWindow::Fixed(d),
+            Precision::Busy => {
+                SpinWindow::Fixed(Duration::from_nanos(1_000_000_000 / interrupt_hz.max(1)))
+            }
+        }
+    }
+}
+
+/// Builds a [`Runtime`]: how many loops, how precise, pinned or not.
+///
+/// ```
+/// use softtimer_async::{Precision, Runtime};
+///
+/// let rt = Runtime::builder().threads(2).precision(Precision::Coarse).build().unwrap();
+/// let handle = rt.handle();
+/// let on_worker = rt.block_on(async move {
+///     // Loop 1 runs on a worker thread; loop 0 on this one, inside block_on.
+///     handle.spawn_on(1, async { std::thread::current().name().map(String::from) }).await
+/// });
+/// assert_eq!(on_worker.unwrap().as_deref(), Some("softtimer-async-1"));
+/// ```
+#[derive(Clone, Debug)]
+pub struct Builder {
+    threads: usize,
+    precision: Precision,
+    pin: bool,
+    sim: Option<SimClock>,
+    config: LoopConfig,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            threads: 1,
+            precision: Precision::default(),
+            pin: true,
+            sim: None,
+            config: LoopConfig {
+                // The runtime schedules no deadlines: serve them (never) from the backstop
+                // thread rather than keep a watcher thread per loop.
+                deadlines: DeadlineDesign::LazyTimerfd,
+                ..LoopConfig::default()
+            },
+        }
+    }
+}
+
+impl Builder {
+    /// Runs `n` independent loops (at least 1; default 1), each with its own facility: loop
+    /// 0 on the thread that calls [`Runtime::block_on`], loops 1.. on worker threads named
+    /// `softtimer-async-N`. A task stays on the loop it was spawned onto.
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = n;
+        self
+    }
+
+    /// How precisely timers fire (default [`Precision::Calibrated`]).
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        self
+    }
+
+    /// With more than one loop, pin loop `i` to the `i`-th CPU this process may use, when it
+    /// may use that many (default on). Loop 0's thread is the one that builds the runtime:
+    /// it is pinned from `build` on.
+    pub fn pin(mut self, pin: bool) -> Self {
+        self.pin = pin;
+        self
+    }
+
+    /// Runs on a simulated clock (for deterministic tests): when no task can run and no
+    /// descriptor is ready, time jumps to the next due timer. Times are `std::time::Instant`s
+    /// that start at the runtime's build and advance with the clock.
+    pub fn simulated(mut self, clock: SimClock) -> Self {
+        self.sim = Some(clock);
+        self
+    }
+
+    /// The loops' configuration beyond precision (statistics, the backstop's frequency, …);
+    /// its spin window is set from [`Builder::precision`].
+    pub fn loop_config(mut self, config: LoopConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Builds the runtime: loop 0 here, the workers on their threads.
+    pub fn build(self) -> io::Result<Runtime> {
+        if self.threads == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a runtime needs at least one thread",
+            ));
+        }
+        let mut config = self.config.clone();
+        config.spin_window = self.precision.spin_window(config.interrupt_clock_hz);
+        if self.sim.is_some() {
+            // Simulated time: no helper thread fires anything behind the test's back.
+            config.backstop = false;
+        }
+        let clock = match &self.sim {
+            Some(sim) => RuntimeClock::Sim(sim.clone()),
+            None => RuntimeClock::System(SystemClock::new()),
+        };
+        let cpus = allowed_cpus();
+        let pin = self.pin && self.threads > 1 && cpus.len() >= self.threads;
+        if pin {
+            pin_current_thread(cpus[0]);
+        }
+        let local =
+            Rc::new(LocalLoop::new(0, config.clone(), clock.clone()).map_err(io::Error::other)?);
+        let mut loops = vec![Arc::clone(&local.shared)];
+        let mut workers = Vec::new();
+        let mut failure = None;
+        for index in 1..self.threads {
+            let (tx, rx) = mpsc::channel();
+            let (config, clock) = (config.clone(), clock.clone());
+            let cpu = pin.then(|| cpus.get(index).copied()).flatten();
+            let thread = std::thread::Builder::new()
+                .name(format!("softtimer-async-{index}"))
+                .spawn(move || worker(index, cpu, config, clock, tx))?;
+            workers.push(thread);
+            match rx.recv() {
+                Ok(Ok(shared)) => loops.push(shared),
+                Ok(Err(e)) => {
+                    failure = Some(io::Error::other(e));
+                    break;
+                }
+                Err(_) => {
+                    failure = Some(io::Error::other("a runtime worker thread died starting"));
+                    break;
+                }
+            }
+        }
+        let inner = Arc::new(HandleInner {
+            loops,
+            next: AtomicUsize::new(0),
+        });
+        for shared in &inner.loops {
+            let _ = shared.handle.set(Arc::downgrade(&inner));
+        }
+        let runtime = Runtime {
+            handle: Handle { inner },
+            local: Some(local),
+            workers,
+            _not_send: PhantomData,
+        };
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(runtime),
+        }
+    }
+}
+
+fn worker(
+    index: usize,
+    cpu: Option<usize>,
+    config: LoopConfig,
+    clock: RuntimeClock,
+    started: mpsc::Sender<Result<Arc<LoopShared>, softtimer_rt::RtError>>,
+) {
+    if let Some(cpu) = cpu {
+        pin_current_thread(cpu);
+    }
+    let local = match LocalLoop::new(index, config, clock) {
+        Ok(local) => Rc::new(local),
+        Err(e) => {
+            let _ = started.send(Err(e));
+            return;
+        }
+    };
+    let _ = started.send(Ok(Arc::clone(&local.shared)));
+    let enter = Enter::new(&local);
+    let never = pin!(std::future::pending::<()>());
+    let _ = local.run(never);
+    local.shutdown();
+    drop(enter);
+}
+
+/// The CPUs this thread may run on.
+fn allowed_cpus() -> Vec<usize> {
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&c| set.is_set(c))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn pin_current_thread(cpu: usize) {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    let _ = rustix::thread::sched_setaffinity(None, &set);
+}
+
+/// An async runtime whose reactor is the soft-timer event loop (see the crate
+/// documentation).
+///
+/// It has one or more loops ([`Builder::threads`]); loop 0 runs on the thread that calls
+/// [`Runtime::block_on`], for as long as that call lasts (as tokio's current-thread runtime
+/// does), and is made on the thread that builds the runtime, so the runtime is not `Send`.
+/// Dropping it cancels every task, shuts every loop down and joins every thread it started.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use softtimer_async::{Runtime, time};
+///
+/// let rt = Runtime::new().unwrap();
+/// let late = rt.block_on(async {
+///     let deadline = Instant::now() + Duration::from_micros(100);
+///     time::sleep_until(deadline).await;
+///     Instant::now() - deadline
+/// });
+/// println!("woke {late:?} after the deadline");
+/// ```
+pub struct Runtime {
+    handle: Handle,
+    local: Option<Rc<LocalLoop>>,
+    workers: Vec<ThreadHandle<()>>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Runtime {
+    /// A runtime with one loop, on this thread, at the default precision.
+    pub fn new() -> io::Result<Runtime> {
+        Builder::default().build()
+    }
+
+    /// A builder for other shapes.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Runs `future` to completion on this thread (loop 0), and loop 0's tasks meanwhile.
+    ///
+    /// # Panics
+    ///
+    /// When called from a thread that runs a loop already (inside a task or another
+    /// `block_on`): that would block the loop; spawn the future instead.
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        let local = self
+            .local
+            .as_ref()
+            .expect("loop 0 lives as long as the runtime");
+        let _enter = Enter::new(local);
+        let future = pin!(future);
+        local
+            .run(future)
+            .expect("loop 0 is asked to shut down only when the runtime is dropped")
+    }
+
+    /// Spawns `future` (see [`Handle::spawn`]).
+    pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(future)
+    }
+
+    /// Spawns a future that need not be `Send` onto loop 0 (it runs inside `block_on`).
+    pub fn spawn_local<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        spawn_local_onto(&self.handle.inner.loops[0], future)
+    }
+
+    /// A handle to the runtime, for other threads.
+    pub fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
+    /// Counters summed over the loops.
+    pub fn stats(&self) -> RuntimeStats {
+        self.handle.stats()
+    }
+
+    /// Loop 0's trigger-state statistics, when [`LoopConfig::stats`] is on.
+    pub fn trigger_stats(&self) -> Option<softtimer::TriggerStats> {
+        self.local.as_ref()?.event_loop().stats()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        for shared in &self.handle.inner.loops[1..] {
+            shared.request_shutdown();
+        }
+        if let Some(local) = self.local.take() {
+            let enter = Enter::for_shutdown(&local);
+            local.shutdown();
+            drop(enter);
+        }
+        for worker in self.workers.drain(..) {
+            let _ = worker.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("threads", &self.handle.threads())
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct HandleInner {
+    pub loops: Vec<Arc<LoopShared>>,
+    next: AtomicUsize,
+}
+
+/// A cloneable, `Send + Sync` handle to a [`Runtime`]: spawns onto its loops from any
+/// thread.
+#[derive(Clone)]
+pub struct Handle {
+    pub(crate) inner: Arc<HandleInner>,
+}
+
+impl Handle {
+    /// The handle of the runtime whose loop this thread runs; `None` elsewhere.
+    pub fn try_current() -> Option<Handle> {
+        let shared = executor::current_shared()?;
+        let inner = shared.handle.get()?.upgrade()?;
+        Some(Handle { inner })
+    }
+
+    /// The handle of the runtime whose loop this thread runs.
+    ///
+    /// # Panics
+    ///
+    /// Outside a runtime thread.
+    #[track_caller]
+    pub fn current() -> Handle {
+        Self::try_current()
+            .expect("Handle::current called outside a softtimer-async runtime thread")
+    }
+
+    /// How many loops the runtime has.
+    pub fn threads(&self) -> usize {
+        self.inner.loops.len()
+    }
+
+    /// The loop a timer or socket made here belongs to: this thread's, when it runs one of
+    /// the runtime's loops; otherwise the next in turn.
+    pub(crate) fn loop_here(&self) -> Arc<LoopShared> {
+        if let Some(shared) = executor::current_shared()
+            && self.inner.loops.iter().any(|l| Arc::ptr_eq(l, &shared))
+        {
+            return shared;
+        }
+        self.next_loop()
+    }
+
+    fn next_loop(&self) -> Arc<LoopShared> {
+        let n = self.inner.next.fetch_add(1, Ordering::Relaxed) % self.inner.loops.len();
+        Arc::clone(&self.inner.loops[n])
+    }
+
+    /// Spawns `future`: onto this thread's loop when called from one of the runtime's loop
+    /// threads (a task stays on its thread), otherwise onto the loops in turn.
+    pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        spawn_onto(&self.loop_here(), future)
+    }
+
+    /// Spawns `future` onto loop `index` (modulo the number of loops).
+    pub fn spawn_on<F>(&self, index: usize, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let shared = &self.inner.loops[index % self.inner.loops.len()];
+        spawn_onto(shared, future)
+    }
+
+    /// Soft events pending, summed over the loops (timers armed, paced departures queued).
+    pub fn pending_timers(&self) -> usize {
+        self.inner.loops.iter().map(|l| l.timers.pending()).sum()
+    }
+
+    /// Counters summed over the loops.
+    pub fn stats(&self) -> RuntimeStats {
+        let mut stats = RuntimeStats::default();
+        for l in &self.inner.loops {
+            let c = &l.counters;
+            let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            stats.polls += get(&c.polls);
+            stats.io_polls += get(&c.io_polls);
+            stats.parks += get(&c.parks);
+            stats.blocked_parks += get(&c.blocked_parks);
+            stats.remote_wakes += get(&c.remote_wakes);
+            stats.early_fires += get(&c.early_fires);
+        }
+        stats
+    }
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("threads", &self.threads())
+            .finish()
+    }
+}
+
+/// What a runtime's loops counted: enough to check the design's costs without a clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeStats {
+    /// Polls of tasks and of `block_on`'s future (each followed by a trigger state).
+    pub polls: u64,
+    /// Non-blocking looks at the descriptors while tasks kept a loop busy.
+    pub io_polls: u64,
+    /// Times a loop had nothing to run and carried out its idle policy.
+    pub parks: u64,
+    /// Parks that blocked in `epoll_wait`.
+    pub blocked_parks: u64,
+    /// Tasks woken from another thread (or the backstop thread).
+    pub remote_wakes: u64,
+    /// Timers whose soft event fired before their `std::time::Instant` deadline (the TSC's
+    /// rate against `CLOCK_MONOTONIC`) and were armed again for the rest.
+    pub early_fires: u64,
+}

@@ -1,0 +1,476 @@
+//! Time: [`sleep`], [`sleep_until`], [`interval`] and [`timeout`], each one soft event.
+//!
+//! A timer's deadline is a `std::time::Instant`; its soft event is scheduled when it is first
+//! polled, at the measurement-clock time the deadline maps to (no rounding: the wheel is
+//! exact to the tick), and fires at the first trigger state after it, which wakes the task.
+//! Dropping a timer cancels its event. Moving a deadline is O(1): an earlier one moves the
+//! event in the wheel at once (a cancel and a schedule under one lock, keeping the waker); a
+//! later one leaves the event where it is and re-arms when it fires, so a deadline pushed out
+//! on every packet (an idle timeout) costs no wheel operation at all.
+//!
+//! A timer completes only when `std::time::Instant::now()` has reached its deadline: an event
+//! that fires a little early (the TSC's rate against `CLOCK_MONOTONIC`) is armed again for the
+//! rest. A deadline too far to represent (`Duration::MAX` from now) never completes and never
+//! schedules anything.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use softtimer::{Clock, EventId};
+
+use crate::executor::{self, LoopShared, TimerEvent};
+
+/// Identifies the task a waker wakes (what `Waker::will_wake` compares), without keeping a
+/// clone of it.
+fn waker_identity(waker: &Waker) -> (usize, usize) {
+    (waker.data() as usize, waker.vtable() as *const _ as usize)
+}
+
+/// A scheduled soft event and what it was scheduled for.
+#[derive(Debug)]
+struct Armed {
+    id: EventId,
+    /// The deadline it was scheduled for.
+    deadline: Instant,
+    /// When it fires, on the measurement clock.
+    due: softtimer::Instant,
+    /// The task it wakes.
+    waker: (usize, usize),
+}
+
+/// The timer under [`Sleep`], [`Interval`], and the quinn and hyper timers: a deadline and
+/// at most one soft event for it.
+pub(crate) struct TimerEntry {
+    shared: Arc<LoopShared>,
+    /// `None`: never.
+    deadline: Option<Instant>,
+    armed: Option<Armed>,
+}
+
+impl TimerEntry {
+    pub(crate) fn new(shared: Arc<LoopShared>, deadline: Option<Instant>) -> Self {
+        TimerEntry {
+            shared,
+            deadline,
+            armed: None,
+        }
+    }
+
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    pub(crate) fn now(&self) -> Instant {
+        self.shared.time.now()
+    }
+
+    /// Whether the deadline has passed.
+    pub(crate) fn is_elapsed(&self) -> bool {
+        self.deadline.is_some_and(|d| self.now() >= d)
+    }
+
+    /// Ready once the deadline has passed; otherwise makes sure a soft event at (or before)
+    /// it will wake this task.
+    pub(crate) fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(deadline) = self.deadline else {
+            return Poll::Pending;
+        };
+        if self.now() >= deadline {
+            self.cancel();
+            return Poll::Ready(());
+        }
+        let identity = waker_identity(cx.waker());
+        if let Some(armed) = &self.armed
+            && armed.deadline <= deadline
+        {
+            let clock_now = self.shared.time.clock().now_unordered();
+            if clock_now < armed.due {
+                if armed.waker == identity {
+                    // Certainly still pending (the clock has not reached it), for this task.
+                    return Poll::Pending;
+                }
+            } else if armed.deadline == deadline {
+                // Fired (or about to) although the deadline has not passed by
+                // `std::time::Instant`: the clocks' rates differ a little. Arm for the rest.
+                let early = &self.shared.counters.early_fires;
+                early.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.arm(deadline, cx.waker(), identity);
+        Poll::Pending
+    }
+
+    /// Schedules a soft event for `deadline` that wakes `waker`, replacing the armed one.
+    fn arm(&mut self, deadline: Instant, waker: &Waker, identity: (usize, usize)) {
+        let due = self.shared.time.due_time(deadline);
+        let old = self.armed.take().map(|a| a.id);
+        let event = TimerEvent::Wake(waker.clone());
+        let result = self.shared.timers.with_timers(|timers| {
+            let replaced = old.and_then(|id| timers.cancel(id));
+            (replaced, timers.schedule_at(due, event))
+        });
+        match result {
+            Ok((replaced, Ok(id))) => {
+                drop(replaced);
+                self.armed = Some(Armed {
+                    id,
+                    deadline,
+                    due,
+                    waker: identity,
+                });
+            }
+            // The facility refused (it cannot on this runtime's loops): poll again rather
+            // than never.
+            Ok((replaced, Err(_))) => {
+                drop(replaced);
+                waker.wake_by_ref();
+            }
+            Err(_) => waker.wake_by_ref(),
+        }
+    }
+
+    /// Moves the deadline (`None`: never). An earlier deadline moves the armed event now, in
+    /// place (cancel and schedule under one lock, with the waker it holds); a later one
+    /// re-arms lazily when the event fires.
+    pub(crate) fn reset(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+        let Some(armed) = &self.armed else {
+            return;
+        };
+        let Some(deadline) = deadline else {
+            self.cancel();
+            return;
+        };
+        if deadline >= armed.deadline {
+            return;
+        }
+        let (id, waker) = (armed.id, armed.waker);
+        let due = self.shared.time.due_time(deadline);
+        let moved = self.shared.timers.with_timers(|timers| {
+            timers
+                .cancel(id)
+                .map(|event| timers.schedule_at(due, event))
+        });
+        self.armed = match moved {
+            Ok(Some(Ok(id))) => Some(Armed {
+                id,
+                deadline,
+                due,
+                waker,
+            }),
+            // Already fired (the task is woken and will arm again), or refused.
+            _ => None,
+        };
+    }
+
+    /// Cancels the armed event, if any.
+    pub(crate) fn cancel(&mut self) {
+        if let Some(armed) = self.armed.take() {
+            let event = self.shared.timers.cancel(armed.id);
+            drop(event);
+        }
+    }
+}
+
+impl Drop for TimerEntry {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+impl std::fmt::Debug for TimerEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimerEntry")
+            .field("deadline", &self.deadline)
+            .field("armed", &self.armed.is_some())
+            .finish()
+    }
+}
+
+/// The calling thread's loop, for a timer.
+#[track_caller]
+fn here() -> Arc<LoopShared> {
+    executor::current_shared()
+        .expect("softtimer-async timers are made on a runtime thread (inside block_on or a task)")
+}
+
+/// The runtime's time: `std::time::Instant::now()`, or the simulated time of a runtime on a
+/// simulated clock. Outside a runtime thread, `std::time::Instant::now()`.
+pub fn now() -> Instant {
+    executor::with_current(|shared| shared.map_or_else(Instant::now, |s| s.time.now()))
+}
+
+/// A future that completes at a deadline: one soft event. See [`sleep`].
+#[derive(Debug)]
+#[must_use = "a Sleep does nothing unless awaited"]
+pub struct Sleep {
+    entry: TimerEntry,
+}
+
+impl Sleep {
+    pub(crate) fn on(shared: Arc<LoopShared>, deadline: Option<Instant>) -> Sleep {
+        Sleep {
+            entry: TimerEntry::new(shared, deadline),
+        }
+    }
+
+    /// The deadline; `None` for a sleep too long to represent, which never completes.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.entry.deadline()
+    }
+
+    /// Whether the deadline has passed.
+    pub fn is_elapsed(&self) -> bool {
+        self.entry.is_elapsed()
+    }
+
+    /// Moves the deadline, in place (see the [module documentation](self)).
+    pub fn reset(&mut self, deadline: Instant) {
+        self.entry.reset(Some(deadline));
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.entry.poll_elapsed(cx)
+    }
+}
+
+/// Waits for `duration`: at the first trigger state after it has passed (how soon after
+/// depends on the runtime's [`Precision`](crate::Precision)), never before. A zero duration
+/// completes at once; `Duration::MAX` never completes.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use softtimer_async::{Runtime, time::sleep};
+///
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let start = Instant::now();
+///     sleep(Duration::from_micros(50)).await;
+///     assert!(start.elapsed() >= Duration::from_micros(50));
+/// });
+/// ```
+///
+/// # Panics
+///
+/// Outside a runtime thread.
+#[track_caller]
+pub fn sleep(duration: Duration) -> Sleep {
+    let shared = here();
+    let deadline = shared.time.now().checked_add(duration);
+    Sleep::on(shared, deadline)
+}
+
+/// Waits until `deadline` (see [`sleep`]); a deadline already passed completes at once.
+///
+/// # Panics
+///
+/// Outside a runtime thread.
+#[track_caller]
+pub fn sleep_until(deadline: Instant) -> Sleep {
+    Sleep::on(here(), Some(deadline))
+}
+
+/// What an [`Interval`] does when it falls behind by a whole period or more (its task was
+/// busy, or not polled), as tokio's `MissedTickBehavior`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MissedTickBehavior {
+    /// Tick as fast as possible until caught up: the ticks keep their schedule and their
+    /// count (the default).
+    #[default]
+    Burst,
+    /// Start again from now: the next tick is a period after the late one.
+    Delay,
+    /// Keep the schedule, skipping the ticks already missed: the next tick is the first
+    /// scheduled time after now.
+    Skip,
+}
+
+impl MissedTickBehavior {
+    /// The tick after one scheduled at `tick` and taken at `now`.
+    fn next(self, tick: Instant, now: Instant, period: Duration) -> Option<Instant> {
+        let on_time = tick.checked_add(period)?;
+        if period.is_zero() || now < on_time {
+            return Some(on_time);
+        }
+        match self {
+            MissedTickBehavior::Burst => Some(on_time),
+            MissedTickBehavior::Delay => now.checked_add(period),
+            MissedTickBehavior::Skip => {
+                let behind = now.duration_since(tick).as_nanos();
+                let period_ns = period.as_nanos();
+                let ahead = period_ns - behind % period_ns;
+                now.checked_add(Duration::from_nanos(u64::try_from(ahead).ok()?))
+            }
+        }
+    }
+}
+
+/// Ticks every period: one soft event outstanding, re-armed at each tick. See [`interval`].
+#[derive(Debug)]
+pub struct Interval {
+    entry: TimerEntry,
+    period: Duration,
+    missed: MissedTickBehavior,
+}
+
+impl Interval {
+    /// Waits for the next tick; returns the time it was scheduled for.
+    pub async fn tick(&mut self) -> Instant {
+        std::future::poll_fn(|cx| self.poll_tick(cx)).await
+    }
+
+    /// Polls for the next tick.
+    pub fn poll_tick(&mut self, cx: &mut Context<'_>) -> Poll<Instant> {
+        let Some(tick) = self.entry.deadline() else {
+            return Poll::Pending;
+        };
+        if self.entry.poll_elapsed(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let next = self.missed.next(tick, self.entry.now(), self.period);
+        self.entry.reset(next);
+        Poll::Ready(tick)
+    }
+
+    /// The period.
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// What it does when it falls behind.
+    pub fn missed_tick_behavior(&self) -> MissedTickBehavior {
+        self.missed
+    }
+
+    /// Sets what it does when it falls behind.
+    pub fn set_missed_tick_behavior(&mut self, behavior: MissedTickBehavior) {
+        self.missed = behavior;
+    }
+
+    /// Restarts the schedule: the next tick a period from now.
+    pub fn reset(&mut self) {
+        let next = self.entry.now().checked_add(self.period);
+        self.entry.reset(next);
+    }
+}
+
+/// Ticks every `period`, the first tick at once. A zero period ticks at every call.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use softtimer_async::{Runtime, time::{MissedTickBehavior, interval}};
+///
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let mut ticks = interval(Duration::from_micros(200));
+///     ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
+///     let first = ticks.tick().await;
+///     for _ in 0..10 {
+///         let at = ticks.tick().await;
+///         assert!(Instant::now() >= at);
+///     }
+///     assert!(first.elapsed() >= Duration::from_millis(2));
+/// });
+/// ```
+///
+/// # Panics
+///
+/// Outside a runtime thread.
+#[track_caller]
+pub fn interval(period: Duration) -> Interval {
+    let shared = here();
+    let start = shared.time.now();
+    interval_on(shared, start, period)
+}
+
+/// Ticks every `period` from `start` (the first tick at `start`).
+///
+/// # Panics
+///
+/// Outside a runtime thread.
+#[track_caller]
+pub fn interval_at(start: Instant, period: Duration) -> Interval {
+    interval_on(here(), start, period)
+}
+
+fn interval_on(shared: Arc<LoopShared>, start: Instant, period: Duration) -> Interval {
+    Interval {
+        entry: TimerEntry::new(shared, Some(start)),
+        period,
+        missed: MissedTickBehavior::default(),
+    }
+}
+
+/// The error of a [`timeout`] whose deadline passed first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("deadline has elapsed")]
+pub struct Elapsed(());
+
+pin_project_lite::pin_project! {
+    /// A future with a deadline. See [`timeout`].
+    #[derive(Debug)]
+    #[must_use = "a Timeout does nothing unless awaited"]
+    pub struct Timeout<F> {
+        #[pin]
+        future: F,
+        sleep: Sleep,
+    }
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.future.poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        Pin::new(this.sleep).poll(cx).map(|()| Err(Elapsed(())))
+    }
+}
+
+/// Runs `future` for at most `duration`: its output, or [`Elapsed`] (and the future
+/// dropped) when the deadline passes first. One soft event, cancelled when the future wins.
+///
+/// ```
+/// use std::time::Duration;
+/// use softtimer_async::{Runtime, time::{sleep, timeout}};
+///
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     assert!(timeout(Duration::from_micros(100), sleep(Duration::from_secs(5))).await.is_err());
+///     assert_eq!(timeout(Duration::from_secs(5), async { 3 }).await, Ok(3));
+/// });
+/// ```
+///
+/// # Panics
+///
+/// Outside a runtime thread.
+#[track_caller]
+pub fn timeout<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F::IntoFuture> {
+    Timeout {
+        future: future.into_future(),
+        sleep: sleep(duration),
+    }
+}
+
+/// Runs `future` until `deadline` at most (see [`timeout`]).
+///
+/// # Panics
+///
+/// Outside a runtime thread.
+#[track_caller]
+pub fn timeout_at<F: IntoFuture>(deadline: Instant, future: F) -> Timeout<F::IntoFuture> {
+    Timeout {
+        future: future.into_future(),
+        sleep: sleep_until(deadline),
+    }
+}

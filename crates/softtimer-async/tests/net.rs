@@ -1,0 +1,247 @@
+//! Sockets on the runtime: UDP echo and batches, TCP, errors, and paced sends.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use softtimer::SimClock;
+use softtimer_async::time::timeout;
+use softtimer_async::{PacedSender, Runtime, TcpListener, TcpStream, UdpSocket};
+use softtimer_rt::RecvBatch;
+
+const BOUND: Duration = Duration::from_secs(10);
+
+#[test]
+fn udp_echo_single_and_batched() {
+    let rt = Runtime::new().unwrap();
+    rt.block_on(async {
+        let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = echo.local_addr().unwrap();
+        let server = softtimer_async::spawn(async move {
+            let mut batch = RecvBatch::new(16, 2048);
+            let mut echoed = 0;
+            while echoed < 20 {
+                let n = echo.recv_batch(&mut batch).await.unwrap();
+                let replies: Vec<(&[u8], SocketAddr)> = (0..n)
+                    .map(|i| {
+                        let (data, from) = batch.get(i).unwrap();
+                        (data, from.unwrap())
+                    })
+                    .collect();
+                echoed += echo.send_batch(&replies).await.unwrap();
+            }
+            echoed
+        });
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        client.send_to(b"one", to).await.unwrap();
+        let mut buf = [0u8; 2048];
+        let (n, from) = timeout(BOUND, client.recv_from(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((&buf[..n], from), (&b"one"[..], to));
+        let messages: Vec<Vec<u8>> = (0..19u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
+        let batch: Vec<(&[u8], SocketAddr)> = messages.iter().map(|m| (m.as_slice(), to)).collect();
+        assert_eq!(client.send_batch(&batch).await.unwrap(), 19);
+        let mut got = Vec::new();
+        while got.len() < 19 {
+            let (n, _) = timeout(BOUND, client.recv_from(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+            got.push(buf[..n].to_vec());
+        }
+        got.sort();
+        assert!(got == messages);
+        assert_eq!(timeout(BOUND, server).await.unwrap().unwrap(), 20);
+    });
+}
+
+#[test]
+fn a_socket_error_reaches_the_task_as_an_io_error() {
+    let rt = Runtime::new().unwrap();
+    rt.block_on(async {
+        // A port nobody listens on: the kernel answers with port unreachable.
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let nobody = closed.local_addr().unwrap();
+        drop(closed);
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.connect(nobody).unwrap();
+        socket.send(b"anyone?").await.unwrap();
+        let mut buf = [0u8; 16];
+        let err = timeout(BOUND, socket.recv(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+        // The same for TCP.
+        let err = timeout(BOUND, TcpStream::connect(nobody))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+        // Offload calls on a socket made without offload: a clear error.
+        let err = socket.recv_segments(&mut [], &mut []).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::Unsupported);
+    });
+}
+
+#[test]
+fn tcp_echo_with_the_futures_io_and_tokio_traits() {
+    let rt = Runtime::new().unwrap();
+    rt.block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = softtimer_async::spawn(async move {
+            let (stream, peer) = listener.accept().await.unwrap();
+            assert_eq!(peer, stream.peer_addr().unwrap());
+            let mut total = 0;
+            let mut buf = vec![0u8; 4096];
+            loop {
+                let n = stream.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break total;
+                }
+                stream.write_all(&buf[..n]).await.unwrap();
+                total += n;
+            }
+        });
+        let mut stream = timeout(BOUND, TcpStream::connect(addr))
+            .await
+            .unwrap()
+            .unwrap();
+        // 64 KB (well inside loopback's socket buffers, so that the echo need not be read
+        // while it is written) through the tokio traits, as a codec writes, then read back
+        // through futures-io's.
+        let data: Vec<u8> = (0..65_536u32).map(|i| (i % 251) as u8).collect();
+        use tokio::io::AsyncWriteExt;
+        timeout(BOUND, stream.write_all(&data))
+            .await
+            .unwrap()
+            .unwrap();
+        AsyncWriteExt::shutdown(&mut stream).await.unwrap();
+        let mut back = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            let read = std::future::poll_fn(|cx| {
+                futures_io::AsyncRead::poll_read(std::pin::Pin::new(&mut &stream), cx, &mut buf)
+            });
+            let n = timeout(BOUND, read).await.unwrap().unwrap();
+            if n == 0 {
+                break;
+            }
+            back.extend_from_slice(&buf[..n]);
+        }
+        assert!(back == data);
+        assert_eq!(timeout(BOUND, server).await.unwrap().unwrap(), data.len());
+    });
+}
+
+#[test]
+fn paced_departures_are_spaced_exactly_by_the_rate() {
+    // On a simulated clock: the departures the scheduler chose, not the wall clock's.
+    let clock = SimClock::new(1_000_000_000);
+    let rt = Runtime::builder().simulated(clock).build().unwrap();
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sink.set_read_timeout(Some(BOUND)).unwrap();
+    let to = sink.local_addr().unwrap();
+    let departures = rt.block_on(async move {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // 100 Mbit/s of 1472-byte datagrams: one every 117.76 µs.
+        let paced = PacedSender::with_queue(&socket, "100M".parse().unwrap(), 8);
+        paced.record_departures(64);
+        for i in 0..50u8 {
+            paced.send_to(&[i; 1472], to).await.unwrap();
+        }
+        paced.flush().await.unwrap();
+        assert_eq!(paced.sent(), 50);
+        assert_eq!(paced.queued(), 0);
+        paced.departures()
+    });
+    assert_eq!(departures.len(), 50);
+    for pair in departures.windows(2) {
+        assert_eq!(
+            pair[1].scheduled - pair[0].scheduled,
+            Duration::from_nanos(117_760)
+        );
+    }
+    for d in &departures {
+        assert!(d.sent >= d.scheduled, "a datagram left before its time");
+        assert_eq!(d.bytes, 1472);
+    }
+    // Every datagram arrived, in order.
+    let mut buf = [0u8; 2048];
+    for i in 0..50u8 {
+        let n = sink.recv(&mut buf).unwrap();
+        assert_eq!((n, buf[0]), (1472, i));
+    }
+}
+
+#[test]
+fn send_at_leaves_at_its_time_and_reports_a_failed_departure() {
+    let rt = Runtime::new().unwrap();
+    rt.block_on(async {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        let start = std::time::Instant::now();
+        // Queued out of order: they leave in departure order.
+        tx.send_at(b"second", to, start + Duration::from_micros(600))
+            .await
+            .unwrap();
+        tx.send_at(b"first", to, start + Duration::from_micros(300))
+            .await
+            .unwrap();
+        let mut buf = [0u8; 16];
+        for expected in [&b"first"[..], b"second"] {
+            let (n, _) = timeout(BOUND, rx.recv_from(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(&buf[..n], expected);
+        }
+        assert!(start.elapsed() >= Duration::from_micros(600));
+        // A datagram too long for UDP fails at its departure; the next call says so.
+        tx.send_at(&vec![0u8; 70_000], to, std::time::Instant::now())
+            .await
+            .unwrap();
+        softtimer_async::time::sleep(Duration::from_micros(200)).await;
+        let err = tx
+            .send_at(b"x", to, std::time::Instant::now())
+            .await
+            .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EMSGSIZE));
+    });
+}
+
+#[test]
+fn offloaded_sockets_send_segments_in_one_call() {
+    let rt = Runtime::new().unwrap();
+    rt.block_on(async {
+        let rx = UdpSocket::bind_with_offload("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind_with_offload("127.0.0.1:0").unwrap();
+        let segments = tx.max_gso_segments().min(4);
+        let contents = vec![7u8; 1000 * segments];
+        let transmit = quinn_udp::Transmit {
+            destination: rx.local_addr().unwrap(),
+            ecn: None,
+            contents: &contents,
+            segment_size: (segments > 1).then_some(1000),
+            src_ip: None,
+        };
+        tx.send_transmit(&transmit).await.unwrap();
+        let mut received = 0;
+        while received < contents.len() {
+            let mut storage = vec![0u8; 65_536];
+            let mut bufs = [std::io::IoSliceMut::new(&mut storage)];
+            let mut meta = [quinn_udp::RecvMeta::default()];
+            let n = timeout(BOUND, rx.recv_segments(&mut bufs, &mut meta))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(n, 1);
+            assert_eq!(meta[0].stride, 1000, "segments keep their size");
+            received += meta[0].len;
+        }
+        assert_eq!(received, contents.len());
+    });
+}

@@ -1,0 +1,198 @@
+//! The timers on a simulated clock: deterministic, and checked against the facility itself.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use softtimer::{Clock, SimClock};
+use softtimer_async::time::{self, MissedTickBehavior, interval, sleep, sleep_until, timeout};
+use softtimer_async::{Handle, Runtime};
+
+/// A runtime on a 1 GHz simulated clock (1 tick = 1 ns).
+fn sim_runtime() -> (Runtime, SimClock) {
+    let clock = SimClock::new(1_000_000_000);
+    let rt = Runtime::builder().simulated(clock.clone()).build().unwrap();
+    (rt, clock)
+}
+
+#[test]
+fn a_sleep_never_completes_before_its_deadline() {
+    let (rt, _clock) = sim_runtime();
+    rt.block_on(async {
+        for micros in [1, 7, 100, 999, 1_000, 12_345] {
+            let deadline = time::now() + Duration::from_micros(micros);
+            sleep_until(deadline).await;
+            let now = time::now();
+            assert!(now >= deadline, "woke {:?} early", deadline - now);
+            // On a simulated clock nothing else runs: it wakes exactly at the deadline.
+            assert_eq!(now, deadline);
+        }
+    });
+}
+
+#[test]
+fn a_dropped_sleep_cancels_its_event() {
+    let (rt, _clock) = sim_runtime();
+    let handle = rt.handle();
+    rt.block_on(async move {
+        let mut long = Box::pin(sleep(Duration::from_secs(10)));
+        // Polled once: its event is scheduled.
+        assert!(futures_poll_once(long.as_mut()).is_pending());
+        assert_eq!(handle.pending_timers(), 1);
+        drop(long);
+        assert_eq!(handle.pending_timers(), 0);
+        // One that was never polled scheduled nothing.
+        let unpolled = sleep(Duration::from_secs(10));
+        assert_eq!(handle.pending_timers(), 0);
+        drop(unpolled);
+    });
+}
+
+/// Polls a future once with a waker that does nothing.
+fn futures_poll_once<F: std::future::Future + ?Sized>(
+    f: std::pin::Pin<&mut F>,
+) -> std::task::Poll<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    f.poll(&mut cx)
+}
+
+#[test]
+fn a_reset_moves_the_one_event_in_place() {
+    let (rt, _clock) = sim_runtime();
+    let handle = rt.handle();
+    rt.block_on(async move {
+        let start = time::now();
+        let mut s = Box::pin(sleep(Duration::from_millis(10)));
+        assert!(futures_poll_once(s.as_mut()).is_pending());
+        // Earlier: moved at once, still one event.
+        s.as_mut().reset(start + Duration::from_millis(2));
+        assert_eq!(handle.pending_timers(), 1);
+        // Later: the event stays where it is, and re-arms when it fires.
+        s.as_mut().reset(start + Duration::from_millis(5));
+        assert_eq!(handle.pending_timers(), 1);
+        s.await;
+        assert_eq!(time::now(), start + Duration::from_millis(5));
+        assert_eq!(handle.pending_timers(), 0);
+    });
+}
+
+#[test]
+fn zero_past_and_unrepresentable_deadlines() {
+    let (rt, clock) = sim_runtime();
+    let handle = rt.handle();
+    rt.block_on(async move {
+        let t0 = clock.now();
+        sleep(Duration::ZERO).await;
+        sleep_until(time::now() - Duration::from_millis(1)).await;
+        assert_eq!(clock.now(), t0, "a zero or past deadline completes at once");
+        // Duration::MAX: no overflow, no event, never completes.
+        let mut never = Box::pin(sleep(Duration::MAX));
+        assert_eq!(never.deadline(), None);
+        assert!(futures_poll_once(never.as_mut()).is_pending());
+        assert_eq!(handle.pending_timers(), 0);
+        assert!(timeout(Duration::from_secs(3600), never).await.is_err());
+        assert_eq!(handle.pending_timers(), 0);
+    });
+}
+
+#[test]
+fn a_timeout_fires_once_and_cancels_its_event_when_the_future_wins() {
+    let (rt, _clock) = sim_runtime();
+    let handle = rt.handle();
+    rt.block_on(async move {
+        let start = time::now();
+        let polls = Rc::new(RefCell::new(0));
+        let counted = {
+            let polls = Rc::clone(&polls);
+            std::future::poll_fn(move |_| {
+                *polls.borrow_mut() += 1;
+                std::task::Poll::<()>::Pending
+            })
+        };
+        let result = timeout(Duration::from_micros(300), counted).await;
+        assert!(result.is_err());
+        assert_eq!(time::now(), start + Duration::from_micros(300));
+        // Polled once at the start and once when the one event fired.
+        assert_eq!(*polls.borrow(), 2);
+        assert_eq!(handle.pending_timers(), 0);
+        let won = timeout(Duration::from_secs(1), sleep(Duration::from_micros(10))).await;
+        assert!(won.is_ok());
+        assert_eq!(handle.pending_timers(), 0);
+    });
+}
+
+/// Ticks of an interval of 1 ms whose task is busy for 3.5 ms after its second tick.
+fn ticks_with_a_stall(behavior: MissedTickBehavior) -> Vec<u64> {
+    let (rt, clock) = sim_runtime();
+    rt.block_on(async move {
+        let start = time::now();
+        let mut ticks = interval(Duration::from_millis(1));
+        ticks.set_missed_tick_behavior(behavior);
+        let mut taken = Vec::new();
+        for i in 0..7 {
+            ticks.tick().await;
+            taken.push((time::now() - start).as_micros() as u64);
+            if i == 1 {
+                clock.advance(3_500_000); // the task computes for 3.5 ms
+            }
+        }
+        taken
+    })
+}
+
+#[test]
+fn interval_burst_catches_up_keeping_the_schedule() {
+    assert_eq!(
+        ticks_with_a_stall(MissedTickBehavior::Burst),
+        [0, 1_000, 4_500, 4_500, 4_500, 5_000, 6_000]
+    );
+}
+
+#[test]
+fn interval_delay_starts_again_from_the_late_tick() {
+    assert_eq!(
+        ticks_with_a_stall(MissedTickBehavior::Delay),
+        [0, 1_000, 4_500, 5_500, 6_500, 7_500, 8_500]
+    );
+}
+
+#[test]
+fn interval_skip_keeps_the_schedule_skipping_missed_ticks() {
+    assert_eq!(
+        ticks_with_a_stall(MissedTickBehavior::Skip),
+        [0, 1_000, 4_500, 5_000, 6_000, 7_000, 8_000]
+    );
+}
+
+#[test]
+fn many_timers_fire_in_deadline_order_on_a_simulated_clock() {
+    let (rt, _clock) = sim_runtime();
+    let order = rt.block_on(async {
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let start = time::now();
+        let tasks: Vec<_> = [5u64, 1, 4, 2, 3]
+            .into_iter()
+            .map(|ms| {
+                let order = Rc::clone(&order);
+                softtimer_async::spawn_local(async move {
+                    sleep_until(start + Duration::from_millis(ms)).await;
+                    order
+                        .borrow_mut()
+                        .push((ms, (time::now() - start).as_millis() as u64));
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        Rc::try_unwrap(order).unwrap().into_inner()
+    });
+    assert_eq!(order, [(1, 1), (2, 2), (3, 3), (4, 4), (5, 5)]);
+}
+
+#[test]
+fn time_outside_a_runtime_is_the_system_clock() {
+    let before = Instant::now();
+    assert!(time::now() >= before);
+    assert!(Handle::try_current().is_none());
+}
