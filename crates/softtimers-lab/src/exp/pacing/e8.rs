@@ -501,8 +501,9 @@ impl Section for E8 {
             for r in &self.extra.constant_rate {
                 let _ = writeln!(
                     md,
-                    "| {} | {:.3e} | {:.0} | {:.1} | {:.1} | {:.0} |",
+                    "| {} {} | {:.3e} | {:.0} | {:.1} | {:.1} | {:.0} |",
                     r.sender.name(),
+                    r.setting,
                     r.burstiness_index,
                     r.longest_burst,
                     r.interarrival_stddev_us,
