@@ -488,8 +488,16 @@ fn the_senders_step_measures_pace_and_iperf3_on_each_path() {
     };
     assert!(has("loopback", "pace", "soft, no spin (default)"));
     assert!(has("loopback", "pace", "timerfd"));
-    assert!(has("loopback", "pace", "soft, no spin, 4 per wake-up (gso)"));
-    assert!(has("loopback", "pace", "soft, no spin, 4 per wake-up (sendmmsg)"));
+    assert!(has(
+        "loopback",
+        "pace",
+        "soft, no spin, 4 per wake-up (gso)"
+    ));
+    assert!(has(
+        "loopback",
+        "pace",
+        "soft, no spin, 4 per wake-up (sendmmsg)"
+    ));
     let iperf3 = common::tool("iperf3").is_some();
     if iperf3 {
         assert!(has("loopback", "iperf3", "1 ms pacing timer"));
