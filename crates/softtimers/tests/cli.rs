@@ -117,5 +117,26 @@ fn bench_timers_quick_writes_every_column() {
             "{row}"
         );
     }
+    // The backstop's wake-up states count the timer machinery's system calls on the loop's
+    // core; the idle policy runs at periods from 100 µs to 10 ms, each row placed against
+    // the others of its period.
+    for w in v["backstop_wakeups_per_s"].as_array().unwrap() {
+        assert!(w["loop_core_syscalls_per_s"].is_number(), "{w}");
+    }
+    let idle = v["idle_policy"].as_array().unwrap();
+    for period in [100, 1000, 10_000] {
+        let of_period: Vec<&serde_json::Value> =
+            idle.iter().filter(|r| r["period_us"] == period).collect();
+        assert!(
+            of_period.iter().any(|r| r["policy"] == "calibrated")
+                && of_period.iter().any(|r| r["policy"] == "window"),
+            "{period}: {of_period:?}"
+        );
+        for r in of_period {
+            let by = &r["dominated_by"];
+            assert!(by.is_null() || by.is_string(), "{r}");
+            assert!(r["late_max_us"].as_f64().unwrap() >= r["late_p99_us"].as_f64().unwrap());
+        }
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
