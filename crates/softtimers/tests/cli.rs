@@ -29,6 +29,15 @@ fn info_reports_the_clock() {
     assert!(v["measure_resolution_hz"].as_u64().unwrap() >= 1_000_000);
     assert_eq!(v["interrupt_clock_resolution_hz"], 1000);
     assert!(v["clock_read_ns"].as_f64().unwrap() > 0.0);
+    // The wake-up floor: lateness and CPU per wake-up at normal priority, and under
+    // SCHED_FIFO or why not.
+    for field in ["wakeup_late_p50_us", "wakeup_late_p99_us", "wakeup_cpu_us"] {
+        assert!(v["normal"][field].as_f64().unwrap() >= 0.0, "{field}: {v}");
+        assert!(
+            v["fifo"][field].as_f64().is_some() || v["fifo_refused"].is_string(),
+            "{v}"
+        );
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 
