@@ -196,7 +196,7 @@ fn run_sender(
         }
     };
     // Both bind or capture within a few milliseconds of starting.
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(Duration::from_millis(250));
     let program = if is_iperf3 {
         net.iperf3.clone().expect("checked above")
     } else {
@@ -360,9 +360,9 @@ pub fn rounds(quick: bool) -> usize {
 }
 
 /// How long the step runs: every setting on both links, `rounds` times, each its sending
-/// time and about a second and a half of starting and draining its receiver and observer.
+/// time and about a second of starting and draining its receiver and observer.
 pub fn expected(quick: bool) -> Duration {
-    let each = Duration::from_secs(seconds(quick)) + Duration::from_millis(1_400);
+    let each = Duration::from_secs(seconds(quick)) + Duration::from_millis(1_000);
     each * (2 * settings(quick).len() * rounds(quick)) as u32
 }
 

@@ -105,15 +105,18 @@ pub(super) fn checks(
     out
 }
 
-/// The frontier plot's lines: per link, `pace`'s frontier and iperf3's three settings, each
-/// in order of CPU.
+/// The frontier plot's lines: per link, the frontier of `pace` on soft timers and iperf3's
+/// three settings, each in order of CPU.
 fn frontier_series(rows: &[SenderRow]) -> Vec<Series> {
     let mut out = Vec::new();
     for link in [NetPath::Loopback, NetPath::Veth] {
         for tool in [Tool::Pace, Tool::Iperf3] {
+            // Pace's line is its soft-timer settings' frontier, the one the iperf3 settings
+            // are judged against (its timerfd sender is the baseline).
             let of: Vec<&SenderRow> = rows
                 .iter()
                 .filter(|r| r.link == link && r.sender == tool)
+                .filter(|r| tool == Tool::Iperf3 || r.options.is_soft())
                 .collect();
             let points: Vec<(f64, f64)> = of.iter().map(|r| r.point()).collect();
             let line: Vec<(f64, f64)> = match tool {
@@ -132,7 +135,7 @@ fn frontier_series(rows: &[SenderRow]) -> Vec<Series> {
             };
             if !line.is_empty() {
                 let what = match tool {
-                    Tool::Pace => "pace, its frontier",
+                    Tool::Pace => "pace on soft timers, its frontier",
                     Tool::Iperf3 => "iperf3 -u",
                 };
                 out.push(Series {
