@@ -225,6 +225,37 @@ fn check_batch(batch: usize, size: usize) -> io::Result<()> {
     ))
 }
 
+/// The most datagrams one send may carry with UDP segmentation on ([`set_udp_segment`]).
+pub const MAX_SEGMENTS: usize = 64;
+
+/// Turns on UDP generic segmentation offload (`UDP_SEGMENT`, Linux 4.18 and later) for
+/// `socket`: a send longer than `segment` bytes leaves as datagrams of `segment` bytes (the
+/// last may be shorter), cut by the kernel from one buffer after one pass through the stack,
+/// so that `n` datagrams cost one `sendmsg`. A send of at most `segment` bytes is one
+/// datagram, as before; one send carries at most [`MAX_SEGMENTS`] and 64 KB. `segment` 0
+/// turns it off.
+///
+/// ```
+/// use std::net::UdpSocket;
+/// let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// tx.connect(rx.local_addr().unwrap()).unwrap();
+/// softtimer_net::udp::set_udp_segment(&tx, 100).unwrap();
+/// tx.send(&[7u8; 300]).unwrap();
+/// let mut buf = [0u8; 1000];
+/// for _ in 0..3 {
+///     assert_eq!(rx.recv(&mut buf).unwrap(), 100);
+/// }
+/// ```
+pub fn set_udp_segment(socket: impl AsFd, segment: u16) -> io::Result<()> {
+    set_int_option(
+        socket.as_fd().as_raw_fd(),
+        libc::SOL_UDP,
+        libc::UDP_SEGMENT,
+        i32::from(segment),
+    )
+}
+
 pub(crate) fn set_int_option(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: `value` is a live `c_int` and the length passed is its size.
     #[allow(unsafe_code)]

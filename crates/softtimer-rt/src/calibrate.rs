@@ -102,6 +102,11 @@ pub fn wakeup_lateness() -> Duration {
     .spin_window()
 }
 
+/// The wake-up cost at normal priority (the loop's), measured once per process.
+pub(crate) fn normal_wakeup() -> WakeupCost {
+    *normal_cost()
+}
+
 fn normal_cost() -> &'static WakeupCost {
     static NORMAL: OnceLock<WakeupCost> = OnceLock::new();
     NORMAL.get_or_init(|| on_probe_thread(false).unwrap_or(FALLBACK))

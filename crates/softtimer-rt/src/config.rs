@@ -165,6 +165,10 @@ pub enum SpinWindow {
     /// latency), a window of `X` or more spins whenever an event is due before the next
     /// backstop tick (the paper's idle loop: most precise, a whole core while waiting).
     Fixed(Duration),
+    /// The narrowest window that keeps the p99 lateness of events within this precision,
+    /// given this machine's measured wake-up lateness ([`plan_precision`](crate::plan_precision)
+    /// without a batch): no spin at all when a plain wake-up is precise enough.
+    Precision(Duration),
 }
 
 impl SpinWindow {
@@ -179,11 +183,17 @@ impl SpinWindow {
     /// let fixed = SpinWindow::Fixed(Duration::from_micros(20));
     /// assert_eq!(fixed.resolve(), Duration::from_micros(20));
     /// assert!(SpinWindow::Calibrated.resolve() >= Duration::from_micros(2));
+    /// // A precision coarser than any wake-up's lateness needs no spin.
+    /// assert_eq!(SpinWindow::Precision(Duration::from_secs(1)).resolve(), Duration::ZERO);
     /// ```
     pub fn resolve(self) -> Duration {
         match self {
             SpinWindow::Calibrated => crate::calibrate::wakeup_lateness(),
             SpinWindow::Fixed(window) => window,
+            SpinWindow::Precision(precision) => {
+                let wakeup = crate::calibrate::normal_wakeup();
+                crate::plan_precision(&wakeup, precision, None, 1).spin_window
+            }
         }
     }
 }

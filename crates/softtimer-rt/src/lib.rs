@@ -26,7 +26,9 @@
 //! * **the idle policy** ([`IdlePolicy`], Section 5.1 made cheap): with no descriptor ready,
 //!   block in `epoll_pwait2` with a precise timeout (timer slack at its minimum) until a short
 //!   window before the next due time, then spin on trigger checks for the rest. The window is
-//!   this machine's measured wake-up lateness, so one loop is both precise and cheap;
+//!   this machine's measured wake-up lateness, so one loop is both precise and cheap; a
+//!   program that names the precision it needs gets the cheapest window (and batch) that
+//!   meets it ([`plan_precision`], [`SpinWindow::Precision`]);
 //! * **the backstop** (the interrupt clock), kept off the loop's core: a helper thread on
 //!   another CPU (its [`BackstopWatch`]) reads the earliest due time the loop publishes anyway
 //!   for its own fast path, sleeps until `X` past it, and fires only what the loop really left
@@ -90,6 +92,7 @@ mod event_loop;
 mod handle;
 mod policy;
 mod poll_set;
+mod precision;
 mod shared;
 mod signal;
 mod sys;
@@ -107,6 +110,7 @@ pub use policy::{
     deadline_needs_arming, place_helper, unpinned_placement, wake_needed,
 };
 pub use poll_set::PollSet;
+pub use precision::{PrecisionPlan, plan_precision};
 pub use shared::{Counters, Handler};
 pub use sys::{BatchSent, Datagram, RecvBatch, send_all, send_batch};
 pub use timerfd::periodic_timerfd;

@@ -371,6 +371,12 @@ impl<E, C: Clock> Shared<E, C> {
         self.gate.instant(self.gate.next.load(Ordering::Relaxed))
     }
 
+    /// When the earliest pending event is due, exactly (the facility's lock is taken: for a
+    /// loop about to block, not for the trigger fast path).
+    pub(crate) fn next_expiry(&self) -> Option<Instant> {
+        self.lock().facility.next_expiry()
+    }
+
     /// The published earliest trigger time and deadline, as the helper reads them.
     pub(crate) fn watched_times(&self) -> (Option<Instant>, Option<Instant>) {
         let deadline = self

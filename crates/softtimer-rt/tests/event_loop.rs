@@ -132,6 +132,48 @@ fn a_blocked_loop_wakes_for_a_soft_event_and_never_fires_early() {
 }
 
 #[test]
+fn an_idle_loop_wakes_once_per_event_not_at_the_wheels_cascades() {
+    // Events 117 µs and 5 ms ahead sit in coarse levels of the wheel, whose next cascade is
+    // a lower bound of their due time: a loop that blocked only until the cascade would wake,
+    // find nothing due, and block again. It blocks until the event itself: one wake-up.
+    for ahead_us in [117, 5_000] {
+        let fired_at = Arc::new(AtomicU64::new(0));
+        let record = Arc::clone(&fired_at);
+        let config = LoopConfig {
+            spin_window: SpinWindow::Fixed(Duration::ZERO),
+            ..config()
+        };
+        let mut ev: EventLoop<u64> = EventLoop::new(config, move |_, _| {
+            record.store(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        // A stop_once_set that would also wake the loop would be counted: stop from the
+        // handler's flag only after the count, with a bound on the wait.
+        let t = ev.span(Duration::from_micros(ahead_us));
+        ev.cx().schedule_soft_event(t, 1).unwrap();
+        let stop = ev.stop_handle();
+        let watched = Arc::clone(&fired_at);
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while watched.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            stop.stop();
+        });
+        ev.run(|_, _| {}).unwrap();
+        assert_eq!(ev.counters().fired_total(), 1);
+        let stats = ev.stats().unwrap();
+        // The first look at the descriptors, the one wake-up for the event, and the wake-up
+        // for the stop; a wake-up at a cascade would add one per level.
+        let wakes = stats.triggers(TriggerSource::Syscall);
+        assert!(
+            wakes <= 3,
+            "{ahead_us} µs ahead: {wakes} system-call trigger states"
+        );
+    }
+}
+
+#[test]
 fn an_event_the_application_lets_run_late_costs_no_spin() {
     for allowed in [true, false] {
         let fired = Arc::new(AtomicU64::new(0));

@@ -1,12 +1,15 @@
 //! `softtimers info`: which clock the facility uses and why, its resolution, the backstop's,
-//! and what a clock read costs on this machine, measured on the spot against the other
-//! candidates (`quanta`, `std::time::Instant`, `CLOCK_MONOTONIC`).
+//! what a clock read costs on this machine, measured on the spot against the other
+//! candidates (`quanta`, `std::time::Instant`, `CLOCK_MONOTONIC`), and what a wake-up costs
+//! ([`softtimer_rt::wakeup_probe`]: a `clock_nanosleep` probe at normal and `SCHED_FIFO`
+//! priority): the floor every idle figure is read against.
 
 use std::hint::black_box;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Config, SystemClock, monotonic_nanos};
+use softtimer_rt::WakeupProbe;
 use softtimers_tools::output::{Program, Report};
 
 use crate::bench_core::per_call_ns;
@@ -74,6 +77,12 @@ pub struct Info {
     pub kernel_hz: Option<u64>,
     /// CPUs available to this process.
     pub cpus: usize,
+    /// This machine's wake-up lateness and CPU per wake-up, at normal priority (`normal`)
+    /// and under `SCHED_FIFO` (`fifo`, null with `fifo_refused` saying why), each with
+    /// `wakeup_late_p50_us`, `wakeup_late_p99_us` and `wakeup_cpu_us` (absent in older
+    /// reports).
+    #[serde(flatten)]
+    pub wakeup: Option<WakeupProbe>,
 }
 
 /// The kernel's CONFIG_HZ from its config file, where the distribution ships one.
@@ -151,6 +160,7 @@ pub fn run() -> Info {
         candidates,
         kernel_hz: kernel_hz(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        wakeup: Some(softtimer_rt::wakeup_probe()),
     }
 }
 
@@ -215,5 +225,74 @@ pub fn to_markdown(info: &Info) -> String {
             if c.ordered { "yes" } else { "no" }
         );
     }
+    if let Some(w) = &info.wakeup {
+        out += &wakeup_markdown(w);
+    }
     out
+}
+
+/// The wake-up probe's table: lateness and CPU per wake-up at each priority.
+fn wakeup_markdown(w: &WakeupProbe) -> String {
+    use std::fmt::Write;
+    let mut out = format!(
+        "
+A wake-up on this machine (`clock_nanosleep` of {:.0} µs, {} sleeps each, timer \
+         slack 1 ns): the floor every idle figure is read against.\n\n\
+         | priority | late p50 (µs) | p90 (µs) | p99 (µs) | max (µs) | CPU per wake-up (µs) |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: |\n",
+        w.wait_us, w.samples
+    );
+    let mut row = |name: &str, c: &softtimer_rt::WakeupCost| {
+        let _ = writeln!(
+            out,
+            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            c.wakeup_late_p50_us,
+            c.wakeup_late_p90_us,
+            c.wakeup_late_p99_us,
+            c.wakeup_late_max_us,
+            c.wakeup_cpu_us
+        );
+    };
+    row("normal", &w.normal);
+    match (&w.fifo, &w.fifo_refused) {
+        (Some(fifo), _) => row("SCHED_FIFO", fifo),
+        (None, why) => {
+            let why = why.as_deref().unwrap_or("refused");
+            let _ = writeln!(out, "| SCHED_FIFO | not measured: {why} | | | | |");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wake_up_floor_is_in_the_json_and_older_reports_still_read() {
+        let info = run();
+        let json = serde_json::to_value(&info).unwrap();
+        for field in ["wakeup_late_p50_us", "wakeup_late_p99_us", "wakeup_cpu_us"] {
+            let normal = json["normal"][field].as_f64().unwrap();
+            assert!(normal >= 0.0, "{field}: {json}");
+            assert!(
+                json["fifo"].is_null() == json["fifo_refused"].is_string(),
+                "{json}"
+            );
+            if !json["fifo"].is_null() {
+                assert!(json["fifo"][field].as_f64().unwrap() >= 0.0, "{json}");
+            }
+        }
+        assert!(to_markdown(&info).contains("| normal |"));
+        let back: Info = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back.wakeup, info.wakeup);
+        // A report from before the probe: no wake-up fields, read as none.
+        let mut older = json;
+        for key in ["wait_us", "samples", "normal", "fifo", "fifo_refused"] {
+            older.as_object_mut().unwrap().remove(key);
+        }
+        let back: Info = serde_json::from_value(older).unwrap();
+        assert!(back.wakeup.is_none());
+        assert!(!to_markdown(&back).contains("| normal |"));
+    }
 }

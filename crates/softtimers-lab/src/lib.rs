@@ -11,11 +11,12 @@
 //! | [`harness`] | what the experiments run on: one server run with its load, run lengths, interleaved rounds, progress |
 //! | [`report`], [`plot`] | rendering a step's section from its JSON; PNG line charts |
 //! | [`targets`], [`summary`], [`paper`] | target checks; medians, percentiles, per-round ratios; the seed papers' figures |
+//! | [`frontier`] | cost against precision: the frontier of measured settings, and which beats which |
 //! | [`bench_core`], [`bench_timers`], [`baselines`] | `softtimers bench core` and `bench timers` (also lab steps); the timer queues bench core compares with |
 //! | [`info`], [`alloc_count`] | `softtimers info`; the counting allocator the binary installs |
 //!
-//! The layers, bottom up: `summary`, `targets` and `paper` (numbers, and what they are
-//! judged against); `report` and `plot` (a step's section from its JSON alone); `harness`
+//! The layers, bottom up: `summary`, `targets`, `frontier` and `paper` (numbers, and what
+//! they are judged against); `report` and `plot` (a step's section from its JSON alone); `harness`
 //! (server runs and their load, on the tools' servers); the experiments in `exp`, one module
 //! per family, each a result type implementing [`report::Section`] and a function that runs
 //! it; the registry [`exp::Step`]; and [`lab`], which runs the registry in order. Start
@@ -29,6 +30,7 @@ pub mod baselines;
 pub mod bench_core;
 pub mod bench_timers;
 pub mod exp;
+pub mod frontier;
 pub mod harness;
 pub mod info;
 pub mod lab;

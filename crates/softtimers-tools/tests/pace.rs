@@ -52,10 +52,28 @@ fn pace_into_sink_io(
     flows: u32,
     burst_gap: Duration,
 ) -> anyhow::Result<(pace::PaceReport, pace::SinkReport)> {
+    pace_options_into_sink(rate, burst_gap, |to, rate| PaceOptions {
+        flows,
+        duration: Duration::from_millis(800),
+        timer,
+        spin_window: softtimer_rt::SpinWindow::Calibrated,
+        scheduler,
+        io,
+        ..PaceOptions::new(to, rate)
+    })
+}
+
+/// Runs a sink on loopback and `pace` with the options `options` makes for its address and
+/// `rate` into it; returns both reports, or `pace`'s error.
+fn pace_options_into_sink(
+    rate: &str,
+    burst_gap: Duration,
+    options: impl FnOnce(std::net::SocketAddr, Rate) -> PaceOptions,
+) -> anyhow::Result<(pace::PaceReport, pace::SinkReport)> {
     let rx = pace::bind_sink("127.0.0.1:0".parse().unwrap()).unwrap();
     let to = rx.local_addr().unwrap();
     let mut input = SinkInput::from(rx);
-    let options = SinkOptions {
+    let sink_options = SinkOptions {
         target: SinkTarget::Listen(to),
         duration: Some(Duration::from_secs(20)),
         idle: Duration::from_millis(500),
@@ -63,21 +81,10 @@ fn pace_into_sink_io(
         bottleneck: Some(rate.parse().unwrap()),
         burst_gap,
         expected_rate: Some(rate.parse().unwrap()),
+        gso_segment: None,
     };
-    let sink = std::thread::spawn(move || pace::sink_on(&mut input, &options).unwrap());
-    let sent = pace::pace(&PaceOptions {
-        to,
-        rate: rate.parse().unwrap(),
-        burst: None,
-        size: 1472,
-        flows,
-        duration: Duration::from_millis(800),
-        timer,
-        spin_window: softtimer_rt::SpinWindow::Calibrated,
-        batch: true,
-        scheduler,
-        io,
-    });
+    let sink = std::thread::spawn(move || pace::sink_on(&mut input, &sink_options).unwrap());
+    let sent = pace::pace(&options(to, rate.parse().unwrap()));
     let sink = sink.join().unwrap();
     Ok((sent?, sink))
 }
@@ -193,20 +200,97 @@ fn unpaced_sending_is_bursty_at_the_sink() {
 #[test]
 fn a_hardware_timer_faster_than_a_microsecond_is_refused() {
     let err = pace::check_pace(&PaceOptions {
-        to: "127.0.0.1:9".parse().unwrap(),
-        rate: Rate::from_bits_per_sec(100_000_000_000).unwrap(),
-        burst: None,
         size: 64,
-        flows: 1,
-        duration: Duration::from_secs(1),
         timer: PaceTimer::Timerfd,
-        spin_window: softtimer_rt::SpinWindow::Calibrated,
-        batch: true,
-        scheduler: pace::Scheduler::PerFlow,
-        io: softtimer_rt::IoBackend::Epoll,
+        ..PaceOptions::new(
+            "127.0.0.1:9".parse().unwrap(),
+            Rate::from_bits_per_sec(100_000_000_000).unwrap(),
+        )
     })
     .unwrap_err();
     assert!(err.to_string().contains("1 µs"), "{err}");
+}
+
+/// Several datagrams per wake-up leave back to back, as one GSO send or one `sendmmsg`, every
+/// that many intervals: none is lost, the rate holds, the sink sees bursts of that many, and
+/// the sends are a quarter as many.
+#[test]
+fn datagrams_per_wakeup_leave_in_one_send_and_keep_the_rate() {
+    use pace::BatchSend::{Gso, Sendmmsg};
+    for (timer, batch_send) in [
+        (PaceTimer::Soft, Gso),
+        (PaceTimer::Soft, Sendmmsg),
+        (PaceTimer::Timerfd, Gso),
+    ] {
+        let case = format!("{timer:?} {batch_send:?}");
+        // Bursts are datagrams closer than 50 µs; the bursts are 4 × 235 µs apart.
+        let (sent, got) =
+            pace_options_into_sink("50M", Duration::from_micros(50), |to, rate| PaceOptions {
+                duration: Duration::from_millis(800),
+                timer,
+                per_wakeup: 4,
+                batch_send,
+                ..PaceOptions::new(to, rate)
+            })
+            .unwrap();
+        assert_eq!(sent.send_errors, 0, "{case}");
+        assert_eq!(got.packets, sent.packets, "{case}: {got:?}");
+        assert_eq!((got.missing, got.foreign), (0, 0), "{case}: {got:?}");
+        assert_eq!(sent.per_wakeup, 4);
+        assert!(sent.conformance_pct < 1.0, "{case}: {sent:?}");
+        // A stalled timerfd loop sends more than one burst at once.
+        assert!(got.longest_burst >= 4, "{case}: {got:?}");
+        assert!(
+            sent.send_calls * 4 <= sent.packets + 4,
+            "{case}: {} sends for {} datagrams",
+            sent.send_calls,
+            sent.packets
+        );
+    }
+}
+
+/// `--precision` takes the cheapest plan for this machine and says what it picked: a
+/// precision coarser than two intervals batches; one of zero spins and sends one at a time.
+#[test]
+fn a_named_precision_picks_its_plan_and_reports_it() {
+    let (sent, got) =
+        pace_options_into_sink("50M", Duration::from_micros(50), |to, rate| PaceOptions {
+            duration: Duration::from_millis(500),
+            precision: Some(Duration::from_micros(500)),
+            ..PaceOptions::new(to, rate)
+        })
+        .unwrap();
+    let plan = sent.precision.expect("the plan is reported");
+    // 235 µs apart: 500 µs leaves room for two more in a batch.
+    assert_eq!((plan.per_wakeup, sent.per_wakeup), (3, 3));
+    assert_eq!(got.packets, sent.packets);
+    let (sent, _) =
+        pace_options_into_sink("50M", Duration::from_micros(50), |to, rate| PaceOptions {
+            duration: Duration::from_millis(300),
+            precision: Some(Duration::ZERO),
+            ..PaceOptions::new(to, rate)
+        })
+        .unwrap();
+    let plan = sent.precision.expect("the plan is reported");
+    assert_eq!(plan.per_wakeup, 1);
+    let probe = softtimer_rt::wakeup_probe().normal;
+    assert_eq!(
+        plan.spin_window,
+        softtimer_rt::plan_precision(&probe, Duration::ZERO, None, 1).spin_window
+    );
+    assert_eq!(
+        sent.spin_window_us,
+        Some(plan.spin_window.as_secs_f64() * 1e6)
+    );
+    // Batches and precisions a signal handler or the spinning loop cannot keep are refused.
+    for timer in [PaceTimer::Signal, PaceTimer::Spin] {
+        let options = PaceOptions {
+            timer,
+            per_wakeup: 2,
+            ..PaceOptions::new("127.0.0.1:9".parse().unwrap(), "1M".parse().unwrap())
+        };
+        assert!(pace::check_pace(&options).is_err(), "{timer:?}");
+    }
 }
 
 /// Garbage, short datagrams and a forged header with the largest sequence number are counted
@@ -224,6 +308,7 @@ fn the_sink_counts_garbage_and_forged_headers() {
         bottleneck: None,
         burst_gap: Duration::from_micros(2),
         expected_rate: None,
+        gso_segment: None,
     };
     let sink = std::thread::spawn(move || pace::sink_on(&mut input, &options).unwrap());
     let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -278,22 +363,20 @@ fn pace_sends_through_the_ring_and_the_sink_receives_every_datagram() {
 #[test]
 fn io_uring_needs_the_soft_per_flow_pacer() {
     let mut options = PaceOptions {
-        to: "127.0.0.1:9".parse().unwrap(),
-        rate: "10M".parse().unwrap(),
-        burst: None,
         size: 1000,
-        flows: 1,
         duration: Duration::from_secs(1),
         timer: PaceTimer::Timerfd,
-        spin_window: softtimer_rt::SpinWindow::Calibrated,
-        batch: true,
-        scheduler: pace::Scheduler::PerFlow,
         io: IoBackend::Uring,
+        ..PaceOptions::new("127.0.0.1:9".parse().unwrap(), "10M".parse().unwrap())
     };
     let err = pace::check_pace(&options).unwrap_err();
     assert!(err.to_string().contains("--timer soft"), "{err}");
     options.timer = PaceTimer::Soft;
     assert!(pace::check_pace(&options).is_ok());
+    options.per_wakeup = 2;
+    let err = pace::check_pace(&options).unwrap_err();
+    assert!(err.to_string().contains("--per-wakeup"), "{err}");
+    options.per_wakeup = 1;
     options.scheduler = pace::Scheduler::Departure;
     assert!(pace::check_pace(&options).is_err());
 }

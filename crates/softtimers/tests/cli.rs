@@ -29,6 +29,15 @@ fn info_reports_the_clock() {
     assert!(v["measure_resolution_hz"].as_u64().unwrap() >= 1_000_000);
     assert_eq!(v["interrupt_clock_resolution_hz"], 1000);
     assert!(v["clock_read_ns"].as_f64().unwrap() > 0.0);
+    // The wake-up floor: lateness and CPU per wake-up at normal priority, and under
+    // SCHED_FIFO or why not.
+    for field in ["wakeup_late_p50_us", "wakeup_late_p99_us", "wakeup_cpu_us"] {
+        assert!(v["normal"][field].as_f64().unwrap() >= 0.0, "{field}: {v}");
+        assert!(
+            v["fifo"][field].as_f64().is_some() || v["fifo_refused"].is_string(),
+            "{v}"
+        );
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -116,6 +125,27 @@ fn bench_timers_quick_writes_every_column() {
             row["events_delivered_per_s"].as_f64().unwrap() > 1_000.0,
             "{row}"
         );
+    }
+    // The backstop's wake-up states count the timer machinery's system calls on the loop's
+    // core; the idle policy runs at periods from 100 µs to 10 ms, each row placed against
+    // the others of its period.
+    for w in v["backstop_wakeups_per_s"].as_array().unwrap() {
+        assert!(w["loop_core_syscalls_per_s"].is_number(), "{w}");
+    }
+    let idle = v["idle_policy"].as_array().unwrap();
+    for period in [100, 1000, 10_000] {
+        let of_period: Vec<&serde_json::Value> =
+            idle.iter().filter(|r| r["period_us"] == period).collect();
+        assert!(
+            of_period.iter().any(|r| r["policy"] == "calibrated")
+                && of_period.iter().any(|r| r["policy"] == "window"),
+            "{period}: {of_period:?}"
+        );
+        for r in of_period {
+            let by = &r["dominated_by"];
+            assert!(by.is_null() || by.is_string(), "{r}");
+            assert!(r["late_max_us"].as_f64().unwrap() >= r["late_p99_us"].as_f64().unwrap());
+        }
     }
     let _ = std::fs::remove_dir_all(dir);
 }

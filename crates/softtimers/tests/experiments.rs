@@ -469,8 +469,9 @@ fn report_renders_the_same_sections_from_the_json_alone() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The senders step runs `pace` and iperf3 through one observer on loopback, and over a veth
-/// link as root (CI); every sender gets its rate across and the observer sees every datagram.
+/// The senders step runs every setting of `pace` and iperf3 through one observer on loopback,
+/// and over a veth link as root (CI); every sender gets its rate across, the observer sees
+/// every datagram, and each iperf3 setting is placed against `pace`'s frontier.
 #[test]
 fn the_senders_step_measures_pace_and_iperf3_on_each_path() {
     let dir = std::env::temp_dir().join(format!("softtimers-senders-t{}", std::process::id()));
@@ -490,9 +491,11 @@ fn the_senders_step_measures_pace_and_iperf3_on_each_path() {
     has_fields(
         rows,
         &[
-            "path",
+            "link",
             "sender",
+            "setting",
             "rate_bps",
+            "cpu_pct",
             "cpu_ns_per_packet",
             "interarrival_stddev_us",
             "interarrival_p99_us",
@@ -501,16 +504,33 @@ fn the_senders_step_measures_pace_and_iperf3_on_each_path() {
         ],
     );
     let rows = rows.as_array().unwrap();
-    let has = |path: &str, sender: &str| {
-        rows.iter()
-            .any(|r| r["path"] == path && r["sender"] == sender)
+    let has = |link: &str, sender: &str, setting: &str| {
+        rows.iter().any(|r| {
+            r["link"] == link
+                && r["sender"] == sender
+                && r["setting"].as_str().unwrap().starts_with(setting)
+        })
     };
-    assert!(has("loopback", "soft") && has("loopback", "timerfd"));
-    if common::tool("iperf3").is_some() {
-        assert!(has("loopback", "iperf3") && has("loopback", "iperf3-fine"));
+    assert!(has("loopback", "pace", "soft, no spin (default)"));
+    assert!(has("loopback", "pace", "timerfd"));
+    assert!(has(
+        "loopback",
+        "pace",
+        "soft, no spin, 4 per wake-up (gso)"
+    ));
+    assert!(has(
+        "loopback",
+        "pace",
+        "soft, no spin, 4 per wake-up (sendmmsg)"
+    ));
+    let iperf3 = common::tool("iperf3").is_some();
+    if iperf3 {
+        assert!(has("loopback", "iperf3", "1 ms pacing timer"));
+        assert!(has("loopback", "iperf3", "--pacing-timer 100"));
+        assert!(has("loopback", "iperf3", "--pacing-timer 10"));
     }
     assert!(
-        has("veth", "soft"),
+        has("veth", "pace", "soft, no spin (default)"),
         "as root the veth path runs: {}",
         result["veth"]
     );
@@ -520,8 +540,16 @@ fn the_senders_step_measures_pace_and_iperf3_on_each_path() {
         let rate = r["rate_bps"].as_f64().unwrap();
         assert!((rate - 100e6).abs() < 2e6, "{r}");
     }
+    // Each iperf3 row not beaten by a soft pace setting is named, and only those.
+    let unbeaten = result["frontier_dominated"].as_array().unwrap();
+    let not_beaten_rows = rows
+        .iter()
+        .filter(|r| r["sender"] == "iperf3" && r["beaten_by"].is_null())
+        .count();
+    assert_eq!(unbeaten.len(), not_beaten_rows, "{result}");
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## Paced senders against iperf3 -u"));
+    assert!(dir.join("senders_frontier.png").exists());
     assert!(!result["targets"].as_array().unwrap().is_empty());
     let _ = std::fs::remove_dir_all(dir);
 }

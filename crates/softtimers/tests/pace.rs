@@ -170,17 +170,11 @@ fn the_sink_observes_a_port_it_does_not_own() {
         })
     };
     let sent = pace::pace(&PaceOptions {
-        to,
-        rate: "20M".parse().unwrap(),
-        burst: None,
         size: 1000,
-        flows: 1,
         duration: Duration::from_millis(500),
         timer: PaceTimer::Soft,
         spin_window: softtimer_rt::SpinWindow::Calibrated,
-        batch: true,
-        scheduler: pace::Scheduler::PerFlow,
-        io: softtimer_rt::IoBackend::Epoll,
+        ..PaceOptions::new(to, "20M".parse().unwrap())
     })
     .unwrap();
     let out = sink.join().unwrap();

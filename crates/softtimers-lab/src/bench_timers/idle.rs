@@ -1,5 +1,7 @@
 //! The idle loop: the wake-ups each backstop state costs, and the idle policies (block,
-//! spin a window, spin always) against events 100 µs and 1 ms apart.
+//! spin a fixed window, spin always, and the default calibrated window) against events
+//! 100 µs to 10 ms apart, each period's rows placed on their frontier of loop CPU against
+//! p99 lateness ([`crate::frontier`]).
 
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
@@ -10,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Span};
 use softtimer_rt::{EventLoop, Interest, LoopConfig, SpinWindow};
 
+use crate::frontier;
 use crate::harness::thread_cpu_ns;
 use crate::summary::{median, percentile};
 use crate::targets::TargetCheck;
@@ -50,6 +53,11 @@ pub struct WakeupRow {
     /// Backstop timer arms (system calls) per second.
     #[serde(deserialize_with = "crate::summary::num")]
     pub backstop_arms_per_s: f64,
+    /// System calls the timer machinery made on the loop's core per second
+    /// ([`softtimer_rt::Counters::loop_core_syscalls`]): 0 while a busy loop keeps up and its
+    /// helper runs on another CPU.
+    #[serde(default, deserialize_with = "crate::summary::num")]
+    pub loop_core_syscalls_per_s: f64,
     /// Events fired per second.
     #[serde(deserialize_with = "crate::summary::num")]
     pub events_per_s: f64,
@@ -68,14 +76,17 @@ pub enum IdlePolicyKind {
     BlockDefaultSlack,
     /// Spin whenever an event is due within a backstop period: the paper's idle loop.
     Spin,
+    /// A fixed spin window between blocking and spinning (the row's `spin_window_us`).
+    Window,
 }
 
 impl IdlePolicyKind {
     /// Every policy, in report order.
-    pub const ALL: [IdlePolicyKind; 4] = [
+    pub const ALL: [IdlePolicyKind; 5] = [
         IdlePolicyKind::Calibrated,
         IdlePolicyKind::Block,
         IdlePolicyKind::BlockDefaultSlack,
+        IdlePolicyKind::Window,
         IdlePolicyKind::Spin,
     ];
     /// The name in tables and JSON.
@@ -85,8 +96,37 @@ impl IdlePolicyKind {
             IdlePolicyKind::Block => "block",
             IdlePolicyKind::BlockDefaultSlack => "block-default-slack",
             IdlePolicyKind::Spin => "spin",
+            IdlePolicyKind::Window => "window",
         }
     }
+}
+
+/// The fixed spin windows measured between blocking and spinning, µs: about this machine's
+/// wake-up lateness, and a step either side of it.
+pub(super) const FIXED_WINDOWS_US: [u64; 3] = [10, 30, 100];
+
+/// Every idle policy measured at each period, with its spin window: the default, then the
+/// fixed windows from none to a whole millisecond.
+pub(super) fn idle_settings() -> Vec<(IdlePolicyKind, SpinWindow)> {
+    let mut out = vec![
+        (IdlePolicyKind::Calibrated, SpinWindow::Calibrated),
+        (IdlePolicyKind::Block, SpinWindow::Fixed(Duration::ZERO)),
+        (
+            IdlePolicyKind::BlockDefaultSlack,
+            SpinWindow::Fixed(Duration::ZERO),
+        ),
+    ];
+    out.extend(FIXED_WINDOWS_US.map(|us| {
+        (
+            IdlePolicyKind::Window,
+            SpinWindow::Fixed(Duration::from_micros(us)),
+        )
+    }));
+    out.push((
+        IdlePolicyKind::Spin,
+        SpinWindow::Fixed(Duration::from_millis(1)),
+    ));
+    out
 }
 
 /// A loop whose only work is one event re-armed every `period_us`, pinned, for a while.
@@ -105,6 +145,9 @@ pub struct IdlePolicyRow {
     /// 99th percentile of lateness, µs.
     #[serde(deserialize_with = "crate::summary::num")]
     pub late_p99_us: f64,
+    /// The largest lateness, µs (a stall past the backstop's bound shows here).
+    #[serde(default, deserialize_with = "crate::summary::num")]
+    pub late_max_us: f64,
     /// CPU time of the loop thread over wall time, %.
     #[serde(deserialize_with = "crate::summary::num")]
     pub cpu_pct: f64,
@@ -112,10 +155,40 @@ pub struct IdlePolicyRow {
     pub events: usize,
     /// Backstop wake-ups.
     pub backstop_wakeups: u64,
+    /// The cheapest other policy at the same period with both a lower p99 lateness and a
+    /// lower CPU (its name and window), or null: the row is on its period's frontier.
+    #[serde(default)]
+    pub dominated_by: Option<String>,
+}
+
+impl IdlePolicyRow {
+    /// Its name in tables: the policy, and the window where it is a fixed one.
+    pub fn label(&self) -> String {
+        match self.policy {
+            IdlePolicyKind::Window => format!("window {:.0} µs", self.spin_window_us),
+            p => p.name().to_string(),
+        }
+    }
+
+    /// The row as a point on its period's frontier: (CPU %, p99 lateness µs).
+    pub fn point(&self) -> (f64, f64) {
+        (self.cpu_pct, self.late_p99_us)
+    }
+}
+
+/// Sets each row's `dominated_by`: the cheapest other row of its period that beats it on
+/// both CPU and p99 lateness.
+pub(super) fn place_on_frontier(rows: &mut [IdlePolicyRow]) {
+    let points: Vec<(f64, f64)> = rows.iter().map(IdlePolicyRow::point).collect();
+    for i in 0..rows.len() {
+        let period = rows[i].period_us;
+        let by = frontier::cheapest_beating(&points, i, |j| rows[j].period_us == period);
+        rows[i].dominated_by = by.map(|j| rows[j].label());
+    }
 }
 
 /// The event periods of the idle-policy rows, µs.
-pub(super) const IDLE_POLICY_PERIODS_US: [u64; 2] = [100, 1000];
+pub(super) const IDLE_POLICY_PERIODS_US: [u64; 5] = [100, 300, 1000, 3000, 10_000];
 
 /// Stops `ev` after `time`, from another thread.
 pub(super) fn stop_after(ev: &EventLoop<()>, time: Duration) {
@@ -172,6 +245,7 @@ pub(super) fn measure_wakeups(state: LoopState, time: Duration) -> Result<Wakeup
         state,
         backstop_wakeups_per_s: c.backstop_wakeups as f64 / secs,
         backstop_arms_per_s: c.backstop_arms as f64 / secs,
+        loop_core_syscalls_per_s: c.loop_core_syscalls as f64 / secs,
         events_per_s: fired.load(Ordering::Relaxed) as f64 / secs,
     })
 }
@@ -179,19 +253,12 @@ pub(super) fn measure_wakeups(state: LoopState, time: Duration) -> Result<Wakeup
 /// A loop whose only work is one event re-armed every `period_us`, waiting under `policy`.
 pub(super) fn measure_idle_policy(
     period_us: u64,
-    policy: IdlePolicyKind,
+    (policy, spin_window): (IdlePolicyKind, SpinWindow),
     time: Duration,
 ) -> Result<IdlePolicyRow> {
     use std::sync::{Arc, Mutex};
     let hz = softtimer::SystemClock::new().resolution_hz();
     let period = Span::from_micros(period_us, hz);
-    let spin_window = match policy {
-        IdlePolicyKind::Calibrated => SpinWindow::Calibrated,
-        IdlePolicyKind::Spin => SpinWindow::Fixed(Duration::from_millis(1)),
-        IdlePolicyKind::Block | IdlePolicyKind::BlockDefaultSlack => {
-            SpinWindow::Fixed(Duration::ZERO)
-        }
-    };
     let late = Arc::new(Mutex::new(Vec::with_capacity(
         (time.as_micros() as usize / period_us as usize) + 16,
     )));
@@ -225,9 +292,11 @@ pub(super) fn measure_idle_policy(
         spin_window_us: ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0,
         late_p50_us: median(&v),
         late_p99_us: percentile(&v, 99.0),
+        late_max_us: percentile(&v, 100.0),
         cpu_pct,
         events: v.len(),
         backstop_wakeups: ev.counters().backstop_wakeups,
+        dominated_by: None,
     })
 }
 
@@ -266,5 +335,90 @@ pub(super) fn wakeup_and_idle_targets(
             ));
         }
     }
+    for period in IDLE_POLICY_PERIODS_US {
+        let of_period: Vec<&IdlePolicyRow> =
+            idle.iter().filter(|r| r.period_us == period).collect();
+        let Some(default) = of_period
+            .iter()
+            .find(|r| r.policy == IdlePolicyKind::Calibrated)
+        else {
+            continue;
+        };
+        let beaters = of_period
+            .iter()
+            .filter(|r| frontier::beats(r.point(), default.point()))
+            .count();
+        targets.push(TargetCheck::at_most(
+            format!(
+                "an event every {period} µs: fixed spin windows with both a lower p99 and a lower \
+                 CPU than the default"
+            ),
+            "0",
+            0.0,
+            beaters as f64,
+            crate::paper::ANCHOR_DESIGN,
+        ));
+    }
     targets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn made_up(
+        period_us: u64,
+        policy: IdlePolicyKind,
+        window_us: f64,
+        cpu: f64,
+        p99: f64,
+    ) -> IdlePolicyRow {
+        IdlePolicyRow {
+            period_us,
+            policy,
+            spin_window_us: window_us,
+            late_p50_us: p99 / 2.0,
+            late_p99_us: p99,
+            late_max_us: p99 * 2.0,
+            cpu_pct: cpu,
+            events: 100,
+            backstop_wakeups: 0,
+            dominated_by: None,
+        }
+    }
+
+    #[test]
+    fn the_default_is_dominated_only_by_a_window_of_its_own_period_better_on_both() {
+        use IdlePolicyKind::*;
+        let mut rows = vec![
+            made_up(100, Calibrated, 25.0, 50.0, 5.0),
+            made_up(100, Block, 0.0, 25.0, 40.0),
+            made_up(100, Spin, 1000.0, 100.0, 1.0),
+            made_up(1000, Calibrated, 25.0, 10.0, 20.0),
+            made_up(1000, Window, 30.0, 8.0, 10.0),
+            made_up(1000, Window, 10.0, 7.0, 12.0),
+            // Cheaper and better than the 100 µs default, but another period's.
+            made_up(1000, Block, 0.0, 4.0, 4.0),
+        ];
+        place_on_frontier(&mut rows);
+        assert_eq!(rows[0].dominated_by, None);
+        assert_eq!(rows[1].dominated_by, None);
+        assert_eq!(rows[3].dominated_by.as_deref(), Some("block"));
+        assert_eq!(rows[4].dominated_by.as_deref(), Some("block"));
+        let targets = wakeup_and_idle_targets(&[], &rows);
+        let frontier: Vec<&TargetCheck> = targets
+            .iter()
+            .filter(|t| t.figure.contains("fixed spin windows"))
+            .collect();
+        assert_eq!(frontier.len(), 2);
+        assert!(frontier[0].met && frontier[0].figure.contains("every 100 µs"));
+        assert!(
+            !frontier[1].met && frontier[1].measured == 3.0,
+            "{:?}",
+            frontier[1]
+        );
+        // The names say which window.
+        assert_eq!(rows[5].label(), "window 10 µs");
+        assert_eq!(idle_settings().len(), 4 + FIXED_WINDOWS_US.len());
+    }
 }

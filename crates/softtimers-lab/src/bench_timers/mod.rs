@@ -253,7 +253,7 @@ pub fn configurations(intervals: usize) -> usize {
 /// Runs of [`TimersConfig::state_time`] each: the backstop's wake-up states and the
 /// idle-policy rows.
 pub fn state_runs() -> usize {
-    LoopState::ALL.len() + IDLE_POLICY_PERIODS_US.len() * IdlePolicyKind::ALL.len()
+    LoopState::ALL.len() + IDLE_POLICY_PERIODS_US.len() * idle_settings().len()
 }
 
 /// The most time `rounds` runs of a configuration slow enough to be cut short take, for the
@@ -428,10 +428,11 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
     progress(1.0, "idle policy");
     let mut idle_policy = Vec::new();
     for period_us in IDLE_POLICY_PERIODS_US {
-        for policy in IdlePolicyKind::ALL {
-            idle_policy.push(measure_idle_policy(period_us, policy, config.state_time)?);
+        for setting in idle_settings() {
+            idle_policy.push(measure_idle_policy(period_us, setting, config.state_time)?);
         }
     }
+    place_on_frontier(&mut idle_policy);
     targets.extend(wakeup_and_idle_targets(
         &backstop_wakeups_per_s,
         &idle_policy,

@@ -1,6 +1,8 @@
 //! Deadlines: E13 (the paper's Table XIII). Soft events every 20 µs on the saturated HTTP
 //! server, each with a deadline past its due time, enforced by each of the runtime's deadline
-//! designs in turn, against plain soft timers in the same rounds.
+//! designs in turn, against plain soft timers in the same rounds. Beside the cost on the
+//! loop's core, every core's busy time is read from `/proc/stat` around each run: each
+//! design's CPU on every core, the load generator's included.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -59,6 +61,25 @@ pub struct DeadlineRow {
     pub fired: u64,
 }
 
+/// One core's busy time during one configuration's runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CoreRow {
+    /// The design (`None`: plain soft timers, no deadlines).
+    pub design: Option<DeadlineDesign>,
+    /// The deadline, µs past the due time (`None` with plain soft timers).
+    pub deadline_us: Option<u64>,
+    /// The CPU.
+    pub core: usize,
+    /// Its busy time (user, system, interrupts: everything on it, this run's programs and
+    /// any other), % of the run's wall time (median of rounds).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub busy_pct: f64,
+    /// Its busy time over plain soft timers' on the same core, points (median of per-round
+    /// differences; 0 for plain soft timers).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub extra_points: f64,
+}
+
 /// E13's result (`e13.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct E13 {
@@ -73,6 +94,10 @@ pub struct E13 {
     pub plain_rps: f64,
     /// One row per (design, deadline).
     pub rows: Vec<DeadlineRow>,
+    /// Every configuration's busy time on every core, a row per core (absent in older
+    /// reports).
+    #[serde(default)]
+    pub cores: Vec<CoreRow>,
     /// The targets against this run.
     pub targets: Vec<TargetCheck>,
 }
@@ -86,6 +111,38 @@ struct Measured {
     fired: u64,
     loop_cpu_pct: f64,
     other_cpu_pct: f64,
+    /// Each core's busy time, % of the wall time around the run.
+    core_busy_pct: Vec<f64>,
+}
+
+/// `/proc/stat`'s unit: USER_HZ, 100 per second on every architecture (the kernel scales its
+/// own tick to it for this interface).
+const USER_HZ: f64 = 100.0;
+
+/// Each CPU's busy time so far (user, nice, system, irq, softirq), s; empty where
+/// `/proc/stat` cannot be read.
+fn core_busy_s() -> Vec<f64> {
+    std::fs::read_to_string("/proc/stat")
+        .map(|text| parse_core_busy_s(&text))
+        .unwrap_or_default()
+}
+
+fn parse_core_busy_s(stat: &str) -> Vec<f64> {
+    stat.lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .map(|l| {
+            let f: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .map(|x| x.parse().unwrap_or(0))
+                .collect();
+            // user nice system idle iowait irq softirq ...
+            let busy = [0, 1, 2, 5, 6]
+                .iter()
+                .map(|&i| f.get(i).copied().unwrap_or(0));
+            busy.sum::<u64>() as f64 / USER_HZ
+        })
+        .collect()
 }
 
 /// E13's configurations per round: plain soft timers, then every design at every deadline.
@@ -117,11 +174,18 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             Some((design, d)) => format!("{} {d} µs", design.name()),
         },
         |&config| {
+            let (busy0, wall0) = (core_busy_s(), std::time::Instant::now());
             let o = run(&Setup {
                 deadline_us: config.map(|(_, d)| d),
                 deadline_design: config.map_or(DeadlineDesign::default(), |(design, _)| design),
                 ..base.clone()
             })?;
+            let around = wall0.elapsed().as_secs_f64().max(1e-9);
+            let core_busy_pct = core_busy_s()
+                .iter()
+                .zip(&busy0)
+                .map(|(after, before)| (after - before) / around * 100.0)
+                .collect();
             let wall = o.elapsed.as_nanos().max(1) as f64;
             let responses = (o.rate * o.elapsed.as_secs_f64()).max(1.0);
             Ok(Measured {
@@ -134,6 +198,7 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                 fired: o.fired,
                 loop_cpu_pct: o.helpers.backstop_ns as f64 / wall * 100.0,
                 other_cpu_pct: o.helpers.watcher_ns as f64 / wall * 100.0,
+                core_busy_pct,
             })
         },
     )?;
@@ -172,6 +237,7 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             })
         })
         .collect();
+    let cores = core_rows(&configs, &outcomes);
     let default_design = DeadlineDesign::default();
     // The target is the cost on the loop's core; the throughput loss is checked against the
     // same goal too, and on this two-core machine it carries the load generator's loss of CPU
@@ -211,8 +277,43 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         default_design,
         plain_rps: median(&rates[0]),
         rows,
+        cores,
         targets,
     })
+}
+
+/// A row per (configuration, core): the core's busy time, and its difference from plain soft
+/// timers' (the first configuration) in the same round.
+fn core_rows(
+    configs: &[Option<(DeadlineDesign, u64)>],
+    outcomes: &[Vec<Measured>],
+) -> Vec<CoreRow> {
+    let busy = |runs: &[Measured], core: usize| -> Vec<f64> {
+        runs.iter()
+            .map(|m| m.core_busy_pct.get(core).copied().unwrap_or(f64::NAN))
+            .collect()
+    };
+    let cores = outcomes
+        .iter()
+        .flatten()
+        .map(|m| m.core_busy_pct.len())
+        .max()
+        .unwrap_or(0);
+    let mut out = Vec::new();
+    for (config, runs) in configs.iter().zip(outcomes) {
+        for core in 0..cores {
+            let (this, plain) = (busy(runs, core), busy(&outcomes[0], core));
+            let differences: Vec<f64> = this.iter().zip(&plain).map(|(a, b)| a - b).collect();
+            out.push(CoreRow {
+                design: config.map(|(d, _)| d),
+                deadline_us: config.map(|(_, us)| us),
+                core,
+                busy_pct: median(&this),
+                extra_points: median(&differences),
+            });
+        }
+    }
+    out
 }
 
 impl Section for E13 {
@@ -260,11 +361,69 @@ impl Section for E13 {
                 r.fired
             );
         }
+        if !self.cores.is_empty() {
+            md += "\nEvery core's busy time (`/proc/stat`: everything on it, the load generator's \
+                   and the helpers' included), % of the run's wall time, and its difference \
+                   from plain soft timers' in points (median of per-round differences):\n\n\
+                   | design | deadline | core | busy (%) | over plain soft timers (points) |\n\
+                   | --- | ---: | ---: | ---: | ---: |\n";
+            for c in &self.cores {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {:.1} | {:+.2} |",
+                    c.design.map_or("plain soft timers", |d| d.name()),
+                    c.deadline_us.map_or("—".into(), |us| format!("{us} µs")),
+                    c.core,
+                    c.busy_pct,
+                    c.extra_points
+                );
+            }
+        }
         let _ = writeln!(md, "\n{PAPER_TABLE_XIII}\n");
         Ok(Rendered::section(md, &self.targets, Vec::new()))
     }
 
     fn targets(&self) -> &[TargetCheck] {
         &self.targets
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_gives_each_cpus_busy_time_and_core_rows_compare_with_plain() {
+        let stat = "cpu  500 0 500 9000 0 0 0 0 0 0\n\
+                    cpu0 100 10 200 4000 7 3 4 50 0 0\n\
+                    cpu1 300 0 100 5000 0 0 0 0 0 0\n\
+                    intr 1 2 3\n";
+        // USER_HZ ticks: user + nice + system + irq + softirq, not idle, iowait or steal.
+        assert_eq!(parse_core_busy_s(stat), vec![3.17, 4.0]);
+        assert!(!core_busy_s().is_empty(), "this machine has /proc/stat");
+        let measured = |core_busy_pct: Vec<f64>| Measured {
+            rate: 1.0,
+            loop_core_ns_per_response: 1.0,
+            fired_by_deadline: 0,
+            fired: 1,
+            loop_cpu_pct: 0.0,
+            other_cpu_pct: 0.0,
+            core_busy_pct,
+        };
+        let configs = [None, Some((DeadlineDesign::default(), 50))];
+        let outcomes = vec![
+            vec![measured(vec![90.0, 50.0]), measured(vec![92.0, 52.0])],
+            vec![measured(vec![91.0, 60.0]), measured(vec![93.0, 55.0])],
+        ];
+        let rows = core_rows(&configs, &outcomes);
+        assert_eq!(rows.len(), 4);
+        assert_eq!(
+            (rows[0].design, rows[0].core, rows[0].extra_points),
+            (None, 0, 0.0)
+        );
+        assert_eq!(rows[3].deadline_us, Some(50));
+        assert_eq!(rows[3].busy_pct, 57.5);
+        assert_eq!(rows[3].extra_points, 6.5, "median of 10 and 3");
+        assert_eq!(rows[2].extra_points, 1.0);
     }
 }

@@ -286,11 +286,7 @@ impl Step {
                     + Duration::from_millis(1_300);
                 ramps + constant * (2 * if length.quick { 1 } else { 3 })
             }
-            Step::Senders => {
-                let each = Duration::from_secs(senders::seconds(length.quick))
-                    + Duration::from_millis(1_300);
-                each * (2 * senders::UdpSender::ALL.len() * senders::rounds(length.quick)) as u32
-            }
+            Step::Senders => senders::expected(length.quick),
             Step::E9 => runs(polling::runs(length.quick), throughput),
             Step::E10 | Step::E11 | Step::E12 => {
                 let name = self.name();

@@ -49,17 +49,19 @@ impl Synthetic {
     }
 }
 
-pub(crate) type Handler = Box<dyn Fn(&mut SoftTimers<()>, Fired<()>) + Send + Sync>;
-
 /// The handler for `setup`: runs the synthetic work if asked, then re-arms its event at its
 /// own schedule (so that late firings do not stretch the period), at the next tick for
 /// "every trigger state", or with a deadline. It allocates nothing and takes no lock (the
 /// facility has room reserved; the synthetic memory is preallocated atomics), so it is
-/// async-signal-safe.
-pub(crate) fn make_handler(setup: &Setup, interval: Span, deadline: Option<Span>) -> Handler {
+/// async-signal-safe. Its own closure type, for the loop to box once.
+pub(crate) fn make_handler(
+    setup: &Setup,
+    interval: Span,
+    deadline: Option<Span>,
+) -> impl Fn(&mut SoftTimers<()>, Fired<()>) + Send + Sync + 'static {
     let synthetic = (setup.handler == HandlerKind::Synthetic).then(|| Arc::new(Synthetic::new()));
     let every = setup.source == TimerSource::Soft && setup.interval_us == 0;
-    Box::new(move |timers, ev| {
+    move |timers: &mut SoftTimers<()>, ev: Fired<()>| {
         if let Some(s) = &synthetic {
             s.touch();
         }
@@ -79,5 +81,5 @@ pub(crate) fn make_handler(setup: &Setup, interval: Span, deadline: Option<Span>
                 let _ = timers.schedule_at(next, ());
             }
         }
-    })
+    }
 }

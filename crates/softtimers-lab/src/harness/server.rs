@@ -17,7 +17,7 @@ use softtimers_tools::http::{HttpServer, PollCounts};
 use softtimers_tools::rpc::RpcServer;
 
 use super::client::{Client, run_client};
-use super::handler::{Handler, HandlerKind, make_handler};
+use super::handler::{HandlerKind, make_handler};
 use super::paced_flow::{PaceLoad, PaceOutcome, PaceSender, drain_udp};
 
 /// The server workloads.
@@ -289,17 +289,6 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
                 _ => None,
             };
             let poll_due = Arc::new(AtomicBool::new(false));
-            let handler: Handler = match (&pace, s.poll_quota) {
-                (Some(p), _) => {
-                    let p = Arc::clone(p);
-                    Box::new(move |timers, ev| p.on_event(timers, &ev))
-                }
-                (None, Some(_)) => {
-                    let due = Arc::clone(&poll_due);
-                    Box::new(move |_, _| due.store(true, Ordering::Relaxed))
-                }
-                (None, None) => make_handler(&s, interval, deadline),
-            };
             let config = LoopConfig {
                 deadlines: s.deadline_design,
                 stats: s.stats,
@@ -307,13 +296,36 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
                 capacity: 64,
                 ..LoopConfig::default()
             };
-            // SAFETY: the handler (`make_handler`) only re-arms on a facility with room
-            // reserved and touches preallocated atomics: no allocation, no lock, no panic
-            // path. The polling handler only stores to an atomic flag. A paced flow's handler adds one `send` system call on a buffer it owns;
-            // its lock is taken only with adaptive clocking, which runs on soft timers,
-            // never in a signal handler.
+            // Each handler goes to the loop as its own closure type, boxed once there: a
+            // handler boxed here too would cost every fired event a second indirect call.
+            // SAFETY (each `new_loop`): the handler (`make_handler`) only re-arms on a
+            // facility with room reserved and touches preallocated atomics: no allocation,
+            // no lock, no panic path. The polling handler only stores to an atomic flag. A
+            // paced flow's handler adds one `send` system call on a buffer it owns; its lock
+            // is taken only with adaptive clocking, which runs on soft timers, never in a
+            // signal handler.
             #[allow(unsafe_code)]
-            let mut ev = unsafe { s.source.new_loop(config, period, handler)? };
+            let mut ev = match (&pace, s.poll_quota) {
+                (Some(p), _) => {
+                    let p = Arc::clone(p);
+                    unsafe {
+                        s.source
+                            .new_loop(config, period, move |timers, ev| p.on_event(timers, &ev))?
+                    }
+                }
+                (None, Some(_)) => {
+                    let due = Arc::clone(&poll_due);
+                    unsafe {
+                        s.source.new_loop(config, period, move |_, _| {
+                            due.store(true, Ordering::Relaxed)
+                        })?
+                    }
+                }
+                (None, None) => unsafe {
+                    s.source
+                        .new_loop(config, period, make_handler(&s, interval, deadline))?
+                },
+            };
             let any = "127.0.0.1:0".parse().expect("a valid address");
             enum Server {
                 Http(HttpServer),

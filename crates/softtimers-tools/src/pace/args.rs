@@ -9,7 +9,8 @@ use softtimer_net::Rate;
 use softtimer_rt::{IoBackend, SpinWindow};
 
 use super::{
-    PaceOptions, PaceReport, PaceTimer, Scheduler, SinkOptions, SinkReport, SinkTarget, pace, sink,
+    BatchSend, MAX_PER_WAKEUP, PaceOptions, PaceReport, PaceTimer, Scheduler, SinkOptions,
+    SinkReport, SinkTarget, pace, sink,
 };
 use crate::output::Program;
 use crate::parse::{parse_duration, parse_spin_window};
@@ -40,12 +41,29 @@ pub struct PaceArgs {
     #[arg(long)]
     pub burst: Option<Rate>,
     /// With `--timer soft`: how long before a send the idle loop stops blocking and spins
-    /// (`calibrated`: this machine's measured wake-up lateness; `0`: never spin; or a
-    /// duration such as `20us`). More spinning is more precise and costs more CPU.
-    #[arg(long, default_value = "calibrated", value_parser = parse_spin_window)]
+    /// (`0`: never spin, block until each send, the default and the cheapest; `calibrated`:
+    /// this machine's measured wake-up lateness; or a duration such as `20us`). More
+    /// spinning is more precise and costs more CPU.
+    #[arg(long, default_value = "0", value_parser = parse_spin_window)]
     pub spin_window: SpinWindow,
-    /// With `--timer soft`: send each flow's datagram with its own `send`, even when
-    /// several flows are due at once (default: one `sendmmsg` for them).
+    /// Datagrams of a flow sent back to back per wake-up, every that many intervals (soft
+    /// timers or a timerfd): fewer wake-ups, in bursts.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PER_WAKEUP)))]
+    pub per_wakeup: u32,
+    /// How datagrams that leave at once are sent: one GSO send (`gso`) or one `sendmmsg`.
+    #[arg(long, value_enum, default_value = "gso")]
+    pub batch_send: BatchSend,
+    /// The p99 departure error wanted (such as `50us`): the cheapest spin window and
+    /// datagrams per wake-up that meet it on this machine, from its measured wake-up
+    /// lateness, instead of --spin-window and --per-wakeup.
+    #[arg(long, value_parser = parse_duration, conflicts_with_all = ["spin_window", "per_wakeup"])]
+    pub precision: Option<Duration>,
+    /// With `--timer soft`: the backstop's frequency (1 / X), Hz. The backstop fires a send
+    /// the host delayed past X; its helper looks once per X, a wake-up on another CPU.
+    #[arg(long, default_value_t = super::DEFAULT_BACKSTOP_HZ)]
+    pub backstop_hz: u64,
+    /// With `--timer soft`: send each flow's datagrams with their own send, even when
+    /// several flows are due at once (default: one send for them, as --batch-send says).
     #[arg(long)]
     pub no_batch: bool,
     /// With `--timer soft`: one soft-timer event per flow (`per-flow`, the paper's pacer),
@@ -78,6 +96,10 @@ impl PaceArgs {
             batch: !self.no_batch,
             scheduler: self.scheduler,
             io: self.io,
+            per_wakeup: self.per_wakeup,
+            batch_send: self.batch_send,
+            precision: self.precision,
+            backstop_hz: self.backstop_hz,
         }
     }
 }
@@ -117,6 +139,11 @@ pub struct SinkArgs {
     /// off it (`conformance_pct`).
     #[arg(long)]
     pub rate: Option<Rate>,
+    /// With --observe: the sender's datagram size, for a sender that may use UDP
+    /// segmentation (`pace --batch-send gso`): a capture sees one packet of k datagrams,
+    /// counted as k datagrams at its time, as the receiving socket gets them.
+    #[arg(long, requires = "observe")]
+    pub gso_segment: Option<usize>,
     /// Also write the result as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -141,6 +168,7 @@ impl SinkArgs {
             bottleneck: self.bottleneck,
             burst_gap: self.burst_gap,
             expected_rate: self.rate,
+            gso_segment: self.gso_segment,
         }
     }
 }

@@ -6,6 +6,14 @@
 //! or no pacing at all. It reports the achieved rate, the process's CPU time per packet
 //! (`getrusage`, idle spinning included) and the send-interval statistics.
 //!
+//! What precision costs is a choice: how long before a send the soft loop stops blocking and
+//! spins (`--spin-window`), and how many datagrams leave back to back per wake-up
+//! (`--per-wakeup N`, every `N` intervals, as one GSO send or one `sendmmsg`: fewer wake-ups,
+//! a burst of `N`). `--precision` names the p99 departure error wanted and gets the cheapest
+//! pair that meets it on this machine ([`softtimer_rt::plan_precision`]). The default blocks
+//! until each send and spins not at all: the cheapest one-datagram setting, a wake-up per
+//! datagram like a timerfd sender's, at the datagram's own time rather than a period's.
+//!
 //! `sink` receives on a port, takes the kernel's receive timestamp of every datagram, and
 //! reports the rate, the inter-arrival statistics, the longest back-to-back burst and the
 //! burstiness index of Kobayashi's Section V. It measures any sender's traffic (datagrams
@@ -33,7 +41,7 @@ use softtimer::{Clock, SystemClock};
 use softtimer_net::Rate;
 use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader};
-use softtimer_rt::{IoBackend, SpinWindow};
+use softtimer_rt::{IoBackend, PrecisionPlan, SpinWindow, plan_precision};
 
 use crate::cpu::process_cpu_ns;
 use crate::output::Report;
@@ -99,6 +107,83 @@ pub struct PaceOptions {
     /// With soft timers and one event per flow: how the loop sends (epoll: a `send` per
     /// datagram; io_uring: queued in the ring and submitted with the loop's next entry).
     pub io: IoBackend,
+    /// Datagrams of a flow sent back to back per wake-up (its event, or a timerfd's expiry),
+    /// every that many intervals: 1 ..= [`MAX_PER_WAKEUP`].
+    pub per_wakeup: u32,
+    /// How several datagrams leave at once: a burst, or flows due together.
+    pub batch_send: BatchSend,
+    /// The p99 departure error wanted: when given, the spin window and the datagrams per
+    /// wake-up are the cheapest that meet it ([`plan_precision`]), not the two above.
+    pub precision: Option<Duration>,
+    /// With soft timers: the backstop's frequency, `1 / X` ([`DEFAULT_BACKSTOP_HZ`]).
+    pub backstop_hz: u64,
+}
+
+/// `pace`'s backstop frequency: 100 Hz, `X` = 10 ms. Its loop does nothing but wait for the
+/// next send, so its trigger states never fall behind by themselves; the backstop only covers
+/// a wake-up the host delays past `X`. Its helper looks once per `X` while a send is pending,
+/// a wake-up on another CPU each time: at the loop's default 1 kHz that is 1,000 wake-ups a
+/// second beside the sender's own 8,500 (100 Mbit/s of 1472 B), each costing what
+/// [`softtimer_rt::wakeup_probe`] measures; at 100 Hz a tenth of that. `--backstop-hz 1000`
+/// buys back the tighter bound (a host that delays the loop's wake-up past 1 ms, rather than
+/// 10 ms, has the datagram sent from the other CPU).
+pub const DEFAULT_BACKSTOP_HZ: u64 = 100;
+
+impl PaceOptions {
+    /// Sending to `to` at `rate` with the command line's defaults: 1472-byte datagrams, one
+    /// flow, 10 s, soft timers with no spin window, one datagram per wake-up.
+    ///
+    /// ```
+    /// use softtimers_tools::pace::{PaceOptions, PaceTimer};
+    /// let options = PaceOptions {
+    ///     timer: PaceTimer::Timerfd,
+    ///     ..PaceOptions::new("127.0.0.1:9".parse().unwrap(), "10M".parse().unwrap())
+    /// };
+    /// assert!(softtimers_tools::pace::check_pace(&options).is_ok());
+    /// ```
+    pub fn new(to: SocketAddr, rate: Rate) -> PaceOptions {
+        PaceOptions {
+            to,
+            rate,
+            burst: None,
+            size: 1472,
+            flows: 1,
+            duration: Duration::from_secs(10),
+            timer: PaceTimer::Soft,
+            spin_window: SpinWindow::Fixed(Duration::ZERO),
+            batch: true,
+            scheduler: Scheduler::PerFlow,
+            per_wakeup: 1,
+            batch_send: BatchSend::Gso,
+            precision: None,
+            backstop_hz: DEFAULT_BACKSTOP_HZ,
+            io: IoBackend::Epoll,
+        }
+    }
+}
+
+/// The most datagrams per wake-up (`--per-wakeup`).
+pub const MAX_PER_WAKEUP: u32 = 64;
+
+/// How several datagrams that leave at once are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchSend {
+    /// One `sendmsg` of all of them, cut into datagrams by the kernel (UDP generic
+    /// segmentation offload): one pass through the stack.
+    Gso,
+    /// One `sendmmsg`: one system call, a pass through the stack per datagram.
+    Sendmmsg,
+}
+
+impl BatchSend {
+    /// `gso` or `sendmmsg`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BatchSend::Gso => "gso",
+            BatchSend::Sendmmsg => "sendmmsg",
+        }
+    }
 }
 
 /// What `pace` measured (`pace --json`).
@@ -149,6 +234,26 @@ pub struct PaceReport {
     /// How the loop sent (`epoll` for the senders without a loop).
     #[serde(default)]
     pub io: IoBackend,
+    /// Datagrams a flow sent back to back per wake-up.
+    #[serde(default = "one")]
+    pub per_wakeup: u32,
+    /// How datagrams that left at once were sent.
+    #[serde(default = "gso")]
+    pub batch_send: BatchSend,
+    /// What `--precision` picked, and what it expected, when it was given.
+    #[serde(default)]
+    pub precision: Option<PrecisionPlan>,
+    /// The soft loop's backstop frequency, Hz (`null` for the other timers).
+    #[serde(default)]
+    pub backstop_hz: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn gso() -> BatchSend {
+    BatchSend::Gso
 }
 
 /// Checks `pace`'s options: sizes, the flow count, the duration, and a packet interval the
@@ -186,6 +291,37 @@ pub fn check_pace(options: &PaceOptions) -> Result<()> {
          per-flow",
         options.io
     );
+    ensure!(
+        options.io == IoBackend::Epoll || (options.per_wakeup == 1 && options.precision.is_none()),
+        "--io {} sends one datagram per wake-up through the ring: it does not take \
+         --per-wakeup or --precision",
+        options.io
+    );
+    ensure!(
+        (1..=MAX_PER_WAKEUP).contains(&options.per_wakeup),
+        "--per-wakeup {}: want 1..={MAX_PER_WAKEUP}",
+        options.per_wakeup
+    );
+    let batches = options.per_wakeup > 1 || options.precision.is_some();
+    ensure!(
+        !batches
+            || (matches!(options.timer, PaceTimer::Soft | PaceTimer::Timerfd)
+                && options.scheduler == Scheduler::PerFlow),
+        "--per-wakeup and --precision pace soft timers with the per-flow scheduler, or a \
+         timerfd (a signal handler must not allocate; the spinning loop and no pacing wake \
+         for nothing)"
+    );
+    ensure!(
+        (1..=100_000).contains(&options.backstop_hz),
+        "--backstop-hz {}: want 1..=100000",
+        options.backstop_hz
+    );
+    if let Some(p) = options.precision {
+        ensure!(
+            p <= Duration::from_secs(1),
+            "--precision {p:?}: want at most 1 s"
+        );
+    }
     if let Some(burst) = options.burst {
         ensure!(
             burst >= options.rate,
@@ -231,13 +367,13 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
     check_pace(options)?;
     let clock = SystemClock::new();
     let hz = clock.resolution_hz();
-    let sender = Arc::new(Sender {
-        socket: connect(options.to)?,
-        payload: vec![0u8; options.size - PacketHeader::LEN].into_boxed_slice(),
-        counters: SendCounters::default(),
-        hz,
-    });
     let plan = Plan::new(options)?;
+    let sender = Arc::new(Sender::new(
+        connect(options.to)?,
+        options.size,
+        options.batch_send,
+        hz,
+    )?);
     let config = match options.timer {
         // Timer-driven pacing sends, at each expiry, every datagram the target rate has made
         // due since the train started: a late expiry is made up at once, not lost.
@@ -304,6 +440,10 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
             .then_some(plan.spin_window.as_secs_f64() * 1e6),
         send_calls: c.calls,
         io: options.io,
+        per_wakeup: plan.per_wakeup,
+        batch_send: options.batch_send,
+        precision: plan.precision,
+        backstop_hz: (options.timer == PaceTimer::Soft).then_some(options.backstop_hz),
     })
 }
 
@@ -318,6 +458,10 @@ pub(super) struct Plan {
     period: Duration,
     /// The soft loop's spin window, resolved (zero for the other timers, which do not spin).
     spin_window: Duration,
+    /// Datagrams per flow per wake-up.
+    per_wakeup: u32,
+    /// What `--precision` picked, when it was given.
+    precision: Option<PrecisionPlan>,
 }
 
 impl Plan {
@@ -331,14 +475,26 @@ impl Plan {
                 .saturating_mul(2)
                 .min(softtimer_net::MAX_RATE_BPS),
         };
+        let period = packet_interval(options.rate, options.size).max(Duration::from_micros(1));
+        // A flow's datagrams are `flows` periods apart: that is what a batch makes early.
+        let precision = options.precision.map(|p| {
+            let wakeup = softtimer_rt::wakeup_probe().normal;
+            plan_precision(&wakeup, p, Some(period * options.flows), MAX_PER_WAKEUP)
+        });
+        let (spin_window, per_wakeup) = match precision {
+            Some(plan) => (plan.spin_window, plan.per_wakeup),
+            None => (options.spin_window.resolve(), options.per_wakeup),
+        };
         Ok(Plan {
             per_flow,
             burst: Rate::from_bits_per_sec(burst)?,
-            period: packet_interval(options.rate, options.size).max(Duration::from_micros(1)),
+            period,
             spin_window: match options.timer {
-                PaceTimer::Soft => options.spin_window.resolve(),
+                PaceTimer::Soft => spin_window,
                 _ => Duration::ZERO,
             },
+            per_wakeup,
+            precision,
         })
     }
 }
@@ -355,7 +511,7 @@ impl Report for PaceReport {
             "timer {}, io {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
              target {:.3} Mbit/s, achieved {:.3} Mbit/s (off by {:.3} %)\n\
              CPU {:.1} % of a core, {:.0} ns per datagram; {} send calls; send errors {}\n\
-             send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n",
+             send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n{}",
             r.timer.name(),
             r.io,
             r.packets,
@@ -374,6 +530,33 @@ impl Report for PaceReport {
             r.send_interval_max_us,
             r.spin_window_us
                 .map_or_else(String::new, |w| format!("; spin window {w:.1} µs")),
+            batching(r),
         )
     }
+}
+
+/// What the report says of datagrams per wake-up and of `--precision`'s choice.
+fn batching(r: &PaceReport) -> String {
+    let mut out = String::new();
+    if r.per_wakeup > 1 {
+        out += &format!(
+            "{} datagrams per wake-up, sent with {}\n",
+            r.per_wakeup,
+            r.batch_send.name()
+        );
+    }
+    if let Some(p) = &r.precision {
+        out += &format!(
+            "precision {:.1} µs (p99 departure error): spin window {:.1} µs and {} per wake-up \
+             expected late by {:.1} µs at p99 and the last of a batch {:.1} µs early, for {:.1} µs \
+             of waiting CPU per datagram\n",
+            p.precision_us,
+            p.spin_window.as_secs_f64() * 1e6,
+            p.per_wakeup,
+            p.expected_late_p99_us,
+            p.batch_early_us,
+            p.expected_wait_cpu_us,
+        );
+    }
+    out
 }

@@ -14,7 +14,7 @@ use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{PacketHeader, realtime_ns};
 use softtimer_rt::{EventLoop, LoopConfig, SpinWindow, TimerMode, send_all};
 
-use super::{PaceOptions, PaceTimer, Plan, SendCounters};
+use super::{BatchSend, PaceOptions, PaceTimer, Plan, SendCounters};
 
 /// One flow's state, carried as the payload of its one pending event: no state is shared
 /// between the loop and a signal handler but the counters.
@@ -32,9 +32,41 @@ pub(super) struct Sender {
     pub(super) payload: Box<[u8]>,
     pub(super) counters: SendCounters,
     pub(super) hz: u64,
+    /// With GSO: the most datagrams one send carries (0: batches go by `sendmmsg`).
+    gso_segments: usize,
 }
 
+/// One datagram's header, queued for a batch.
+type Header = [u8; PacketHeader::LEN];
+
 impl Sender {
+    /// A sender of `size`-byte datagrams on `socket`, sending batches as `batch_send` says
+    /// (GSO is turned on for the socket here: a send of one datagram is unchanged by it).
+    pub(super) fn new(
+        socket: OwnedFd,
+        size: usize,
+        batch_send: BatchSend,
+        hz: u64,
+    ) -> Result<Sender> {
+        let gso_segments = match batch_send {
+            BatchSend::Gso => {
+                let segment = u16::try_from(size).context("a datagram over 64 KB")?;
+                softtimer_net::udp::set_udp_segment(&socket, segment)
+                    .context("turning on UDP segmentation (GSO) for the sending socket")?;
+                // One send carries at most 64 KB.
+                (65_000 / size).clamp(1, softtimer_net::udp::MAX_SEGMENTS)
+            }
+            BatchSend::Sendmmsg => 0,
+        };
+        Ok(Sender {
+            socket,
+            payload: vec![0u8; size - PacketHeader::LEN].into_boxed_slice(),
+            counters: SendCounters::default(),
+            hz,
+            gso_segments,
+        })
+    }
+
     /// The header of flow `flow`'s next datagram, sent at `sent_ns`.
     pub(super) fn header(flow: &Flow, sent_ns: u64) -> [u8; PacketHeader::LEN] {
         let mut header = [0u8; PacketHeader::LEN];
@@ -84,10 +116,45 @@ impl Sender {
         flow.last_sent = Some(now);
     }
 
-    /// Sends the datagrams whose headers are queued in `batch` (one `send` for one, one
-    /// `sendmmsg` per run of the rest) and empties it. Datagrams the kernel refused were
-    /// counted as sent when queued: they move to the refused.
-    fn flush(&self, batch: &mut Vec<[u8; PacketHeader::LEN]>) {
+    /// Queues flow `flow`'s next `n` datagrams at `now`, back to back, and returns when its
+    /// next are due: `n` intervals later by its pacer.
+    fn queue_burst(
+        &self,
+        batch: &mut Vec<Header>,
+        flow: &mut Flow,
+        now: Instant,
+        n: u32,
+    ) -> Instant {
+        let sent_ns = realtime_ns();
+        for _ in 0..n {
+            batch.push(Self::header(flow, sent_ns));
+            self.account(flow, now, sent_ns);
+        }
+        let bytes = (self.payload.len() + PacketHeader::LEN) as u64;
+        flow.pacer.on_sent(now, bytes * u64::from(n))
+    }
+
+    /// Sends the datagrams whose headers are queued in `batch` and empties it: with GSO, one
+    /// `sendmsg` per `gso_segments` of them; otherwise one `send` for one and one `sendmmsg`
+    /// per run of the rest. Datagrams the kernel refused were counted as sent when queued:
+    /// they move to the refused.
+    fn flush(&self, batch: &mut Vec<Header>) {
+        if self.gso_segments > 0 && batch.len() > 1 {
+            for chunk in batch.chunks(self.gso_segments) {
+                let parts: Vec<IoSlice<'_>> = chunk
+                    .iter()
+                    .flat_map(|header| [IoSlice::new(header), IoSlice::new(&self.payload)])
+                    .collect();
+                // One buffer of whole datagrams: the kernel cuts it at each datagram.
+                let out = send_all(&self.socket, &[&parts], true);
+                self.counters.calls(1);
+                if out.sent == 0 {
+                    self.counters.unsent(chunk.len() as u64);
+                }
+            }
+            batch.clear();
+            return;
+        }
         let parts: Vec<[IoSlice<'_>; 2]> = batch
             .iter()
             .map(|header| [IoSlice::new(header), IoSlice::new(&self.payload)])
@@ -138,32 +205,44 @@ pub(super) fn run_loop(
     flows: Vec<Flow>,
 ) -> Result<()> {
     let hardware = options.timer != PaceTimer::Soft;
-    let batching = options.batch && !hardware;
+    // Flows due at one trigger state leave together (soft timers only).
+    let merge_flows = options.batch && !hardware;
+    let per_wakeup = plan.per_wakeup;
     let s = Arc::clone(sender);
     // The handler is shared with the loop's helper threads (`Fn`): the batch sits behind a
     // lock that only the thread holding the facility ever takes, so it is never contended.
-    let batch: std::sync::Mutex<Vec<[u8; PacketHeader::LEN]>> =
-        std::sync::Mutex::new(Vec::with_capacity(BATCH));
+    let batch: std::sync::Mutex<Vec<Header>> = std::sync::Mutex::new(Vec::with_capacity(BATCH));
     let handler = move |timers: &mut SoftTimers<Flow>, fired: Fired<Flow>| {
         let mut flow = fired.event;
         let mut now = fired.now;
-        let bytes = s.payload.len() as u64 + PacketHeader::LEN as u64;
-        if batching {
-            // Queue this flow's datagram; send the batch once no other flow is due at this
-            // trigger state (the facility fires every due event in one check).
+        if merge_flows || per_wakeup > 1 {
+            // Queue this flow's burst. Soft: one burst per event (the burst rate paces any
+            // catching up); a timerfd: every burst due at this expiry, up to a bound. Send
+            // once no other flow is due at this trigger state (the facility fires every due
+            // event in one check).
             let mut batch = batch.lock().unwrap_or_else(|e| e.into_inner());
-            let sent_ns = realtime_ns();
-            batch.push(Sender::header(&flow, sent_ns));
-            s.account(&mut flow, now, sent_ns);
-            let next = flow.pacer.on_sent(now, bytes);
+            let mut next = s.queue_burst(&mut batch, &mut flow, now, per_wakeup);
+            if hardware {
+                for _ in 1..64 {
+                    now = timers.measure_time();
+                    if next.is_after(now) {
+                        break;
+                    }
+                    next = s.queue_burst(&mut batch, &mut flow, now, per_wakeup);
+                }
+            }
             let _ = timers.schedule_at(next, flow);
-            if batch.len() >= BATCH || timers.next_expiry().is_none_or(|t| t.is_after(now)) {
+            if !merge_flows
+                || batch.len() >= BATCH
+                || timers.next_expiry().is_none_or(|t| t.is_after(now))
+            {
                 s.flush(&mut batch);
             }
             return;
         }
-        // Soft: one datagram per event (the burst rate paces any catching up). Hardware
-        // timers: every datagram due at this expiry, up to a bound.
+        // One datagram per send, without a lock or an allocation (a signal handler's path).
+        // Soft: one datagram per event. Hardware timers: every datagram due at this expiry, up
+        // to a bound.
         for _ in 0..if hardware { 64 } else { 1 } {
             let next = s.send_paced(&mut flow, now);
             now = timers.measure_time();
@@ -177,6 +256,7 @@ pub(super) fn run_loop(
     let config = LoopConfig {
         capacity: options.flows as usize + 1,
         spin_window: SpinWindow::Fixed(plan.spin_window),
+        interrupt_clock_hz: options.backstop_hz,
         ..LoopConfig::default()
     };
     let period = plan.period;
@@ -286,6 +366,7 @@ pub(super) fn run_departure(
     let config = LoopConfig {
         capacity: 2,
         spin_window: SpinWindow::Fixed(plan.spin_window),
+        interrupt_clock_hz: options.backstop_hz,
         ..LoopConfig::default()
     };
     let mut ev: EventLoop<()> = EventLoop::new(config, handler)?;

@@ -32,6 +32,11 @@ pub struct SinkOptions {
     pub burst_gap: Duration,
     /// The rate the sender was asked for, to report conformance against.
     pub expected_rate: Option<Rate>,
+    /// Observing: the sender's datagram size, when it may send with UDP segmentation (GSO).
+    /// A capture sees such a send whole, one packet of `k` datagrams, which the receiving
+    /// socket gets as `k` datagrams at once; a captured datagram of exactly `k` times this
+    /// size (`k > 1`) counts as those `k`, at its one timestamp, numbered on from its header.
+    pub gso_segment: Option<usize>,
 }
 
 /// Where `sink` takes its datagrams from.
@@ -98,8 +103,13 @@ impl SinkInput {
         }
     }
 
-    /// Takes a batch and hands each packet to `visit`; returns how many came.
-    fn recv(&mut self, mut visit: impl FnMut(Arrival<'_>)) -> std::io::Result<usize> {
+    /// Takes a batch and hands each packet to `visit`; returns how many came. A captured
+    /// datagram of `k > 1` times `gso_segment` bytes comes as `k` segments.
+    fn recv(
+        &mut self,
+        gso_segment: Option<usize>,
+        mut visit: impl FnMut(Arrival<'_>),
+    ) -> std::io::Result<usize> {
         match self {
             SinkInput::Socket(rx) => {
                 let n = rx.recv_batch()?;
@@ -108,6 +118,7 @@ impl SinkInput {
                     visit(Arrival::Datagram {
                         data: d.data,
                         len: d.data.len(),
+                        segments: 1,
                         truncated: d.truncated,
                         kernel_ns: d.kernel_ns,
                     });
@@ -118,12 +129,18 @@ impl SinkInput {
                 let n = o.recv_batch()?;
                 for i in 0..n {
                     visit(match o.get(i).expect("received") {
-                        (Ok(udp), kernel_ns) => Arrival::Datagram {
-                            data: udp.payload,
-                            len: udp.len,
-                            truncated: false,
-                            kernel_ns,
-                        },
+                        (Ok(udp), kernel_ns) => {
+                            let segments = gso_segment
+                                .filter(|&g| g > 0 && udp.len > g && udp.len % g == 0)
+                                .map_or(1, |g| udp.len / g);
+                            Arrival::Datagram {
+                                data: udp.payload,
+                                len: udp.len / segments,
+                                segments: segments as u64,
+                                truncated: false,
+                                kernel_ns,
+                            }
+                        }
                         (Err(_), _) => Arrival::Malformed,
                     });
                 }
@@ -135,10 +152,12 @@ impl SinkInput {
 
 /// One thing `sink` received.
 enum Arrival<'a> {
-    /// A datagram: its (captured) bytes, its whole length, and the kernel's timestamp.
+    /// A datagram, or `segments` of one GSO send: its (captured) bytes, the length of each,
+    /// and the kernel's timestamp.
     Datagram {
         data: &'a [u8],
         len: usize,
+        segments: u64,
         truncated: bool,
         kernel_ns: Option<u64>,
     },
@@ -253,10 +272,11 @@ pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkRepor
         if last_arrival.is_some_and(|t| now.duration_since(t) >= options.idle) {
             break;
         }
-        let n = input.recv(|arrival| {
+        let n = input.recv(options.gso_segment, |arrival| {
             let Arrival::Datagram {
                 data,
                 len,
+                segments,
                 truncated: cut,
                 kernel_ns,
             } = arrival
@@ -269,8 +289,10 @@ pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkRepor
                 realtime_ns()
             });
             truncated += u64::from(cut);
-            stats.push(at, len as u64);
-            index.push(at, len as u64);
+            for _ in 0..segments {
+                stats.push(at, len as u64);
+                index.push(at, len as u64);
+            }
             match PacketHeader::read(data) {
                 Ok(h) if (h.flow as usize) < MAX_FLOWS => {
                     let f = h.flow as usize;
@@ -278,18 +300,18 @@ pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkRepor
                         next_seq.resize(f + 1, 0);
                         flow_count.resize(f + 1, 0);
                     }
-                    flow_count[f] += 1;
+                    flow_count[f] += segments;
                     if h.seq >= next_seq[f] {
                         // Saturating: a forged sequence number near u64::MAX is counted, not
                         // a crash.
                         missing_gaps = missing_gaps.saturating_add(h.seq - next_seq[f]);
-                        next_seq[f] = h.seq.saturating_add(1);
+                        next_seq[f] = h.seq.saturating_add(segments);
                     } else {
-                        reordered += 1;
-                        missing_gaps = missing_gaps.saturating_sub(1);
+                        reordered += segments;
+                        missing_gaps = missing_gaps.saturating_sub(segments);
                     }
                 }
-                _ => foreign += 1,
+                _ => foreign += segments,
             }
         })?;
         if n > 0 {

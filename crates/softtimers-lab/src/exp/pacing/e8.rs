@@ -212,6 +212,7 @@ pub(super) fn run_ramp(ramp: &Ramp, release: Release) -> Result<RampOutcome> {
         // A loopback send takes a few µs: closer than 10 µs is back to back.
         burst_gap: Duration::from_micros(BURST_GAP_US),
         expected_rate: None,
+        gso_segment: None,
     };
     let sink = std::thread::spawn(move || sink_on(&mut input, &sink_options));
     let socket = UdpSocket::bind("127.0.0.1:0").context("the ramp's socket")?;
@@ -500,8 +501,9 @@ impl Section for E8 {
             for r in &self.extra.constant_rate {
                 let _ = writeln!(
                     md,
-                    "| {} | {:.3e} | {:.0} | {:.1} | {:.1} | {:.0} |",
+                    "| {} {} | {:.3e} | {:.0} | {:.1} | {:.1} | {:.0} |",
                     r.sender.name(),
+                    r.setting,
                     r.burstiness_index,
                     r.longest_burst,
                     r.interarrival_stddev_us,

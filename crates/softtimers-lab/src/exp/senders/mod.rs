@@ -1,7 +1,12 @@
-//! Paced UDP senders against `iperf3 -u`: `softtimers pace` (soft timers, with and without
-//! the idle loop's spin window, and a periodic timerfd) and `iperf3 -u -b` (its default 1 ms
-//! pacing timer, and `--pacing-timer 10`) send the same rate and size, one at a time, and the
-//! same observer measures every one of them.
+//! Paced UDP senders against `iperf3 -u`, as a cost frontier: one flow at 100 Mbit/s, sent
+//! by every setting of `softtimers pace` (spin window none or calibrated, 1 to 8 datagrams
+//! per wake-up as one GSO send or one `sendmmsg`, a named precision, a periodic timerfd) and
+//! of `iperf3 -u -b` (its default 1 ms pacing timer, `--pacing-timer 100` and `10`), one at
+//! a time, the same observer measuring every one. Each setting is a point (sender CPU,
+//! inter-arrival stddev at the observer); [`crate::frontier`] says which are on the frontier
+//! and which soft-timer `pace` setting beats each iperf3 one on both axes. [`settings`] lists
+//! them (the `setting` module: each one's name and command line); the `verdict` module places
+//! the rows, states the targets and renders the section with its frontier plot.
 //!
 //! Every program is a child process pinned with `taskset`: the sender on CPU 1, its receiver
 //! and the observer on CPU 0. The receiver is the sender's own (iperf3's server for iperf3,
@@ -19,7 +24,6 @@
 //! Kobayashi's burstiness index against a constant bottleneck 10 % faster than the target
 //! rate ([`BOTTLENECK_HEADROOM`]), RTT 100 ms.
 
-use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,12 +34,16 @@ use serde::{Deserialize, Serialize};
 use softtimer_net::Rate;
 
 use crate::harness::{CLIENT_CPU, ExpOptions, interleaved, read_json, waited_children_cpu_ns};
-use crate::report::{Rendered, Section, StepResult};
-use crate::summary::{median, paired_ratios, range};
-use crate::targets::TargetCheck;
+use crate::report::StepResult;
+use crate::summary::{median, range};
 use softtimers_tools::netns::{End, VethLink};
 use softtimers_tools::pace::{PaceReport, SinkReport};
 use softtimers_tools::process as tools;
+
+mod setting;
+mod verdict;
+pub use setting::{PaceSetting, Setting, Spin, Tool, settings};
+use verdict::{checks, place_on_frontier};
 
 /// The rate every sender is asked for (the figure the targets name).
 pub const RATE: &str = "100M";
@@ -47,99 +55,6 @@ pub const SIZE: usize = 1472;
 pub const BOTTLENECK_HEADROOM: f64 = 1.1;
 /// The CPU every sender is pinned to (its receiver and the observer take the other).
 const SENDER_CPU: usize = 1;
-
-/// One sender configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum UdpSender {
-    /// `softtimers pace --timer soft` (the idle loop spins the calibrated last stretch).
-    Soft,
-    /// `softtimers pace --timer soft --spin-window 0` (blocks to the very send time).
-    SoftNoSpin,
-    /// `softtimers pace --timer timerfd` (a periodic timerfd at the packet interval).
-    Timerfd,
-    /// `iperf3 -u -b RATE` at its default 1 ms pacing timer.
-    Iperf3,
-    /// `iperf3 -u -b RATE --pacing-timer 10`.
-    Iperf3Fine,
-}
-
-impl UdpSender {
-    /// Every sender, in table order.
-    pub const ALL: [UdpSender; 5] = [
-        UdpSender::Soft,
-        UdpSender::SoftNoSpin,
-        UdpSender::Timerfd,
-        UdpSender::Iperf3,
-        UdpSender::Iperf3Fine,
-    ];
-
-    /// The name in tables.
-    pub fn name(self) -> &'static str {
-        match self {
-            UdpSender::Soft => "pace, soft timers",
-            UdpSender::SoftNoSpin => "pace, soft timers, no spin",
-            UdpSender::Timerfd => "pace, timerfd",
-            UdpSender::Iperf3 => "iperf3 -u (1 ms timer)",
-            UdpSender::Iperf3Fine => "iperf3 -u --pacing-timer 10",
-        }
-    }
-
-    fn is_iperf3(self) -> bool {
-        matches!(self, UdpSender::Iperf3 | UdpSender::Iperf3Fine)
-    }
-
-    /// Its command line after the program name.
-    fn args(self, to: IpAddr, port: u16, spec: &SendSpec, json: &Path) -> Vec<String> {
-        let (rate, size, seconds) = (
-            spec.rate.bits_per_sec().to_string(),
-            spec.size.to_string(),
-            spec.seconds,
-        );
-        let mut args: Vec<String> = if self.is_iperf3() {
-            let mut a = vec![
-                "-c".into(),
-                to.to_string(),
-                "-p".into(),
-                port.to_string(),
-                "-u".into(),
-                "-b".into(),
-                rate,
-                "-l".into(),
-                size,
-                "-t".into(),
-                seconds.to_string(),
-                "--json".into(),
-                "--logfile".into(),
-                json.display().to_string(),
-            ];
-            if self == UdpSender::Iperf3Fine {
-                a.extend(["--pacing-timer".into(), "10".into()]);
-            }
-            a
-        } else {
-            vec![
-                "pace".into(),
-                "--to".into(),
-                format!("{to}:{port}"),
-                "--rate".into(),
-                rate,
-                "--size".into(),
-                size,
-                "--duration".into(),
-                format!("{seconds}s"),
-                "--json".into(),
-                json.display().to_string(),
-            ]
-        };
-        match self {
-            UdpSender::Timerfd => args.extend(["--timer".into(), "timerfd".into()]),
-            UdpSender::SoftNoSpin => args.extend(["--spin-window".into(), "0".into()]),
-            _ => {}
-        }
-        args
-    }
-}
 
 /// Where the packets go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -232,7 +147,7 @@ struct SenderRun {
 fn run_sender(
     net: &Network<'_>,
     path: NetPath,
-    sender: UdpSender,
+    setting: &Setting,
     spec: &SendSpec,
     port: u16,
     dir: &Path,
@@ -251,11 +166,15 @@ fn run_sender(
         .arg(format!("{}us", spec.rtt.as_micros()))
         .args(["--bottleneck", &bottleneck.to_string(), "--burst-gap"])
         .arg(format!("{}ns", interval_ns / 4))
+        // A GSO send is one packet to a capture on loopback (segmented only on the way to
+        // the receiving socket): counted as the datagrams the socket gets.
+        .args(["--gso-segment", &spec.size.to_string()])
         .arg("--json")
         .arg(&observed)
         .spawn()
         .context("starting the observer")?;
-    let receiver = if sender.is_iperf3() {
+    let is_iperf3 = setting.tool() == Tool::Iperf3;
+    let receiver = if is_iperf3 {
         match net.iperf3.as_deref() {
             Some(iperf3) => net
                 .command(path, End::Receiver, CLIENT_CPU, iperf3)
@@ -277,8 +196,8 @@ fn run_sender(
         }
     };
     // Both bind or capture within a few milliseconds of starting.
-    std::thread::sleep(Duration::from_millis(400));
-    let program = if sender.is_iperf3() {
+    std::thread::sleep(Duration::from_millis(250));
+    let program = if is_iperf3 {
         net.iperf3.clone().expect("checked above")
     } else {
         net.exe.clone()
@@ -287,10 +206,10 @@ fn run_sender(
     let started = std::time::Instant::now();
     let sent = net
         .command(path, End::Sender, SENDER_CPU, &program)
-        .args(sender.args(to, port, spec, &sent_json))
+        .args(setting.args(to, port, spec, &sent_json))
         .spawn()
         .context("starting the sender")
-        .and_then(|child| softtimers_tools::process::finish(child, sender.name()));
+        .and_then(|child| softtimers_tools::process::finish(child, &setting.label()));
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_ns = waited_children_cpu_ns().saturating_sub(cpu_before);
     if let Err(e) = sent {
@@ -302,7 +221,7 @@ fn run_sender(
     softtimers_tools::process::finish(observer, "the observer")?;
     received?;
     let sink: SinkReport = read_json(&observed)?;
-    let sent = if sender.is_iperf3() {
+    let sent = if is_iperf3 {
         let report: serde_json::Value = read_json(&sent_json)?;
         report["end"]["sum"]["packets"]
             .as_u64()
@@ -320,13 +239,17 @@ fn run_sender(
     })
 }
 
-/// One row: one sender on one path, medians over rounds.
+/// One row: one setting of one sender on one link, medians over rounds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SenderRow {
     /// Where the packets went.
-    pub path: NetPath,
+    pub link: NetPath,
     /// Who sent them.
-    pub sender: UdpSender,
+    pub sender: Tool,
+    /// The setting's name (unique within a sender).
+    pub setting: String,
+    /// The setting itself.
+    pub options: Setting,
     /// Receive rate at the observer, bit/s.
     #[serde(deserialize_with = "crate::summary::num")]
     pub rate_bps: f64,
@@ -362,12 +285,36 @@ pub struct SenderRow {
     /// Kobayashi's B against a constant bottleneck 10 % above the target rate.
     #[serde(deserialize_with = "crate::summary::num")]
     pub burstiness_index: f64,
+    /// Whether no other row on its link is as cheap and as precise with one of the two
+    /// strictly better (CPU %, inter-arrival stddev).
+    #[serde(default)]
+    pub on_frontier: bool,
+    /// For an iperf3 row: the cheapest soft-timer `pace` setting on its link that beats it on
+    /// both axes.
+    #[serde(default)]
+    pub beaten_by: Option<String>,
+}
+
+impl SenderRow {
+    /// The row as a point on the cost frontier: (CPU %, inter-arrival stddev µs).
+    pub fn point(&self) -> (f64, f64) {
+        (self.cpu_pct, self.interarrival_stddev_us)
+    }
+}
+
+/// An iperf3 setting that no soft-timer `pace` setting beat on both axes on its link.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Unbeaten {
+    /// The link.
+    pub link: NetPath,
+    /// The iperf3 setting's name.
+    pub setting: String,
 }
 
 /// The step's result (`senders.json`).
 pub type Senders = StepResult<SenderRow, SendersExtra>;
 
-/// What `senders` records beside its rows: how the senders ran.
+/// What `senders` records beside its rows: how the senders ran, and the frontier's verdict.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SendersExtra {
     /// Interleaved rounds.
@@ -382,6 +329,10 @@ pub struct SendersExtra {
     pub veth: String,
     /// Why iperf3's rows are missing, if they are.
     pub iperf3_missing: Option<String>,
+    /// The iperf3 settings not beaten on both axes (CPU, inter-arrival stddev) by some
+    /// soft-timer `pace` setting on the same link: empty when every one is.
+    #[serde(default)]
+    pub frontier_dominated: Vec<Unbeaten>,
 }
 
 impl SendersExtra {
@@ -393,18 +344,26 @@ impl SendersExtra {
             size: SIZE,
             veth,
             iperf3_missing,
+            frontier_dominated: Vec::new(),
         }
     }
 }
 
 /// Seconds each sender sends.
 pub fn seconds(quick: bool) -> u64 {
-    if quick { 1 } else { 3 }
+    if quick { 1 } else { 2 }
 }
 
 /// Rounds.
 pub fn rounds(quick: bool) -> usize {
-    if quick { 1 } else { 3 }
+    if quick { 1 } else { 2 }
+}
+
+/// How long the step runs: every setting on both links, `rounds` times, each its sending
+/// time and about a second of starting and draining its receiver and observer.
+pub fn expected(quick: bool) -> Duration {
+    let each = Duration::from_secs(seconds(quick)) + Duration::from_millis(1_000);
+    each * (2 * settings(quick).len() * rounds(quick)) as u32
 }
 
 /// Why the observer cannot capture here, if it cannot: an `AF_PACKET` capture needs
@@ -418,7 +377,7 @@ pub fn capture_unavailable() -> Option<String> {
 /// Runs `configs` `rounds` times, interleaved; the runs per configuration.
 fn run_interleaved(
     net: &Network<'_>,
-    configs: &[(NetPath, UdpSender)],
+    configs: &[(NetPath, Setting)],
     spec: &SendSpec,
     rounds: usize,
     progress: &mut dyn FnMut(f64, &str),
@@ -430,10 +389,13 @@ fn run_interleaved(
         rounds,
         configs,
         progress,
-        |(path, sender)| format!("{}, {}", sender.name(), path.name()),
-        |&(path, sender)| {
+        |(path, setting)| {
+            let tool = setting.tool().name();
+            format!("{tool} {}, {}", setting.label(), path.name())
+        },
+        |(path, setting)| {
             port = next_free_port(port);
-            run_sender(net, path, sender, spec, port, &dir)
+            run_sender(net, *path, setting, spec, port, &dir)
         },
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -462,9 +424,9 @@ fn next_free_port(port: u16) -> u16 {
     p
 }
 
-/// The soft pacer and (where installed) `iperf3 -u` at a constant `spec.rate` on loopback, one
-/// row each, medians of `rounds`: E8's constant-rate comparison. Without iperf3, its row is
-/// missing and the reason is returned.
+/// The soft pacer (its spin window calibrated) and (where installed) `iperf3 -u` at a
+/// constant `spec.rate` on loopback, one row each, medians of `rounds`: E8's constant-rate
+/// comparison. Without iperf3, its row is missing and the reason is returned.
 pub fn constant_rate_rows(
     spec: &SendSpec,
     rounds: usize,
@@ -481,20 +443,25 @@ pub fn constant_rate_rows(
         iperf3: iperf3.ok(),
         veth: None,
     };
-    let mut configs = vec![(NetPath::Loopback, UdpSender::Soft)];
+    let soft = Setting::Pace(PaceSetting {
+        spin: Spin::Calibrated,
+        ..PaceSetting::DEFAULT
+    });
+    let mut configs = vec![(NetPath::Loopback, soft)];
     if net.iperf3.is_some() {
-        configs.push((NetPath::Loopback, UdpSender::Iperf3));
+        configs.push((NetPath::Loopback, Setting::IPERF3_DEFAULT));
     }
     let runs = run_interleaved(&net, &configs, spec, rounds, progress)?;
     let rows = configs
         .iter()
         .zip(&runs)
-        .map(|(&(path, sender), runs)| row(path, sender, runs))
+        .map(|(&(path, setting), runs)| row(path, setting, runs))
         .collect();
     Ok((rows, missing))
 }
 
-/// Runs every sender on loopback and (as root) over veth, interleaved, `rounds` times.
+/// Runs every setting of every sender on loopback and (as root) over veth, interleaved,
+/// `rounds` times, and places them on the cost frontier.
 pub fn senders(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<Senders> {
     let quick = options.length.quick;
     let (seconds, rounds) = (seconds(quick), rounds(quick));
@@ -514,6 +481,9 @@ pub fn senders(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Res
         Ok(l) => l.qdisc.clone(),
         Err(e) => format!("skipped: {e:#}"),
     };
+    if let Err(e) = &link {
+        progress(0.0, &format!("the veth link cannot run here: {e:#}"));
+    }
     let net = Network {
         exe,
         iperf3: iperf3.ok(),
@@ -525,34 +495,33 @@ pub fn senders(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Res
         if path == NetPath::Veth && net.veth.is_none() {
             continue;
         }
-        for sender in UdpSender::ALL {
-            if sender.is_iperf3() && net.iperf3.is_none() {
+        for setting in settings(quick) {
+            if setting.tool() == Tool::Iperf3 && net.iperf3.is_none() {
                 continue;
             }
-            configs.push((path, sender));
+            configs.push((path, setting));
         }
     }
     let runs = run_interleaved(&net, &configs, &spec, rounds, progress)?;
-    let rows: Vec<SenderRow> = configs
+    let mut rows: Vec<SenderRow> = configs
         .iter()
         .zip(&runs)
-        .map(|(&(path, sender), runs)| row(path, sender, runs))
+        .map(|(&(path, setting), runs)| row(path, setting, runs))
         .collect();
-    let targets = checks(&configs, &runs);
-    Ok(Senders::ran(
-        options.length.mode(),
-        SendersExtra::new(rounds, seconds, veth, iperf3_missing),
-        rows,
-        targets,
-    ))
+    let mut extra = SendersExtra::new(rounds, seconds, veth, iperf3_missing);
+    extra.frontier_dominated = place_on_frontier(&mut rows);
+    let targets = checks(&rows, &configs, &runs);
+    Ok(Senders::ran(options.length.mode(), extra, rows, targets))
 }
 
-fn row(path: NetPath, sender: UdpSender, runs: &[SenderRun]) -> SenderRow {
+fn row(path: NetPath, setting: Setting, runs: &[SenderRun]) -> SenderRow {
     let med = |f: &dyn Fn(&SenderRun) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
     let stddevs: Vec<f64> = runs.iter().map(|r| r.sink.interarrival_stddev_us).collect();
     SenderRow {
-        path,
-        sender,
+        link: path,
+        sender: setting.tool(),
+        setting: setting.label(),
+        options: setting,
         rate_bps: med(&|r| r.sink.rate_bps),
         packets: runs.first().map_or(0, |r| r.sent),
         lost: runs
@@ -568,122 +537,8 @@ fn row(path: NetPath, sender: UdpSender, runs: &[SenderRun]) -> SenderRow {
         gaps_over_1ms: runs.iter().map(|r| r.sink.gaps_over_1ms).sum(),
         longest_burst: med(&|r| r.sink.longest_burst as f64),
         burstiness_index: med(&|r| r.sink.burstiness_index.unwrap_or(f64::NAN)),
-    }
-}
-
-/// The targets: against each iperf3 setting, the soft pacer's inter-arrival stddev ≤ 1/10 at
-/// no more CPU; and timerfd's CPU per packet ≥ 5 × the soft pacer's. Per path, each a median
-/// of per-round ratios.
-fn checks(configs: &[(NetPath, UdpSender)], runs: &[Vec<SenderRun>]) -> Vec<TargetCheck> {
-    let series = |path: NetPath, sender: UdpSender, f: &dyn Fn(&SenderRun) -> f64| {
-        configs
-            .iter()
-            .position(|&c| c == (path, sender))
-            .map(|i| runs[i].iter().map(f).collect::<Vec<f64>>())
-    };
-    let stddev = |r: &SenderRun| r.sink.interarrival_stddev_us;
-    let cpu = |r: &SenderRun| r.cpu_ns as f64 / r.seconds;
-    let cpu_per_packet = |r: &SenderRun| r.cpu_ns as f64 / r.sent.max(1) as f64;
-    let mut out = Vec::new();
-    for path in [NetPath::Loopback, NetPath::Veth] {
-        let Some(soft_sd) = series(path, UdpSender::Soft, &stddev) else {
-            continue;
-        };
-        let soft_cpu = series(path, UdpSender::Soft, &cpu).expect("same config");
-        for (other, label) in [
-            (UdpSender::Iperf3, "iperf3 -u (1 ms timer)"),
-            (UdpSender::Iperf3Fine, "iperf3 -u --pacing-timer 10"),
-        ] {
-            let (Some(sd), Some(c)) = (series(path, other, &stddev), series(path, other, &cpu))
-            else {
-                continue;
-            };
-            let sd_ratio = median(&paired_ratios(&soft_sd, &sd));
-            let cpu_ratio = median(&paired_ratios(&soft_cpu, &c));
-            out.push(TargetCheck::at_most(
-                format!("inter-arrival stddev, soft / {label}, {}", path.name()),
-                "<= 0.1",
-                0.1,
-                sd_ratio,
-                crate::paper::ANCHOR_IPERF3,
-            ));
-            out.push(TargetCheck::at_most(
-                format!("sender CPU, soft / {label}, {}", path.name()),
-                "<= 1",
-                1.0,
-                cpu_ratio,
-                crate::paper::ANCHOR_IPERF3,
-            ));
-        }
-        if let (Some(soft), Some(timerfd)) = (
-            series(path, UdpSender::Soft, &cpu_per_packet),
-            series(path, UdpSender::Timerfd, &cpu_per_packet),
-        ) {
-            let ratio = median(&paired_ratios(&timerfd, &soft));
-            out.push(TargetCheck::at_least(
-                format!("CPU per paced packet, timerfd / soft, {}", path.name()),
-                ">= 5",
-                5.0,
-                ratio,
-                crate::paper::ANCHOR_TIMERFD,
-            ));
-        }
-    }
-    out
-}
-
-impl Section for Senders {
-    const FILE: &'static str = "senders.json";
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md = match self.heading("Paced senders against iperf3 -u") {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
-        let _ = writeln!(
-            md,
-            "Each sender sends {:.0} Mbit/s of {} B datagrams for {} s, pinned to CPU {SENDER_CPU}; \
-             its own receiver and a capture of the port (`softtimers sink --observe`, kernel \
-             timestamps) on CPU {CLIENT_CPU}. CPU is the sender's whole CPU time \
-             (`getrusage`). Bursts: datagrams closer than a quarter of the target interval. \
-             B: against a constant bottleneck 10 % faster than the target rate. \
-             Median of {} round(s); stddev [range].\n",
-            self.extra.rate_bps as f64 / 1e6,
-            self.extra.size,
-            self.extra.seconds,
-            self.extra.rounds,
-        );
-        let _ = writeln!(md, "veth path: {}.\n", self.extra.veth);
-        if let Some(why) = &self.extra.iperf3_missing {
-            let _ = writeln!(md, "iperf3 rows missing: {why}.\n");
-        }
-        md += "| path | sender | Mbit/s | lost | CPU % | CPU per packet (µs) | inter-arrival mean (µs) | stddev (µs) [range] | p99 (µs) | gaps > 1 ms | longest burst | B |\n\
-               | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
-        for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {:.2} | {} | {:.1} | {:.1} | {:.2} | {:.1} [{:.1}, {:.1}] | {:.1} | {} | {:.0} | {:.2e} |",
-                r.path.name(),
-                r.sender.name(),
-                r.rate_bps / 1e6,
-                r.lost,
-                r.cpu_pct,
-                r.cpu_ns_per_packet / 1000.0,
-                r.interarrival_mean_us,
-                r.interarrival_stddev_us,
-                r.interarrival_stddev_range.0,
-                r.interarrival_stddev_range.1,
-                r.interarrival_p99_us,
-                r.gaps_over_1ms,
-                r.longest_burst,
-                r.burstiness_index,
-            );
-        }
-        md += "\n";
-        Ok(Rendered::section(md, &self.targets, Vec::new()))
-    }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
+        on_frontier: false,
+        beaten_by: None,
     }
 }
 
