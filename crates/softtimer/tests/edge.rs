@@ -5,24 +5,25 @@ use std::rc::Rc;
 
 use softtimer::{Config, ConfigError, EventId, ScheduleError, SimClock, SoftTimers, TriggerSource};
 
-#[allow(dead_code)]
-fn sp(t: u64) -> softtimer::Span {
-    softtimer::Span::from_ticks(t)
-}
-#[allow(dead_code)]
-fn at(t: u64) -> softtimer::Instant {
-    softtimer::Instant::from_ticks(t)
-}
-#[allow(dead_code)]
-fn ticks(i: softtimer::Instant) -> u64 {
-    i.ticks()
-}
+mod common;
+use common::{at, sp, ticks};
 
 const HZ: u64 = 1_000_000;
 
 fn facility<E>(start: u64) -> (SimClock, SoftTimers<E, SimClock>) {
     let clock = SimClock::starting_at(start, HZ);
     let timers = SoftTimers::new(clock.clone()).unwrap();
+    (clock, timers)
+}
+
+/// A facility whose wheel slots are `slot_ticks` wide, on a clock starting at `start`.
+fn facility_with_slot<E>(start: u64, slot_ticks: u64) -> (SimClock, SoftTimers<E, SimClock>) {
+    let clock = SimClock::starting_at(start, HZ);
+    let config = Config {
+        slot_ticks: Some(slot_ticks),
+        ..Config::default()
+    };
+    let timers = SoftTimers::with_config(clock.clone(), config).unwrap();
     (clock, timers)
 }
 
@@ -460,15 +461,7 @@ fn schedule_at_across_the_wrap_fires_in_order() {
 fn schedule_at_across_the_wrap_fires_each_event_at_its_instant() {
     for slot_ticks in [1, 16, 1 << 32] {
         for pull in [false, true] {
-            let clock = SimClock::starting_at(u64::MAX - 20, HZ);
-            let mut timers = SoftTimers::with_config(
-                clock.clone(),
-                Config {
-                    slot_ticks: Some(slot_ticks),
-                    ..Config::default()
-                },
-            )
-            .unwrap();
+            let (clock, mut timers) = facility_with_slot(u64::MAX - 20, slot_ticks);
             let base = clock_instant(&clock);
             timers.schedule_at(at(8), "after the wrap").unwrap();
             timers.schedule_at(at(u64::MAX), "at u64::MAX").unwrap();
@@ -629,15 +622,7 @@ fn next_trigger_time_is_none_after_the_last_cancel() {
 fn extreme_slot_widths_fire_at_the_exact_tick() {
     for slot_ticks in [1, 1 << 32] {
         for start in [0, u64::MAX - 1_000] {
-            let clock = SimClock::starting_at(start, HZ);
-            let mut timers = SoftTimers::with_config(
-                clock.clone(),
-                Config {
-                    slot_ticks: Some(slot_ticks),
-                    ..Config::default()
-                },
-            )
-            .unwrap();
+            let (clock, mut timers) = facility_with_slot(start, slot_ticks);
             let delays = [
                 70,
                 5,
