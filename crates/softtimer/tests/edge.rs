@@ -516,8 +516,7 @@ fn schedule_at_across_the_wrap_fires_each_event_at_its_instant() {
 /// far ahead of it is in the future.
 #[test]
 fn schedule_at_an_instant_before_the_wrap_from_after_it() {
-    let clock = SimClock::starting_at(u64::MAX - 5, HZ);
-    let mut timers = SoftTimers::new(clock.clone()).unwrap();
+    let (clock, mut timers) = facility(u64::MAX - 5);
     timers.schedule_soft_event(sp(8), 0u8).unwrap(); // due at 3, after the wrap
     clock.advance(10); // now 4
     assert_eq!(fire_all(&mut timers), [0]);
@@ -538,8 +537,7 @@ fn schedule_at_an_instant_before_the_wrap_from_after_it() {
 /// Deadlines on both sides of the wrap are tracked and expire in deadline order.
 #[test]
 fn deadlines_across_the_wrap() {
-    let clock = SimClock::starting_at(u64::MAX - 10, HZ);
-    let mut timers = SoftTimers::new(clock.clone()).unwrap();
+    let (clock, mut timers) = facility(u64::MAX - 10);
     timers.schedule_with_deadline(sp(2), sp(15), 'a').unwrap(); // due MAX - 7, deadline 5
     timers.schedule_with_deadline(sp(1), sp(5), 'b').unwrap(); // due MAX - 8, deadline MAX - 4
     assert_eq!(timers.next_deadline(), Some(at(u64::MAX - 4)));
@@ -559,8 +557,7 @@ fn deadlines_across_the_wrap() {
 #[test]
 fn a_clock_value_from_before_the_facility_fires_nothing() {
     for start in [1_000, 3, u64::MAX - 2] {
-        let clock = SimClock::starting_at(start, HZ);
-        let mut timers = SoftTimers::new(clock.clone()).unwrap();
+        let (clock, mut timers) = facility(start);
         let before = clock_instant(&clock) - sp(5);
         timers.schedule_soft_event(sp(100), 'a').unwrap();
         timers.schedule_with_deadline(sp(10), sp(20), 'b').unwrap();
@@ -592,8 +589,7 @@ fn a_clock_value_from_before_the_facility_fires_nothing() {
 #[test]
 fn scheduling_from_a_clock_value_before_the_facility_counts_from_its_start() {
     for start in [1_000, 3, u64::MAX - 2] {
-        let clock = SimClock::starting_at(start, HZ);
-        let mut timers = SoftTimers::new(clock.clone()).unwrap();
+        let (clock, mut timers) = facility(start);
         let before = clock_instant(&clock) - sp(5);
         timers.schedule_from(before, sp(10), 'a').unwrap();
         clock.advance(10);
