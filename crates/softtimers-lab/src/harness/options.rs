@@ -37,6 +37,18 @@ pub struct RunInfo {
     pub client: Client,
 }
 
+/// The result of an experiment made of server runs: how they were made, its rows and the
+/// targets checked against them.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunResult<Row> {
+    /// How the runs were made.
+    pub run: RunInfo,
+    /// One row per measured configuration.
+    pub rows: Vec<Row>,
+    /// The targets against this run.
+    pub targets: Vec<crate::targets::TargetCheck>,
+}
+
 impl RunInfo {
     /// For runs of `run` each, `rounds` rounds, in the lab run `options`.
     pub fn new(options: &ExpOptions, run: Duration, rounds: usize) -> Self {
