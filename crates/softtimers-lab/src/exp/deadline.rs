@@ -210,7 +210,7 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         }
     }
     Ok(E13 {
-        run: RunInfo::new(options, length.throughput_run(), length.rounds()),
+        run: RunInfo::throughput(options),
         interval_us: INTERVAL_US,
         default_design,
         plain_rps: median(&rates[0]),

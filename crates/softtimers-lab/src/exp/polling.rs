@@ -17,7 +17,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{
-    ExpOptions, Outcome, RunInfo, RunResult, Setup, TimerSource, Workload, interleaved, run,
+    ExpOptions, Outcome, RunResult, Setup, TimerSource, Workload, interleaved, run,
 };
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Rendered, Section};
@@ -196,11 +196,7 @@ pub fn e9(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
             ));
         }
     }
-    Ok(E9 {
-        run: RunInfo::new(options, length.throughput_run(), length.rounds()),
-        rows,
-        targets,
-    })
+    Ok(E9::throughput(options, rows, targets))
 }
 
 const PAPER_TABLE_XII: &str = "The paper (Table XII, 333 MHz PII, FreeBSD, 6 KB file, req/s and \
