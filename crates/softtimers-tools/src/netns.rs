@@ -547,16 +547,24 @@ impl ForwardPath {
 mod tests {
     use super::*;
 
+    /// What `made` made, as root; elsewhere `None`, after checking that it was refused for
+    /// want of root.
+    fn made_as_root<T>(made: anyhow::Result<T>) -> Option<T> {
+        match made {
+            Ok(made) => Some(made),
+            Err(e) if !rustix::process::geteuid().is_root() => {
+                assert!(format!("{e}").contains("needs root"), "{e}");
+                None
+            }
+            Err(e) => panic!("as root, it should be made: {e:#}"),
+        }
+    }
+
     /// Root only; elsewhere `create` must refuse with a reason.
     #[test]
     fn makes_a_link_with_addresses_and_qdisc_and_removes_it() {
-        let link = match VethLink::create("t") {
-            Ok(link) => link,
-            Err(e) if !rustix::process::geteuid().is_root() => {
-                assert!(format!("{e}").contains("needs root"), "{e}");
-                return;
-            }
-            Err(e) => panic!("as root, the link should be made: {e:#}"),
+        let Some(link) = made_as_root(VethLink::create("t")) else {
+            return;
         };
         let ns = link.namespaces.names[1].clone();
         let shown = link
@@ -579,13 +587,8 @@ mod tests {
 
     #[test]
     fn a_forward_path_counts_what_the_router_sends_and_is_removed() {
-        let path = match ForwardPath::create("tp") {
-            Ok(p) => p,
-            Err(e) if !rustix::process::geteuid().is_root() => {
-                assert!(format!("{e}").contains("needs root"), "{e}");
-                return;
-            }
-            Err(e) => panic!("as root, the path should be made: {e:#}"),
+        let Some(path) = made_as_root(ForwardPath::create("tp")) else {
+            return;
         };
         let before = path.router_tx_packets().unwrap();
         // The router's namespace sends 3 datagrams to the phantom next hop: they leave on
