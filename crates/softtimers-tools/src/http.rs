@@ -580,34 +580,25 @@ impl HttpServer {
                 Err(_) => return self.close(cx, slot),
             }
         }
-        let token = FIRST_CONN + slot as u64;
-        if conn.written == conn.output.len() {
+        let done = conn.written == conn.output.len();
+        if done {
             conn.output.clear();
             conn.written = 0;
             if conn.close_after {
                 return self.close(cx, slot);
             }
-            if conn.want_write {
-                conn.want_write = false;
-                let _ = watch(
-                    self.polled.as_ref(),
-                    cx,
-                    &conn.fd,
-                    Interest::READABLE,
-                    token,
-                    false,
-                );
-            }
-        } else if !conn.want_write {
-            conn.want_write = true;
-            let _ = watch(
-                self.polled.as_ref(),
-                cx,
-                &conn.fd,
-                Interest::BOTH,
-                token,
-                false,
-            );
+        }
+        // Watch for writability only while output is left to write.
+        let want_write = !done;
+        if conn.want_write != want_write {
+            conn.want_write = want_write;
+            let interest = if want_write {
+                Interest::BOTH
+            } else {
+                Interest::READABLE
+            };
+            let token = FIRST_CONN + slot as u64;
+            let _ = watch(self.polled.as_ref(), cx, &conn.fd, interest, token, false);
         }
     }
 }
