@@ -280,6 +280,12 @@ impl FlowSet {
         self.flows.get(flow).map(|f| &f.pacer)
     }
 
+    fn slot_mut(&mut self, flow: FlowId) -> Result<&mut FlowSlot, PacerError> {
+        self.flows
+            .get_mut(flow)
+            .ok_or(PacerError::UnknownFlow(flow))
+    }
+
     /// Whether `flow` has a transmission event pending.
     pub fn is_scheduled(&self, flow: FlowId) -> bool {
         self.flows.get(flow).is_some_and(|f| f.event.is_some())
@@ -293,10 +299,7 @@ impl FlowSet {
         flow: FlowId,
         now: Instant,
     ) -> Result<(), PacerError> {
-        let slot = self
-            .flows
-            .get_mut(flow)
-            .ok_or(PacerError::UnknownFlow(flow))?;
+        let slot = self.slot_mut(flow)?;
         if slot.event.is_some() {
             return Ok(());
         }
@@ -316,10 +319,7 @@ impl FlowSet {
         flow: FlowId,
         config: PacerConfig,
     ) -> Result<(), PacerError> {
-        let slot = self
-            .flows
-            .get_mut(flow)
-            .ok_or(PacerError::UnknownFlow(flow))?;
+        let slot = self.slot_mut(flow)?;
         slot.pacer.set_config(config);
         if let Some(id) = slot.event.take() {
             timers.cancel(id);
@@ -342,10 +342,7 @@ impl FlowSet {
         now: Instant,
         send: impl FnOnce(FlowId) -> Option<u64>,
     ) -> Result<bool, PacerError> {
-        let slot = self
-            .flows
-            .get_mut(flow)
-            .ok_or(PacerError::UnknownFlow(flow))?;
+        let slot = self.slot_mut(flow)?;
         slot.event = None;
         match send(flow) {
             Some(bytes) => {

@@ -37,6 +37,30 @@ fn run(
     sends
 }
 
+/// Trigger states every µs for `steps` µs with `backlog` packets of 1,500 bytes to send, after
+/// which the flows have nothing; appends each send's time to `sends`.
+fn send_backlog(
+    clock: &SimClock,
+    timers: &mut SoftTimers<FlowId, SimClock>,
+    flows: &mut FlowSet,
+    mut backlog: u32,
+    steps: u32,
+    sends: &mut Vec<Instant>,
+) {
+    for _ in 0..steps {
+        clock.advance(1_000);
+        let now = clock.now();
+        flows.on_trigger(timers, now, TriggerSource::User, |_| {
+            if backlog == 0 {
+                return None;
+            }
+            backlog -= 1;
+            sends.push(now);
+            Some(1500)
+        });
+    }
+}
+
 fn setup(configs: &[PacerConfig]) -> (SimClock, SoftTimers<FlowId, SimClock>, FlowSet) {
     let clock = SimClock::starting_at(5_000, HZ);
     let mut timers = SoftTimers::new(clock.clone()).unwrap();
@@ -160,37 +184,13 @@ fn an_idle_flow_does_not_burst_when_it_resumes() {
     let (clock, mut timers, mut flows) =
         setup(&[PacerConfig::new(rate("12M"), rate("120M")).unwrap()]);
     let mut sends = Vec::new();
-    let mut backlog = 5;
-    for _ in 0..20_000 {
-        clock.advance(1_000);
-        let now = clock.now();
-        flows.on_trigger(&mut timers, now, TriggerSource::User, |_| {
-            if backlog == 0 {
-                return None;
-            }
-            backlog -= 1;
-            sends.push(now);
-            Some(1500)
-        });
-    }
+    send_backlog(&clock, &mut timers, &mut flows, 5, 20_000, &mut sends);
     assert_eq!(sends.len(), 5);
     assert!(!flows.is_scheduled(0), "an idle flow keeps no event");
     // 20 ms later, 5 more packets: they leave at the target interval, not as a burst.
-    backlog = 5;
     let resumed = clock.now();
     flows.wake(&mut timers, 0, resumed).unwrap();
-    for _ in 0..10_000 {
-        clock.advance(1_000);
-        let now = clock.now();
-        flows.on_trigger(&mut timers, now, TriggerSource::User, |_| {
-            if backlog == 0 {
-                return None;
-            }
-            backlog -= 1;
-            sends.push(now);
-            Some(1500)
-        });
-    }
+    send_backlog(&clock, &mut timers, &mut flows, 5, 10_000, &mut sends);
     let gaps = gaps_ns(&sends[5..]);
     assert_eq!(gaps, [1_000_000; 4]);
 }

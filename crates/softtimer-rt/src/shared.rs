@@ -487,14 +487,7 @@ impl<E, C: Clock> Shared<E, C> {
             let now = now.unwrap_or_else(|| self.clock.now());
             let plan = backstop.plan;
             if let Arm::At(at) = plan.rearm(locked.backstop_armed, now, next_due) {
-                arm_oneshot(
-                    &backstop.timer,
-                    at.saturating_since(now),
-                    self.clock.resolution_hz(),
-                );
-                locked.backstop_armed = Some(at);
-                locked.counters.backstop_arms += 1;
-                locked.counters.loop_core_syscalls += 1;
+                self.arm_backstop(backstop, locked, at, now);
             }
             if next_due.is_some()
                 && let Some(armed) = locked.backstop_armed
@@ -519,6 +512,25 @@ impl<E, C: Clock> Shared<E, C> {
         } else {
             self.gate.next.store(next, Ordering::Release);
         }
+    }
+
+    /// Arms the backstop's one-shot timer to expire at `at` (the clock read `now`) and counts
+    /// the system call.
+    fn arm_backstop(
+        &self,
+        backstop: &Backstop,
+        locked: &mut Locked<E, C>,
+        at: Instant,
+        now: Instant,
+    ) {
+        arm_oneshot(
+            &backstop.timer,
+            at.saturating_since(now),
+            self.clock.resolution_hz(),
+        );
+        locked.backstop_armed = Some(at);
+        locked.counters.backstop_arms += 1;
+        locked.counters.loop_core_syscalls += 1;
     }
 
     /// Publishes the earliest deadline (watched design) or arms the lazy deadline timer;
@@ -615,15 +627,7 @@ impl<E, C: Clock> Shared<E, C> {
         let mut locked = self.lock();
         let next_due = locked.facility.next_trigger_time();
         if let Arm::At(at) = plan.rearm(locked.backstop_armed, wake, next_due) {
-            let now = self.clock.now();
-            arm_oneshot(
-                &backstop.timer,
-                at.saturating_since(now),
-                self.clock.resolution_hz(),
-            );
-            locked.backstop_armed = Some(at);
-            locked.counters.backstop_arms += 1;
-            locked.counters.loop_core_syscalls += 1;
+            self.arm_backstop(backstop, &mut locked, at, self.clock.now());
             let next = next_due.map_or(NEVER, |t| self.gate.rel(t));
             let revisit = self.gate.rel(plan.revisit_at(at));
             self.gate.next.store(next.min(revisit), Ordering::Release);

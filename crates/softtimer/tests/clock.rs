@@ -6,19 +6,6 @@ use std::time::Duration;
 
 use softtimer::{Clock, ClockSource, SystemClock, monotonic_nanos};
 
-#[allow(dead_code)]
-fn sp(t: u64) -> softtimer::Span {
-    softtimer::Span::from_ticks(t)
-}
-#[allow(dead_code)]
-fn at(t: u64) -> softtimer::Instant {
-    softtimer::Instant::from_ticks(t)
-}
-#[allow(dead_code)]
-fn ticks(i: softtimer::Instant) -> u64 {
-    i.ticks()
-}
-
 /// Threads publish the largest clock value they have read; any read made after observing a
 /// published value must not be smaller. Counts violations instead of stopping at the first,
 /// so a failure says how often.

@@ -5,24 +5,25 @@ use std::rc::Rc;
 
 use softtimer::{Config, ConfigError, EventId, ScheduleError, SimClock, SoftTimers, TriggerSource};
 
-#[allow(dead_code)]
-fn sp(t: u64) -> softtimer::Span {
-    softtimer::Span::from_ticks(t)
-}
-#[allow(dead_code)]
-fn at(t: u64) -> softtimer::Instant {
-    softtimer::Instant::from_ticks(t)
-}
-#[allow(dead_code)]
-fn ticks(i: softtimer::Instant) -> u64 {
-    i.ticks()
-}
+mod common;
+use common::{at, sp, ticks};
 
 const HZ: u64 = 1_000_000;
 
 fn facility<E>(start: u64) -> (SimClock, SoftTimers<E, SimClock>) {
     let clock = SimClock::starting_at(start, HZ);
     let timers = SoftTimers::new(clock.clone()).unwrap();
+    (clock, timers)
+}
+
+/// A facility whose wheel slots are `slot_ticks` wide, on a clock starting at `start`.
+fn facility_with_slot<E>(start: u64, slot_ticks: u64) -> (SimClock, SoftTimers<E, SimClock>) {
+    let clock = SimClock::starting_at(start, HZ);
+    let config = Config {
+        slot_ticks: Some(slot_ticks),
+        ..Config::default()
+    };
+    let timers = SoftTimers::with_config(clock.clone(), config).unwrap();
     (clock, timers)
 }
 
@@ -460,15 +461,7 @@ fn schedule_at_across_the_wrap_fires_in_order() {
 fn schedule_at_across_the_wrap_fires_each_event_at_its_instant() {
     for slot_ticks in [1, 16, 1 << 32] {
         for pull in [false, true] {
-            let clock = SimClock::starting_at(u64::MAX - 20, HZ);
-            let mut timers = SoftTimers::with_config(
-                clock.clone(),
-                Config {
-                    slot_ticks: Some(slot_ticks),
-                    ..Config::default()
-                },
-            )
-            .unwrap();
+            let (clock, mut timers) = facility_with_slot(u64::MAX - 20, slot_ticks);
             let base = clock_instant(&clock);
             timers.schedule_at(at(8), "after the wrap").unwrap();
             timers.schedule_at(at(u64::MAX), "at u64::MAX").unwrap();
@@ -523,8 +516,7 @@ fn schedule_at_across_the_wrap_fires_each_event_at_its_instant() {
 /// far ahead of it is in the future.
 #[test]
 fn schedule_at_an_instant_before_the_wrap_from_after_it() {
-    let clock = SimClock::starting_at(u64::MAX - 5, HZ);
-    let mut timers = SoftTimers::new(clock.clone()).unwrap();
+    let (clock, mut timers) = facility(u64::MAX - 5);
     timers.schedule_soft_event(sp(8), 0u8).unwrap(); // due at 3, after the wrap
     clock.advance(10); // now 4
     assert_eq!(fire_all(&mut timers), [0]);
@@ -545,8 +537,7 @@ fn schedule_at_an_instant_before_the_wrap_from_after_it() {
 /// Deadlines on both sides of the wrap are tracked and expire in deadline order.
 #[test]
 fn deadlines_across_the_wrap() {
-    let clock = SimClock::starting_at(u64::MAX - 10, HZ);
-    let mut timers = SoftTimers::new(clock.clone()).unwrap();
+    let (clock, mut timers) = facility(u64::MAX - 10);
     timers.schedule_with_deadline(sp(2), sp(15), 'a').unwrap(); // due MAX - 7, deadline 5
     timers.schedule_with_deadline(sp(1), sp(5), 'b').unwrap(); // due MAX - 8, deadline MAX - 4
     assert_eq!(timers.next_deadline(), Some(at(u64::MAX - 4)));
@@ -566,8 +557,7 @@ fn deadlines_across_the_wrap() {
 #[test]
 fn a_clock_value_from_before_the_facility_fires_nothing() {
     for start in [1_000, 3, u64::MAX - 2] {
-        let clock = SimClock::starting_at(start, HZ);
-        let mut timers = SoftTimers::new(clock.clone()).unwrap();
+        let (clock, mut timers) = facility(start);
         let before = clock_instant(&clock) - sp(5);
         timers.schedule_soft_event(sp(100), 'a').unwrap();
         timers.schedule_with_deadline(sp(10), sp(20), 'b').unwrap();
@@ -599,8 +589,7 @@ fn a_clock_value_from_before_the_facility_fires_nothing() {
 #[test]
 fn scheduling_from_a_clock_value_before_the_facility_counts_from_its_start() {
     for start in [1_000, 3, u64::MAX - 2] {
-        let clock = SimClock::starting_at(start, HZ);
-        let mut timers = SoftTimers::new(clock.clone()).unwrap();
+        let (clock, mut timers) = facility(start);
         let before = clock_instant(&clock) - sp(5);
         timers.schedule_from(before, sp(10), 'a').unwrap();
         clock.advance(10);
@@ -629,15 +618,7 @@ fn next_trigger_time_is_none_after_the_last_cancel() {
 fn extreme_slot_widths_fire_at_the_exact_tick() {
     for slot_ticks in [1, 1 << 32] {
         for start in [0, u64::MAX - 1_000] {
-            let clock = SimClock::starting_at(start, HZ);
-            let mut timers = SoftTimers::with_config(
-                clock.clone(),
-                Config {
-                    slot_ticks: Some(slot_ticks),
-                    ..Config::default()
-                },
-            )
-            .unwrap();
+            let (clock, mut timers) = facility_with_slot(start, slot_ticks);
             let delays = [
                 70,
                 5,

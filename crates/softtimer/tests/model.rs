@@ -13,18 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 use proptest::prelude::*;
 use softtimer::{Config, EventId, Fired, SimClock, SoftTimers, TriggerSource};
 
-#[allow(dead_code)]
-fn sp(t: u64) -> softtimer::Span {
-    softtimer::Span::from_ticks(t)
-}
-#[allow(dead_code)]
-fn at(t: u64) -> softtimer::Instant {
-    softtimer::Instant::from_ticks(t)
-}
-#[allow(dead_code)]
-fn ticks(i: softtimer::Instant) -> u64 {
-    i.ticks()
-}
+mod common;
+use common::{at, sp, ticks};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -424,21 +414,18 @@ fn run_model(start: u64, slot_ticks: u64, ops: Vec<Op>, drain: Drain) -> Result<
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
+    /// The same operations drained through callbacks and with the pull primitive
+    /// (`pop_due` until `None`, the handler's reschedule and cancel done between pops),
+    /// from a plain start and from just before the clock wraps.
     #[test]
-    fn facility_matches_sorted_map(
+    fn both_drains_match_sorted_map(
+        start in prop_oneof![Just(12_345u64), (0u64..1_000_000).prop_map(|b| u64::MAX - b)],
         slot_ticks in slot_ticks(),
         ops in proptest::collection::vec(op(), 1..200),
     ) {
-        run_model(12_345, slot_ticks, ops, Drain::Callback)?;
-    }
-
-    #[test]
-    fn facility_matches_sorted_map_across_clock_wrap(
-        back in 0u64..1_000_000,
-        slot_ticks in slot_ticks(),
-        ops in proptest::collection::vec(op(), 1..200),
-    ) {
-        run_model(u64::MAX - back, slot_ticks, ops, Drain::Callback)?;
+        for drain in [Drain::Callback, Drain::Pull] {
+            run_model(start, slot_ticks, ops.clone(), drain)?;
+        }
     }
 
     /// With a backstop tick every X ticks and trigger states at random times in between,
@@ -488,25 +475,6 @@ proptest! {
             }
         }
         prop_assert!(violations.is_empty(), "X = {}: violations {:?}", x, &violations[..violations.len().min(5)]);
-    }
-
-    /// The same model, drained with the pull primitive: `pop_due` until `None`, the
-    /// handler's reschedule and cancel done between pops.
-    #[test]
-    fn pull_drain_matches_sorted_map(
-        slot_ticks in slot_ticks(),
-        ops in proptest::collection::vec(op(), 1..200),
-    ) {
-        run_model(12_345, slot_ticks, ops, Drain::Pull)?;
-    }
-
-    #[test]
-    fn pull_drain_matches_sorted_map_across_clock_wrap(
-        back in 0u64..1_000_000,
-        slot_ticks in slot_ticks(),
-        ops in proptest::collection::vec(op(), 1..200),
-    ) {
-        run_model(u64::MAX - back, slot_ticks, ops, Drain::Pull)?;
     }
 
     /// A deadline timer expiring between trigger states fires exactly the events whose

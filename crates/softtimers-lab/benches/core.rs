@@ -73,20 +73,7 @@ fn schedule_fire(c: &mut Criterion) {
             prefill(q.as_mut(), n, clock.resolution_hz());
             group.bench_with_input(BenchmarkId::new(q.name(), n), &n, |b, _| {
                 b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    let mut left = iters;
-                    while left > 0 {
-                        let batch = left.min(1_000);
-                        let start = Instant::now();
-                        for j in 0..batch {
-                            q.schedule(micro + (j * 97) % (100 * micro), j);
-                        }
-                        clock.advance(2_000 * micro);
-                        assert_eq!(q.poll() as u64, batch);
-                        total += start.elapsed();
-                        left -= batch;
-                    }
-                    total
+                    fire_batches(iters, &clock, 2_000 * micro, &mut q, |j| j, |_| {})
                 })
             });
         }
@@ -100,42 +87,28 @@ fn schedule_fire(c: &mut Criterion) {
 fn handler(c: &mut Criterion) {
     let mut group = c.benchmark_group("handler_schedule_fire");
     let clock = SimClock::new(2_000_000_000);
-    let micro = Span::from_micros(1, clock.resolution_hz()).ticks();
+    let advance = 101 * Span::from_micros(1, clock.resolution_hz()).ticks();
+    let mut sink = 0u64;
 
     #[derive(Clone, Copy)]
     enum Payload {
         Count(u64),
     }
-    let mut sink = 0u64;
     let mut generic: SoftTimers<Payload, SimClock> = SoftTimers::new(clock.clone()).unwrap();
+    let make = Payload::Count;
+    let mut call = |ev| match ev {
+        Payload::Count(x) => sink = sink.wrapping_add(x),
+    };
     group.bench_function("generic_payload", |b| {
-        b.iter_custom(|iters| {
-            fire_batches(
-                iters,
-                &clock,
-                micro,
-                &mut generic,
-                Payload::Count,
-                |ev| match ev {
-                    Payload::Count(x) => sink = sink.wrapping_add(x),
-                },
-            )
-        })
+        b.iter_custom(|iters| fire_batches(iters, &clock, advance, &mut generic, make, &mut call))
     });
 
     type Boxed = Box<dyn FnOnce(&mut u64)>;
     let mut boxed: SoftTimers<Boxed, SimClock> = SoftTimers::new(clock.clone()).unwrap();
+    let make = |j| Box::new(move |s: &mut u64| *s = s.wrapping_add(j)) as Boxed;
+    let mut call = |f: Boxed| f(&mut sink);
     group.bench_function("boxed_closure", |b| {
-        b.iter_custom(|iters| {
-            fire_batches(
-                iters,
-                &clock,
-                micro,
-                &mut boxed,
-                |j| Box::new(move |s: &mut u64| *s = s.wrapping_add(j)) as Boxed,
-                |f| f(&mut sink),
-            )
-        })
+        b.iter_custom(|iters| fire_batches(iters, &clock, advance, &mut boxed, make, &mut call))
     });
 
     type FnPtr = (fn(&mut u64, u64), u64);
@@ -143,45 +116,63 @@ fn handler(c: &mut Criterion) {
         *s = s.wrapping_add(x);
     }
     let mut fn_ptr: SoftTimers<FnPtr, SimClock> = SoftTimers::new(clock.clone()).unwrap();
+    let make = |j| (add as fn(&mut u64, u64), j);
+    let mut call = |(f, x): FnPtr| f(&mut sink, x);
     group.bench_function("fn_pointer_and_context", |b| {
-        b.iter_custom(|iters| {
-            fire_batches(
-                iters,
-                &clock,
-                micro,
-                &mut fn_ptr,
-                |j| (add as fn(&mut u64, u64), j),
-                |(f, x)| f(&mut sink, x),
-            )
-        })
+        b.iter_custom(|iters| fire_batches(iters, &clock, advance, &mut fn_ptr, make, &mut call))
     });
     group.finish();
     black_box(sink);
 }
 
-/// Schedules `iters` events 1–100 µs ahead in batches of 1,000, fires each batch, and
-/// returns the time taken.
+/// What [`fire_batches`] drives: the facility or a baseline queue.
+trait Batched<E> {
+    fn put(&mut self, delay_ticks: u64, event: E);
+    /// Fires what is due, handing each event to `run`; how many fired.
+    fn fire(&mut self, run: &mut impl FnMut(E)) -> u64;
+}
+
+impl<E> Batched<E> for SoftTimers<E, SimClock> {
+    fn put(&mut self, delay_ticks: u64, event: E) {
+        self.schedule_soft_event(Span::from_ticks(delay_ticks), event)
+            .unwrap();
+    }
+    fn fire(&mut self, run: &mut impl FnMut(E)) -> u64 {
+        self.trigger(TriggerSource::User, |_, ev| run(ev.event)) as u64
+    }
+}
+
+impl Batched<u64> for Box<dyn TimerQueue> {
+    fn put(&mut self, delay_ticks: u64, event: u64) {
+        TimerQueue::schedule(self.as_mut(), delay_ticks, event);
+    }
+    fn fire(&mut self, _run: &mut impl FnMut(u64)) -> u64 {
+        self.poll() as u64
+    }
+}
+
+/// Schedules `iters` events 1–100 µs ahead in batches of 1,000 (`make` builds the j-th),
+/// moves the clock `advance` ticks past them, fires each batch (handing each event to
+/// `run`), and returns the time taken.
 fn fire_batches<E>(
     iters: u64,
     clock: &SimClock,
-    micro: u64,
-    timers: &mut SoftTimers<E, SimClock>,
+    advance: u64,
+    timers: &mut impl Batched<E>,
     mut make: impl FnMut(u64) -> E,
     mut run: impl FnMut(E),
 ) -> Duration {
+    let micro = Span::from_micros(1, clock.resolution_hz()).ticks();
     let mut total = Duration::ZERO;
     let mut left = iters;
     while left > 0 {
         let batch = left.min(1_000);
         let start = Instant::now();
         for j in 0..batch {
-            timers
-                .schedule_soft_event(Span::from_ticks(micro + (j * 97) % (100 * micro)), make(j))
-                .unwrap();
+            timers.put(micro + (j * 97) % (100 * micro), make(j));
         }
-        clock.advance(101 * micro);
-        let fired = timers.trigger(TriggerSource::User, |_, ev| run(ev.event));
-        assert_eq!(fired as u64, batch);
+        clock.advance(advance);
+        assert_eq!(timers.fire(&mut run), batch);
         total += start.elapsed();
         left -= batch;
     }

@@ -524,36 +524,11 @@ mod tests {
         assert!(q.is_empty(), "{name}");
     }
 
-    fn queue(name: &str) -> (Box<dyn TimerQueue>, SimClock) {
+    #[test]
+    fn every_queue_ignores_stale_handles() {
         let clock = SimClock::new(1_000_000);
-        let q = simulated(&clock, None)
-            .into_iter()
-            .find(|q| q.name() == name)
-            .expect("a queue of that name");
-        (q, clock)
-    }
-
-    #[test]
-    fn softtimer_ignores_stale_handles() {
-        let (q, clock) = queue("softtimer");
-        stale_handles_cancel_nothing(q, &clock);
-    }
-
-    #[test]
-    fn binary_heap_ignores_stale_handles() {
-        let (q, clock) = queue("binary_heap");
-        stale_handles_cancel_nothing(q, &clock);
-    }
-
-    #[test]
-    fn btree_map_ignores_stale_handles() {
-        let (q, clock) = queue("btree_map");
-        stale_handles_cancel_nothing(q, &clock);
-    }
-
-    #[test]
-    fn tokio_delay_queue_ignores_stale_handles() {
-        let (q, clock) = queue("tokio_delay_queue");
-        stale_handles_cancel_nothing(q, &clock);
+        for q in simulated(&clock, None) {
+            stale_handles_cancel_nothing(q, &clock);
+        }
     }
 }

@@ -124,6 +124,18 @@ fn header(status: &str, length: usize, keep_alive: bool) -> String {
     )
 }
 
+/// A message's `Content-Length`: `None` without one, `Some(None)` if it is not a number.
+fn content_length(headers: &[httparse::Header<'_>]) -> Option<Option<usize>> {
+    headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .map(|h| {
+            std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+        })
+}
+
 impl HttpServer {
     /// A server listening on `addr` (port 0: any free port). Connections idle for longer
     /// than `idle_timeout` are closed.
@@ -445,16 +457,7 @@ impl HttpServer {
             let input = &conn.input[consumed..];
             match request.parse(input) {
                 Ok(httparse::Status::Complete(head)) => {
-                    let length = request
-                        .headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                        .map(|h| {
-                            std::str::from_utf8(h.value)
-                                .ok()
-                                .and_then(|v| v.trim().parse::<usize>().ok())
-                        });
-                    let length = match length {
+                    let length = match content_length(request.headers) {
                         None => 0,
                         Some(Some(n)) => n,
                         Some(None) => {
@@ -577,34 +580,25 @@ impl HttpServer {
                 Err(_) => return self.close(cx, slot),
             }
         }
-        let token = FIRST_CONN + slot as u64;
-        if conn.written == conn.output.len() {
+        let done = conn.written == conn.output.len();
+        if done {
             conn.output.clear();
             conn.written = 0;
             if conn.close_after {
                 return self.close(cx, slot);
             }
-            if conn.want_write {
-                conn.want_write = false;
-                let _ = watch(
-                    self.polled.as_ref(),
-                    cx,
-                    &conn.fd,
-                    Interest::READABLE,
-                    token,
-                    false,
-                );
-            }
-        } else if !conn.want_write {
-            conn.want_write = true;
-            let _ = watch(
-                self.polled.as_ref(),
-                cx,
-                &conn.fd,
-                Interest::BOTH,
-                token,
-                false,
-            );
+        }
+        // Watch for writability only while output is left to write.
+        let want_write = !done;
+        if conn.want_write != want_write {
+            conn.want_write = want_write;
+            let interest = if want_write {
+                Interest::BOTH
+            } else {
+                Interest::READABLE
+            };
+            let token = FIRST_CONN + slot as u64;
+            let _ = watch(self.polled.as_ref(), cx, &conn.fd, interest, token, false);
         }
     }
 }
@@ -724,18 +718,7 @@ pub fn run_load(
             let mut response = httparse::Response::new(&mut headers);
             match response.parse(&conns[i].input) {
                 Ok(httparse::Status::Complete(head)) => {
-                    let length = response
-                        .headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                        .and_then(|h| {
-                            std::str::from_utf8(h.value)
-                                .ok()?
-                                .trim()
-                                .parse::<usize>()
-                                .ok()
-                        })
-                        .unwrap_or(0);
+                    let length = content_length(response.headers).flatten().unwrap_or(0);
                     if conns[i].input.len() < head + length {
                         break;
                     }

@@ -404,21 +404,7 @@ impl VethLink {
 
     /// Packets the sender's qdisc dropped, from `tc -s`.
     pub fn qdisc_drops(&self) -> Result<u64> {
-        let out = Command::new("tc")
-            .args([
-                "-n",
-                &self.namespaces.names[0],
-                "-s",
-                "-j",
-                "qdisc",
-                "show",
-                "dev",
-            ])
-            .arg(&self.sender_if)
-            .output()
-            .context("running tc")?;
-        let json: serde_json::Value =
-            serde_json::from_slice(&out.stdout).context("reading tc -s -j")?;
+        let json = device_stats("tc", &self.namespaces.names[0], "qdisc", &self.sender_if)?;
         json.as_array()
             .and_then(|qs| qs.iter().find(|q| q["root"].as_bool() == Some(true)))
             .and_then(|q| q["drops"].as_u64())
@@ -523,40 +509,47 @@ impl ForwardPath {
     /// Packets the router's outgoing interface has sent: the paper's count of forwarded
     /// packets (`netstat`'s `Opkts` on the output interface).
     pub fn router_tx_packets(&self) -> Result<u64> {
-        let out = Command::new("ip")
-            .args([
-                "-n",
-                &self.namespaces.names[1],
-                "-s",
-                "-j",
-                "link",
-                "show",
-                "dev",
-                &self.router_out_if,
-            ])
-            .output()?;
-        let links: serde_json::Value =
-            serde_json::from_slice(&out.stdout).context("reading `ip -j -s link`")?;
+        let links = device_stats("ip", &self.namespaces.names[1], "link", &self.router_out_if)?;
         links[0]["stats64"]["tx"]["packets"]
             .as_u64()
             .ok_or_else(|| anyhow::anyhow!("`ip -j -s link` shows no tx packet count"))
     }
 }
 
+/// The statistics `program` (`tc` or `ip`) shows of `object` (`qdisc`, `link`) on `device`
+/// in namespace `ns`, as JSON (`-s -j`).
+fn device_stats(program: &str, ns: &str, object: &str, device: &str) -> Result<serde_json::Value> {
+    let args = ["-n", ns, "-s", "-j", object, "show", "dev", device];
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("reading `{program} {}`", args.join(" ")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// What `made` made, as root; elsewhere `None`, after checking that it was refused for
+    /// want of root.
+    fn made_as_root<T>(made: anyhow::Result<T>) -> Option<T> {
+        match made {
+            Ok(made) => Some(made),
+            Err(e) if !rustix::process::geteuid().is_root() => {
+                assert!(format!("{e}").contains("needs root"), "{e}");
+                None
+            }
+            Err(e) => panic!("as root, it should be made: {e:#}"),
+        }
+    }
+
     /// Root only; elsewhere `create` must refuse with a reason.
     #[test]
     fn makes_a_link_with_addresses_and_qdisc_and_removes_it() {
-        let link = match VethLink::create("t") {
-            Ok(link) => link,
-            Err(e) if !rustix::process::geteuid().is_root() => {
-                assert!(format!("{e}").contains("needs root"), "{e}");
-                return;
-            }
-            Err(e) => panic!("as root, the link should be made: {e:#}"),
+        let Some(link) = made_as_root(VethLink::create("t")) else {
+            return;
         };
         let ns = link.namespaces.names[1].clone();
         let shown = link
@@ -579,13 +572,8 @@ mod tests {
 
     #[test]
     fn a_forward_path_counts_what_the_router_sends_and_is_removed() {
-        let path = match ForwardPath::create("tp") {
-            Ok(p) => p,
-            Err(e) if !rustix::process::geteuid().is_root() => {
-                assert!(format!("{e}").contains("needs root"), "{e}");
-                return;
-            }
-            Err(e) => panic!("as root, the path should be made: {e:#}"),
+        let Some(path) = made_as_root(ForwardPath::create("tp")) else {
+            return;
         };
         let before = path.router_tx_packets().unwrap();
         // The router's namespace sends 3 datagrams to the phantom next hop: they leave on

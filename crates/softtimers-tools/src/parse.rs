@@ -22,30 +22,52 @@ pub fn parse_spin_window(text: &str) -> Result<SpinWindow, String> {
 
 /// Parses a duration written as `10s`, `250ms`, `40us`/`40µs` or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let (number, unit_ns) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e6)
-    } else if let Some(n) = t.strip_suffix("us").or_else(|| t.strip_suffix("µs")) {
-        (n, 1e3)
-    } else if let Some(n) = t.strip_suffix("ns") {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1e9)
-    } else {
-        (t, 1e9)
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (write 10s, 250ms or 40us)"))?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("{text:?}: a duration must be a positive number"));
-    }
+    const UNITS: &[(&str, f64)] = &[
+        ("ms", 1e6),
+        ("us", 1e3),
+        ("µs", 1e3),
+        ("ns", 1.0),
+        ("s", 1e9),
+    ];
+    let (value, unit_ns) = parse_scaled(
+        text,
+        text.trim(),
+        UNITS,
+        1e9,
+        "a duration",
+        "is not a duration (write 10s, 250ms or 40us)",
+    )?;
     let ns = value * unit_ns;
     if ns > 365.0 * 86_400.0 * 1e9 {
         return Err(format!("{text:?} is longer than a year"));
     }
     Ok(Duration::from_nanos(ns as u64))
+}
+
+/// Splits `body` (what is left of `text` to read) into a number and the scale of the first
+/// of `units` it ends with (`default` without one), and parses the number: finite and not
+/// negative, or an error quoting `text` that says `what` was expected (`not_one` finishes
+/// the sentence for text that is no number).
+fn parse_scaled(
+    text: &str,
+    body: &str,
+    units: &[(&str, f64)],
+    default: f64,
+    what: &str,
+    not_one: &str,
+) -> Result<(f64, f64), String> {
+    let (number, scale) = units
+        .iter()
+        .find_map(|&(suffix, scale)| body.strip_suffix(suffix).map(|n| (n, scale)))
+        .unwrap_or((body, default));
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} {not_one}"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("{text:?}: {what} must be a positive number"));
+    }
+    Ok((value, scale))
 }
 
 /// Parses a byte count: `1000`, `64k`, `10M`, `1G` (powers of 1000), `64KiB`, `1MiB`
@@ -56,29 +78,24 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         .strip_suffix('B')
         .or_else(|| t.strip_suffix('b'))
         .unwrap_or(t);
-    let (number, scale) = if let Some(n) = t.strip_suffix("Ki") {
-        (n, 1u64 << 10)
-    } else if let Some(n) = t.strip_suffix("Mi") {
-        (n, 1 << 20)
-    } else if let Some(n) = t.strip_suffix("Gi") {
-        (n, 1 << 30)
-    } else if let Some(n) = t.strip_suffix(['k', 'K']) {
-        (n, 1_000)
-    } else if let Some(n) = t.strip_suffix('M') {
-        (n, 1_000_000)
-    } else if let Some(n) = t.strip_suffix('G') {
-        (n, 1_000_000_000)
-    } else {
-        (t, 1)
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a byte count (write 1000, 64k, 10M or 1MiB)"))?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("{text:?}: a byte count must be a positive number"));
-    }
-    let bytes = value * scale as f64;
+    const UNITS: &[(&str, f64)] = &[
+        ("Ki", (1u64 << 10) as f64),
+        ("Mi", (1u64 << 20) as f64),
+        ("Gi", (1u64 << 30) as f64),
+        ("k", 1e3),
+        ("K", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+    ];
+    let (value, scale) = parse_scaled(
+        text,
+        t,
+        UNITS,
+        1.0,
+        "a byte count",
+        "is not a byte count (write 1000, 64k, 10M or 1MiB)",
+    )?;
+    let bytes = value * scale;
     if bytes > 1e15 {
         return Err(format!("{text:?} is more than a petabyte"));
     }
@@ -94,4 +111,74 @@ pub fn parse_quota(text: &str) -> Result<Quota, String> {
         .parse()
         .map_err(|_| format!("{text:?} is not a packet count (write 10, or unlimited)"))?;
     Quota::packets(n).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `parse` reads each of `ok` as its value, and refuses each of `bad` with an error
+    /// containing the text given with it.
+    fn check<T: PartialEq + std::fmt::Debug>(
+        parse: fn(&str) -> Result<T, String>,
+        ok: &[(&str, T)],
+        bad: &[(&str, &str)],
+    ) {
+        for (text, want) in ok {
+            assert_eq!(parse(text).as_ref(), Ok(want), "{text:?}");
+        }
+        for (text, error) in bad {
+            let got = parse(text).expect_err(text);
+            assert!(got.contains(error), "{text:?}: {got}");
+        }
+    }
+
+    #[test]
+    fn durations_read_every_unit_and_refuse_bad_text() {
+        let ok = [
+            ("10s", Duration::from_secs(10)),
+            ("2", Duration::from_secs(2)),
+            ("250ms", Duration::from_millis(250)),
+            ("40us", Duration::from_micros(40)),
+            (" 40µs ", Duration::from_micros(40)),
+            ("1500ns", Duration::from_nanos(1500)),
+            ("0.5s", Duration::from_millis(500)),
+        ];
+        let bad = [
+            (
+                "soon",
+                "\"soon\" is not a duration (write 10s, 250ms or 40us)",
+            ),
+            ("-5ms", "\"-5ms\": a duration must be a positive number"),
+            ("400d", "is not a duration"),
+            ("1e9", "longer than a year"),
+        ];
+        check(parse_duration, &ok, &bad);
+    }
+
+    #[test]
+    fn byte_counts_read_decimal_and_binary_prefixes_and_refuse_bad_text() {
+        let ok = [
+            ("1000", 1000),
+            ("64k", 64_000),
+            ("64K", 64_000),
+            ("64kB", 64_000),
+            ("10M", 10_000_000),
+            ("1G", 1_000_000_000),
+            ("64KiB", 64 << 10),
+            ("1MiB", 1 << 20),
+            ("2Gi", 2 << 30),
+            ("1500b", 1500),
+        ];
+        let bad = [
+            (
+                "lots",
+                "\"lots\" is not a byte count (write 1000, 64k, 10M or 1MiB)",
+            ),
+            ("-1k", "\"-1k\": a byte count must be a positive number"),
+            ("2000T", "is not a byte count"),
+            ("2000000G", "more than a petabyte"),
+        ];
+        check(parse_bytes, &ok, &bad);
+    }
 }

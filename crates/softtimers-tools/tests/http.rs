@@ -29,18 +29,25 @@ impl Drop for Server {
     }
 }
 
+/// What a test needs of a server started on another thread: its address, its loop's stop
+/// handle and its counters.
+type Handles = (SocketAddr, StopHandle, Arc<ServerCounters>);
+
+fn handles(server: &HttpServer, ev: &EventLoop<()>) -> Handles {
+    (
+        server.local_addr().unwrap(),
+        ev.stop_handle(),
+        server.counters(),
+    )
+}
+
 fn server(idle: Duration) -> Server {
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::spawn(move || {
         let mut server = HttpServer::bind("127.0.0.1:0".parse().unwrap(), idle).unwrap();
         let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
         server.register(&mut ev.cx()).unwrap();
-        tx.send((
-            server.local_addr().unwrap(),
-            ev.stop_handle(),
-            server.counters(),
-        ))
-        .unwrap();
+        tx.send(handles(&server, &ev)).unwrap();
         ev.run(|cx, ready| server.on_ready(cx, ready)).unwrap();
     });
     let (addr, stop, counters) = rx.recv().unwrap();
@@ -270,12 +277,7 @@ fn the_polled_server_answers_everything_and_polls_under_load() {
                 .poll_with(PollerConfig::new(5).unwrap(), hz, due)
                 .unwrap();
             server.register(&mut ev.cx()).unwrap();
-            tx.send((
-                server.local_addr().unwrap(),
-                ev.stop_handle(),
-                server.counters(),
-            ))
-            .unwrap();
+            tx.send(handles(&server, &ev)).unwrap();
             let server = std::cell::RefCell::new(server);
             ev.run_with(
                 |cx, ready| server.borrow_mut().on_ready(cx, ready),

@@ -1,11 +1,41 @@
 //! `pace` and `sink` as a library, on loopback: every datagram sent is counted, the rate is
 //! right, datagrams due together share a system call, and garbage is counted, never a crash.
 
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use softtimer_net::Rate;
 use softtimer_rt::IoBackend;
 use softtimers_tools::pace::{self, PaceOptions, PaceTimer, SinkInput, SinkOptions, SinkTarget};
+
+/// A sink's options for these tests: at most `duration`, ending after `idle` without a
+/// datagram, the slow-start bottleneck of a 100 ms RTT, bursts of datagrams 2 µs apart.
+fn sink_options(target: SinkTarget, duration: Duration, idle: Duration) -> SinkOptions {
+    SinkOptions {
+        target,
+        duration: Some(duration),
+        idle,
+        rtt: Duration::from_millis(100),
+        bottleneck: None,
+        burst_gap: Duration::from_micros(2),
+        expected_rate: None,
+        gso_segment: None,
+    }
+}
+
+/// Binds a sink to a free loopback port and runs it on a thread with the options `options`
+/// makes for that port; the port's address and the thread.
+fn spawn_sink(
+    options: impl FnOnce(SinkTarget) -> SinkOptions,
+) -> (SocketAddr, JoinHandle<pace::SinkReport>) {
+    let rx = pace::bind_sink("127.0.0.1:0".parse().unwrap()).unwrap();
+    let to = rx.local_addr().unwrap();
+    let mut input = SinkInput::from(rx);
+    let options = options(SinkTarget::Listen(to));
+    let sink = std::thread::spawn(move || pace::sink_on(&mut input, &options).unwrap());
+    (to, sink)
+}
 
 /// Runs a sink on loopback and `pace` with `timer` into it; returns both reports.
 fn pace_into_sink(
@@ -70,20 +100,12 @@ fn pace_options_into_sink(
     burst_gap: Duration,
     options: impl FnOnce(std::net::SocketAddr, Rate) -> PaceOptions,
 ) -> anyhow::Result<(pace::PaceReport, pace::SinkReport)> {
-    let rx = pace::bind_sink("127.0.0.1:0".parse().unwrap()).unwrap();
-    let to = rx.local_addr().unwrap();
-    let mut input = SinkInput::from(rx);
-    let sink_options = SinkOptions {
-        target: SinkTarget::Listen(to),
-        duration: Some(Duration::from_secs(20)),
-        idle: Duration::from_millis(500),
-        rtt: Duration::from_millis(100),
+    let (to, sink) = spawn_sink(|target| SinkOptions {
         bottleneck: Some(rate.parse().unwrap()),
         burst_gap,
         expected_rate: Some(rate.parse().unwrap()),
-        gso_segment: None,
-    };
-    let sink = std::thread::spawn(move || pace::sink_on(&mut input, &sink_options).unwrap());
+        ..sink_options(target, Duration::from_secs(20), Duration::from_millis(500))
+    });
     let sent = pace::pace(&options(to, rate.parse().unwrap()));
     let sink = sink.join().unwrap();
     Ok((sent?, sink))
@@ -297,20 +319,9 @@ fn a_named_precision_picks_its_plan_and_reports_it() {
 /// and measured, never a crash.
 #[test]
 fn the_sink_counts_garbage_and_forged_headers() {
-    let rx = pace::bind_sink("127.0.0.1:0".parse().unwrap()).unwrap();
-    let to = rx.local_addr().unwrap();
-    let mut input = SinkInput::from(rx);
-    let options = SinkOptions {
-        target: SinkTarget::Listen(to),
-        duration: Some(Duration::from_secs(5)),
-        idle: Duration::from_millis(300),
-        rtt: Duration::from_millis(100),
-        bottleneck: None,
-        burst_gap: Duration::from_micros(2),
-        expected_rate: None,
-        gso_segment: None,
-    };
-    let sink = std::thread::spawn(move || pace::sink_on(&mut input, &options).unwrap());
+    let (to, sink) = spawn_sink(|target| {
+        sink_options(target, Duration::from_secs(5), Duration::from_millis(300))
+    });
     let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     std::thread::sleep(Duration::from_millis(50));
     for i in 0..5u8 {

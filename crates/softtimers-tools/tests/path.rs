@@ -308,14 +308,15 @@ fn names_that_exist_already_are_refused_and_left_alone() {
         b_to_a: l,
     };
     let netns = |name: &str| std::path::Path::new("/run/netns").join(name).exists();
+    let refused_as_taken = |name: &str| {
+        let err = RunningPath::start(name, spec, None).err().expect("refused");
+        assert!(format!("{err:#}").contains("exists already"), "{err:#}");
+    };
 
     // A namespace with the name the path would give its first namespace.
     let taken = Made(vec!["netns", "del"], format!("st-taken-{pid}-a"));
     ip(&["netns", "add", &taken.1]);
-    let err = RunningPath::start("taken", spec, None)
-        .err()
-        .expect("refused");
-    assert!(format!("{err:#}").contains("exists already"), "{err:#}");
+    refused_as_taken("taken");
     assert!(
         netns(&taken.1),
         "the namespace that was there is left alone"
@@ -327,10 +328,7 @@ fn names_that_exist_already_are_refused_and_left_alone() {
     // A device with the name the path would give its first TUN device.
     let busy = Made(vec!["link", "del"], format!("st{pid}busya"));
     ip(&["tuntap", "add", "dev", &busy.1, "mode", "tun"]);
-    let err = RunningPath::start("busy", spec, None)
-        .err()
-        .expect("refused");
-    assert!(format!("{err:#}").contains("exists already"), "{err:#}");
+    refused_as_taken("busy");
     assert!(
         device_exists(&busy.1),
         "the device that was there is left alone"

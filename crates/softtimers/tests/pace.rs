@@ -6,49 +6,27 @@ use std::time::Duration;
 
 mod support;
 
-use support::{common, refused, scratch, softtimers, succeeded, take_json};
+use support::{
+    free_port, refused, scratch, softtimers, spawn_serving, spawn_softtimers, succeeded, take_json,
+};
 
 use softtimers_tools::pace::{self, PaceOptions, PaceTimer};
 
 #[test]
 fn bad_input_is_a_clear_error() {
-    let cases: [&[&str]; 12] = [
-        &["pace", "--to", "127.0.0.1:9", "--rate", "0"],
-        &[
-            "pace",
-            "--to",
-            "127.0.0.1:9",
-            "--rate",
-            "1M",
-            "--spin-window",
-            "5s",
-        ],
-        &["pace", "--to", "127.0.0.1:9", "--rate", "-5M"],
-        &["pace", "--to", "127.0.0.1:9", "--rate", "fast"],
-        &["pace", "--to", "127.0.0.1:9", "--rate", "5000T"],
-        &[
-            "pace",
-            "--to",
-            "127.0.0.1:9",
-            "--rate",
-            "1M",
-            "--size",
-            "70000",
-        ],
-        &[
-            "pace",
-            "--to",
-            "127.0.0.1:9",
-            "--rate",
-            "1M",
-            "--size",
-            "10",
-        ],
-        &["pace", "--to", "not-an-address", "--rate", "1M"],
-        &["sink", "--listen", "127.0.0.1:9", "--duration", "soon"],
-        &["sink", "--duration", "1s"],
-        &["sink", "--listen", "127.0.0.1:9", "--observe", "9"],
-        &["sink", "--observe", "9", "--interface", "no-such-if0"],
+    let cases = [
+        "pace --to 127.0.0.1:9 --rate 0",
+        "pace --to 127.0.0.1:9 --rate 1M --spin-window 5s",
+        "pace --to 127.0.0.1:9 --rate -5M",
+        "pace --to 127.0.0.1:9 --rate fast",
+        "pace --to 127.0.0.1:9 --rate 5000T",
+        "pace --to 127.0.0.1:9 --rate 1M --size 70000",
+        "pace --to 127.0.0.1:9 --rate 1M --size 10",
+        "pace --to not-an-address --rate 1M",
+        "sink --listen 127.0.0.1:9 --duration soon",
+        "sink --duration 1s",
+        "sink --listen 127.0.0.1:9 --observe 9",
+        "sink --observe 9 --interface no-such-if0",
     ];
     refused(&cases);
 }
@@ -58,30 +36,19 @@ fn pace_and_sink_write_the_json_the_checks_read() {
     let dir = scratch("pace");
     let sink_json = dir.join("sink.json");
     let pace_json = dir.join("pace.json");
-    // A port picked by binding and releasing it.
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let listen = format!("127.0.0.1:{port}");
-    let sink = {
-        let (listen, json) = (listen.clone(), sink_json.clone());
-        std::thread::spawn(move || {
-            softtimers(&[
-                "sink",
-                "--listen",
-                &listen,
-                "--duration",
-                "3s",
-                "--json",
-                json.to_str().unwrap(),
-            ])
-        })
-    };
-    assert!(
-        common::wait_for_port(port, Duration::from_secs(10), || !sink.is_finished()),
-        "the sink did not bind {listen}"
+    let sink = spawn_serving(
+        port,
+        &[
+            "sink",
+            "--listen",
+            &listen,
+            "--duration",
+            "3s",
+            "--json",
+            sink_json.to_str().unwrap(),
+        ],
     );
     let out = softtimers(&[
         "pace",
@@ -132,22 +99,17 @@ fn the_sink_observes_a_port_it_does_not_own() {
     let owner = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let to = owner.local_addr().unwrap();
     let json = std::env::temp_dir().join(format!("softtimers-observe-{}.json", std::process::id()));
-    let sink = {
-        let (port, json) = (to.port().to_string(), json.clone());
-        std::thread::spawn(move || {
-            softtimers(&[
-                "sink",
-                "--observe",
-                &port,
-                "--duration",
-                "5s",
-                "--idle",
-                "300ms",
-                "--json",
-                json.to_str().unwrap(),
-            ])
-        })
-    };
+    let sink = spawn_softtimers(&[
+        "sink",
+        "--observe",
+        &to.port().to_string(),
+        "--duration",
+        "5s",
+        "--idle",
+        "300ms",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
     std::thread::sleep(Duration::from_millis(300));
     if !rustix::process::geteuid().is_root() {
         let out = sink.join().unwrap();
@@ -196,54 +158,14 @@ fn the_sink_observes_a_port_it_does_not_own() {
 
 #[test]
 fn forwarding_commands_refuse_bad_input() {
-    let cases: [&[&str]; 7] = [
-        &["flood", "--to", "127.0.0.1:9", "--rate", "0"],
-        &["flood", "--to", "127.0.0.1:9", "--rate", "1000000000"],
-        &[
-            "flood",
-            "--to",
-            "127.0.0.1:9",
-            "--rate",
-            "1000",
-            "--size",
-            "0",
-        ],
-        &[
-            "router",
-            "--listen",
-            "127.0.0.1:0",
-            "--forward-to",
-            "127.0.0.1:9",
-            "--quota",
-            "0",
-        ],
-        &[
-            "router",
-            "--listen",
-            "127.0.0.1:0",
-            "--forward-to",
-            "127.0.0.1:9",
-            "--cpu-budget",
-            "0",
-        ],
-        &[
-            "router",
-            "--listen",
-            "127.0.0.1:0",
-            "--forward-to",
-            "127.0.0.1:9",
-            "--cpu-budget",
-            "101",
-        ],
-        &[
-            "router",
-            "--listen",
-            "127.0.0.1:0",
-            "--forward-to",
-            "nowhere",
-            "--duration",
-            "1s",
-        ],
+    let cases = [
+        "flood --to 127.0.0.1:9 --rate 0",
+        "flood --to 127.0.0.1:9 --rate 1000000000",
+        "flood --to 127.0.0.1:9 --rate 1000 --size 0",
+        "router --listen 127.0.0.1:0 --forward-to 127.0.0.1:9 --quota 0",
+        "router --listen 127.0.0.1:0 --forward-to 127.0.0.1:9 --cpu-budget 0",
+        "router --listen 127.0.0.1:0 --forward-to 127.0.0.1:9 --cpu-budget 101",
+        "router --listen 127.0.0.1:0 --forward-to nowhere --duration 1s",
     ];
     refused(&cases);
 }
@@ -259,41 +181,13 @@ fn the_router_forwards_every_datagram_at_a_low_rate() {
         // The first datagram may wait for the router and the flood to start on a loaded host.
         sink.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let json = std::env::temp_dir().join(format!(
             "softtimers-router-{design}-{}.json",
             std::process::id()
         ));
-        let router = {
-            let (listen, to, json) = (
-                listen.clone(),
-                sink.local_addr().unwrap().to_string(),
-                json.clone(),
-            );
-            let design = design.to_string();
-            std::thread::spawn(move || {
-                softtimers(&[
-                    "router",
-                    "--listen",
-                    &listen,
-                    "--forward-to",
-                    &to,
-                    "--design",
-                    &design,
-                    // Long enough that a flood slow to start on a loaded host still ends
-                    // well inside the run.
-                    "--duration",
-                    "3s",
-                    "--json",
-                    json.to_str().unwrap(),
-                ])
-            })
-        };
+        let to = sink.local_addr().unwrap().to_string();
         let reader = std::thread::spawn(move || {
             let mut got = 0;
             let mut buf = [0u8; 64];
@@ -303,9 +197,23 @@ fn the_router_forwards_every_datagram_at_a_low_rate() {
             }
             got
         });
-        assert!(
-            common::wait_for_port(port, Duration::from_secs(10), || !router.is_finished()),
-            "{design}: the router did not bind {listen}"
+        let router = spawn_serving(
+            port,
+            &[
+                "router",
+                "--listen",
+                &listen,
+                "--forward-to",
+                &to,
+                "--design",
+                design,
+                // Long enough that a flood slow to start on a loaded host still ends
+                // well inside the run.
+                "--duration",
+                "3s",
+                "--json",
+                json.to_str().unwrap(),
+            ],
         );
         let flood = softtimers(&[
             "flood",

@@ -7,17 +7,9 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{common, succeeded};
+use support::{common, free_port, succeeded};
 
 const BIN: &str = env!("CARGO_BIN_EXE_softtimers");
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Starts `softtimers quic server` of `stack` on a free loopback port for one connection, and
 /// waits until it listens; returns it and its address.

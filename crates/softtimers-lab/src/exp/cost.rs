@@ -145,7 +145,7 @@ fn cost_table(
             }
         })
         .collect();
-    let info = RunInfo::new(options, length.throughput_run(), length.rounds());
+    let info = RunInfo::throughput(options);
     Ok((info, median(&rates[0]), rows))
 }
 

@@ -268,7 +268,7 @@ impl Step {
                 TIMERS_RUN * (length.timers_rounds() * configs) as u32
                     + bench_timers::slowest_runs_at_most(length.timers_rounds())
                     + length.backstop_compute()
-                    + length.state_time() * bench_timers::state_runs() as u32
+                    + length.state_time().mul_f64(bench_timers::state_runs())
             }
             // The configurations and the run without events.
             Step::E1 => runs(rounds * (cost::E1_CONFIGS + 1), throughput),

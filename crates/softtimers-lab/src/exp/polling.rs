@@ -17,7 +17,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{
-    ExpOptions, Outcome, RunInfo, Setup, TimerSource, Workload, interleaved, run,
+    ExpOptions, Outcome, RunResult, Setup, TimerSource, Workload, interleaved, run,
 };
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Rendered, Section};
@@ -56,16 +56,8 @@ pub struct PollingRow {
     pub cpu_us_per_response: f64,
 }
 
-/// E9's result (`e9.json`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E9 {
-    /// How the runs were made.
-    pub run: RunInfo,
-    /// One row per (workload, design, quota).
-    pub rows: Vec<PollingRow>,
-    /// The targets against this run.
-    pub targets: Vec<TargetCheck>,
-}
+/// E9's result (`e9.json`): one row per (workload, design, quota).
+pub type E9 = RunResult<PollingRow>;
 
 #[derive(Clone, Copy)]
 struct Config {
@@ -204,11 +196,7 @@ pub fn e9(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
             ));
         }
     }
-    Ok(E9 {
-        run: RunInfo::new(options, length.throughput_run(), length.rounds()),
-        rows,
-        targets,
-    })
+    Ok(E9::throughput(options, rows, targets))
 }
 
 const PAPER_TABLE_XII: &str = "The paper (Table XII, 333 MHz PII, FreeBSD, 6 KB file, req/s and \

@@ -8,7 +8,7 @@
 //! | [`client`] | the load generators: the project's own and `wrk` |
 //! | [`rounds`] | configurations interleaved round by round ([`interleaved`]) |
 //! | [`length`] | how long each kind of run lasts in quick and full mode ([`RunLength`]) |
-//! | [`options`] | what an experiment knows of its lab run ([`ExpOptions`]) and states of its runs ([`RunInfo`]) |
+//! | [`options`] | what an experiment knows of its lab run ([`ExpOptions`]) and states of its runs ([`RunInfo`], [`RunResult`]) |
 //! | [`progress`] | progress bars and durations for people |
 //!
 //! CPU accounting and pinning ([`softtimers_tools::cpu`]) and JSON files
@@ -26,7 +26,7 @@ pub mod server;
 pub use client::{Client, check_client, run_client};
 pub use handler::HandlerKind;
 pub use length::RunLength;
-pub use options::{ExpOptions, RunInfo, trigger_source_name};
+pub use options::{ExpOptions, RunInfo, RunResult, trigger_source_name};
 pub use paced_flow::{Clocking, PaceLoad, PaceOutcome};
 pub use progress::{human_duration, progress_bar, with_progress};
 pub use rounds::interleaved;

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use softtimers_tools::cpu::{CLIENT_CPU, server_cpu};
 
 use super::{Client, RunLength};
+use crate::targets::TargetCheck;
 
 /// What an experiment needs to know about the lab run it is part of.
 #[derive(Clone, Debug)]
@@ -37,6 +38,29 @@ pub struct RunInfo {
     pub client: Client,
 }
 
+/// The result of an experiment made of server runs: how they were made, its rows and the
+/// targets checked against them.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunResult<Row> {
+    /// How the runs were made.
+    pub run: RunInfo,
+    /// One row per measured configuration.
+    pub rows: Vec<Row>,
+    /// The targets against this run.
+    pub targets: Vec<TargetCheck>,
+}
+
+impl<Row> RunResult<Row> {
+    /// The result of throughput runs made in the lab run `options`.
+    pub fn throughput(options: &ExpOptions, rows: Vec<Row>, targets: Vec<TargetCheck>) -> Self {
+        RunResult {
+            run: RunInfo::throughput(options),
+            rows,
+            targets,
+        }
+    }
+}
+
 impl RunInfo {
     /// For runs of `run` each, `rounds` rounds, in the lab run `options`.
     pub fn new(options: &ExpOptions, run: Duration, rounds: usize) -> Self {
@@ -48,6 +72,12 @@ impl RunInfo {
             client_cpu: CLIENT_CPU,
             client: options.client,
         }
+    }
+
+    /// For throughput runs, as many rounds as the lab run `options` makes of them.
+    pub fn throughput(options: &ExpOptions) -> Self {
+        let length = options.length;
+        RunInfo::new(options, length.throughput_run(), length.rounds())
     }
 
     /// "the project's own load generator" or "wrk".

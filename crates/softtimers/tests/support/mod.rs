@@ -16,10 +16,43 @@ pub fn softtimers(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
-/// Runs the binary with each of `cases`: each must fail with an error, not a panic.
-pub fn refused(cases: &[&[&str]]) {
-    for args in cases {
-        let out = softtimers(args);
+/// Runs the `softtimers` binary with `args` on a thread of its own, for a command that
+/// serves while the test drives it.
+pub fn spawn_softtimers(args: &[&str]) -> std::thread::JoinHandle<Output> {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    std::thread::spawn(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        softtimers(&args)
+    })
+}
+
+/// Runs the `softtimers` binary with `args` on a thread, a command that binds `port`, and
+/// waits until it has bound it (10 s at most: a loaded machine starts it slowly).
+pub fn spawn_serving(port: u16, args: &[&str]) -> std::thread::JoinHandle<Output> {
+    let server = spawn_softtimers(args);
+    let timeout = std::time::Duration::from_secs(10);
+    assert!(
+        common::wait_for_port(port, timeout, || !server.is_finished()),
+        "{args:?} did not bind port {port}"
+    );
+    server
+}
+
+/// A loopback UDP port that was free a moment ago, picked by binding and releasing it.
+pub fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs the binary with each of `cases`, a command line split at whitespace: each must fail
+/// with an error, not a panic.
+pub fn refused(cases: &[&str]) {
+    for line in cases {
+        let args: Vec<&str> = line.split_whitespace().collect();
+        let out = softtimers(&args);
         assert!(!out.status.success(), "{args:?} should fail");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("error"), "{args:?}: {err}");

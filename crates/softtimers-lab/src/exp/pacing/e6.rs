@@ -70,7 +70,6 @@ pub struct E6 {
 
 /// E6 (Tables VI–VII): the HTTP server's throughput while it paces a UDP flow.
 pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E6> {
-    let length = options.length;
     let mut configs = vec![PacedConfig::plain()];
     for interval in [20u64, 10] {
         let adaptive = Clocking::Adaptive {
@@ -159,7 +158,7 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
         ),
     ];
     Ok(E6 {
-        run: RunInfo::new(options, length.throughput_run(), length.rounds()),
+        run: RunInfo::throughput(options),
         no_flow_rps: median(&rates[0]),
         rows,
         targets,

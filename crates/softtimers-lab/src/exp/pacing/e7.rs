@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::harness::{Clocking, ExpOptions, RunInfo};
+use crate::harness::{Clocking, ExpOptions, RunResult};
 use crate::paper::PAPER_TABLES_VIII_IX;
 use crate::report::{Rendered, Section};
 use crate::summary::median;
@@ -35,23 +35,14 @@ pub struct TransmitProcessRow {
     pub rps: f64,
 }
 
-/// E7's result (`e7.json`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E7 {
-    /// How the runs were made.
-    pub run: RunInfo,
-    /// One row per (target, clocking, minimum interval).
-    pub rows: Vec<TransmitProcessRow>,
-    /// The targets against this run.
-    pub targets: Vec<TargetCheck>,
-}
+/// E7's result (`e7.json`): one row per (target, clocking, minimum interval).
+pub type E7 = RunResult<TransmitProcessRow>;
 
 /// The minimum (burst) intervals of Tables VIII–IX, µs.
 pub(super) const MIN_INTERVALS_US: [u64; 6] = [12, 15, 20, 25, 30, 35];
 
 /// E7 (Tables VIII–IX): the transmission process under the HTTP workload.
 pub fn e7(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E7> {
-    let length = options.length;
     let mut configs = Vec::new();
     for target in [40u64, 60] {
         let adaptive =
@@ -96,11 +87,7 @@ pub fn e7(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
             ));
         }
     }
-    Ok(E7 {
-        run: RunInfo::new(options, length.throughput_run(), length.rounds()),
-        rows,
-        targets,
-    })
+    Ok(E7::throughput(options, rows, targets))
 }
 
 impl Section for E7 {
