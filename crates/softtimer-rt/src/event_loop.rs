@@ -2,7 +2,7 @@
 //! the timer source.
 
 use std::marker::PhantomData;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -23,7 +23,7 @@ use crate::shared::{Counters, Handler, Shared};
 use crate::signal;
 use crate::sys::{self, ThreadSignalTimer};
 use crate::timerfd::{periodic_timerfd, timespec};
-use crate::uring::{Ring, RingStats};
+use crate::uring::Ring;
 
 mod ring_wait;
 
@@ -340,21 +340,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         };
         let off = config.mode == TimerMode::Off && signal_period.is_none();
         let signals_paused = Arc::clone(&shared.signals_paused);
-        let ring = if config.io_backend.is_uring() {
-            let sqpoll = config.io_backend == crate::IoBackend::UringSqpoll;
-            let mut ring = Ring::new(config.uring, sqpoll)?;
-            ring.watch(stop_fd.as_raw_fd(), true, false, true, STOP_TOKEN)
-                .map_err(RtError::io("a poll of the stop eventfd"))?;
-            if let Some(fd) = &timerfd {
-                ring.watch(fd.as_raw_fd(), true, false, true, TIMERFD_TOKEN)
-                    .map_err(RtError::io("a poll of the baseline's timerfd"))?;
-            }
-            ring.watch_once(epoll.as_raw_fd(), EPOLL_TOKEN)
-                .map_err(RtError::io("a poll of the epoll set"))?;
-            Some(Box::new(ring))
-        } else {
-            None
-        };
+        let ring = ring_wait::build_ring(&config, &stop_fd, timerfd.as_ref(), &epoll)?;
         let mut core = Core::new(
             shared,
             epoll,
@@ -447,20 +433,6 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             .duration(self.idle_spin_total)
             .as_nanos() as u64;
         counters
-    }
-
-    /// What the loop's ring did (`None`: the epoll backend).
-    pub fn ring_stats(&self) -> Option<RingStats> {
-        self.core.ring.as_ref().map(|r| r.stats())
-    }
-
-    /// The loop's I/O backend.
-    pub fn io_backend(&self) -> crate::IoBackend {
-        match &self.core.ring {
-            None => crate::IoBackend::Epoll,
-            Some(ring) if ring.sqpoll() => crate::IoBackend::UringSqpoll,
-            Some(_) => crate::IoBackend::Uring,
-        }
     }
 
     /// Trigger-state statistics of the loop thread, with the facility's firing delays merged

@@ -502,6 +502,14 @@ impl Ring {
         } else {
             None
         };
+        // Waiting for a batch is bounded only by the kernel's minimum wait: without it (an
+        // older kernel, or none asked for) one completion ends the wait, so that a stop or a
+        // single datagram is never held behind completions that may not come.
+        let batch = if min_wait.is_some() && self.sys.has_min_timeout() {
+            batch
+        } else {
+            1
+        };
         self.sys.wait(self.outstanding + batch, timeout, min_wait)
     }
 
@@ -559,10 +567,23 @@ impl Ring {
                             != 0,
                     });
                 }
+                if c.result < 0 {
+                    // The poll failed (a descriptor closed while registered: EBADF). It is not
+                    // armed again, which would fail at once, again and again, and could watch
+                    // another file that reuses the number; the application hears of it as a
+                    // hang-up and deregisters.
+                    self.push_ready(Ready {
+                        token,
+                        readable: false,
+                        writable: false,
+                        closed: true,
+                    });
+                    return TriggerSource::Syscall;
+                }
                 let p = &self.polls[index as usize];
                 if !c.more() && (p.multi || p.level) {
-                    // A multishot poll the kernel ended (an error, an overflow), or a
-                    // level-triggered one that reported: watch again.
+                    // A multishot poll the kernel ended (an overflow), or a level-triggered
+                    // one that reported: watch again.
                     let (fd, events, multi) = (p.fd, p.events, p.multi);
                     let _ = self.sys.poll(fd, events, multi, c.data);
                 }
@@ -610,6 +631,9 @@ impl Ring {
                 let waiting: Vec<u32> = a.waiting.drain(..).collect();
                 for slot in waiting {
                     if self.submit_slot(slot).is_err() {
+                        // Not sent and not to be: counted as refused, never lost silently.
+                        let datagrams = self.slot_use[slot as usize].datagrams;
+                        self.attached[index as usize].counters.refused += u64::from(datagrams);
                         self.free_slots.push(slot);
                     }
                 }
@@ -710,7 +734,7 @@ impl Ring {
         let (group, socket) = (r.group, r.socket);
         let taken = r.queue.len().min(max);
         let msghdr = self.sys.group_msghdr(group);
-        let (mut received, mut truncated) = (0, 0);
+        let (mut received, mut truncated, mut malformed) = (0, 0, 0);
         for _ in 0..taken {
             let Some((bid, len)) = self.attached[index]
                 .recv
@@ -746,15 +770,19 @@ impl Ring {
                 f(m);
                 Some(t)
             });
-            if let Some(Some(t)) = parsed {
-                received += 1;
-                truncated += u64::from(t);
+            match parsed {
+                Some(Some(t)) => {
+                    received += 1;
+                    truncated += u64::from(t);
+                }
+                _ => malformed += 1,
             }
         }
         self.sys.publish(group);
         let a = &mut self.attached[index];
         a.counters.received += received;
         a.counters.truncated += truncated;
+        a.counters.malformed += malformed;
         if a.recv
             .as_ref()
             .is_some_and(|r| !r.armed && r.failures < RECV_FAILURES)

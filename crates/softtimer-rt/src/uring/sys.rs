@@ -570,6 +570,11 @@ impl RingSys {
         sq.need_wakeup() || sq.taskrun() || sq.cq_overflow()
     }
 
+    /// Whether the kernel takes a minimum wait (`IORING_FEAT_MIN_TIMEOUT`, Linux 6.12).
+    pub(crate) fn has_min_timeout(&self) -> bool {
+        self.min_timeout
+    }
+
     /// Submits what is queued and waits until `want` completions are in the queue, or
     /// `timeout` passes (`None`: no limit). With `min_wait` (6.12+), once it has passed the
     /// wait ends at the first completion. An interruption or the timeout end the wait early

@@ -93,6 +93,9 @@ pub struct RingCounters {
     pub received: u64,
     /// Messages longer than a provided buffer, received truncated.
     pub truncated: u64,
+    /// Completions whose message could not be read back from its buffer (a header the kernel
+    /// wrote that does not parse): dropped, and counted here rather than lost silently.
+    pub malformed: u64,
     /// Times the multishot receive ended (no free buffer, an error) and was armed again.
     pub rearmed: u64,
     /// What ended the receive for good (the negated `errno`, or 0 for end of file), after it

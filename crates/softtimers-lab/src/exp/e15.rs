@@ -615,7 +615,6 @@ mod tests {
             assert_eq!(row.held, 200);
             assert!(row.late_packets_sent >= 1, "{row:?}");
             assert!(row.cpu_ns_per_close > 0.0 && row.cpu_ns_per_expiry > 0.0);
-            assert!(row.cpu_ns_per_close >= row.cpu_ns_per_expiry);
             rows.push(row);
         }
         // Every late packet a compact record gets first is answered with the close again.

@@ -298,16 +298,15 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
             };
             // Each handler goes to the loop as its own closure type, boxed once there: a
             // handler boxed here too would cost every fired event a second indirect call.
-            // SAFETY (each `new_loop`): the handler (`make_handler`) only re-arms on a
-            // facility with room reserved and touches preallocated atomics: no allocation,
-            // no lock, no panic path. The polling handler only stores to an atomic flag. A
-            // paced flow's handler adds one `send` system call on a buffer it owns; its lock
-            // is taken only with adaptive clocking, which runs on soft timers, never in a
-            // signal handler.
+            // `new_loop` is unsafe because, with timer signals, the handler runs in a signal
+            // handler: each block below says why its handler is async-signal-safe.
             #[allow(unsafe_code)]
             let mut ev = match (&pace, s.poll_quota) {
                 (Some(p), _) => {
                     let p = Arc::clone(p);
+                    // SAFETY: a paced flow's handler adds one `send` system call on a buffer
+                    // it owns; its lock is taken only with adaptive clocking, which runs on
+                    // soft timers, never in a signal handler.
                     unsafe {
                         s.source
                             .new_loop(config, period, move |timers, ev| p.on_event(timers, &ev))?
@@ -315,12 +314,16 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
                 }
                 (None, Some(_)) => {
                     let due = Arc::clone(&poll_due);
+                    // SAFETY: the polling handler only stores to an atomic flag.
                     unsafe {
                         s.source.new_loop(config, period, move |_, _| {
                             due.store(true, Ordering::Relaxed)
                         })?
                     }
                 }
+                // SAFETY: `make_handler`'s handler only re-arms on a facility with room
+                // reserved and touches preallocated atomics: no allocation, no lock, no panic
+                // path.
                 (None, None) => unsafe {
                     s.source
                         .new_loop(config, period, make_handler(&s, interval, deadline))?
