@@ -168,6 +168,23 @@ impl Link {
 /// A run of a simulation for at most a limit of simulated time: after each step, the clock
 /// moves on to the earliest thing due ([`SimRun::advance`]). [`Net::run_for`] is one; a
 /// harness of its own (other links, other measurements) makes another the same way.
+///
+/// ```
+/// use std::time::Duration;
+/// use softtimer::{Clock, SimClock, Span};
+/// use softtimer_quic::sim::SimRun;
+///
+/// let clock = SimClock::new(1_000_000_000);
+/// let start = clock.now();
+/// let ms = |n| Span::from_duration(Duration::from_millis(n), clock.resolution_hz());
+/// let mut run = SimRun::new(&clock, Duration::from_millis(10));
+/// // Something is due in 1 ms: the clock moves there.
+/// assert!(run.advance(&clock, Some(start + ms(1))));
+/// assert_eq!(clock.now(), start + ms(1));
+/// // The next thing is due after the run's end: the run ends, the clock at its end.
+/// assert!(!run.advance(&clock, Some(start + ms(20))));
+/// assert_eq!(clock.now(), start + ms(10));
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct SimRun {
     end: Instant,

@@ -5,6 +5,25 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 /// Why the loop cannot use io_uring here.
+///
+/// # Example
+///
+/// Falling back to epoll where the kernel refuses the ring:
+///
+/// ```
+/// use softtimer_rt::{EventLoop, IoBackend, LoopConfig, RtError};
+///
+/// let uring = LoopConfig { io_backend: IoBackend::Uring, ..LoopConfig::default() };
+/// let _ev: EventLoop<()> = match EventLoop::new(uring, |_, _| {}) {
+///     Ok(ev) => ev,
+///     Err(RtError::Uring(why)) => {
+///         eprintln!("no io_uring ({why}); using epoll");
+///         EventLoop::new(LoopConfig::default(), |_, _| {})?
+///     }
+///     Err(e) => return Err(e.into()),
+/// };
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UringUnavailable {
     /// `io_uring_setup` does not exist: a kernel before 5.1, one built without io_uring, or a
@@ -115,6 +134,27 @@ pub struct RingStats {
 }
 
 /// How the ring is set up and waits ([`LoopConfig::uring`](crate::LoopConfig::uring)).
+///
+/// # Example
+///
+/// A ring whose waits gather up to 16 completions, holding the first back at most 20 µs
+/// (Linux 6.12's `min_timeout`; before it, a wait returns at the first):
+///
+/// ```
+/// use std::time::Duration;
+/// use softtimer_rt::{IoBackend, LoopConfig, UringOptions};
+///
+/// let config = LoopConfig {
+///     io_backend: IoBackend::Uring,
+///     uring: UringOptions {
+///         wait_batch: 16,
+///         min_wait: Some(Duration::from_micros(20)),
+///         ..UringOptions::default()
+///     },
+///     ..LoopConfig::default()
+/// };
+/// assert_eq!(config.uring.entries, UringOptions::default().entries);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UringOptions {
     /// Submission-queue entries (a power of two; the completion queue has 16 times as many,

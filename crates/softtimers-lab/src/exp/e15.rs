@@ -512,8 +512,13 @@ fn figure(rows: &[E15Row], design: &str, g: fn(&E15Row) -> f64) -> f64 {
 
 fn e15_targets(rows: &[E15Row]) -> Vec<TargetCheck> {
     let get = |design: &str, g: fn(&E15Row) -> f64| figure(rows, design, g);
-    let compact = get("compact", |r| r.bytes_per_closed);
-    let full = get("full", |r| r.bytes_per_closed);
+    // The larger of the RSS and live-heap slopes: the allocator may place the records in
+    // pages the handshakes freed, so that RSS does not grow while the heap does.
+    fn memory(r: &E15Row) -> f64 {
+        r.bytes_per_closed.max(r.heap_bytes_per_closed)
+    }
+    let compact = get("compact", memory);
+    let full = get("full", memory);
     let held = rows.first().map_or(0, |r| r.held);
     let answered = |design: &str| {
         figure(rows, design, |r| {
@@ -522,7 +527,9 @@ fn e15_targets(rows: &[E15Row]) -> Vec<TargetCheck> {
     };
     vec![
         TargetCheck::at_most(
-            format!("memory per closed connection held, compact (RSS slope, {held} held), bytes"),
+            format!(
+                "memory per closed connection held, compact (the larger of the RSS and heap slopes, {held} held), bytes"
+            ),
             "≤ 256",
             256.0,
             compact,

@@ -18,12 +18,12 @@ use hyper::{Request, Response};
 use softtimer_async::{Precision, Runtime, TcpListener};
 use softtimers_tools::cpu::{pin_to, process_cpu_ns, server_cpu, thread_cpu_ns};
 
-use super::{AsyncRow, find, ratio};
+use super::{AsyncRow, AsyncWorkload, RuntimeKind, find, ratio};
 use crate::harness::{ExpOptions, Workload, run_client};
 use crate::targets::TargetCheck;
 
 /// The workload's name.
-pub const HYPER_1CORE: &str = "hyper-1core";
+pub const HYPER_1CORE: AsyncWorkload = AsyncWorkload::Hyper1core;
 
 static BODY: [u8; 6 * 1024] = [b'x'; 6 * 1024];
 /// How often a server checks whether the run is over.
@@ -151,7 +151,7 @@ type Server = fn(Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandle
 
 fn measure(
     options: &ExpOptions,
-    runtime: &str,
+    runtime: RuntimeKind,
     precision: Option<Precision>,
     threads: u32,
     server: Server,
@@ -191,19 +191,27 @@ fn measure(
 pub fn hyper_1core(options: &ExpOptions) -> Result<Vec<AsyncRow>> {
     let soft = Some(Precision::default());
     Ok(vec![
-        measure(options, "soft", soft, 1, |stop| soft_server(1, stop))?,
-        measure(options, "tokio-ct", None, 1, |stop| tokio_server(0, stop))?,
-        measure(options, "soft", soft, 2, |stop| soft_server(2, stop))?,
-        measure(options, "tokio-mt", None, 2, |stop| tokio_server(2, stop))?,
+        measure(options, RuntimeKind::Soft, soft, 1, |stop| {
+            soft_server(1, stop)
+        })?,
+        measure(options, RuntimeKind::TokioCt, None, 1, |stop| {
+            tokio_server(0, stop)
+        })?,
+        measure(options, RuntimeKind::Soft, soft, 2, |stop| {
+            soft_server(2, stop)
+        })?,
+        measure(options, RuntimeKind::TokioMt, None, 2, |stop| {
+            tokio_server(2, stop)
+        })?,
     ])
 }
 
 /// Two loops against one (soft), when both ran.
 pub fn scale_target(rows: &[AsyncRow]) -> Option<TargetCheck> {
-    let one = find(rows, HYPER_1CORE, "soft")?;
-    let two = rows
-        .iter()
-        .find(|r| r.workload == HYPER_1CORE && r.runtime == "soft" && r.threads == Some(2))?;
+    let one = find(rows, HYPER_1CORE, RuntimeKind::Soft)?;
+    let two = rows.iter().find(|r| {
+        r.workload == HYPER_1CORE && r.runtime == RuntimeKind::Soft && r.threads == Some(2)
+    })?;
     Some(TargetCheck::at_least(
         format!(
             "hyper requests/s, soft with 2 loops / 1 loop ({} CPUs online, the load generator on CPU 0 with loop 0)",

@@ -37,14 +37,88 @@ use crate::targets::TargetCheck;
 /// Where the baselines come from (the anchor: the same workload on tokio and smol).
 pub const ANCHOR: &str = "tokio 1.x current_thread and smol 2, same run, pinned alike";
 
+/// The workloads of `lab async`; in JSON by their kebab-case names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AsyncWorkload {
+    /// Sequential `sleep(100 µs)` on one task.
+    #[serde(rename = "sleep-100us")]
+    Sleep100us,
+    /// 10,000 tasks sleeping at random and re-arming.
+    #[serde(rename = "sleep-10k-tasks")]
+    Sleep10kTasks,
+    /// 100 Mbit/s of 1472 B datagrams, paced.
+    #[serde(rename = "paced-udp-100mbit")]
+    PacedUdp100mbit,
+    /// hyper HTTP/1.1 keep-alive, a 6 KB body.
+    #[serde(rename = "hyper-1core")]
+    Hyper1core,
+    /// Unchanged quinn, request/response under loss.
+    #[serde(rename = "quinn-rr")]
+    QuinnRr,
+    /// Unchanged quinn, a bulk download; its operation is a megabyte delivered.
+    #[serde(rename = "quinn-bulk")]
+    QuinnBulk,
+}
+
+impl AsyncWorkload {
+    /// The name in JSON and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            AsyncWorkload::Sleep100us => "sleep-100us",
+            AsyncWorkload::Sleep10kTasks => "sleep-10k-tasks",
+            AsyncWorkload::PacedUdp100mbit => "paced-udp-100mbit",
+            AsyncWorkload::Hyper1core => "hyper-1core",
+            AsyncWorkload::QuinnRr => "quinn-rr",
+            AsyncWorkload::QuinnBulk => "quinn-bulk",
+        }
+    }
+}
+
+/// The runtimes `lab async` compares; in JSON as `soft`, `tokio-ct`, `tokio-mt`, `smol`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuntimeKind {
+    /// `softtimer-async`.
+    Soft,
+    /// tokio's `current_thread` scheduler.
+    TokioCt,
+    /// tokio's multi-thread scheduler.
+    TokioMt,
+    /// smol 2 (`async-io`'s reactor).
+    Smol,
+}
+
+impl RuntimeKind {
+    /// The name in JSON and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            RuntimeKind::Soft => "soft",
+            RuntimeKind::TokioCt => "tokio-ct",
+            RuntimeKind::TokioMt => "tokio-mt",
+            RuntimeKind::Smol => "smol",
+        }
+    }
+}
+
+impl std::fmt::Display for AsyncWorkload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::fmt::Display for RuntimeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A row of `async.json`. A field a workload does not measure is `null`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AsyncRow {
-    /// `sleep-100us`, `sleep-10k-tasks`, `paced-udp-100mbit`, `hyper-1core`, `quinn-rr` or
-    /// `quinn-bulk`.
-    pub workload: String,
-    /// `soft`, `tokio-ct`, `tokio-mt` or `smol`.
-    pub runtime: String,
+    /// What was measured.
+    pub workload: AsyncWorkload,
+    /// Which runtime ran it.
+    pub runtime: RuntimeKind,
     /// The soft runtime's [`Precision`] (`coarse`, `calibrated`, `window-20us`, `busy`).
     pub precision: Option<String>,
     /// Timer lateness past the deadline, µs.
@@ -68,10 +142,14 @@ pub struct AsyncRow {
 
 impl AsyncRow {
     /// A row with nothing measured yet.
-    pub fn new(workload: &str, runtime: &str, precision: Option<Precision>) -> Self {
+    pub fn new(
+        workload: AsyncWorkload,
+        runtime: RuntimeKind,
+        precision: Option<Precision>,
+    ) -> Self {
         AsyncRow {
-            workload: workload.into(),
-            runtime: runtime.into(),
+            workload,
+            runtime,
             precision: precision.map(|p| p.name()),
             late_p50_us: None,
             late_p99_us: None,
@@ -161,7 +239,7 @@ pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     ))
 }
 
-fn find<'a>(rows: &'a [AsyncRow], workload: &str, runtime: &str) -> Option<&'a AsyncRow> {
+fn find(rows: &[AsyncRow], workload: AsyncWorkload, runtime: RuntimeKind) -> Option<&AsyncRow> {
     rows.iter()
         .find(|r| r.workload == workload && r.runtime == runtime && r.threads == Some(1))
 }
@@ -177,7 +255,7 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> f64 {
 /// `at_most` (or at least, `at_least`) `bound`: `figure` of soft's one-thread row over
 /// tokio `current_thread`'s in `workload`, when both ran.
 pub(super) struct SoftVsTokio {
-    workload: &'static str,
+    workload: AsyncWorkload,
     name: &'static str,
     goal: &'static str,
     bound: f64,
@@ -188,8 +266,8 @@ pub(super) struct SoftVsTokio {
 
 impl SoftVsTokio {
     fn check(&self, rows: &[AsyncRow]) -> Option<TargetCheck> {
-        let soft = find(rows, self.workload, "soft")?;
-        let tokio = find(rows, self.workload, "tokio-ct")?;
+        let soft = find(rows, self.workload, RuntimeKind::Soft)?;
+        let tokio = find(rows, self.workload, RuntimeKind::TokioCt)?;
         let measured = ratio((self.figure)(soft), (self.figure)(tokio));
         let check = if self.at_least {
             TargetCheck::at_least
@@ -261,9 +339,12 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
     let w = sleep::SLEEP_100US;
     let soft: Vec<&AsyncRow> = rows
         .iter()
-        .filter(|r| r.workload == w && r.runtime == "soft")
+        .filter(|r| r.workload == w && r.runtime == RuntimeKind::Soft)
         .collect();
-    if let (Some(tokio), Some(smol)) = (find(rows, w, "tokio-ct"), find(rows, w, "smol")) {
+    if let (Some(tokio), Some(smol)) = (
+        find(rows, w, RuntimeKind::TokioCt),
+        find(rows, w, RuntimeKind::Smol),
+    ) {
         // The best setting that keeps its CPU within 1.2 × smol's.
         let best = soft
             .iter()
@@ -331,9 +412,9 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
         }
     }
     let w = udp::PACED_UDP;
-    if let Some(soft) = find(rows, w, "soft") {
-        let better = ["tokio-ct", "smol"]
-            .iter()
+    if let Some(soft) = find(rows, w, RuntimeKind::Soft) {
+        let better = [RuntimeKind::TokioCt, RuntimeKind::Smol]
+            .into_iter()
             .filter_map(|rt| find(rows, w, rt))
             .filter(|r| r.stddev_us.is_some())
             .min_by(|a, b| a.stddev_us.unwrap().total_cmp(&b.stddev_us.unwrap()));
@@ -341,7 +422,7 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
             out.push(TargetCheck::at_most(
                 format!(
                     "paced UDP 100 Mbit/s, inter-arrival stddev: soft / {} (the better baseline)",
-                    base.runtime
+                    base.runtime.name()
                 ),
                 "≤ 0.2 (1/5)",
                 0.2,
@@ -351,7 +432,7 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
             out.push(TargetCheck::at_most(
                 format!(
                     "paced UDP 100 Mbit/s, sender CPU per datagram: soft / {}",
-                    base.runtime
+                    base.runtime.name()
                 ),
                 "≤ 1.0",
                 1.0,
@@ -383,8 +464,8 @@ impl Section for AsyncResult {
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                r.workload,
-                r.runtime,
+                r.workload.name(),
+                r.runtime.name(),
                 r.precision.as_deref().unwrap_or("-"),
                 r.threads.map_or_else(|| "-".into(), |t| t.to_string()),
                 cell(r.late_p50_us, 1),

@@ -24,15 +24,15 @@ use softtimer_async::Precision;
 use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
 use softtimers_tools::cpu::{CLIENT_CPU, pin_to, server_cpu};
 
-use super::{AsyncRow, with_cpu};
+use super::{AsyncRow, AsyncWorkload, RuntimeKind, with_cpu};
 
 /// The baseline of the quinn rows.
 pub const ANCHOR: &str = "quinn 0.11 on tokio current_thread, same run";
 
 /// The request/response workload's name.
-pub const QUINN_RR: &str = "quinn-rr";
+pub const QUINN_RR: AsyncWorkload = AsyncWorkload::QuinnRr;
 /// The bulk workload's name: its operation is a megabyte delivered.
-pub const QUINN_BULK: &str = "quinn-bulk";
+pub const QUINN_BULK: AsyncWorkload = AsyncWorkload::QuinnBulk;
 
 const REQUEST: usize = 1024;
 const RESPONSE: usize = 10 * 1024;
@@ -174,10 +174,10 @@ enum Kind {
 }
 
 impl Kind {
-    fn name(self) -> &'static str {
+    fn runtime(self) -> RuntimeKind {
         match self {
-            Kind::Soft => "soft",
-            Kind::Tokio => "tokio-ct",
+            Kind::Soft => RuntimeKind::Soft,
+            Kind::Tokio => RuntimeKind::TokioCt,
         }
     }
 
@@ -323,7 +323,7 @@ fn measure(kind: Kind, scenario: Scenario) -> Result<AsyncRow> {
     });
     let (addr, endpoint) = rx
         .recv_timeout(Duration::from_secs(5))
-        .map_err(|_| anyhow!("the {} quinn server did not start", kind.name()))?;
+        .map_err(|_| anyhow!("the {} quinn server did not start", kind.runtime().name()))?;
     let (result, cpu) = with_cpu(|| {
         let client = std::thread::spawn(move || {
             let _pin = pin_to(CLIENT_CPU);
@@ -337,15 +337,16 @@ fn measure(kind: Kind, scenario: Scenario) -> Result<AsyncRow> {
     server
         .join()
         .map_err(|_| anyhow!("the quinn server panicked"))?
-        .with_context(|| format!("the {} quinn server", kind.name()))?;
-    let mut times = result??.with_context(|| format!("the {} quinn client", kind.name()))?;
+        .with_context(|| format!("the {} quinn server", kind.runtime().name()))?;
+    let mut times =
+        result??.with_context(|| format!("the {} quinn client", kind.runtime().name()))?;
     let precision = (kind == Kind::Soft).then(Precision::default);
     let total: f64 = times.iter().map(|&l| l as f64 / 1e9).sum();
     Ok(match scenario {
         Scenario::RequestResponse(n) => {
             times.sort_unstable();
             let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
-            let mut row = AsyncRow::new(QUINN_RR, kind.name(), precision);
+            let mut row = AsyncRow::new(QUINN_RR, kind.runtime(), precision);
             row.p99_us = Some(at(0.99));
             row.cpu_ns_per_op = Some(cpu as f64 / n as f64);
             row.ops_per_s = Some(n as f64 / total);
@@ -353,7 +354,7 @@ fn measure(kind: Kind, scenario: Scenario) -> Result<AsyncRow> {
         }
         Scenario::Bulk(bytes) => {
             let mb = bytes as f64 / MB as f64;
-            let mut row = AsyncRow::new(QUINN_BULK, kind.name(), precision);
+            let mut row = AsyncRow::new(QUINN_BULK, kind.runtime(), precision);
             row.cpu_ns_per_op = Some(cpu as f64 / mb);
             row.ops_per_s = Some(mb / total);
             row

@@ -9,12 +9,12 @@ use rand::{Rng, SeedableRng};
 use softtimer_async::{Precision, Runtime};
 use softtimers_tools::cpu::{pin_to, server_cpu};
 
-use super::{AsyncRow, precisions, with_cpu};
+use super::{AsyncRow, AsyncWorkload, RuntimeKind, precisions, with_cpu};
 
 /// The one-task workload's name.
-pub const SLEEP_100US: &str = "sleep-100us";
+pub const SLEEP_100US: AsyncWorkload = AsyncWorkload::Sleep100us;
 /// The many-task workload's name.
-pub const SLEEP_10K: &str = "sleep-10k-tasks";
+pub const SLEEP_10K: AsyncWorkload = AsyncWorkload::Sleep10kTasks;
 
 const SLEEP: Duration = Duration::from_micros(100);
 const TASKS: usize = 10_000;
@@ -64,7 +64,7 @@ fn nanos(d: Duration) -> u64 {
 }
 
 fn sleep_row(
-    runtime: &str,
+    runtime: RuntimeKind,
     precision: Option<Precision>,
     mut late: Vec<u64>,
     cpu: u64,
@@ -96,7 +96,7 @@ pub fn sleep_100us(quick: bool) -> Result<Vec<AsyncRow>> {
                 late
             })
         });
-        rows.push(sleep_row("soft", Some(precision), late, cpu));
+        rows.push(sleep_row(RuntimeKind::Soft, Some(precision), late, cpu));
     }
     let rt = tokio_ct()?;
     rt.block_on(async { tokio::time::sleep(SLEEP).await });
@@ -111,7 +111,7 @@ pub fn sleep_100us(quick: bool) -> Result<Vec<AsyncRow>> {
             late
         })
     });
-    rows.push(sleep_row("tokio-ct", None, late, cpu));
+    rows.push(sleep_row(RuntimeKind::TokioCt, None, late, cpu));
     smol::block_on(smol::Timer::after(SLEEP));
     let (late, cpu) = with_cpu(|| {
         smol::block_on(async {
@@ -124,7 +124,7 @@ pub fn sleep_100us(quick: bool) -> Result<Vec<AsyncRow>> {
             late
         })
     });
-    rows.push(sleep_row("smol", None, late, cpu));
+    rows.push(sleep_row(RuntimeKind::Smol, None, late, cpu));
     Ok(rows)
 }
 
@@ -149,7 +149,7 @@ where
 }
 
 fn tasks_row(
-    runtime: &str,
+    runtime: RuntimeKind,
     precision: Option<Precision>,
     per_task: Vec<Vec<u64>>,
     cpu: u64,
@@ -185,7 +185,13 @@ pub fn sleep_10k_tasks(quick: bool) -> Result<Vec<AsyncRow>> {
             out
         })
     });
-    rows.push(tasks_row("soft", Some(precision), lates, cpu, run));
+    rows.push(tasks_row(
+        RuntimeKind::Soft,
+        Some(precision),
+        lates,
+        cpu,
+        run,
+    ));
     drop(rt);
 
     let rt = tokio_ct()?;
@@ -202,7 +208,7 @@ pub fn sleep_10k_tasks(quick: bool) -> Result<Vec<AsyncRow>> {
             out
         })
     });
-    rows.push(tasks_row("tokio-ct", None, lates, cpu, run));
+    rows.push(tasks_row(RuntimeKind::TokioCt, None, lates, cpu, run));
     drop(rt);
 
     let ex = smol::LocalExecutor::new();
@@ -223,6 +229,6 @@ pub fn sleep_10k_tasks(quick: bool) -> Result<Vec<AsyncRow>> {
             out
         }))
     });
-    rows.push(tasks_row("smol", None, lates, cpu, run));
+    rows.push(tasks_row(RuntimeKind::Smol, None, lates, cpu, run));
     Ok(rows)
 }

@@ -11,10 +11,10 @@ use anyhow::{Context, Result, bail};
 use softtimer_async::{PacedSender, Precision, Rate, Runtime, UdpSocket};
 use softtimers_tools::cpu::{CLIENT_CPU, pin_to, process_cpu_ns, server_cpu, thread_cpu_ns};
 
-use super::AsyncRow;
+use super::{AsyncRow, AsyncWorkload, RuntimeKind};
 
 /// The workload's name.
-pub const PACED_UDP: &str = "paced-udp-100mbit";
+pub const PACED_UDP: AsyncWorkload = AsyncWorkload::PacedUdp100mbit;
 
 const SIZE: usize = 1200;
 const BITS_PER_SEC: u64 = 100_000_000;
@@ -67,7 +67,7 @@ fn receiver(count: usize) -> Result<(SocketAddr, std::thread::JoinHandle<Receive
 /// Runs `send` (which sends `count` datagrams to the address it is given) against a fresh
 /// receiver and makes the row.
 fn measure(
-    runtime: &str,
+    runtime: RuntimeKind,
     precision: Option<Precision>,
     count: usize,
     send: impl FnOnce(SocketAddr) -> Result<()>,
@@ -116,7 +116,7 @@ pub fn paced_udp(quick: bool) -> Result<Vec<AsyncRow>> {
         .context("softtimer-async runtime")?;
     let rate = Rate::from_packet_interval(SIZE as u64, gap().as_nanos() as u64)
         .context("100 Mbit/s of 1200-byte datagrams")?;
-    rows.push(measure("soft", Some(precision), count, |to| {
+    rows.push(measure(RuntimeKind::Soft, Some(precision), count, |to| {
         rt.block_on(async {
             let socket = UdpSocket::bind("127.0.0.1:0")?;
             let paced = PacedSender::new(&socket, rate);
@@ -133,7 +133,7 @@ pub fn paced_udp(quick: bool) -> Result<Vec<AsyncRow>> {
         .enable_all()
         .build()
         .context("tokio current_thread runtime")?;
-    rows.push(measure("tokio-ct", None, count, |to| {
+    rows.push(measure(RuntimeKind::TokioCt, None, count, |to| {
         rt.block_on(async {
             let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
             let mut ticks = tokio::time::interval(gap());
@@ -147,7 +147,7 @@ pub fn paced_udp(quick: bool) -> Result<Vec<AsyncRow>> {
     })?);
     drop(rt);
 
-    rows.push(measure("smol", None, count, |to| {
+    rows.push(measure(RuntimeKind::Smol, None, count, |to| {
         smol::block_on(async {
             use smol::stream::StreamExt as _;
             let socket = smol::net::UdpSocket::bind("127.0.0.1:0").await?;
