@@ -190,20 +190,17 @@ fn measure(
 /// tokio's multi-thread scheduler with two workers.
 pub fn hyper_1core(options: &ExpOptions) -> Result<Vec<AsyncRow>> {
     let soft = Some(Precision::default());
-    Ok(vec![
-        measure(options, RuntimeKind::Soft, soft, 1, |stop| {
-            soft_server(1, stop)
-        })?,
-        measure(options, RuntimeKind::TokioCt, None, 1, |stop| {
-            tokio_server(0, stop)
-        })?,
-        measure(options, RuntimeKind::Soft, soft, 2, |stop| {
-            soft_server(2, stop)
-        })?,
-        measure(options, RuntimeKind::TokioMt, None, 2, |stop| {
-            tokio_server(2, stop)
-        })?,
-    ])
+    let runs: [(RuntimeKind, Option<Precision>, u32, Server); 4] = [
+        (RuntimeKind::Soft, soft, 1, |stop| soft_server(1, stop)),
+        (RuntimeKind::TokioCt, None, 1, |stop| tokio_server(0, stop)),
+        (RuntimeKind::Soft, soft, 2, |stop| soft_server(2, stop)),
+        (RuntimeKind::TokioMt, None, 2, |stop| tokio_server(2, stop)),
+    ];
+    runs.into_iter()
+        .map(|(runtime, precision, threads, server)| {
+            measure(options, runtime, precision, threads, server)
+        })
+        .collect()
 }
 
 /// Two loops against one (soft), when both ran.
