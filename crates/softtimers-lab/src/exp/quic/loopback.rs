@@ -125,9 +125,9 @@ fn wait_until_bound(child: &mut std::process::Child, port: u16) -> Result<()> {
     }
 }
 
-/// Whether process `pid` holds a UDP socket bound to local `port`. `/proc/PID/net/udp` lists
-/// every socket of the namespace, another process's among them, so the row's inode must be
-/// one of `pid`'s open descriptors.
+/// Whether process `pid` holds an IPv4 UDP socket bound to local `port` (the server binds
+/// 127.0.0.1). `/proc/PID/net/udp` lists every socket of the namespace, another process's
+/// among them, so the row's inode must be one of `pid`'s open descriptors.
 fn holds_udp_port(pid: u32, port: u16) -> bool {
     let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/udp")) else {
         return false;

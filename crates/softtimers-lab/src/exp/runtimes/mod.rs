@@ -46,7 +46,7 @@ pub enum AsyncWorkload {
     /// 10,000 tasks sleeping at random and re-arming.
     #[serde(rename = "sleep-10k-tasks")]
     Sleep10kTasks,
-    /// 100 Mbit/s of 1472 B datagrams, paced.
+    /// 100 Mbit/s of 1200 B datagrams, paced.
     #[serde(rename = "paced-udp-100mbit")]
     PacedUdp100mbit,
     /// hyper HTTP/1.1 keep-alive, a 6 KB body.
@@ -483,5 +483,35 @@ impl Section for AsyncResult {
 
     fn targets(&self) -> &[TargetCheck] {
         &self.targets
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workloads_and_runtimes_are_written_and_read_by_their_names() {
+        use AsyncWorkload as W;
+        for w in [
+            W::Sleep100us,
+            W::Sleep10kTasks,
+            W::PacedUdp100mbit,
+            W::Hyper1core,
+            W::QuinnRr,
+            W::QuinnBulk,
+        ] {
+            let json = serde_json::to_string(&w).unwrap();
+            assert_eq!(json, format!("\"{}\"", w.name()));
+            assert_eq!(serde_json::from_str::<W>(&json).unwrap(), w);
+        }
+        use RuntimeKind as R;
+        for r in [R::Soft, R::TokioCt, R::TokioMt, R::Smol] {
+            let json = serde_json::to_string(&r).unwrap();
+            assert_eq!(json, format!("\"{}\"", r.name()));
+            assert_eq!(serde_json::from_str::<R>(&json).unwrap(), r);
+        }
+        assert_eq!(R::TokioCt.name(), "tokio-ct");
+        assert_eq!(W::PacedUdp100mbit.name(), "paced-udp-100mbit");
     }
 }
