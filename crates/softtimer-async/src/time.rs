@@ -79,7 +79,8 @@ impl TimerEntry {
         let Some(deadline) = self.deadline else {
             return Poll::Pending;
         };
-        if self.now() >= deadline {
+        let now = self.now();
+        if now >= deadline {
             self.cancel();
             return Poll::Ready(());
         }
@@ -100,13 +101,14 @@ impl TimerEntry {
                 early.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.arm(deadline, cx.waker(), identity);
+        self.arm(deadline, now, cx.waker(), identity);
         Poll::Pending
     }
 
-    /// Schedules a soft event for `deadline` that wakes `waker`, replacing the armed one.
-    fn arm(&mut self, deadline: Instant, waker: &Waker, identity: (usize, usize)) {
-        let due = self.shared.time.due_time(deadline);
+    /// Schedules a soft event for `deadline` that wakes `waker`, replacing the armed one;
+    /// `now` was read just before.
+    fn arm(&mut self, deadline: Instant, now: Instant, waker: &Waker, identity: (usize, usize)) {
+        let due = self.shared.time.due_time_from(deadline, now);
         let old = self.armed.take().map(|a| a.id);
         let event = TimerEvent::Wake(waker.clone());
         let result = self.shared.timers.with_timers(|timers| {
