@@ -168,14 +168,13 @@ pub(crate) fn command_in(ns: &str, program: impl AsRef<OsStr>) -> Command {
 /// assert!(port_bound(proc_net, socket.local_addr().unwrap().port()));
 /// let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
 /// assert!(port_bound(proc_net, listener.local_addr().unwrap().port()));
-/// // A connection's own port is not a server's.
+/// // A connection's own port is not a server's (unless a UDP socket, of another test, say,
+/// // happens to hold the same number).
 /// let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-/// assert!(!port_bound(proc_net, client.local_addr().unwrap().port()));
+/// let port = client.local_addr().unwrap().port();
+/// assert!(!port_bound(proc_net, port) || std::net::UdpSocket::bind(("127.0.0.1", port)).is_err());
 /// ```
 pub fn port_bound(proc_net: &std::path::Path, port: u16) -> bool {
-    // A table's second column is the local address, `HEXADDR:HEXPORT` with the port as
-    // `%04X`, and its fourth the state (`0A`: TCP_LISTEN).
-    let suffix = format!(":{port:04X}");
     [
         ("udp", false),
         ("udp6", false),
@@ -184,15 +183,68 @@ pub fn port_bound(proc_net: &std::path::Path, port: u16) -> bool {
     ]
     .iter()
     .any(|&(table, must_listen)| {
-        std::fs::read_to_string(proc_net.join(table)).is_ok_and(|text| {
-            text.lines().skip(1).any(|line| {
-                let mut fields = line.split_whitespace();
-                let local = fields.nth(1);
-                let state = fields.nth(1);
-                local.is_some_and(|l| l.ends_with(&suffix)) && (!must_listen || state == Some("0A"))
+        let mut rows = rows_on_port(&proc_net.join(table), port).into_iter();
+        rows.any(|row| !must_listen || row.state == "0A")
+    })
+}
+
+/// Whether process `pid` itself holds a UDP socket (IPv4 or IPv6) bound to local `port`.
+/// [`port_bound`] answers for the whole namespace, another process's sockets among them;
+/// here a socket counts only if its inode is one of `pid`'s open descriptors.
+///
+/// ```
+/// use softtimers_tools::netns::holds_udp_port;
+/// let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+/// let port = socket.local_addr().unwrap().port();
+/// assert!(holds_udp_port(std::process::id(), port));
+/// drop(socket);
+/// assert!(!holds_udp_port(std::process::id(), port));
+/// ```
+pub fn holds_udp_port(pid: u32, port: u16) -> bool {
+    let proc_net = std::path::PathBuf::from(format!("/proc/{pid}/net"));
+    let sockets: Vec<String> = ["udp", "udp6"]
+        .iter()
+        .flat_map(|table| rows_on_port(&proc_net.join(table), port))
+        .map(|row| format!("socket:[{}]", row.inode))
+        .collect();
+    !sockets.is_empty()
+        && std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|target| sockets.iter().any(|s| target.as_os_str() == s.as_str()))
             })
         })
-    })
+}
+
+/// A socket of a `/proc/.../net` table: its state (`0A`: TCP_LISTEN) and inode.
+struct SocketRow {
+    state: String,
+    inode: String,
+}
+
+/// The sockets of the table at `path` whose local port is `port`. A row's second column is
+/// the local address, `HEXADDR:HEXPORT` with the port as `%04X`, its fourth the state and its
+/// tenth the inode.
+fn rows_on_port(path: &std::path::Path, port: u16) -> Vec<SocketRow> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let suffix = format!(":{port:04X}");
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match (fields.get(1), fields.get(3), fields.get(9)) {
+                (Some(local), Some(state), Some(inode)) if local.ends_with(&suffix) => {
+                    Some(SocketRow {
+                        state: state.to_string(),
+                        inode: inode.to_string(),
+                    })
+                }
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// Waits until `child`, started with [`command_in`] in namespace `ns`, has a UDP socket
@@ -531,6 +583,21 @@ fn device_stats(program: &str, ns: &str, object: &str, device: &str) -> Result<s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_udp_port_is_held_by_the_process_that_bound_it_not_by_its_neighbours() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = socket.local_addr().unwrap().port();
+        assert!(holds_udp_port(std::process::id(), port));
+        assert!(port_bound("/proc/net".as_ref(), port));
+        let mut neighbour = Command::new("sleep").arg("5").spawn().unwrap();
+        let held = holds_udp_port(neighbour.id(), port);
+        neighbour.kill().unwrap();
+        neighbour.wait().unwrap();
+        assert!(!held, "another process's socket counted as the child's");
+        drop(socket);
+        assert!(!holds_udp_port(std::process::id(), port));
+    }
 
     /// What `made` made, as root; elsewhere `None`, after checking that it was refused for
     /// want of root.

@@ -106,7 +106,7 @@ pub(super) fn loopback_run(stack: Stack, round: usize, tmp: &Path) -> Result<Qui
 fn wait_until_bound(child: &mut std::process::Child, port: u16) -> Result<()> {
     let deadline = Instant::now() + WAIT_LISTEN;
     loop {
-        if holds_udp_port(child.id(), port) {
+        if softtimers_tools::netns::holds_udp_port(child.id(), port) {
             return Ok(());
         }
         if child
@@ -123,36 +123,6 @@ fn wait_until_bound(child: &mut std::process::Child, port: u16) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// Whether process `pid` holds an IPv4 UDP socket bound to local `port` (the server binds
-/// 127.0.0.1). `/proc/PID/net/udp` lists every socket of the namespace, another process's
-/// among them, so the row's inode must be one of `pid`'s open descriptors.
-fn holds_udp_port(pid: u32, port: u16) -> bool {
-    let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/udp")) else {
-        return false;
-    };
-    let suffix = format!(":{port:04X}");
-    let sockets: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            match (fields.get(1), fields.get(9)) {
-                (Some(local), Some(inode)) if local.ends_with(&suffix) => {
-                    Some(format!("socket:[{inode}]"))
-                }
-                _ => None,
-            }
-        })
-        .collect();
-    !sockets.is_empty()
-        && std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-            fds.flatten().any(|fd| {
-                std::fs::read_link(fd.path())
-                    .is_ok_and(|target| sockets.iter().any(|s| target.as_os_str() == s.as_str()))
-            })
-        })
 }
 
 fn loopback_row(stack: Stack, round: usize, client: &ClientRun, server: &ServerRun) -> QuicRow {
@@ -223,26 +193,4 @@ pub(super) fn loopback_targets(rows: &[QuicRow]) -> Vec<TargetCheck> {
             )
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::holds_udp_port;
-
-    #[test]
-    fn a_port_is_held_by_the_process_that_bound_it_not_by_its_neighbours() {
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = socket.local_addr().unwrap().port();
-        assert!(holds_udp_port(std::process::id(), port));
-        let mut neighbour = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .unwrap();
-        let held = holds_udp_port(neighbour.id(), port);
-        neighbour.kill().unwrap();
-        neighbour.wait().unwrap();
-        assert!(!held, "another process's socket counted as the child's");
-        drop(socket);
-        assert!(!holds_udp_port(std::process::id(), port));
-    }
 }
