@@ -57,35 +57,7 @@ impl rt::Read for TcpStream {
     }
 }
 
-impl rt::Write for TcpStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.poll_write_buf(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        self.poll_write_vectored_buf(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.poll_shutdown_write()
-    }
-}
+crate::net::tcp::write_trait!(rt::Write, TcpStream, close: poll_shutdown, is_write_vectored);
 
 /// hyper's timer on the runtime: each sleep one soft event, `reset` moved in place.
 #[derive(Clone, Debug)]

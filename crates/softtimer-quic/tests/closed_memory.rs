@@ -3,8 +3,6 @@
 //! meanwhile). Many short connections on a simulated clock: the server closes each as soon
 //! as it is up and holds it for an hour; the client's own side drains at once.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use quinn_proto::ClientConfig;
@@ -12,36 +10,10 @@ use softtimer::SimClock;
 use softtimer_quic::sim::{LinkConfig, Net, Side};
 use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
 use softtimer_quic::{App, ClosedState, Driver, DriverConfig, QuicEvent, VarInt};
-
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is passed to the system allocator unchanged; the counter is a side note.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's layout, as given.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: as `GlobalAlloc::realloc` requires of its caller.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use softtimer_rt::alloc_count::{CountingAlloc, live_bytes};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 /// Closes every connection as soon as it is up.
 struct Closer;
@@ -97,7 +69,7 @@ fn settle(net: &mut Net<Churn, Closer>, target: usize, design: ClosedState) -> i
     net.run_for(Duration::from_millis(10), |_| false);
     assert_eq!(net.a.driver.closed_held(), 0);
     assert_eq!(held(net), target);
-    LIVE.load(Ordering::Relaxed)
+    live_bytes().expect("the counting allocator is installed")
 }
 
 /// Bytes allocated per closed connection held with `design`, over `more` connections after

@@ -635,16 +635,13 @@ fn certificate_files_that_do_not_parse_are_refused_with_the_reason() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn a_peer_that_acknowledges_a_reply_with_its_next_request_stops_drawing_probes() {
-    // Requests every 2 ms over a 200 µs RTT; each end asks its peer (ACK frequency) to
-    // acknowledge only every 8 packets or within 10 ms, so the client holds its ACK of a
-    // reply of seven datagrams until its next request. A probe two smoothed RTTs after the
-    // reply meets that held ACK, finds nothing lost, and teaches the probe to wait longer:
-    // after a few, the probe waits out the client's think time.
+/// A client sending `requests` requests of 8 KB replies every 2 ms, where each end asks
+/// its peer (ACK frequency) to acknowledge only every 8 packets or within 10 ms: the client
+/// holds its ACK of a reply until its next request.
+fn a_peer_holding_its_acks(requests: u64) -> (ClientPlan, Tuning) {
     let plan = ClientPlan {
         download: 8000,
-        requests: 40,
+        requests,
         interval: Some(Duration::from_millis(2)),
         ..ClientPlan::default()
     };
@@ -653,6 +650,17 @@ fn a_peer_that_acknowledges_a_reply_with_its_next_request_stops_drawing_probes()
         max_ack_delay: Some(Duration::from_millis(10)),
         ..Tuning::default()
     };
+    (plan, tuning)
+}
+
+#[test]
+fn a_peer_that_acknowledges_a_reply_with_its_next_request_stops_drawing_probes() {
+    // Requests every 2 ms over a 200 µs RTT; each end asks its peer (ACK frequency) to
+    // acknowledge only every 8 packets or within 10 ms, so the client holds its ACK of a
+    // reply of seven datagrams until its next request. A probe two smoothed RTTs after the
+    // reply meets that held ACK, finds nothing lost, and teaches the probe to wait longer:
+    // after a few, the probe waits out the client's think time.
+    let (plan, tuning) = a_peer_holding_its_acks(40);
     let mut net = perf_net(plan, seeded(1), seeded(2), &tuning, LinkConfig::default());
     run_to_end(&mut net, Duration::from_secs(10));
     let stats = net.b.driver.stats();
@@ -669,17 +677,7 @@ fn a_tail_probe_is_waited_for_without_spinning() {
     // The same held ACKs: after the first reply the server's next wake-up is its probe,
     // which needs no precision (a wake-up late against quinn's 25 ms probe timeout), so the
     // loop running the driver may block until it rather than spin.
-    let plan = ClientPlan {
-        download: 8000,
-        requests: 2,
-        interval: Some(Duration::from_millis(2)),
-        ..ClientPlan::default()
-    };
-    let tuning = Tuning {
-        ack_every: Some(8),
-        max_ack_delay: Some(Duration::from_millis(10)),
-        ..Tuning::default()
-    };
+    let (plan, tuning) = a_peer_holding_its_acks(2);
     let server = DriverConfig {
         wake_lateness: Duration::from_micros(50),
         ..seeded(2)
@@ -731,17 +729,7 @@ fn after_learning_a_late_peer_a_lost_reply_tail_is_still_found_long_before_quinn
     // lost. The client, waiting for it, sends nothing; the probe, two smoothed RTTs and the
     // learned allowance after the last send, draws the ACK that shows the loss. quinn-proto's
     // own probe timeout would wait for the peer's 10 ms ACK delay on top of srtt + 4 rttvar.
-    let plan = ClientPlan {
-        download: 8000,
-        requests: 40,
-        interval: Some(Duration::from_millis(2)),
-        ..ClientPlan::default()
-    };
-    let tuning = Tuning {
-        ack_every: Some(8),
-        max_ack_delay: Some(Duration::from_millis(10)),
-        ..Tuning::default()
-    };
+    let (plan, tuning) = a_peer_holding_its_acks(40);
     let (normal, hit) = lose_the_30th_reply_tail(plan, &tuning);
     assert!(
         hit >= normal + 1000.0 && hit <= normal + PROBED_RECOVERY_US && hit < 10_000.0,

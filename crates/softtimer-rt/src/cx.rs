@@ -403,10 +403,21 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         interest: Interest,
         token: u64,
     ) -> Result<(), RtError> {
+        self.watch_fd(fd, interest, token, true)
+    }
+
+    /// `register` (`add`) or `reregister`, on the loop's backend.
+    fn watch_fd(
+        &mut self,
+        fd: impl AsFd,
+        interest: Interest,
+        token: u64,
+        add: bool,
+    ) -> Result<(), RtError> {
         if self.core.ring.is_some() {
-            return self.watch_ring(fd, interest, token, true);
+            return self.watch_ring(fd, interest, token, add);
         }
-        watch(&self.core.epoll, fd, interest, token, true)
+        watch(&self.core.epoll, fd, interest, token, add)
     }
 
     /// With an io_uring backend, a poll in the ring: multishot for an edge-triggered
@@ -434,10 +445,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         interest: Interest,
         token: u64,
     ) -> Result<(), RtError> {
-        if self.core.ring.is_some() {
-            return self.watch_ring(fd, interest, token, false);
-        }
-        watch(&self.core.epoll, fd, interest, token, false)
+        self.watch_fd(fd, interest, token, false)
     }
 
     /// Stops watching `fd`.
@@ -523,6 +531,14 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         parts: &[&[u8]],
         options: &SendOptions,
     ) -> Result<(), RtError> {
+        let (ring, on_completion) = self.ring_and_trigger()?;
+        ring.send(fd, parts, options, on_completion)
+            .map_err(RtError::io("a send through the ring"))
+    }
+
+    /// The ring, and the trigger state its completions are, borrowed apart so that the ring
+    /// can call it.
+    fn ring_and_trigger(&mut self) -> Result<(&mut Ring, impl FnMut(TriggerSource) + '_), RtError> {
         let Core {
             shared,
             extras,
@@ -530,10 +546,9 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
             ..
         } = &mut *self.core;
         let ring = ring.as_deref_mut().ok_or(RtError::NoRing)?;
-        ring.send(fd, parts, options, |source| {
+        Ok((ring, move |source| {
             trigger(shared, extras, source);
-        })
-        .map_err(RtError::io("a send through the ring"))
+        }))
     }
 
     /// Hands `fd`'s received messages to `f`, oldest first, at most `max` of them, and gives
@@ -556,17 +571,9 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     /// completed (each completion reaped a trigger state): what a program calls before it
     /// drops the loop, whose ring cancels what is still in flight. Whether they all did.
     pub fn flush_ring(&mut self, limit: std::time::Duration) -> Result<bool, RtError> {
-        let Core {
-            shared,
-            extras,
-            ring,
-            ..
-        } = &mut *self.core;
-        let ring = ring.as_deref_mut().ok_or(RtError::NoRing)?;
-        ring.flush(limit, &mut |source| {
-            trigger(shared, extras, source);
-        })
-        .map_err(RtError::io("io_uring_enter"))
+        let (ring, mut on_completion) = self.ring_and_trigger()?;
+        ring.flush(limit, &mut on_completion)
+            .map_err(RtError::io("io_uring_enter"))
     }
 
     /// What the ring did for `fd` (`None`: not attached, or no ring).

@@ -17,9 +17,10 @@
 //! runs every mode end to end. `uring/` is the io_uring backend ([`IoBackend::Uring`]):
 //! its bookkeeping in `uring/mod.rs`, its ring and the memory the kernel uses in
 //! `uring/sys.rs`, and the loop's wait on it in `event_loop/ring_wait.rs`; `tests/uring.rs`
-//! runs it end to end. The `unsafe` code is in `sys.rs` and `uring/sys.rs`, and in the
+//! runs it end to end. The `unsafe` code is in `sys.rs` and `uring/sys.rs`, in the
 //! timer-signal path (`signal.rs`, and the constructor in `event_loop.rs` that installs the
-//! handler).
+//! handler), and in [`alloc_count`], the counting allocator benchmarks and tests install to
+//! report memory per event.
 //!
 //! Around that it provides what the kernel provided to the paper's facility:
 //!
@@ -83,6 +84,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod alloc_count;
 mod backstop;
 mod calibrate;
 mod config;

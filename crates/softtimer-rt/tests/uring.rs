@@ -35,6 +35,17 @@ fn ring_loop(config: LoopConfig) -> Option<EventLoop<()>> {
     }
 }
 
+/// The loop of `config` on io_uring, or a return from the test where the ring is refused
+/// (the reason printed).
+macro_rules! ring_or_skip {
+    ($config:expr) => {
+        match ring_loop($config) {
+            Some(ev) => ev,
+            None => return,
+        }
+    };
+}
+
 /// Stops the loop after `limit` whatever happens, so that no test hangs.
 fn deadline(stop: StopHandle, limit: Duration) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
@@ -49,9 +60,7 @@ fn bind() -> UdpSocket {
 
 #[test]
 fn a_udp_echo_runs_through_the_ring() {
-    let Some(mut ev) = ring_loop(uring_config()) else {
-        return;
-    };
+    let mut ev = ring_or_skip!(uring_config());
     let server = bind();
     let client = bind();
     client
@@ -124,9 +133,7 @@ fn a_burst_larger_than_the_ring_is_sent_whole() {
         },
         ..uring_config()
     };
-    let Some(mut ev) = ring_loop(config) else {
-        return;
-    };
+    let mut ev = ring_or_skip!(config);
     let rx = bind();
     // Room for the whole burst, so that the receiver's buffer cannot lose any (root may
     // force it past net.core.rmem_max; otherwise the burst is what fits).
@@ -172,9 +179,7 @@ fn a_burst_larger_than_the_ring_is_sent_whole() {
 
 #[test]
 fn a_datagram_longer_than_a_buffer_arrives_truncated_and_flagged() {
-    let Some(mut ev) = ring_loop(uring_config()) else {
-        return;
-    };
+    let mut ev = ring_or_skip!(uring_config());
     let rx = bind();
     let fd = ev
         .cx()
@@ -208,9 +213,7 @@ fn a_datagram_longer_than_a_buffer_arrives_truncated_and_flagged() {
 
 #[test]
 fn a_gso_batch_leaves_as_one_send_and_arrives_whole() {
-    let Some(mut ev) = ring_loop(uring_config()) else {
-        return;
-    };
+    let mut ev = ring_or_skip!(uring_config());
     let rx = bind();
     // GRO on the receiver: loopback hands the GSO batch over as one message.
     let on: libc::c_int = 1;
@@ -276,9 +279,7 @@ fn every_completion_reaped_is_a_trigger_state() {
         stats: true,
         ..uring_config()
     };
-    let Some(mut ev) = ring_loop(config) else {
-        return;
-    };
+    let mut ev = ring_or_skip!(config);
     let rx = bind();
     let tx = bind();
     tx.connect(rx.local_addr().unwrap()).unwrap();
@@ -336,9 +337,7 @@ fn eventfd() -> OwnedFd {
 
 #[test]
 fn other_descriptors_are_served_through_the_rings_polls_and_the_epoll_set() {
-    let Some(mut ev) = ring_loop(uring_config()) else {
-        return;
-    };
+    let mut ev = ring_or_skip!(uring_config());
     // One registered by the loop's callbacks (a multishot poll in the ring), one by a
     // handle from another thread (the epoll set, which the ring polls).
     let direct = eventfd();
@@ -487,9 +486,7 @@ fn where_io_uring_is_refused_the_loop_says_why() {
 
 #[test]
 fn a_level_triggered_descriptor_is_reported_until_read_and_an_edge_triggered_once() {
-    let Some(mut ev) = ring_loop(uring_config()) else {
-        return;
-    };
+    let mut ev = ring_or_skip!(uring_config());
     let level = eventfd();
     let edge = eventfd();
     ev.cx().register(&level, Interest::READABLE, 1).unwrap();
@@ -531,9 +528,7 @@ fn a_level_triggered_descriptor_is_reported_until_read_and_an_edge_triggered_onc
 
 #[test]
 fn a_flush_sends_everything_queued_without_running_the_loop() {
-    let Some(mut ev) = ring_loop(uring_config()) else {
-        return;
-    };
+    let mut ev = ring_or_skip!(uring_config());
     let rx = bind();
     let tx = bind();
     tx.connect(rx.local_addr().unwrap()).unwrap();
@@ -560,9 +555,7 @@ fn a_flush_sends_everything_queued_without_running_the_loop() {
 
 #[test]
 fn a_descriptor_that_is_not_a_socket_is_read_and_written_through_the_ring() {
-    let Some(mut ev) = ring_loop(uring_config()) else {
-        return;
-    };
+    let mut ev = ring_or_skip!(uring_config());
     let (read_end, write_end) = std::io::pipe().unwrap();
     let (rfd, wfd) = {
         let mut cx = ev.cx();
@@ -607,9 +600,7 @@ fn a_descriptor_that_is_not_a_socket_is_read_and_written_through_the_ring() {
 
 #[test]
 fn a_busy_loop_that_never_idles_still_sends_within_a_pass() {
-    let Some(mut ev) = ring_loop(uring_config()) else {
-        return;
-    };
+    let mut ev = ring_or_skip!(uring_config());
     let rx = bind();
     rx.set_nonblocking(true).unwrap();
     let tx = bind();

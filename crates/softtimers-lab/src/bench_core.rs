@@ -27,12 +27,12 @@ use softtimer::{Clock, SimClock, Span, SystemClock};
 
 use softtimers_tools::output::{Program, Report};
 
-use crate::alloc_count;
 use crate::baselines::{self, TimerQueue};
 use crate::harness::{RunLength, pin_to_last_cpu};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, percentile};
 use crate::targets::{TargetCheck, targets_table};
+use softtimer_rt::alloc_count;
 
 /// How much to measure.
 #[derive(Clone, Debug)]
@@ -508,10 +508,6 @@ impl Section for CoreReport {
         );
         md += &to_markdown(self);
         Ok(Rendered::text(md))
-    }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
     }
 }
 

@@ -13,7 +13,7 @@
 //! | [`targets`], [`summary`], [`paper`] | target checks; medians, percentiles, per-round ratios; the seed papers' figures |
 //! | [`frontier`] | cost against precision: the frontier of measured settings, and which beats which |
 //! | [`bench_core`], [`bench_timers`], [`baselines`] | `softtimers bench core` and `bench timers` (also lab steps); the timer queues bench core compares with |
-//! | [`info`], [`alloc_count`] | `softtimers info`; the counting allocator the binary installs |
+//! | [`info`] | `softtimers info` |
 //!
 //! The layers, bottom up: `summary`, `targets`, `frontier` and `paper` (numbers, and what
 //! they are judged against); `report` and `plot` (a step's section from its JSON alone); `harness`
@@ -25,7 +25,6 @@
 //! same code as the command.
 #![deny(unsafe_code)]
 
-pub mod alloc_count;
 pub mod baselines;
 pub mod bench_core;
 pub mod bench_timers;

@@ -109,10 +109,14 @@ pub trait Section: Serialize + DeserializeOwned {
     const FILE: &'static str;
     /// The Markdown section, with the plots drawn into `dir`.
     fn render(&self, dir: &Path) -> Result<Rendered>;
-    /// The targets the step checked (none for a step that only reports).
-    fn targets(&self) -> &[TargetCheck] {
-        &[]
-    }
+}
+
+/// What every step's JSON holds at its top level, whatever its type: the targets it checked,
+/// `targets` (none for a step that only reports).
+#[derive(Deserialize)]
+struct TargetsOf {
+    #[serde(default)]
+    targets: Vec<TargetCheck>,
 }
 
 /// Writes `result` to `dir/<its file>`.
@@ -142,8 +146,11 @@ pub fn render_file<T: Section>(dir: &Path) -> Option<Result<Rendered>> {
 /// `T`'s targets from `dir/<its file>`; `None` where the file is missing.
 pub fn targets_file<T: Section>(dir: &Path) -> Option<Result<Vec<TargetCheck>>> {
     let path = dir.join(T::FILE);
-    path.exists()
-        .then(|| read_json::<T>(&path).map(|r| r.targets().to_vec()))
+    path.exists().then(|| {
+        // The whole result must parse as its type, so that a malformed file is named here.
+        read_json::<T>(&path)?;
+        Ok(read_json::<TargetsOf>(&path)?.targets)
+    })
 }
 
 /// Checks that a path is a non-empty file.

@@ -1,7 +1,7 @@
 //! The parsers of command-line values every tool shares: durations (`10s`, `250ms`, `40us`),
 //! byte counts (`64k`, `10M`, `1MiB`), the soft loop's spin window (`calibrated` or a
 //! duration) and a polling quota (`10`, `unlimited`). Each says what it expected on bad
-//! input.
+//! input. [`check_run_duration`] bounds a run's `--duration` the same way for every tool.
 
 use std::time::Duration;
 
@@ -18,6 +18,24 @@ pub fn parse_spin_window(text: &str) -> Result<SpinWindow, String> {
         return Err(format!("{text:?}: a spin window over 1 s is a busy loop"));
     }
     Ok(SpinWindow::Fixed(window))
+}
+
+/// Checks a run's `--duration`: from 10 ms (shorter measures nothing) to an hour (longer is
+/// a mistyped unit).
+///
+/// ```
+/// use std::time::Duration;
+/// use softtimers_tools::parse::check_run_duration;
+///
+/// assert!(check_run_duration(Duration::from_secs(5)).is_ok());
+/// assert!(check_run_duration(Duration::from_millis(1)).is_err());
+/// ```
+pub fn check_run_duration(duration: Duration) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        duration >= Duration::from_millis(10) && duration <= Duration::from_secs(3600),
+        "--duration {duration:?}: want 10 ms ..= 1 hour"
+    );
+    Ok(())
 }
 
 /// Parses a duration written as `10s`, `250ms`, `40us`/`40µs` or a bare number of seconds.

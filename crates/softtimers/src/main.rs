@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use softtimers_lab::alloc_count::CountingAlloc;
+use softtimer_rt::alloc_count::CountingAlloc;
 use softtimers_lab::{bench_core, bench_timers, info, lab};
 use softtimers_tools::output::{emit, execute};
 use softtimers_tools::{netns, pace, path, quic, router};

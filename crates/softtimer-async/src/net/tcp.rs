@@ -272,21 +272,12 @@ impl TcpStream {
     }
 }
 
-/// `futures-io`'s traits for a stream and for a shared reference to one (so that one task
-/// may read while another writes).
-macro_rules! futures_io_traits {
-    ($stream:ty) => {
-        impl futures_io::AsyncRead for $stream {
-            fn poll_read(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                buf: &mut [u8],
-            ) -> Poll<io::Result<usize>> {
-                self.poll_read_buf(cx, buf)
-            }
-        }
-
-        impl futures_io::AsyncWrite for $stream {
+/// The write half of an I/O trait (futures-io's, tokio's or hyper's) on a stream: each
+/// one's methods are the stream's own, and only the name of the closing method (`close:`)
+/// differs. `vectored` adds `is_write_vectored` where the trait has it.
+macro_rules! write_trait {
+    ($trait_:path, $stream:ty, close: $close:ident $(, $vectored:ident)?) => {
+        impl $trait_ for $stream {
             fn poll_write(
                 self: Pin<&mut Self>,
                 cx: &mut Context<'_>,
@@ -303,14 +294,39 @@ macro_rules! futures_io_traits {
                 self.poll_write_vectored_buf(cx, bufs)
             }
 
+            $(
+                fn $vectored(&self) -> bool {
+                    true
+                }
+            )?
+
             fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
                 Poll::Ready(Ok(()))
             }
 
-            fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            fn $close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
                 self.poll_shutdown_write()
             }
         }
+    };
+}
+pub(crate) use write_trait;
+
+/// `futures-io`'s traits for a stream and for a shared reference to one (so that one task
+/// may read while another writes).
+macro_rules! futures_io_traits {
+    ($stream:ty) => {
+        impl futures_io::AsyncRead for $stream {
+            fn poll_read(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &mut [u8],
+            ) -> Poll<io::Result<usize>> {
+                self.poll_read_buf(cx, buf)
+            }
+        }
+
+        write_trait!(futures_io::AsyncWrite, $stream, close: poll_close);
     };
 }
 
@@ -334,33 +350,5 @@ mod tokio_io {
         }
     }
 
-    impl tokio::io::AsyncWrite for TcpStream {
-        fn poll_write(
-            self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            self.poll_write_buf(cx, buf)
-        }
-
-        fn poll_write_vectored(
-            self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            bufs: &[IoSlice<'_>],
-        ) -> Poll<io::Result<usize>> {
-            self.poll_write_vectored_buf(cx, bufs)
-        }
-
-        fn is_write_vectored(&self) -> bool {
-            true
-        }
-
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            self.poll_shutdown_write()
-        }
-    }
+    write_trait!(tokio::io::AsyncWrite, TcpStream, close: poll_shutdown, is_write_vectored);
 }

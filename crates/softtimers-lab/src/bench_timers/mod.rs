@@ -508,8 +508,4 @@ impl Section for TimersReport {
         md += &to_markdown(self);
         Ok(Rendered::text(md))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }

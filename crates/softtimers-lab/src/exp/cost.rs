@@ -252,10 +252,6 @@ impl Section for E1 {
         md += "\n\n";
         Ok(Rendered::section(md, &self.targets, Vec::new()))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }
 
 /// E2 (Tables II–III): the synthetic handler every 10 and 20 µs from each source.

@@ -386,10 +386,6 @@ impl Section for E13 {
         let _ = writeln!(md, "\n{PAPER_TABLE_XIII}\n");
         Ok(Rendered::section(md, &self.targets, Vec::new()))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }
 
 #[cfg(test)]

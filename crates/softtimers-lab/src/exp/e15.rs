@@ -445,10 +445,10 @@ fn measure(
             );
         }
         if want == held / 10 {
-            at_tenth = Some((rss_bytes()?, crate::alloc_count::live_bytes()));
+            at_tenth = Some((rss_bytes()?, softtimer_rt::alloc_count::live_bytes()));
         }
     }
-    let (rss_end, heap_end) = (rss_bytes()?, crate::alloc_count::live_bytes());
+    let (rss_end, heap_end) = (rss_bytes()?, softtimer_rt::alloc_count::live_bytes());
     let (rss_tenth, heap_tenth) = at_tenth.context("held is at least ten batches")?;
     let span = (held - held / 10) as f64;
     // The drain period ends: everything held expires.
@@ -605,10 +605,6 @@ impl Section for E15 {
         );
         md += "\n";
         Ok(Rendered::section(md, &self.targets, Vec::new()))
-    }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
     }
 }
 

@@ -264,10 +264,6 @@ impl Section for E3 {
         );
         Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }
 
 /// One row of E4.

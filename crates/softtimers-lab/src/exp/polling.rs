@@ -280,8 +280,4 @@ impl Section for E9 {
             plots: vec![plot.into()],
         })
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }

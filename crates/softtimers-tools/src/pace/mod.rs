@@ -278,12 +278,7 @@ pub fn check_pace(options: &PaceOptions) -> Result<()> {
         options.rate,
         options.flows
     );
-    ensure!(
-        options.duration >= Duration::from_millis(10)
-            && options.duration <= Duration::from_secs(3600),
-        "--duration {:?}: want 10 ms ..= 1 hour",
-        options.duration
-    );
+    crate::parse::check_run_duration(options.duration)?;
     ensure!(
         options.io == IoBackend::Epoll
             || (options.timer == PaceTimer::Soft && options.scheduler == Scheduler::PerFlow),

@@ -61,12 +61,7 @@ pub fn flood(options: &FloodOptions) -> Result<FloodReport> {
         "--size {}: want 1 ..= 1472",
         options.size
     );
-    ensure!(
-        options.duration >= Duration::from_millis(10)
-            && options.duration <= Duration::from_secs(3600),
-        "--duration {:?}: want 10 ms ..= 1 hour",
-        options.duration
-    );
+    crate::parse::check_run_duration(options.duration)?;
     let any: SocketAddr = if options.to.is_ipv4() {
         "0.0.0.0:0".parse()?
     } else {

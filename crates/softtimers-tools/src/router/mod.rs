@@ -210,12 +210,7 @@ fn consume(
 
 /// Checks the router's options.
 pub fn check_router(options: &RouterOptions) -> Result<()> {
-    ensure!(
-        options.duration >= Duration::from_millis(10)
-            && options.duration <= Duration::from_secs(3600),
-        "--duration {:?}: want 10 ms ..= 1 hour",
-        options.duration
-    );
+    crate::parse::check_run_duration(options.duration)?;
     ensure!(
         options.work_ns <= 1_000_000 && options.screen_ns <= 1_000_000,
         "per-packet work over 1 ms is not a router"

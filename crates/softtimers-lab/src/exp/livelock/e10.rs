@@ -381,8 +381,4 @@ impl Section for E10 {
         let _ = writeln!(md, "\n{PAPER_FIGS_6}\n\n![forwarding]({plot})\n");
         Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }

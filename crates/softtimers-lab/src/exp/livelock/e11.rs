@@ -8,7 +8,6 @@ use anyhow::Result;
 use crate::harness::ExpOptions;
 use crate::paper::PAPER_FIGS_6;
 use crate::report::{Rendered, Section, StepResult};
-use crate::targets::TargetCheck;
 
 use super::{
     Bench, Design, Flood, ForwardRow, RouterArgs, flood_seconds, forward_chart, forward_row,
@@ -125,9 +124,5 @@ impl Section for E11 {
             markdown: md,
             plots,
         })
-    }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
     }
 }

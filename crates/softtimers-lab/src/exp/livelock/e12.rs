@@ -192,8 +192,4 @@ impl Section for E12 {
         let _ = writeln!(md, "\n{PAPER_FIG_7_1}\n\n![budget]({plot})\n");
         Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }

@@ -224,10 +224,6 @@ impl Section for E6 {
         let _ = writeln!(md, "\n{PAPER_TABLES_VI_VII}\n");
         Ok(Rendered::section(md, &self.targets, Vec::new()))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }
 
 #[cfg(test)]

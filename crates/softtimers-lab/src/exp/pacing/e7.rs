@@ -125,8 +125,4 @@ impl Section for E7 {
         let _ = writeln!(md, "\n{PAPER_TABLES_VIII_IX}\n");
         Ok(Rendered::section(md, &self.targets, Vec::new()))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }

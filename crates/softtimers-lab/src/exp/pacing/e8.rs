@@ -515,8 +515,4 @@ impl Section for E8 {
         let _ = writeln!(md, "\n{PAPER_TABLE_II}\n");
         Ok(Rendered::section(md, &self.targets, Vec::new()))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }

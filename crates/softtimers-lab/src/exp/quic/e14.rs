@@ -189,10 +189,6 @@ impl Section for E14 {
         let _ = writeln!(md, "![E14 response time after idle]({plot})\n");
         Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }
 
 impl E14 {

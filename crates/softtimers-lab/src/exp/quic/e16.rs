@@ -210,8 +210,4 @@ impl Section for E16 {
         let _ = writeln!(md, "\n![latency CDF]({plot})\n");
         Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }

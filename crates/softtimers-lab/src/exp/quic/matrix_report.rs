@@ -11,7 +11,6 @@ use softtimers_tools::path::COMMAND_SPIN;
 use crate::exp::bottleneck::{self, BottleneckRow};
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{Rendered, Section};
-use crate::targets::TargetCheck;
 
 use super::{
     BULK_50M_SMALL_QUEUE, LOOPBACK_RR, QuicResult, QuicRow, RR, cdf_series, distinct,
@@ -297,9 +296,5 @@ impl Section for QuicResult {
         }
         md += "\n";
         Ok(Rendered::section(md, &self.targets, plots))
-    }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
     }
 }

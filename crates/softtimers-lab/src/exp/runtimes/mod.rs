@@ -480,10 +480,6 @@ impl Section for AsyncResult {
         md += "\n";
         Ok(Rendered::section(md, &self.targets, Vec::new()))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }
 
 #[cfg(test)]

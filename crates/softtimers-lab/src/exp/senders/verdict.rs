@@ -237,10 +237,6 @@ impl Section for Senders {
         }
         Ok(Rendered::section(md, &self.targets, plots))
     }
-
-    fn targets(&self) -> &[TargetCheck] {
-        &self.targets
-    }
 }
 
 #[cfg(test)]

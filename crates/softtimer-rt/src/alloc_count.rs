@@ -1,5 +1,19 @@
-//! A global allocator that counts live heap bytes, so that benchmarks can report memory per
-//! pending event. The `softtimers` binary installs it; elsewhere [`live_bytes`] says `None`.
+//! A global allocator that counts live heap bytes, so that a benchmark or a test can report
+//! memory per pending event or per record held: install [`CountingAlloc`] as the program's
+//! `#[global_allocator]` and read [`live_bytes`] before and after. Where it is not installed,
+//! [`live_bytes`] says `None`. The `softtimers` binary installs it.
+//!
+//! ```no_run
+//! use softtimer_rt::alloc_count::{CountingAlloc, live_bytes};
+//!
+//! #[global_allocator]
+//! static ALLOC: CountingAlloc = CountingAlloc;
+//!
+//! let before = live_bytes().unwrap();
+//! let held: Vec<u64> = Vec::with_capacity(1000);
+//! assert!(live_bytes().unwrap() - before >= 8000);
+//! drop(held);
+//! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
