@@ -31,7 +31,7 @@ use softtimer_async::Precision;
 use softtimers_tools::cpu::process_cpu_ns;
 
 use crate::harness::ExpOptions;
-use crate::report::{NoExtra, Rendered, Section, StepResult};
+use crate::report::{Rendered, Section, StepResult};
 use crate::targets::TargetCheck;
 
 /// Where the baselines come from (the issue's anchor: the same workload on tokio and smol).
@@ -179,7 +179,18 @@ fn quantile_us(sorted_ns: &[u64], q: f64) -> Option<f64> {
 }
 
 /// `async.json`.
-pub type AsyncResult = StepResult<AsyncRow>;
+pub type AsyncResult = StepResult<AsyncRow, AsyncExtra>;
+
+/// What `lab async` records beside its rows.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct AsyncExtra {
+    /// Paced UDP's floor on this machine: the inter-arrival stddev, µs, of a thread that
+    /// spins on the clock and sends each datagram at its time (a whole core, no runtime), so
+    /// that a runtime's figure is read against what the machine allows. `None` in older
+    /// reports.
+    #[serde(default)]
+    pub paced_udp_floor_stddev_us: Option<f64>,
+}
 
 /// Process CPU time around `work`: its result and the CPU it took, ns.
 pub fn with_cpu<T>(work: impl FnOnce() -> T) -> (T, u64) {
@@ -221,7 +232,8 @@ pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     step("sleep-10k-tasks", sleep::tasks_seconds(quick), progress);
     rows.extend(sleep::sleep_10k_tasks(quick)?);
     step("paced-udp-100mbit", udp::expected_seconds(quick), progress);
-    rows.extend(udp::paced_udp(quick)?);
+    let (paced, floor) = udp::paced_udp(quick)?;
+    rows.extend(paced);
     step("hyper-1core", http::expected_seconds(quick), progress);
     rows.extend(http::hyper_1core(options)?);
     step(
@@ -231,9 +243,12 @@ pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     );
     rows.extend(quic::quinn(quick)?);
     let targets = targets(&rows);
+    let extra = AsyncExtra {
+        paced_udp_floor_stddev_us: Some(floor),
+    };
     Ok(AsyncResult::ran(
         options.length.mode(),
-        NoExtra {},
+        extra,
         rows,
         targets,
     ))
@@ -459,7 +474,7 @@ impl Section for AsyncResult {
             Ok(md) => md,
             Err(not_run) => return Ok(not_run),
         };
-        md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. `-`: not measured by that workload.\n\n| workload | runtime | precision | threads | late p50 (µs) | late p99 (µs) | late max (µs) | CPU per op (ns) | ops/s | p99 (µs) | stddev (µs) |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n| workload | runtime | precision | threads | late p50 (µs) | late p99 (µs) | late max (µs) | CPU per op (ns) | ops/s | p99 (µs) | stddev (µs) |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         for r in &self.rows {
             let _ = writeln!(
                 md,
@@ -478,6 +493,12 @@ impl Section for AsyncResult {
             );
         }
         md += "\n";
+        if let Some(floor) = self.extra.paced_udp_floor_stddev_us {
+            let _ = writeln!(
+                md,
+                "Paced UDP's floor on this machine: a thread that spins on the clock and sends each datagram at its time, a whole core, has an inter-arrival stddev of {floor:.2} µs (the gaps a preempted virtual CPU leaves); a runtime's stddev is read against it.\n"
+            );
+        }
         Ok(Rendered::section(md, &self.targets, Vec::new()))
     }
 }
@@ -509,5 +530,24 @@ mod tests {
         }
         assert_eq!(R::TokioCt.name(), "tokio-ct");
         assert_eq!(W::PacedUdp100mbit.name(), "paced-udp-100mbit");
+    }
+
+    #[test]
+    fn the_paced_udp_floor_is_a_top_level_field_absent_from_older_reports() {
+        let old: AsyncResult =
+            serde_json::from_str(r#"{"mode":"full","skipped":null,"rows":[],"targets":[]}"#)
+                .unwrap();
+        assert_eq!(old.extra.paced_udp_floor_stddev_us, None);
+        let extra = AsyncExtra {
+            paced_udp_floor_stddev_us: Some(8.5),
+        };
+        let new = AsyncResult::ran("quick", extra, Vec::new(), Vec::new());
+        let json = serde_json::to_value(&new).unwrap();
+        assert_eq!(json["paced_udp_floor_stddev_us"], 8.5);
+        let md = new.render(std::path::Path::new(".")).unwrap().markdown;
+        assert!(
+            md.contains("a whole core, has an inter-arrival stddev of 8.50 µs"),
+            "{md}"
+        );
     }
 }

@@ -1,14 +1,16 @@
 //! Paced UDP: 1200-byte datagrams at 100 Mbit/s (one every 96 µs) over loopback, from the
 //! soft runtime's `PacedSender` (each datagram leaves from a soft-event handler at its
 //! departure time) and from a tokio and a smol task sending one datagram per tick of their
-//! runtime's interval timer at the same period. A receiver thread on another CPU stamps
-//! arrivals; the figure is the inter-arrival times' spread.
+//! runtime's interval timer at the same period, and the floor: a thread that spins on the
+//! clock and sends each datagram at its time. A receiver thread on another CPU takes each
+//! datagram's kernel receive timestamp; the figure is the inter-arrival times' spread.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use softtimer_async::{PacedSender, Precision, Rate, Runtime, UdpSocket};
+use softtimer_net::udp::TimestampedReceiver;
 use softtimers_tools::cpu::{CLIENT_CPU, pin_to, process_cpu_ns, server_cpu, thread_cpu_ns};
 
 use super::{AsyncRow, AsyncWorkload, RuntimeKind};
@@ -33,77 +35,110 @@ fn datagrams(quick: bool) -> usize {
 
 /// About how long the workload takes, s.
 pub fn expected_seconds(quick: bool) -> f64 {
-    3.0 * (run_length(quick).as_secs_f64() + 0.2)
+    4.0 * (run_length(quick).as_secs_f64() + 0.2)
 }
 
 /// What the receiver saw.
 struct Received {
-    arrivals: Vec<Instant>,
+    /// Each datagram's kernel receive timestamp, ns.
+    arrivals_ns: Vec<u64>,
     cpu_ns: u64,
 }
 
-/// A receiver on the client CPU that stamps up to `count` arrivals (blocking reads, a
-/// second's timeout ending the run early when datagrams are lost).
-fn receiver(count: usize) -> Result<(SocketAddr, std::thread::JoinHandle<Received>)> {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").context("receiver socket")?;
-    socket.set_read_timeout(Some(Duration::from_secs(1)))?;
+/// A receiver on the client CPU that takes up to `count` datagrams with their kernel
+/// receive timestamps (`SO_TIMESTAMPNS`, taken on loopback as the sender's `sendmsg` hands
+/// the datagram over), so that the gaps are the sender's spacing and not this thread's
+/// wake-ups; a second's silence ends the run early when datagrams are lost.
+fn receiver(count: usize) -> Result<(SocketAddr, std::thread::JoinHandle<Result<Received>>)> {
+    let mut socket =
+        TimestampedReceiver::bind("127.0.0.1:0".parse()?, 64, 2048).context("receiver socket")?;
+    socket.set_timeout(Duration::from_secs(1))?;
     let addr = socket.local_addr()?;
     let thread = std::thread::spawn(move || {
         let _pin = pin_to(CLIENT_CPU);
         let start = thread_cpu_ns();
-        let mut arrivals = Vec::with_capacity(count);
-        let mut buf = [0u8; 2048];
-        while arrivals.len() < count && socket.recv(&mut buf).is_ok() {
-            arrivals.push(Instant::now());
+        let mut arrivals_ns = Vec::with_capacity(count);
+        while arrivals_ns.len() < count {
+            let n = socket.recv_batch().context("receiving")?;
+            if n == 0 {
+                break;
+            }
+            for i in 0..n {
+                let datagram = socket.get(i).expect("within the batch");
+                arrivals_ns.push(
+                    datagram
+                        .kernel_ns
+                        .context("a datagram without its kernel timestamp")?,
+                );
+            }
         }
-        Received {
-            arrivals,
+        Ok(Received {
+            arrivals_ns,
             cpu_ns: thread_cpu_ns() - start,
-        }
+        })
     });
     Ok((addr, thread))
 }
 
-/// Runs `send` (which sends `count` datagrams to the address it is given) against a fresh
-/// receiver and makes the row.
+/// What a receiver saw of one sender: the spread of the gaps and the sender's CPU.
+struct Spacing {
+    stddev_us: f64,
+    p99_us: f64,
+    cpu_ns_per_datagram: f64,
+    datagrams_per_s: f64,
+}
+
+impl Spacing {
+    fn row(self, runtime: RuntimeKind, precision: Option<Precision>) -> AsyncRow {
+        let mut row = AsyncRow::new(PACED_UDP, runtime, precision);
+        row.stddev_us = Some(self.stddev_us);
+        row.p99_us = Some(self.p99_us);
+        row.cpu_ns_per_op = Some(self.cpu_ns_per_datagram);
+        row.ops_per_s = Some(self.datagrams_per_s);
+        row
+    }
+}
+
+/// Runs `send` (which sends `count` datagrams to the address it is given; `sender` names it)
+/// against a fresh receiver.
 fn measure(
-    runtime: RuntimeKind,
-    precision: Option<Precision>,
+    sender: &str,
     count: usize,
     send: impl FnOnce(SocketAddr) -> Result<()>,
-) -> Result<AsyncRow> {
+) -> Result<Spacing> {
     let before = process_cpu_ns();
     let (to, rx) = receiver(count)?;
     send(to)?;
     let received = rx
         .join()
-        .map_err(|_| anyhow::anyhow!("the receiver panicked"))?;
+        .map_err(|_| anyhow::anyhow!("the receiver panicked"))??;
     let cpu = process_cpu_ns()
         .saturating_sub(before)
         .saturating_sub(received.cpu_ns);
-    let arrivals = &received.arrivals;
+    let arrivals = &received.arrivals_ns;
     if arrivals.len() < 2 {
-        bail!("{runtime}: {} datagrams of {count} arrived", arrivals.len());
+        bail!("{sender}: {} datagrams of {count} arrived", arrivals.len());
     }
     let mut gaps: Vec<f64> = arrivals
         .windows(2)
-        .map(|w| (w[1] - w[0]).as_secs_f64() * 1e6)
+        .map(|w| w[1].saturating_sub(w[0]) as f64 / 1e3)
         .collect();
     let n = gaps.len() as f64;
     let mean = gaps.iter().sum::<f64>() / n;
     let stddev = (gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / n).sqrt();
     gaps.sort_by(f64::total_cmp);
-    let span = (arrivals[arrivals.len() - 1] - arrivals[0]).as_secs_f64();
-    let mut row = AsyncRow::new(PACED_UDP, runtime, precision);
-    row.stddev_us = Some(stddev);
-    row.p99_us = Some(gaps[((gaps.len() - 1) as f64 * 0.99).round() as usize]);
-    row.cpu_ns_per_op = Some(cpu as f64 / count as f64);
-    row.ops_per_s = Some((arrivals.len() - 1) as f64 / span.max(1e-9));
-    Ok(row)
+    let span = arrivals[arrivals.len() - 1].saturating_sub(arrivals[0]) as f64 / 1e9;
+    Ok(Spacing {
+        stddev_us: stddev,
+        p99_us: gaps[((gaps.len() - 1) as f64 * 0.99).round() as usize],
+        cpu_ns_per_datagram: cpu as f64 / count as f64,
+        datagrams_per_s: (arrivals.len() - 1) as f64 / span.max(1e-9),
+    })
 }
 
-/// `paced-udp-100mbit`: soft's `PacedSender`, tokio's `interval`, smol's `Timer::interval`.
-pub fn paced_udp(quick: bool) -> Result<Vec<AsyncRow>> {
+/// `paced-udp-100mbit`: soft's `PacedSender`, tokio's `interval`, smol's `Timer::interval`;
+/// and the floor, a spinning thread's figures, apart.
+pub fn paced_udp(quick: bool) -> Result<(Vec<AsyncRow>, f64)> {
     let count = datagrams(quick);
     let _pin = pin_to(server_cpu());
     let datagram = [0u8; SIZE];
@@ -116,7 +151,7 @@ pub fn paced_udp(quick: bool) -> Result<Vec<AsyncRow>> {
         .context("softtimer-async runtime")?;
     let rate = Rate::from_packet_interval(SIZE as u64, gap().as_nanos() as u64)
         .context("100 Mbit/s of 1200-byte datagrams")?;
-    rows.push(measure(RuntimeKind::Soft, Some(precision), count, |to| {
+    let by_soft = measure("soft", count, |to| {
         rt.block_on(async {
             let socket = UdpSocket::bind("127.0.0.1:0")?;
             let paced = PacedSender::new(&socket, rate);
@@ -126,14 +161,15 @@ pub fn paced_udp(quick: bool) -> Result<Vec<AsyncRow>> {
             paced.flush().await
         })
         .context("soft paced sender")
-    })?);
+    })?;
+    rows.push(by_soft.row(RuntimeKind::Soft, Some(precision)));
     drop(rt);
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("tokio current_thread runtime")?;
-    rows.push(measure(RuntimeKind::TokioCt, None, count, |to| {
+    let by_tokio = measure("tokio-ct", count, |to| {
         rt.block_on(async {
             let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
             let mut ticks = tokio::time::interval(gap());
@@ -144,10 +180,11 @@ pub fn paced_udp(quick: bool) -> Result<Vec<AsyncRow>> {
             Ok::<_, std::io::Error>(())
         })
         .context("tokio interval sender")
-    })?);
+    })?;
+    rows.push(by_tokio.row(RuntimeKind::TokioCt, None));
     drop(rt);
 
-    rows.push(measure(RuntimeKind::Smol, None, count, |to| {
+    let by_smol = measure("smol", count, |to| {
         smol::block_on(async {
             use smol::stream::StreamExt as _;
             let socket = smol::net::UdpSocket::bind("127.0.0.1:0").await?;
@@ -159,6 +196,21 @@ pub fn paced_udp(quick: bool) -> Result<Vec<AsyncRow>> {
             Ok::<_, std::io::Error>(())
         })
         .context("smol Timer::interval sender")
-    })?);
-    Ok(rows)
+    })?;
+    rows.push(by_smol.row(RuntimeKind::Smol, None));
+
+    let floor = measure("a spinning thread", count, |to| {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").context("sender socket")?;
+        let start = Instant::now();
+        let mut due = start;
+        for _ in 0..count {
+            while Instant::now() < due {
+                std::hint::spin_loop();
+            }
+            socket.send_to(&datagram, to).context("spinning sender")?;
+            due += gap();
+        }
+        Ok(())
+    })?;
+    Ok((rows, floor.stddev_us))
 }
