@@ -40,6 +40,8 @@ pub(crate) struct Flight {
     pub loss_timer: Option<std::time::Instant>,
     /// quinn's lost-packet count when the last probe went out, until data is sent again.
     pub lost_at_probe: Option<u64>,
+    /// `loss_timer` on the soft-event clock: when quinn-proto's own probe would come.
+    pub quinn_probe_at: Option<Instant>,
 }
 
 impl Flight {
@@ -195,8 +197,9 @@ impl Conn {
             acked: true,
             outstanding,
         };
+        let srtt = Span::from_duration(stats.path.rtt, hz);
         self.probe
-            .observe(now, progress, Span::from_duration(stats.path.rtt, hz));
+            .observe(now, progress, srtt, self.flight.quinn_probe_at);
         true
     }
 
@@ -216,6 +219,10 @@ impl Conn {
         self.flight.data_frames = data;
         self.flight.last_data = Some(now_std);
         self.flight.loss_timer = self.conn.poll_timeout();
+        self.flight.quinn_probe_at = self
+            .flight
+            .loss_timer
+            .map(|t| now + Span::from_duration(t.saturating_duration_since(now_std), hz));
         let srtt = Span::from_duration(stats.path.rtt, hz);
         let outcome = self
             .flight
@@ -227,7 +234,8 @@ impl Conn {
             self.probe.outcome(found, srtt, max);
         }
         if self.connected {
-            self.probe.observe(now, Progress::DATA_SENT, srtt);
+            self.probe
+                .observe(now, Progress::DATA_SENT, srtt, self.flight.quinn_probe_at);
         }
         outcome == Some(true)
     }
