@@ -1,7 +1,11 @@
 //! The I/O shell: a [`Driver`] on a UDP socket in a `softtimer-rt` loop the application
 //! owns. Datagrams go in and out through quinn-udp's socket state (GSO, GRO and ECN exactly
 //! as stock quinn uses them), each send and receive is a trigger state, and the driver's next
-//! timeout is one soft event in the loop.
+//! timeout is one soft event in the loop. On a loop whose backend is io_uring
+//! ([`IoBackend::Uring`](softtimer_rt::IoBackend)), the same datagrams (with their GSO segment
+//! size, ECN codepoint and source address) go through the loop's ring instead: queued and
+//! submitted with the loop's next wait, and received by a multishot `recvmsg` into provided
+//! buffers, each completion reaped a trigger state.
 
 use std::io::{self, IoSliceMut};
 use std::net::UdpSocket;
@@ -10,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use quinn_proto::ServerConfig;
 use softtimer::{Clock, EventId, Instant, SystemClock, TriggerSource};
-use softtimer_rt::{Interest, LoopCx, Ready};
+use softtimer_rt::{Interest, IoBackend, LoopCx, Ready, RingFd, RingRecv, SendOptions};
 
 use crate::{App, Driver, DriverConfig, QuicError, Transmit};
 
@@ -20,6 +24,8 @@ const RECV_BATCH: usize = 32;
 const RECV_SLOT: usize = 64 * 1024;
 /// Receive calls per ready event before the loop looks at its timers again.
 const RECV_CALLS_PER_PASS: usize = 8;
+/// Provided buffers of [`RECV_SLOT`] bytes for the ring's multishot receive (4 MiB).
+const RING_BUFFERS: u16 = 64;
 
 /// What caused datagrams to leave: a packet that arrived (an ACK, a request), a soft event
 /// fired at a trigger state, one fired by the backstop, or the application.
@@ -42,9 +48,11 @@ pub struct IoStats {
     pub datagrams_sent: u64,
     /// Datagrams received.
     pub datagrams_received: u64,
-    /// `sendmsg` calls.
+    /// `sendmsg` calls (through a ring: sends queued in it, submitted together with the
+    /// loop's wait).
     pub send_calls: u64,
-    /// Sends refused with `EAGAIN` (retried when writable).
+    /// Sends refused with `EAGAIN` (retried when writable); through a ring, sends dropped
+    /// because no slot freed within a second.
     pub send_would_block: u64,
     /// Why datagrams left.
     pub causes: TransmitCauses,
@@ -105,6 +113,8 @@ pub struct QuicSocket<C: Clock + Clone = SystemClock> {
     driver: Driver<C>,
     socket: UdpSocket,
     udp: quinn_udp::UdpSocketState,
+    /// The socket in the loop's io_uring, where the loop has one.
+    ring: Option<RingFd>,
     token: u64,
     recv_buf: Vec<u8>,
     send_buf: Vec<u8>,
@@ -151,6 +161,7 @@ impl<C: Clock + Clone> QuicSocket<C> {
             driver,
             socket,
             udp,
+            ring: None,
             token: 0,
             recv_buf: vec![0; RECV_BATCH * RECV_SLOT],
             send_buf: Vec::with_capacity(64 * 1024),
@@ -198,10 +209,22 @@ impl<C: Clock + Clone> QuicSocket<C> {
             .map_err(|e| QuicError::io("reading the local address", e))
     }
 
-    /// Registers the socket in the loop under `token`.
+    /// Registers the socket in the loop under `token`: in its epoll set, or, where the loop's
+    /// backend is io_uring, attached to its ring (sends and receives through the ring).
     pub fn register<E>(&mut self, cx: &mut LoopCx<'_, E, C>, token: u64) -> Result<(), QuicError> {
-        cx.register(&self.socket, Interest::READABLE, token)
-            .map_err(QuicError::Loop)?;
+        if cx.io_backend() == IoBackend::Epoll {
+            cx.register(&self.socket, Interest::READABLE, token)
+                .map_err(QuicError::Loop)?;
+        } else {
+            let recv = RingRecv::Datagrams {
+                buffers: RING_BUFFERS,
+                size: RECV_SLOT as u32,
+            };
+            let fd = cx
+                .attach(&self.socket, token, recv)
+                .map_err(QuicError::Loop)?;
+            self.ring = Some(fd);
+        }
         self.token = token;
         self.watching_writable = false;
         self.spin = None;
@@ -214,10 +237,19 @@ impl<C: Clock + Clone> QuicSocket<C> {
         self.spin = None;
     }
 
+    /// Whether the socket sends and receives through the loop's io_uring.
+    pub fn uses_ring(&self) -> bool {
+        self.ring.is_some()
+    }
+
     /// Takes a readiness event; returns whether it was the socket's.
     pub fn on_ready<E>(&mut self, cx: &mut LoopCx<'_, E, C>, ready: Ready) -> bool {
         if ready.token != self.token {
             return false;
+        }
+        if let Some(fd) = self.ring {
+            self.receive_ring(cx, fd);
+            return true;
         }
         if ready.writable
             && let Some((t, bytes)) = self.blocked.take()
@@ -242,13 +274,17 @@ impl<C: Clock + Clone> QuicSocket<C> {
         app: &mut A,
         wake: E,
     ) -> Result<bool, QuicError> {
+        if let Some(fd) = self.ring {
+            // Whatever the loop reaped since the socket's last readiness.
+            self.receive_ring(cx, fd);
+        }
         let now = cx.now();
         self.driver.handle_timeout(now);
         let mut did = self.driver.dispatch(app);
         did |= self.flush(cx);
         self.schedule(cx, wake);
         let want_writable = self.blocked.is_some();
-        if want_writable != self.watching_writable {
+        if self.ring.is_none() && want_writable != self.watching_writable {
             let interest = if want_writable {
                 Interest::BOTH
             } else {
@@ -299,6 +335,28 @@ impl<C: Clock + Clone> QuicSocket<C> {
         self.recv_buf = buf;
     }
 
+    /// Hands the driver every datagram the loop's ring has received for the socket (no
+    /// system call: the loop reaped them).
+    fn receive_ring<E>(&mut self, cx: &mut LoopCx<'_, E, C>, fd: RingFd) {
+        let now = cx.now();
+        let (driver, stats) = (&mut self.driver, &mut self.stats);
+        let mut any = false;
+        cx.received(fd, usize::MAX, |m| {
+            // A datagram longer than a buffer (64 KiB) is not QUIC's: drop it.
+            let Some(from) = m.from.filter(|_| !m.truncated) else {
+                return;
+            };
+            let stride = m.segment_size.unwrap_or(m.data.len()).max(1);
+            let ecn = m.ecn.and_then(quinn_proto::EcnCodepoint::from_bits);
+            for datagram in m.data.chunks(stride) {
+                stats.datagrams_received += 1;
+                any = true;
+                driver.handle_datagram(now, from, m.dst_ip, ecn, datagram);
+            }
+        });
+        self.received_in_pass |= any;
+    }
+
     /// Sends everything the driver has due; stops at a full socket.
     fn flush<E>(&mut self, cx: &mut LoopCx<'_, E, C>) -> bool {
         let mut sent = false;
@@ -329,6 +387,9 @@ impl<C: Clock + Clone> QuicSocket<C> {
         t: Transmit,
         bytes: Vec<u8>,
     ) -> Option<Vec<u8>> {
+        if let Some(fd) = self.ring {
+            return Some(self.send_ring(cx, fd, t, bytes));
+        }
         let transmit = quinn_udp::Transmit {
             destination: t.destination,
             ecn: t.ecn.map(udp_ecn),
@@ -353,6 +414,49 @@ impl<C: Clock + Clone> QuicSocket<C> {
                 None
             }
         }
+    }
+
+    /// Queues one transmit in the loop's ring (which copies it, and sends it again itself
+    /// when the socket's buffer is full); gives the buffer back.
+    fn send_ring<E>(
+        &mut self,
+        cx: &mut LoopCx<'_, E, C>,
+        fd: RingFd,
+        t: Transmit,
+        bytes: Vec<u8>,
+    ) -> Vec<u8> {
+        let options = SendOptions {
+            to: Some(t.destination),
+            segment_size: t.segment_size.and_then(|s| u16::try_from(s).ok()),
+            ecn: t.ecn.map(|e| e as u8),
+            src_ip: t.src_ip,
+        };
+        self.stats.send_calls += 1;
+        match cx.send_ring(fd, &[&bytes[..t.size]], &options) {
+            Ok(()) => {
+                let count = t.datagrams() as u64;
+                self.stats.datagrams_sent += count;
+                self.count_cause(count);
+            }
+            // No slot freed within a second: dropped, as quinn-udp drops what the kernel
+            // refuses; QUIC's loss recovery sends it again.
+            Err(_) => self.stats.send_would_block += 1,
+        }
+        bytes
+    }
+
+    /// Where the socket sends through the loop's ring: submits what is queued and waits, up
+    /// to `limit`, until every send has completed (what a run does before it ends, so that a
+    /// last CONNECTION_CLOSE leaves). Returns whether they all did; true without a ring.
+    pub fn flush_ring<E>(
+        &mut self,
+        cx: &mut LoopCx<'_, E, C>,
+        limit: std::time::Duration,
+    ) -> Result<bool, QuicError> {
+        if self.ring.is_none() {
+            return Ok(true);
+        }
+        cx.flush_ring(limit).map_err(QuicError::Loop)
     }
 
     fn count_cause(&mut self, count: u64) {

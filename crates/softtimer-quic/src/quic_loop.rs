@@ -199,6 +199,8 @@ impl QuicLoop {
         );
         let _ = cell.into_inner();
         quic.unwatch_writable(&mut ev.cx());
+        // Sends still queued in a ring (a last CONNECTION_CLOSE) leave before the run ends.
+        quic.flush_ring(&mut ev.cx(), std::time::Duration::from_millis(100))?;
         result.map_err(QuicError::Loop)?;
         match loop_error {
             Some(e) => Err(e),

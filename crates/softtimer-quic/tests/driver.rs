@@ -133,6 +133,69 @@ fn a_10_mb_download_and_upload_arrive_byte_for_byte() {
 }
 
 #[test]
+fn a_download_and_upload_through_io_uring_arrive_byte_for_byte() {
+    let ring = softtimer_rt::LoopConfig {
+        io_backend: softtimer_rt::IoBackend::Uring,
+        ..Default::default()
+    };
+    // Where io_uring is refused (a seccomp filter, an old kernel), there is nothing to test.
+    let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+    match QuicLoop::new(ring.clone(), probe, DriverConfig::default(), None) {
+        Ok(quic) => assert!(quic.socket().uses_ring()),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    }
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let config_server = server_config(&identity, &Tuning::default()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let server_ring = ring.clone();
+    let done = thread::spawn(move || {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut quic = QuicLoop::new(
+            server_ring,
+            socket,
+            DriverConfig::default(),
+            Some(config_server),
+        )
+        .unwrap();
+        tx.send((quic.socket().local_addr().unwrap(), quic.stop_handle()))
+            .unwrap();
+        let mut app = PerfServer::new(None);
+        quic.run(&mut app).unwrap();
+        (app.report, quic.stats().clone())
+    });
+    let (addr, stop) = rx.recv().unwrap();
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut quic = QuicLoop::new(ring, socket, DriverConfig::default(), None).unwrap();
+    let client = client_config(&Trust::Cert(identity.cert.clone()), &Tuning::default()).unwrap();
+    let now = quic.driver().now();
+    let conn = quic.driver().connect(client, addr, "localhost").unwrap();
+    let plan = ClientPlan {
+        download: 5_000_000,
+        upload: 500_000,
+        requests: 3,
+        ..ClientPlan::default()
+    };
+    let mut app = PerfClient::new(plan, conn, now);
+    quic.run(&mut app).unwrap();
+    let report = app.report;
+    let client_io = quic.stats().clone();
+    stop.stop();
+    let (served, server_io) = done.join().unwrap();
+    assert_eq!(report.error, None);
+    assert_eq!(report.download_bytes, 15_000_000);
+    assert_eq!(report.verified, Some(true));
+    assert_eq!(served.bytes_received, 1_500_000);
+    assert_eq!(served.requests, 3);
+    // Every datagram went through the rings: sent by one side, received by the other.
+    assert!(server_io.datagrams_sent > 10_000, "{server_io:?}");
+    assert!(client_io.datagrams_received >= server_io.datagrams_sent * 9 / 10);
+    assert_eq!(server_io.send_would_block + client_io.send_would_block, 0);
+}
+
+#[test]
 fn paced_pairs_arrive_byte_for_byte_in_half_the_sends() {
     let config = DriverConfig {
         pacing: Pacing::PerPacket,

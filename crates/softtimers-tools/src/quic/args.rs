@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use softtimer_quic::perf::ClientPlan;
-use softtimer_rt::SpinWindow;
+use softtimer_rt::{IoBackend, SpinWindow};
 
 use super::{
     AfterIdleArg, ClientOptions, ClientRun, Common, ServerOptions, ServerRun, Stack, client, server,
@@ -41,6 +41,12 @@ pub struct CommonArgs {
     /// late.
     #[arg(long, value_parser = parse_spin_window)]
     pub spin: Option<SpinWindow>,
+    /// How the soft stacks' loop does its I/O: `epoll` (quinn-udp's `sendmsg`/`recvmmsg`,
+    /// as stock quinn), `uring` (the same datagrams queued in an io_uring and submitted with
+    /// the loop's next wait, received by a multishot `recvmsg`) or `uring-sqpoll` (a kernel
+    /// thread polls the ring: fewer system calls, but it costs a core).
+    #[arg(long, default_value = "epoll")]
+    pub io: IoBackend,
     /// With `--stack soft-paced`: datagrams that leave together (one GSO send) at each
     /// departure time. 1 spaces every datagram; 2 halves the system calls and wake-ups.
     #[arg(long, default_value_t = 1)]
@@ -75,6 +81,7 @@ impl CommonArgs {
             ack_every: self.ack_every,
             max_ack_delay: self.max_ack_delay,
             spin: self.spin,
+            io: self.io,
             per_departure: self.per_departure,
             tail_probe: !self.no_tail_probe,
             idle_timeout: self.idle_timeout,

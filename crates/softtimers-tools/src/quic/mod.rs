@@ -39,7 +39,7 @@ use softtimer_quic::perf::{
 };
 use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
 use softtimer_quic::{DriverConfig, Pacing, QuicLoop, TransmitCauses};
-use softtimer_rt::{LoopConfig, SpinWindow};
+use softtimer_rt::{IoBackend, LoopConfig, SpinWindow};
 
 use crate::cpu::process_cpu_ns;
 use crate::output::Report;
@@ -120,6 +120,8 @@ pub struct Common {
     pub max_ack_delay: Option<Duration>,
     /// The soft-timer loop's idle spin window (the soft stacks only; default: calibrated).
     pub spin: Option<SpinWindow>,
+    /// The soft stacks' loop I/O: epoll (quinn-udp) or io_uring.
+    pub io: IoBackend,
     /// Datagrams per paced departure (`soft-paced` only).
     pub per_departure: usize,
     /// The soft-timer driver's tail-loss probe (the soft stacks; on by default).
@@ -143,6 +145,7 @@ impl Common {
         let spin_window = self.spin.unwrap_or(SpinWindow::Calibrated).resolve();
         let loop_config = LoopConfig {
             spin_window: SpinWindow::Fixed(spin_window),
+            io_backend: self.io,
             ..LoopConfig::default()
         };
         let driver = self
@@ -292,6 +295,10 @@ pub struct DriverSide {
     pub causes: Option<TransmitCauses>,
     /// The soft-timer loop's idle spin window, µs (`null` for stock quinn).
     pub spin_window_us: Option<f64>,
+    /// The soft-timer loop's I/O backend as it ran (`epoll`, `uring`, `uring-sqpoll`;
+    /// `null` for stock quinn and in older reports).
+    #[serde(default)]
+    pub io: Option<String>,
     /// Tail-loss probes the soft-timer driver sent (`null` for stock quinn).
     pub tail_probes: Option<u64>,
     /// Of those, the probes after which quinn declared a loss before sending data again.
@@ -321,6 +328,7 @@ fn timer_side(h: &Histogram<u64>) -> (f64, f64, f64, Vec<(f64, u64)>) {
 /// What the soft-timer driver on `quic` saw, with the spin window its loop was given.
 fn driver_side(quic: &mut QuicLoop, spin_window: Duration) -> DriverSide {
     let counters = quic.event_loop().counters();
+    let backend = quic.event_loop_mut().cx().io_backend().to_string();
     let io = quic.stats().clone();
     let d = quic.driver();
     let stats = d.stats();
@@ -340,6 +348,7 @@ fn driver_side(quic: &mut QuicLoop, spin_window: Duration) -> DriverSide {
         timer_late_hist: hist,
         causes: Some(io.causes),
         spin_window_us: Some(spin_window.as_secs_f64() * 1e6),
+        io: Some(backend),
         idle_spin_ms: Some(counters.idle_spin_ns as f64 / 1e6),
     }
 }

@@ -169,6 +169,7 @@ fn side(lateness: Option<&Lateness>, datagrams: u64, ios: u64) -> DriverSide {
         tail_probes: None,
         tail_probes_finding_loss: None,
         spin_window_us: None,
+        io: None,
         idle_spin_ms: None,
     }
 }
