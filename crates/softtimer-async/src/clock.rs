@@ -90,6 +90,34 @@ impl TimeBase {
         }
     }
 
+    /// `std` time and measurement-clock time, read together: the `std` time first, so that
+    /// a deadline mapped from the pair is due no earlier than the deadline (by the read's
+    /// few nanoseconds at most later).
+    #[inline]
+    pub(crate) fn pair(&self) -> (StdInstant, Instant) {
+        let now = self.now();
+        (now, self.clock.now())
+    }
+
+    /// [`due_time`](Self::due_time) from a [`pair`](Self::pair) read earlier (no clock
+    /// read): exact as far as the two clocks keep the same rate since the pair was read.
+    #[inline]
+    pub(crate) fn due_time_at(
+        &self,
+        deadline: StdInstant,
+        (now, ticks): (StdInstant, Instant),
+    ) -> Instant {
+        match &self.clock {
+            RuntimeClock::System(c) => {
+                ticks + c.span(deadline.saturating_duration_since(now)).min(MAX_AHEAD)
+            }
+            RuntimeClock::Sim(c) => {
+                let ahead = deadline.saturating_duration_since(self.origin);
+                self.origin_ticks + c.span(ahead).min(MAX_AHEAD)
+            }
+        }
+    }
+
     /// The measurement-clock time at which a soft event for `deadline` should fire: never
     /// before it as far as the clocks agree; see the module documentation for what happens
     /// when they do not.

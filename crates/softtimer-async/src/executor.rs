@@ -137,6 +137,22 @@ thread_local! {
     /// Tasks woken on this thread, ready to run.
     static QUEUE: RefCell<VecDeque<Runnable>> = const { RefCell::new(VecDeque::new()) };
     static LOCAL: RefCell<Option<Rc<LocalLoop>>> = const { RefCell::new(None) };
+    /// The time of the batch of task polls this thread's loop is running (the loop, and a
+    /// `std` time and measurement-clock time read together as the batch began), so that the
+    /// timers polled in it need not read both clocks each. `None` between batches.
+    static BATCH_TIME: Cell<Option<(*const LoopShared, BatchTime)>> = const { Cell::new(None) };
+}
+
+/// A `std::time::Instant` and the measurement-clock time read with it.
+pub(crate) type BatchTime = (std::time::Instant, softtimer::Instant);
+
+/// The time the batch of task polls `shared`'s loop runs on this thread began, if it is
+/// running one here: never later than now, so a deadline it shows passed has passed.
+#[inline]
+pub(crate) fn batch_time(shared: &LoopShared) -> Option<BatchTime> {
+    BATCH_TIME
+        .with(Cell::get)
+        .and_then(|(owner, time)| std::ptr::eq(owner, shared).then_some(time))
 }
 
 /// Whether this thread runs `shared`'s loop now.
@@ -314,6 +330,11 @@ impl LocalLoop {
 
     /// Runs up to `budget` ready tasks, each poll followed by a trigger state.
     fn run_tasks(&self, budget: usize) -> usize {
+        if queue_is_empty() {
+            return 0;
+        }
+        let time = self.shared.time.pair();
+        BATCH_TIME.with(|t| t.set(Some((Arc::as_ptr(&self.shared), time))));
         let mut ran = 0;
         while ran < budget {
             let Some(runnable) = QUEUE.with(|queue| queue.borrow_mut().pop_front()) else {
@@ -323,6 +344,7 @@ impl LocalLoop {
             self.trigger(TriggerSource::Loop);
             ran += 1;
         }
+        BATCH_TIME.with(|t| t.set(None));
         ran
     }
 

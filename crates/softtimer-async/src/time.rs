@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use softtimer::{Clock, EventId};
+use softtimer::EventId;
 
 use crate::executor::{self, LoopShared, TimerEvent};
 
@@ -75,20 +75,36 @@ impl TimerEntry {
 
     /// Ready once the deadline has passed; otherwise makes sure a soft event at (or before)
     /// it will wake this task.
+    ///
+    /// In a batch of task polls the loop's batch time serves first (read once for the
+    /// batch, never later than now): a deadline it shows passed has passed, and a first poll
+    /// maps its deadline from it without reading a clock. Only a timer that is armed and not
+    /// shown passed reads both clocks, to tell an event still pending from one that fired
+    /// during the batch.
     pub(crate) fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let Some(deadline) = self.deadline else {
             return Poll::Pending;
         };
-        let now = self.now();
-        if now >= deadline {
-            self.cancel();
+        let batch = executor::batch_time(&self.shared);
+        if let Some((now, ticks)) = batch
+            && now >= deadline
+        {
+            self.complete(ticks);
             return Poll::Ready(());
         }
         let identity = waker_identity(cx.waker());
+        let time = match (&self.armed, batch) {
+            (None, Some(time)) => time,
+            _ => self.shared.time.pair(),
+        };
+        let (now, clock_now) = time;
+        if now >= deadline {
+            self.complete(clock_now);
+            return Poll::Ready(());
+        }
         if let Some(armed) = &self.armed
             && armed.deadline <= deadline
         {
-            let clock_now = self.shared.time.clock().now_unordered();
             if clock_now < armed.due {
                 if armed.waker == identity {
                     // Certainly still pending (the clock has not reached it), for this task.
@@ -101,14 +117,31 @@ impl TimerEntry {
                 early.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.arm(deadline, now, cx.waker(), identity);
+        self.arm(deadline, time, cx.waker(), identity);
         Poll::Pending
     }
 
+    /// The deadline has passed (`clock_now` on the measurement clock, read then or earlier):
+    /// an event due by then has fired or fires at the next trigger state, and is left to
+    /// it (at worst one spurious wake, which every future allows) rather than cancelled
+    /// under the facility's lock; a later one is cancelled.
+    fn complete(&mut self, clock_now: softtimer::Instant) {
+        match &self.armed {
+            Some(armed) if armed.due <= clock_now => self.armed = None,
+            _ => self.cancel(),
+        }
+    }
+
     /// Schedules a soft event for `deadline` that wakes `waker`, replacing the armed one;
-    /// `now` was read just before.
-    fn arm(&mut self, deadline: Instant, now: Instant, waker: &Waker, identity: (usize, usize)) {
-        let due = self.shared.time.due_time_from(deadline, now);
+    /// `time` was read just before (or as the batch began).
+    fn arm(
+        &mut self,
+        deadline: Instant,
+        time: executor::BatchTime,
+        waker: &Waker,
+        identity: (usize, usize),
+    ) {
+        let due = self.shared.time.due_time_at(deadline, time);
         let old = self.armed.take().map(|a| a.id);
         let event = TimerEvent::Wake(waker.clone());
         let result = self.shared.timers.with_timers(|timers| {

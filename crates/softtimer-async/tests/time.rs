@@ -191,6 +191,45 @@ fn many_timers_fire_in_deadline_order_on_a_simulated_clock() {
 }
 
 #[test]
+fn tasks_that_sleep_again_and_again_wake_at_their_deadlines_and_leave_no_event() {
+    // Spawned tasks are polled in the loop's batches, whose time is read once per batch:
+    // each sleep must still end exactly at its deadline on a simulated clock, a sleep whose
+    // deadline the batch shows passed must complete at once, and an event left to fire
+    // after its timer completed must not outlive the run.
+    let (rt, _clock) = sim_runtime();
+    let handle = rt.handle();
+    let woke = rt.block_on(async move {
+        let tasks: Vec<_> = (0..200u64)
+            .map(|i| {
+                softtimer_async::spawn_local(async move {
+                    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                    let mut woke = 0;
+                    for _ in 0..50 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let deadline = time::now() + Duration::from_micros(x % 2_000);
+                        sleep_until(deadline).await;
+                        assert_eq!(time::now(), deadline, "task {i} woke off its deadline");
+                        woke += 1;
+                    }
+                    woke
+                })
+            })
+            .collect();
+        let mut woke = 0;
+        for t in tasks {
+            woke += t.await.unwrap();
+        }
+        // Events that fire after their timers completed are gone once the clock passes them.
+        sleep(Duration::from_millis(5)).await;
+        woke
+    });
+    assert_eq!(woke, 200 * 50);
+    assert_eq!(handle.pending_timers(), 0);
+}
+
+#[test]
 fn time_outside_a_runtime_is_the_system_clock() {
     let before = Instant::now();
     assert!(time::now() >= before);
