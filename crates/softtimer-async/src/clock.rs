@@ -109,7 +109,9 @@ impl TimeBase {
     ) -> Instant {
         match &self.clock {
             RuntimeClock::System(c) => {
-                ticks + c.span(deadline.saturating_duration_since(now)).min(MAX_AHEAD)
+                ticks
+                    + c.span(deadline.saturating_duration_since(now))
+                        .min(MAX_AHEAD)
             }
             RuntimeClock::Sim(c) => {
                 let ahead = deadline.saturating_duration_since(self.origin);

@@ -315,13 +315,16 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     /// Schedules `event` `t` ahead (see [`softtimer::SoftTimers::schedule_soft_event`]).
     pub fn schedule_soft_event(&mut self, t: Span, event: E) -> Result<EventId, RtError> {
         self.core.check_timers_on()?;
-        Ok(self.core.shared.with(|f| f.schedule_soft_event(t, event))?)
+        Ok(self
+            .core
+            .shared
+            .with(None, |f| f.schedule_soft_event(t, event))?)
     }
 
     /// Schedules `event` at the clock time `at` (see [`softtimer::SoftTimers::schedule_at`]).
     pub fn schedule_at(&mut self, at: Instant, event: E) -> Result<EventId, RtError> {
         self.core.check_timers_on()?;
-        Ok(self.core.shared.with(|f| f.schedule_at(at, event))?)
+        Ok(self.core.shared.with(None, |f| f.schedule_at(at, event))?)
     }
 
     /// Schedules `event` `t` ahead, to fire no later than `deadline` ahead: the deadline
@@ -340,7 +343,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
 
     /// Cancels an event; its payload if it was pending.
     pub fn cancel(&mut self, id: EventId) -> Option<E> {
-        self.core.shared.with(|f| f.cancel(id))
+        self.core.shared.with(None, |f| f.cancel(id))
     }
 
     /// Events pending.

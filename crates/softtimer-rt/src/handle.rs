@@ -121,7 +121,7 @@ impl<E, C: Clock> LoopHandle<E, C> {
     /// Cancels an event; its payload if it was pending. The payload is handed back rather
     /// than dropped under the facility's lock, so dropping it may do anything.
     pub fn cancel(&self, id: EventId) -> Option<E> {
-        self.shared.with(|f| f.cancel(id))
+        self.shared.with(None, |f| f.cancel(id))
     }
 
     /// Whether `id` names a pending event.
@@ -141,7 +141,36 @@ impl<E, C: Clock> LoopHandle<E, C> {
     /// with timers off.
     pub fn with_timers<R>(&self, f: impl FnOnce(&mut SoftTimers<E, C>) -> R) -> Result<R, RtError> {
         self.check_timers_on()?;
-        Ok(self.shared.with(f))
+        Ok(self.shared.with(None, f))
+    }
+
+    /// [`with_timers`](Self::with_timers) with `now`, a reading of the loop's clock taken
+    /// a moment before (never later than now), which spares the backstop's rules a clock
+    /// read of their own: what a runtime that reads the clock once for a batch of work
+    /// passes. An older `now` only makes the one-shot backstop, where it is in use, expire
+    /// earlier than it need (a wake-up that finds nothing), never later than the bound.
+    ///
+    /// ```
+    /// use softtimer::{Span, TriggerSource};
+    /// use softtimer_rt::{EventLoop, LoopConfig};
+    ///
+    /// let ev = EventLoop::new(LoopConfig::default(), |_, _: softtimer::Fired<u32>| {}).unwrap();
+    /// let handle = ev.handle();
+    /// let now = ev.clock().now();
+    /// let id = handle
+    ///     .with_timers_at(now, |t| t.schedule_soft_event(Span::from_ticks(1_000_000), 7))
+    ///     .unwrap()
+    ///     .unwrap();
+    /// assert_eq!(handle.with_timers(|t| t.cancel(id)).unwrap(), Some(7));
+    /// # let _ = TriggerSource::User;
+    /// ```
+    pub fn with_timers_at<R>(
+        &self,
+        now: Instant,
+        f: impl FnOnce(&mut SoftTimers<E, C>) -> R,
+    ) -> Result<R, RtError> {
+        self.check_timers_on()?;
+        Ok(self.shared.with(Some(now), f))
     }
 
     /// Watches `fd` for `interest` (see [`LoopCx::register`](crate::LoopCx::register)).

@@ -457,10 +457,14 @@ impl<E, C: Clock> Shared<E, C> {
 
     /// Runs `f` on the locked facility and republishes.
     #[inline]
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut SoftTimers<E, C>) -> R) -> R {
+    pub(crate) fn with<R>(
+        &self,
+        now: Option<Instant>,
+        f: impl FnOnce(&mut SoftTimers<E, C>) -> R,
+    ) -> R {
         let mut locked = self.lock();
         let result = f(&mut locked.facility);
-        self.publish(&mut locked, None);
+        self.publish(&mut locked, now);
         result
     }
 
