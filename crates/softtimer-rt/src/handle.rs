@@ -151,7 +151,7 @@ impl<E, C: Clock> LoopHandle<E, C> {
     /// earlier than it need (a wake-up that finds nothing), never later than the bound.
     ///
     /// ```
-    /// use softtimer::{Span, TriggerSource};
+    /// use softtimer::{Clock, Span};
     /// use softtimer_rt::{EventLoop, LoopConfig};
     ///
     /// let ev = EventLoop::new(LoopConfig::default(), |_, _: softtimer::Fired<u32>| {}).unwrap();
@@ -162,7 +162,6 @@ impl<E, C: Clock> LoopHandle<E, C> {
     ///     .unwrap()
     ///     .unwrap();
     /// assert_eq!(handle.with_timers(|t| t.cancel(id)).unwrap(), Some(7));
-    /// # let _ = TriggerSource::User;
     /// ```
     pub fn with_timers_at<R>(
         &self,
