@@ -146,6 +146,23 @@ thread_local! {
 /// A `std::time::Instant` and the measurement-clock time read with it.
 pub(crate) type BatchTime = (std::time::Instant, softtimer::Instant);
 
+/// Sets this thread's batch time for as long as it lives, and clears it however the batch
+/// ends (a task's panic unwinding through it included).
+struct BatchGuard;
+
+impl BatchGuard {
+    fn begin(owner: *const LoopShared, time: BatchTime) -> BatchGuard {
+        BATCH_TIME.with(|t| t.set(Some((owner, time))));
+        BatchGuard
+    }
+}
+
+impl Drop for BatchGuard {
+    fn drop(&mut self) {
+        BATCH_TIME.with(|t| t.set(None));
+    }
+}
+
 /// The time the batch of task polls `shared`'s loop runs on this thread began, if it is
 /// running one here: never later than now, so a deadline it shows passed has passed.
 #[inline]
@@ -334,7 +351,7 @@ impl LocalLoop {
             return 0;
         }
         let time = self.shared.time.pair();
-        BATCH_TIME.with(|t| t.set(Some((Arc::as_ptr(&self.shared), time))));
+        let _batch = BatchGuard::begin(Arc::as_ptr(&self.shared), time);
         let mut ran = 0;
         while ran < budget {
             let Some(runnable) = QUEUE.with(|queue| queue.borrow_mut().pop_front()) else {
@@ -344,7 +361,6 @@ impl LocalLoop {
             self.trigger(TriggerSource::Loop);
             ran += 1;
         }
-        BATCH_TIME.with(|t| t.set(None));
         ran
     }
 

@@ -26,7 +26,7 @@
 //! ```
 
 use std::future::Future;
-use std::io::{self, IoSlice};
+use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};

@@ -230,6 +230,55 @@ fn tasks_that_sleep_again_and_again_wake_at_their_deadlines_and_leave_no_event()
 }
 
 #[test]
+fn a_timer_whose_event_fires_during_a_batch_completes_in_it() {
+    // One batch of task polls: `a` arms a sleep; `b` moves the clock past it, so that the
+    // trigger state after `b`'s poll fires `a`'s event and `a` is polled again in the same
+    // batch, whose time (read as it began) still shows the deadline ahead; and `b` starts
+    // `c`, first polled in that batch after the clock moved. Both must complete (neither
+    // taken for still pending by the batch's time), neither before its deadline.
+    // On a thread of its own, so that a timer taken for pending fails the test, not hangs it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (rt, clock) = sim_runtime();
+        let _ = tx.send(rt.block_on(batch_of_three(clock)));
+    });
+    let (a_woke, c_woke) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a timer whose event fired during the batch never completed");
+    // `a` woke at the time `b` set. `c`, first polled in a batch that began before its
+    // deadline, armed an event for it, which fires at the next trigger state: on a simulated
+    // clock with nothing else to do, one tick (1 ns) later.
+    assert_eq!(a_woke, Duration::from_micros(20));
+    assert!(
+        c_woke >= Duration::from_micros(20) && c_woke <= Duration::from_nanos(20_001),
+        "{c_woke:?}"
+    );
+}
+
+/// The three tasks of the test above; how long after the start `a` and `c` woke.
+async fn batch_of_three(clock: SimClock) -> (Duration, Duration) {
+    let start = time::now();
+    let a_deadline = start + Duration::from_micros(10);
+    let a = softtimer_async::spawn_local(async move {
+        sleep_until(a_deadline).await;
+        time::now()
+    });
+    let c_deadline = start + Duration::from_micros(15);
+    let b = softtimer_async::spawn_local(async move {
+        clock.set(clock.now().ticks() + 20_000);
+        // Handed back in a tuple: `c` is awaited by the main task, not by `b`.
+        (softtimer_async::spawn_local(async move {
+            sleep_until(c_deadline).await;
+            time::now()
+        }),)
+    });
+    let (c,) = b.await.unwrap();
+    let (a_woke, c_woke) = (a.await.unwrap(), c.await.unwrap());
+    assert!(a_woke >= a_deadline && c_woke >= c_deadline);
+    (a_woke - start, c_woke - start)
+}
+
+#[test]
 fn time_outside_a_runtime_is_the_system_clock() {
     let before = Instant::now();
     assert!(time::now() >= before);

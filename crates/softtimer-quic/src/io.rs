@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use quinn_proto::ServerConfig;
 use softtimer::{Clock, EventId, Instant, SystemClock, TriggerSource};
-use softtimer_rt::{Interest, IoBackend, LoopCx, Ready, RingFd, RingRecv, SendOptions};
+use softtimer_rt::{Interest, IoBackend, LoopCx, Ready, RingFd, RingRecv, RtError, SendOptions};
 
 use crate::{App, Driver, DriverConfig, QuicError, Transmit};
 
@@ -115,6 +115,8 @@ pub struct QuicSocket<C: Clock + Clone = SystemClock> {
     udp: quinn_udp::UdpSocketState,
     /// The socket in the loop's io_uring, where the loop has one.
     ring: Option<RingFd>,
+    /// A send the ring refused for a reason other than a full socket, for `poll` to return.
+    ring_error: Option<QuicError>,
     token: u64,
     recv_buf: Vec<u8>,
     send_buf: Vec<u8>,
@@ -124,6 +126,8 @@ pub struct QuicSocket<C: Clock + Clone = SystemClock> {
     /// The idle-spin decision last written to the loop.
     spin: Option<bool>,
     pub(crate) watching_writable: bool,
+    /// Whether the socket is in the loop's epoll set.
+    token_registered: bool,
     notes: Arc<FireNotes>,
     seen: (u64, u64),
     received_in_pass: bool,
@@ -162,6 +166,7 @@ impl<C: Clock + Clone> QuicSocket<C> {
             socket,
             udp,
             ring: None,
+            ring_error: None,
             token: 0,
             recv_buf: vec![0; RECV_BATCH * RECV_SLOT],
             send_buf: Vec::with_capacity(64 * 1024),
@@ -169,6 +174,7 @@ impl<C: Clock + Clone> QuicSocket<C> {
             wake: None,
             spin: None,
             watching_writable: false,
+            token_registered: false,
             notes: Arc::new(FireNotes::default()),
             seen: (0, 0),
             received_in_pass: false,
@@ -210,11 +216,14 @@ impl<C: Clock + Clone> QuicSocket<C> {
     }
 
     /// Registers the socket in the loop under `token`: in its epoll set, or, where the loop's
-    /// backend is io_uring, attached to its ring (sends and receives through the ring).
+    /// backend is io_uring, attached to its ring (sends and receives through the ring). A
+    /// socket registered before is taken out of the loop first.
     pub fn register<E>(&mut self, cx: &mut LoopCx<'_, E, C>, token: u64) -> Result<(), QuicError> {
+        self.deregister(cx);
         if cx.io_backend() == IoBackend::Epoll {
             cx.register(&self.socket, Interest::READABLE, token)
                 .map_err(QuicError::Loop)?;
+            self.token_registered = true;
         } else {
             let recv = RingRecv::Datagrams {
                 buffers: RING_BUFFERS,
@@ -235,6 +244,19 @@ impl<C: Clock + Clone> QuicSocket<C> {
     /// spin when it ends, so call this before the loop runs again.
     pub fn run_starts(&mut self) {
         self.spin = None;
+    }
+
+    /// Takes the socket out of the loop: out of its epoll set, or detached from its ring,
+    /// which otherwise keeps the socket open (its port bound) and its receive buffers in use
+    /// until the loop is dropped. Call it before dropping a socket the loop outlives.
+    pub fn deregister<E>(&mut self, cx: &mut LoopCx<'_, E, C>) {
+        if let Some(fd) = self.ring.take() {
+            cx.detach(fd);
+        } else if self.token_registered {
+            let _ = cx.deregister(&self.socket);
+        }
+        self.token_registered = false;
+        self.watching_writable = false;
     }
 
     /// Whether the socket sends and receives through the loop's io_uring.
@@ -283,6 +305,9 @@ impl<C: Clock + Clone> QuicSocket<C> {
         let mut did = self.driver.dispatch(app);
         did |= self.flush(cx);
         self.schedule(cx, wake);
+        if let Some(e) = self.ring_error.take() {
+            return Err(e);
+        }
         let want_writable = self.blocked.is_some();
         if self.ring.is_none() && want_writable != self.watching_writable {
             let interest = if want_writable {
@@ -438,9 +463,16 @@ impl<C: Clock + Clone> QuicSocket<C> {
                 self.stats.datagrams_sent += count;
                 self.count_cause(count);
             }
-            // No slot freed within a second: dropped, as quinn-udp drops what the kernel
-            // refuses; QUIC's loss recovery sends it again.
-            Err(_) => self.stats.send_would_block += 1,
+            // No slot freed within a second (the ring waited for one, sending what it
+            // held): dropped, as quinn-udp drops what the kernel refuses; QUIC's loss
+            // recovery sends it again.
+            Err(RtError::Io { source, .. }) if source.kind() == io::ErrorKind::WouldBlock => {
+                self.stats.send_would_block += 1;
+            }
+            // The ring itself failed: the socket's turn reports it.
+            Err(e) => {
+                self.ring_error.get_or_insert(QuicError::Loop(e));
+            }
         }
         bytes
     }
@@ -504,5 +536,25 @@ impl<C: Clock + Clone> QuicSocket<C> {
             let _ = cx.reregister(&self.socket, Interest::READABLE, self.token);
             self.watching_writable = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ecn_codepoints_cross_the_ring_as_quinn_udp_sends_them() {
+        use quinn_proto::EcnCodepoint as Proto;
+        for e in [Proto::Ect0, Proto::Ect1, Proto::Ce] {
+            // Sent: the two bits the ring puts in the TOS, as quinn-udp would.
+            let bits = e as u8;
+            assert_eq!(quinn_udp::EcnCodepoint::from_bits(bits), Some(udp_ecn(e)));
+            // Received: the bits the ring reports, back to quinn-proto's codepoint.
+            assert_eq!(Proto::from_bits(bits), Some(e));
+            assert_eq!(proto_ecn(udp_ecn(e)), e);
+        }
+        // Not-ECT (0) is no codepoint.
+        assert_eq!(Proto::from_bits(0), None);
     }
 }

@@ -40,8 +40,8 @@
 //! timeout: where the peer promised a short `max_ack_delay` (1 ms gives a PTO of about
 //! srtt + 2 ms), two smoothed RTTs and 2 ms would come after it, and such a flight is probed
 //! two smoothed RTTs after its data instead, a PING per flight rather than no earlier probe
-//! than quinn-proto's. (E16's request/response p99 with a 1 ms ACK delay went from 0.72 ×
-//! stock quinn's to 0.40–0.42 × with this.)
+//! than quinn-proto's (E16 measures what that does to the request/response p99 with a 1 ms
+//! ACK delay; `docs/RESULTS.md` has the figures).
 //! [`DriverStats`](crate::DriverStats) counts the probes and those that found a loss.
 //!
 //! quinn-proto 0.11 does not say how many bytes are unacknowledged (its `bytes_in_flight`
@@ -131,11 +131,14 @@ pub struct TailProbe {
 
 impl TailProbe {
     /// Takes in what changed at `now`, with the connection's smoothed RTT and when
-    /// quinn-proto's own probe timeout would fire (`quinn_probe_at`: its loss-detection timer
-    /// as armed after the last data sent), where known. The learned allowance is left out of
-    /// a probe it would put at or past that time: quinn-proto probes then anyway, and a peer
-    /// that promised a short `max_ack_delay` (so a short PTO) is better probed two smoothed
-    /// RTTs after the data than not before quinn-proto does.
+    /// quinn-proto's own probe timeout would fire (`quinn_probe_at`: its next timeout as seen
+    /// after the last data sent, which is its loss-detection timer unless another of its
+    /// timers comes first), where known. The learned allowance is left out of a probe it
+    /// would put at or past that time: quinn-proto probes then anyway, and a peer that
+    /// promised a short `max_ack_delay` (so a short PTO) is better probed two smoothed RTTs
+    /// after the data than not before quinn-proto does. A time before those two smoothed
+    /// RTTs is taken for another of quinn-proto's timers (pacing, an ACK it owes) and does
+    /// not count.
     pub fn observe(
         &mut self,
         now: Instant,
@@ -153,7 +156,11 @@ impl TailProbe {
         }
         let early = now + srtt.saturating_mul(2);
         let at = match quinn_probe_at {
-            Some(quinn) if !(early + self.allowance).is_before(quinn) => early,
+            Some(quinn)
+                if !quinn.is_before(early) && !(early + self.allowance).is_before(quinn) =>
+            {
+                early
+            }
             _ => early + self.allowance,
         };
         self.deadline = (progress.outstanding && self.budget && !srtt.is_zero()).then_some(at);
@@ -288,6 +295,10 @@ mod tests {
         // + 800 would pass it.
         p.observe(at(300), Progress::PARTLY_ACKED, SRTT, Some(at(1200)));
         assert_eq!(p.deadline(), Some(at(500)));
+        // A timeout of quinn-proto's before two smoothed RTTs (its pacing timer, say) is not
+        // its probe: the allowance stays.
+        p.observe(at(0), Progress::DATA_SENT, SRTT, Some(at(150)));
+        assert_eq!(p.deadline(), Some(at(1000)));
         // The allowance is kept for the next flight.
         assert_eq!(p.allowance(), Span::from_ticks(800));
     }

@@ -199,12 +199,13 @@ impl QuicLoop {
         );
         let _ = cell.into_inner();
         quic.unwatch_writable(&mut ev.cx());
-        // Sends still queued in a ring (a last CONNECTION_CLOSE) leave before the run ends.
-        quic.flush_ring(&mut ev.cx(), std::time::Duration::from_millis(100))?;
+        // Sends still queued in a ring (a last CONNECTION_CLOSE) leave before the run ends,
+        // as far as they do within 100 ms; the run's own error comes first.
+        let flushed = quic.flush_ring(&mut ev.cx(), std::time::Duration::from_millis(100));
         result.map_err(QuicError::Loop)?;
-        match loop_error {
-            Some(e) => Err(e),
-            None => Ok(()),
+        if let Some(e) = loop_error {
+            return Err(e);
         }
+        flushed.map(|_| ())
     }
 }

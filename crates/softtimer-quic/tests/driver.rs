@@ -160,6 +160,7 @@ fn a_download_and_upload_through_io_uring_arrive_byte_for_byte() {
             Some(config_server),
         )
         .unwrap();
+        assert!(quic.socket().uses_ring());
         tx.send((quic.socket().local_addr().unwrap(), quic.stop_handle()))
             .unwrap();
         let mut app = PerfServer::new(None);
@@ -169,6 +170,7 @@ fn a_download_and_upload_through_io_uring_arrive_byte_for_byte() {
     let (addr, stop) = rx.recv().unwrap();
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut quic = QuicLoop::new(ring, socket, DriverConfig::default(), None).unwrap();
+    assert!(quic.socket().uses_ring());
     let client = client_config(&Trust::Cert(identity.cert.clone()), &Tuning::default()).unwrap();
     let now = quic.driver().now();
     let conn = quic.driver().connect(client, addr, "localhost").unwrap();

@@ -145,10 +145,13 @@ impl<E, C: Clock> LoopHandle<E, C> {
     }
 
     /// [`with_timers`](Self::with_timers) with `now`, a reading of the loop's clock taken
-    /// a moment before (never later than now), which spares the backstop's rules a clock
-    /// read of their own: what a runtime that reads the clock once for a batch of work
-    /// passes. An older `now` only makes the one-shot backstop, where it is in use, expire
-    /// earlier than it need (a wake-up that finds nothing), never later than the bound.
+    /// a moment before (never later than now), which spares the backstop's rule a clock read
+    /// of its own: what a runtime that reads the clock once for a batch of work passes. The
+    /// rule only decides with it whether the one-shot backstop (where it is in use) must
+    /// move, and where to: an older `now` may keep an expiry it would have pushed out or
+    /// choose an earlier one (a wake-up that finds nothing), never one past the bound.
+    /// A kernel timer that is armed is measured from a fresh reading (that costs a system
+    /// call anyway).
     ///
     /// ```
     /// use softtimer::{Clock, Span};

@@ -491,7 +491,7 @@ impl<E, C: Clock> Shared<E, C> {
             let now = now.unwrap_or_else(|| self.clock.now());
             let plan = backstop.plan;
             if let Arm::At(at) = plan.rearm(locked.backstop_armed, now, next_due) {
-                self.arm_backstop(backstop, locked, at, now);
+                self.arm_backstop(backstop, locked, at);
             }
             if next_due.is_some()
                 && let Some(armed) = locked.backstop_armed
@@ -505,7 +505,7 @@ impl<E, C: Clock> Shared<E, C> {
         if locked.facility.pending_deadlines() > 0
             || self.deadline_published.load(Ordering::Relaxed) != NEVER
         {
-            earlier |= self.publish_deadline(locked, now);
+            earlier |= self.publish_deadline(locked);
         }
         if earlier {
             // Pairs with the helper's store of `sleeping_until` then load of these times: one
@@ -520,16 +520,12 @@ impl<E, C: Clock> Shared<E, C> {
 
     /// Arms the backstop's one-shot timer to expire at `at` (the clock read `now`) and counts
     /// the system call.
-    fn arm_backstop(
-        &self,
-        backstop: &Backstop,
-        locked: &mut Locked<E, C>,
-        at: Instant,
-        now: Instant,
-    ) {
+    fn arm_backstop(&self, backstop: &Backstop, locked: &mut Locked<E, C>, at: Instant) {
+        // The timer is relative: measured from a fresh reading, so that a `now` the caller
+        // read earlier (a batch's) does not make it expire late.
         arm_oneshot(
             &backstop.timer,
-            at.saturating_since(now),
+            at.saturating_since(self.clock.now()),
             self.clock.resolution_hz(),
         );
         locked.backstop_armed = Some(at);
@@ -539,7 +535,7 @@ impl<E, C: Clock> Shared<E, C> {
 
     /// Publishes the earliest deadline (watched design) or arms the lazy deadline timer;
     /// returns whether the watched deadline came earlier.
-    fn publish_deadline(&self, locked: &mut Locked<E, C>, now: Option<Instant>) -> bool {
+    fn publish_deadline(&self, locked: &mut Locked<E, C>) -> bool {
         let next = locked.facility.next_deadline();
         match &self.deadlines {
             DeadlineService::Refused => false,
@@ -547,7 +543,8 @@ impl<E, C: Clock> Shared<E, C> {
                 if let Some(at) = next
                     && deadline_needs_arming(locked.deadline_armed, at)
                 {
-                    let now = now.unwrap_or_else(|| self.clock.now());
+                    // Relative to a fresh reading: an older `now` would make it expire late.
+                    let now = self.clock.now();
                     arm_oneshot(fd, at.saturating_since(now), self.clock.resolution_hz());
                     locked.deadline_armed = Some(at);
                     locked.counters.deadline_arms += 1;
@@ -631,7 +628,7 @@ impl<E, C: Clock> Shared<E, C> {
         let mut locked = self.lock();
         let next_due = locked.facility.next_trigger_time();
         if let Arm::At(at) = plan.rearm(locked.backstop_armed, wake, next_due) {
-            self.arm_backstop(backstop, &mut locked, at, self.clock.now());
+            self.arm_backstop(backstop, &mut locked, at);
             let next = next_due.map_or(NEVER, |t| self.gate.rel(t));
             let revisit = self.gate.rel(plan.revisit_at(at));
             self.gate.next.store(next.min(revisit), Ordering::Release);

@@ -274,23 +274,24 @@ impl TcpStream {
 
 /// The write half of an I/O trait (futures-io's, tokio's or hyper's) on a stream: each
 /// one's methods are the stream's own, and only the name of the closing method (`close:`)
-/// differs. `vectored` adds `is_write_vectored` where the trait has it.
+/// differs. `vectored` adds `is_write_vectored` where the trait has it. Paths are absolute,
+/// so that the macro needs no import where it is used.
 macro_rules! write_trait {
     ($trait_:path, $stream:ty, close: $close:ident $(, $vectored:ident)?) => {
         impl $trait_ for $stream {
             fn poll_write(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
                 buf: &[u8],
-            ) -> Poll<io::Result<usize>> {
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
                 self.poll_write_buf(cx, buf)
             }
 
             fn poll_write_vectored(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                bufs: &[IoSlice<'_>],
-            ) -> Poll<io::Result<usize>> {
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                bufs: &[::std::io::IoSlice<'_>],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
                 self.poll_write_vectored_buf(cx, bufs)
             }
 
@@ -300,11 +301,17 @@ macro_rules! write_trait {
                 }
             )?
 
-            fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-                Poll::Ready(Ok(()))
+            fn poll_flush(
+                self: ::std::pin::Pin<&mut Self>,
+                _: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ::std::task::Poll::Ready(Ok(()))
             }
 
-            fn $close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            fn $close(
+                self: ::std::pin::Pin<&mut Self>,
+                _: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
                 self.poll_shutdown_write()
             }
         }

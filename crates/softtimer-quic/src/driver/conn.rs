@@ -40,7 +40,8 @@ pub(crate) struct Flight {
     pub loss_timer: Option<std::time::Instant>,
     /// quinn's lost-packet count when the last probe went out, until data is sent again.
     pub lost_at_probe: Option<u64>,
-    /// `loss_timer` on the soft-event clock: when quinn-proto's own probe would come.
+    /// `loss_timer` on the soft-event clock: when quinn-proto's own probe would come (or
+    /// another of its timers, if earlier; the probe tells them apart).
     pub quinn_probe_at: Option<Instant>,
 }
 
