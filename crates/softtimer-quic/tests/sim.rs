@@ -759,21 +759,13 @@ fn a_peer_that_thinks_longer_than_the_allowance_still_has_its_lost_tail_found_ea
 
 #[test]
 fn a_peer_that_promised_a_short_ack_delay_has_its_lost_tail_probed_before_quinns_probe_timeout() {
-    // Each end asks its peer to acknowledge every 8 packets or within 1 ms, so quinn-proto's
-    // probe timeout is about srtt + 1 ms (its timer granularity) + 1 ms. Held ACKs teach the probe an allowance
-    // up to 2 ms; two smoothed RTTs and that would come after quinn-proto's own probe, so the
-    // allowance is left out and the lost tail is probed two smoothed RTTs after the last send.
-    let plan = ClientPlan {
-        download: 8000,
-        requests: 40,
-        interval: Some(Duration::from_millis(2)),
-        ..ClientPlan::default()
-    };
-    let tuning = Tuning {
-        ack_every: Some(8),
-        max_ack_delay: Some(Duration::from_millis(1)),
-        ..Tuning::default()
-    };
+    // The held-ACK peer, but each end asks for an ACK within 1 ms, so quinn-proto's probe
+    // timeout is about srtt + 1 ms (its timer granularity) + 1 ms. Held ACKs teach the probe
+    // an allowance up to 2 ms; two smoothed RTTs and that would come after quinn-proto's own
+    // probe, so the allowance is left out and the lost tail is probed two smoothed RTTs
+    // after the last send.
+    let (plan, mut tuning) = a_peer_holding_its_acks(40);
+    tuning.max_ack_delay = Some(Duration::from_millis(1));
     let (normal, hit) = lose_the_30th_reply_tail(plan, &tuning);
     // The probe (two smoothed RTTs), its ACK (a round trip), quinn's time threshold (its
     // 1 ms granularity) and the retransmission's round trip. quinn-proto's probe timeout
