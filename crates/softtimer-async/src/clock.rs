@@ -125,25 +125,7 @@ impl TimeBase {
     /// when they do not.
     #[inline]
     pub(crate) fn due_time(&self, deadline: StdInstant) -> Instant {
-        self.due_time_from(deadline, self.now())
-    }
-
-    /// [`due_time`](Self::due_time) with `now`, this base's [`now`](Self::now) just read by
-    /// the caller, so that arming a timer right after checking its deadline reads
-    /// `std::time::Instant` once, not twice.
-    #[inline]
-    pub(crate) fn due_time_from(&self, deadline: StdInstant, now: StdInstant) -> Instant {
-        match &self.clock {
-            RuntimeClock::System(c) => {
-                let ticks_now = c.now();
-                let ahead = deadline.saturating_duration_since(now);
-                ticks_now + c.span(ahead).min(MAX_AHEAD)
-            }
-            RuntimeClock::Sim(c) => {
-                let ahead = deadline.saturating_duration_since(self.origin);
-                self.origin_ticks + c.span(ahead).min(MAX_AHEAD)
-            }
-        }
+        self.due_time_at(deadline, self.pair())
     }
 }
 

@@ -85,16 +85,10 @@ impl TimerEntry {
         let Some(deadline) = self.deadline else {
             return Poll::Pending;
         };
-        let batch = executor::batch_time(&self.shared);
-        if let Some((now, ticks)) = batch
-            && now >= deadline
-        {
-            self.complete(ticks);
-            return Poll::Ready(());
-        }
-        let identity = waker_identity(cx.waker());
-        let time = match (&self.armed, batch) {
-            (None, Some(time)) => time,
+        // The batch's time, if it shows the deadline passed or nothing is armed; both clocks
+        // read now otherwise.
+        let time = match executor::batch_time(&self.shared) {
+            Some(batch) if batch.0 >= deadline || self.armed.is_none() => batch,
             _ => self.shared.time.pair(),
         };
         let (now, clock_now) = time;
@@ -102,6 +96,7 @@ impl TimerEntry {
             self.complete(clock_now);
             return Poll::Ready(());
         }
+        let identity = waker_identity(cx.waker());
         if let Some(armed) = &self.armed
             && armed.deadline <= deadline
         {

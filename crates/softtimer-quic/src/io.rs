@@ -100,6 +100,34 @@ fn proto_ecn(ecn: quinn_udp::EcnCodepoint) -> quinn_proto::EcnCodepoint {
     }
 }
 
+/// One received message, from quinn-udp or from the ring: with GRO, several datagrams of
+/// `stride` bytes each (the last may be shorter).
+struct Message<'a> {
+    from: std::net::SocketAddr,
+    dst_ip: Option<std::net::IpAddr>,
+    ecn: Option<quinn_proto::EcnCodepoint>,
+    data: &'a [u8],
+    stride: usize,
+}
+
+impl Message<'_> {
+    /// Hands each datagram to the driver and counts it; whether there was any.
+    fn deliver<C: Clock + Clone>(
+        &self,
+        now: Instant,
+        driver: &mut Driver<C>,
+        stats: &mut IoStats,
+    ) -> bool {
+        let mut any = false;
+        for datagram in self.data.chunks(self.stride.max(1)) {
+            stats.datagrams_received += 1;
+            any = true;
+            driver.handle_datagram(now, self.from, self.dst_ip, self.ecn, datagram);
+        }
+        any
+    }
+}
+
 /// A [`Driver`] on a UDP socket, for a `softtimer-rt` loop that also runs the application's
 /// other sockets, timers and work.
 ///
@@ -343,18 +371,14 @@ impl<C: Clock + Clone> QuicSocket<C> {
             };
             let now = cx.now();
             for (meta, slot) in metas.iter().zip(buf.chunks(RECV_SLOT)).take(n) {
-                let stride = meta.stride.max(1);
-                for datagram in slot[..meta.len].chunks(stride) {
-                    self.stats.datagrams_received += 1;
-                    self.received_in_pass = true;
-                    self.driver.handle_datagram(
-                        now,
-                        meta.addr,
-                        meta.dst_ip,
-                        meta.ecn.map(proto_ecn),
-                        datagram,
-                    );
-                }
+                let message = Message {
+                    from: meta.addr,
+                    dst_ip: meta.dst_ip,
+                    ecn: meta.ecn.map(proto_ecn),
+                    data: &slot[..meta.len],
+                    stride: meta.stride,
+                };
+                self.received_in_pass |= message.deliver(now, &mut self.driver, &mut self.stats);
             }
         }
         self.recv_buf = buf;
@@ -371,13 +395,14 @@ impl<C: Clock + Clone> QuicSocket<C> {
             let Some(from) = m.from.filter(|_| !m.truncated) else {
                 return;
             };
-            let stride = m.segment_size.unwrap_or(m.data.len()).max(1);
-            let ecn = m.ecn.and_then(quinn_proto::EcnCodepoint::from_bits);
-            for datagram in m.data.chunks(stride) {
-                stats.datagrams_received += 1;
-                any = true;
-                driver.handle_datagram(now, from, m.dst_ip, ecn, datagram);
-            }
+            let message = Message {
+                from,
+                dst_ip: m.dst_ip,
+                ecn: m.ecn.and_then(quinn_proto::EcnCodepoint::from_bits),
+                data: m.data,
+                stride: m.segment_size.unwrap_or(m.data.len()),
+            };
+            any |= message.deliver(now, driver, stats);
         });
         self.received_in_pass |= any;
     }
@@ -427,9 +452,7 @@ impl<C: Clock + Clone> QuicSocket<C> {
         cx.trigger(TriggerSource::Send);
         match result {
             Ok(()) => {
-                let count = t.datagrams() as u64;
-                self.stats.datagrams_sent += count;
-                self.count_cause(count);
+                self.count_sent(&t);
                 Some(bytes)
             }
             Err(_) => {
@@ -458,11 +481,7 @@ impl<C: Clock + Clone> QuicSocket<C> {
         };
         self.stats.send_calls += 1;
         match cx.send_ring(fd, &[&bytes[..t.size]], &options) {
-            Ok(()) => {
-                let count = t.datagrams() as u64;
-                self.stats.datagrams_sent += count;
-                self.count_cause(count);
-            }
+            Ok(()) => self.count_sent(&t),
             // No slot freed within a second (the ring waited for one, sending what it
             // held): dropped, as quinn-udp drops what the kernel refuses; QUIC's loss
             // recovery sends it again.
@@ -489,6 +508,13 @@ impl<C: Clock + Clone> QuicSocket<C> {
             return Ok(true);
         }
         cx.flush_ring(limit).map_err(QuicError::Loop)
+    }
+
+    /// Counts a transmit the socket or the ring took, and why it left.
+    fn count_sent(&mut self, t: &Transmit) {
+        let count = t.datagrams() as u64;
+        self.stats.datagrams_sent += count;
+        self.count_cause(count);
     }
 
     fn count_cause(&mut self, count: u64) {

@@ -496,7 +496,7 @@ impl Section for AsyncResult {
         if let Some(floor) = self.extra.paced_udp_floor_stddev_us {
             let _ = writeln!(
                 md,
-                "Paced UDP's floor on this machine: a thread that spins on the clock and sends each datagram at its time, a whole core, has an inter-arrival stddev of {floor:.2} µs (the gaps a preempted virtual CPU leaves); a runtime's stddev is read against it.\n"
+                "Paced UDP's floor on this machine: a thread that spins on the clock and sends each datagram at its time, a whole core, has an inter-arrival stddev of {floor:.2} µs; a runtime's stddev is read against it (measured after the runtimes, not interleaved with them).\n"
             );
         }
         Ok(Rendered::section(md, &self.targets, Vec::new()))

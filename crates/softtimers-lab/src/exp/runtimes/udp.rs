@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use softtimer_async::{PacedSender, Precision, Rate, Runtime, UdpSocket};
+use softtimer_net::burstiness::ArrivalStats;
 use softtimer_net::udp::TimestampedReceiver;
 use softtimers_tools::cpu::{CLIENT_CPU, pin_to, process_cpu_ns, server_cpu, thread_cpu_ns};
 
@@ -38,10 +39,9 @@ pub fn expected_seconds(quick: bool) -> f64 {
     4.0 * (run_length(quick).as_secs_f64() + 0.2)
 }
 
-/// What the receiver saw.
+/// What the receiver saw: the arrivals' statistics, as `softtimers sink` keeps them.
 struct Received {
-    /// Each datagram's kernel receive timestamp, ns.
-    arrivals_ns: Vec<u64>,
+    arrivals: ArrivalStats,
     cpu_ns: u64,
 }
 
@@ -57,23 +57,23 @@ fn receiver(count: usize) -> Result<(SocketAddr, std::thread::JoinHandle<Result<
     let thread = std::thread::spawn(move || {
         let _pin = pin_to(CLIENT_CPU);
         let start = thread_cpu_ns();
-        let mut arrivals_ns = Vec::with_capacity(count);
-        while arrivals_ns.len() < count {
+        // Gaps of 2 µs or less make a burst, as `sink`'s default.
+        let mut arrivals = ArrivalStats::new(2_000);
+        while arrivals.packets() < count as u64 {
             let n = socket.recv_batch().context("receiving")?;
             if n == 0 {
                 break;
             }
             for i in 0..n {
                 let datagram = socket.get(i).expect("within the batch");
-                arrivals_ns.push(
-                    datagram
-                        .kernel_ns
-                        .context("a datagram without its kernel timestamp")?,
-                );
+                let at = datagram
+                    .kernel_ns
+                    .context("a datagram without its kernel timestamp")?;
+                arrivals.push(at, datagram.data.len() as u64);
             }
         }
         Ok(Received {
-            arrivals_ns,
+            arrivals,
             cpu_ns: thread_cpu_ns() - start,
         })
     });
@@ -115,24 +115,19 @@ fn measure(
     let cpu = process_cpu_ns()
         .saturating_sub(before)
         .saturating_sub(received.cpu_ns);
-    let arrivals = &received.arrivals_ns;
-    if arrivals.len() < 2 {
-        bail!("{sender}: {} datagrams of {count} arrived", arrivals.len());
-    }
-    let mut gaps: Vec<f64> = arrivals
-        .windows(2)
-        .map(|w| w[1].saturating_sub(w[0]) as f64 / 1e3)
-        .collect();
-    let n = gaps.len() as f64;
-    let mean = gaps.iter().sum::<f64>() / n;
-    let stddev = (gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / n).sqrt();
-    gaps.sort_by(f64::total_cmp);
-    let span = arrivals[arrivals.len() - 1].saturating_sub(arrivals[0]) as f64 / 1e9;
+    let a = &received.arrivals;
+    let (Some(stddev_ns), Some(p99_ns), Some(rate_bps)) = (
+        a.interarrival_stddev_ns(),
+        a.interarrival_percentile_ns(99.0),
+        a.rate_bps(),
+    ) else {
+        bail!("{sender}: {} datagrams of {count} arrived", a.packets());
+    };
     Ok(Spacing {
-        stddev_us: stddev,
-        p99_us: gaps[((gaps.len() - 1) as f64 * 0.99).round() as usize],
+        stddev_us: stddev_ns / 1e3,
+        p99_us: p99_ns / 1e3,
         cpu_ns_per_datagram: cpu as f64 / count as f64,
-        datagrams_per_s: (arrivals.len() - 1) as f64 / span.max(1e-9),
+        datagrams_per_s: rate_bps / (8 * SIZE) as f64,
     })
 }
 
