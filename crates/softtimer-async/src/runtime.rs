@@ -27,7 +27,7 @@ use crate::task::{JoinHandle, spawn_local_onto, spawn_onto};
 /// | setting | spins | lateness | CPU per timer |
 /// | --- | --- | --- | --- |
 /// | [`Coarse`](Precision::Coarse) | never | one wake-up | one wake-up: the cheapest |
-/// | [`Calibrated`](Precision::Calibrated) (default) | this machine's measured wake-up lateness | a few µs | one wake-up and the window |
+/// | [`Calibrated`](Precision::Calibrated) (default) | this machine's measured wake-up lateness, for a wait as long as this one | a few µs | one wake-up and the window |
 /// | [`Window(d)`](Precision::Window) | `d` | as `Calibrated` when `d` covers the wake-up lateness | one wake-up and `d` |
 /// | [`Busy`](Precision::Busy) | through the whole backstop interval (1 ms) | the trigger check's | a core while a timer is due within 1 ms |
 ///
@@ -40,7 +40,8 @@ pub enum Precision {
     /// Never spin: block until each due time; late by one wake-up. The cheapest.
     Coarse,
     /// Block until this machine's wake-up lateness (calibrated once per process) before each
-    /// due time, and spin the rest.
+    /// due time, and spin the rest. A longer wait wakes later (an idle CPU sinks deeper), so
+    /// the window is measured at 100 µs and at 1 ms and grows with the wait between them.
     #[default]
     Calibrated,
     /// Spin this long before each due time.

@@ -7,6 +7,11 @@
 //! One probe serves both: [`wakeup_probe`] measures once per process, on a thread of its own
 //! (the caller's CPU affinity, the minimal timer slack the loop uses), and
 //! [`wakeup_lateness`] is the spin window it implies.
+//!
+//! A longer sleep wakes later: an idle CPU sinks deeper the longer it idles (on a VM, its
+//! virtual CPU stops halt-polling and is descheduled), so a thread that slept 1 ms runs again
+//! two to three times as late as one that slept 100 µs. The probe therefore measures a second
+//! wait, [`LONG_WAIT`], and [`long_wait_window`] gives the idle policy the window for it.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -19,6 +24,11 @@ use crate::sys;
 const SAMPLES: usize = 128;
 /// Each sleep's timeout: long enough to go idle, short enough that the probe takes ~20 ms.
 const WAIT: Duration = Duration::from_micros(100);
+/// The wait the default spin window is measured at.
+pub(crate) const SHORT_WAIT: Duration = WAIT;
+/// The long wait the probe also measures (fewer samples: it takes longer).
+pub const LONG_WAIT: Duration = Duration::from_millis(1);
+const LONG_SAMPLES: usize = 48;
 /// The smallest and largest spin window the calibration returns.
 const MIN_WINDOW: Duration = Duration::from_micros(2);
 const MAX_WINDOW: Duration = Duration::from_micros(200);
@@ -55,15 +65,23 @@ pub struct WakeupProbe {
     pub fifo: Option<WakeupCost>,
     /// Why `SCHED_FIFO` was refused (no `CAP_SYS_NICE`, a real-time budget of zero, …).
     pub fifo_refused: Option<String>,
+    /// At normal priority, sleeps of [`LONG_WAIT`] (fewer of them); `None` in older reports.
+    #[serde(default)]
+    pub normal_long: Option<WakeupCost>,
 }
 
 impl WakeupProbe {
     /// The idle policy's default spin window: the 90th percentile of lateness at normal
     /// priority, plus 1 µs, within 2 ..= 200 µs.
     pub fn spin_window(&self) -> Duration {
-        let p90 = Duration::from_secs_f64(self.normal.wakeup_late_p90_us.max(0.0) / 1e6);
-        (p90 + Duration::from_micros(1)).clamp(MIN_WINDOW, MAX_WINDOW)
+        window_of(&self.normal)
     }
+}
+
+/// A cost's 90th percentile of lateness plus 1 µs, within 2 ..= 200 µs.
+fn window_of(cost: &WakeupCost) -> Duration {
+    let p90 = Duration::from_secs_f64(cost.wakeup_late_p90_us.max(0.0) / 1e6);
+    (p90 + Duration::from_micros(1)).clamp(MIN_WINDOW, MAX_WINDOW)
 }
 
 /// This machine's wake-up cost, measured once per process (about 40 ms the first time, on a
@@ -85,21 +103,26 @@ pub fn wakeup_probe() -> WakeupProbe {
         normal,
         fifo: fifo.as_ref().ok().copied(),
         fifo_refused: fifo.as_ref().err().cloned(),
+        normal_long: Some(*long_cost()),
     }
+}
+
+/// The spin window for waits of [`LONG_WAIT`] and more: the 90th percentile of a long
+/// sleep's lateness at normal priority, plus 1 µs, within 2 ..= 200 µs, and never narrower
+/// than [`wakeup_lateness`]. Measured once per process (about 50 ms the first time).
+///
+/// ```
+/// assert!(softtimer_rt::long_wait_window() >= softtimer_rt::wakeup_lateness());
+/// ```
+pub fn long_wait_window() -> Duration {
+    window_of(long_cost()).max(wakeup_lateness())
 }
 
 /// Wake-up lateness of a blocked thread on this machine: the default spin window of the idle
 /// policy, from the same measurement as [`wakeup_probe`]'s normal priority (which it runs,
 /// once per process, if it has not run yet: about 20 ms).
 pub fn wakeup_lateness() -> Duration {
-    WakeupProbe {
-        wait_us: 0.0,
-        samples: SAMPLES,
-        normal: *normal_cost(),
-        fifo: None,
-        fifo_refused: None,
-    }
-    .spin_window()
+    window_of(normal_cost())
 }
 
 /// The wake-up cost at normal priority (the loop's), measured once per process.
@@ -109,12 +132,17 @@ pub(crate) fn normal_wakeup() -> WakeupCost {
 
 fn normal_cost() -> &'static WakeupCost {
     static NORMAL: OnceLock<WakeupCost> = OnceLock::new();
-    NORMAL.get_or_init(|| on_probe_thread(false).unwrap_or(FALLBACK))
+    NORMAL.get_or_init(|| on_probe_thread(false, SAMPLES, WAIT).unwrap_or(FALLBACK))
+}
+
+fn long_cost() -> &'static WakeupCost {
+    static LONG: OnceLock<WakeupCost> = OnceLock::new();
+    LONG.get_or_init(|| on_probe_thread(false, LONG_SAMPLES, LONG_WAIT).unwrap_or(FALLBACK))
 }
 
 fn fifo_cost() -> &'static Result<WakeupCost, String> {
     static FIFO: OnceLock<Result<WakeupCost, String>> = OnceLock::new();
-    FIFO.get_or_init(|| on_probe_thread(true))
+    FIFO.get_or_init(|| on_probe_thread(true, SAMPLES, WAIT))
 }
 
 /// What the probe reports if it cannot run at all (no thread could be spawned): the largest
@@ -129,7 +157,7 @@ const FALLBACK: WakeupCost = WakeupCost {
 
 /// Runs the sleeps on a thread of its own, so that the caller's priority and timer slack stay
 /// as they are.
-fn on_probe_thread(fifo: bool) -> Result<WakeupCost, String> {
+fn on_probe_thread(fifo: bool, samples: usize, wait: Duration) -> Result<WakeupCost, String> {
     std::thread::Builder::new()
         .name("softtimer-probe".into())
         .spawn(move || {
@@ -137,7 +165,7 @@ fn on_probe_thread(fifo: bool) -> Result<WakeupCost, String> {
             if fifo {
                 sys::set_realtime_priority(FIFO_PRIORITY).map_err(|e| e.to_string())?;
             }
-            Ok(sleep_and_measure(SAMPLES, WAIT))
+            Ok(sleep_and_measure(samples, wait))
         })
         .map_err(|e| e.to_string())?
         .join()
@@ -192,6 +220,7 @@ mod tests {
             normal: cost(p90),
             fifo: None,
             fifo_refused: Some("test".into()),
+            normal_long: None,
         };
         assert_eq!(probe(9.0).spin_window(), Duration::from_micros(10));
         assert_eq!(probe(0.0).spin_window(), MIN_WINDOW);
@@ -214,5 +243,8 @@ mod tests {
         assert!(normal.wakeup_late_p90_us <= normal.wakeup_late_p99_us);
         assert!(normal.wakeup_late_p99_us <= normal.wakeup_late_max_us);
         assert!(normal.wakeup_cpu_us > 0.0, "a wake-up costs some CPU");
+        let long = probe.normal_long.expect("the long wait is measured");
+        assert!(long.wakeup_late_p50_us <= long.wakeup_late_p90_us);
+        assert!(long_wait_window() >= wakeup_lateness());
     }
 }

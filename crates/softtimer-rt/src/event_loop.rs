@@ -18,7 +18,7 @@ use crate::config::{DeadlineDesign, LoopConfig, SpinWindow, TimerMode, check_per
 use crate::cx::{Core, LoopCx, Ready};
 use crate::error::RtError;
 use crate::handle::LoopHandle;
-use crate::policy::{HelperPlacement, IdleAction, IdlePolicy, place_helper};
+use crate::policy::{HelperPlacement, IdleAction, IdlePolicy, LongWait, place_helper};
 use crate::shared::{Counters, Handler, Shared};
 use crate::signal;
 use crate::sys::{self, ThreadSignalTimer};
@@ -334,9 +334,19 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             SpinWindow::Calibrated if !soft => Duration::ZERO,
             window => window.resolve(),
         };
+        // The calibrated window grows with the wait (a longer sleep wakes later).
+        let long_wait = match config.spin_window {
+            SpinWindow::Calibrated if soft => Some(LongWait {
+                short: clock.span(crate::calibrate::SHORT_WAIT),
+                long: clock.span(crate::calibrate::LONG_WAIT),
+                window: clock.span(crate::calibrate::long_wait_window()),
+            }),
+            _ => None,
+        };
         let idle = IdlePolicy {
             spin_window: clock.span(spin_window),
             spin_slice: clock.span(SPIN_SLICE),
+            long_wait,
         };
         let off = config.mode == TimerMode::Off && signal_period.is_none();
         let signals_paused = Arc::clone(&shared.signals_paused);
@@ -767,6 +777,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         } else {
             IdlePolicy {
                 spin_window: Span::ZERO,
+                long_wait: None,
                 ..self.core.idle
             }
         };

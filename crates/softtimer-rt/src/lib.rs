@@ -101,15 +101,17 @@ mod sys;
 mod timerfd;
 mod uring;
 
-pub use calibrate::{WakeupCost, WakeupProbe, wakeup_lateness, wakeup_probe};
+pub use calibrate::{
+    LONG_WAIT, WakeupCost, WakeupProbe, long_wait_window, wakeup_lateness, wakeup_probe,
+};
 pub use config::{DeadlineDesign, IoBackend, LoopConfig, SpinWindow, TimerMode};
 pub use cx::{Interest, LoopCx, Ready};
 pub use error::RtError;
 pub use event_loop::{EventLoop, HelperCpu, LoopTurn, LoopWaker, MAX_TOKEN, Parked, StopHandle};
 pub use handle::LoopHandle;
 pub use policy::{
-    Arm, BackstopPlan, BackstopWatch, HelperPlacement, IdleAction, IdlePolicy, WatchAction,
-    deadline_needs_arming, place_helper, unpinned_placement, wake_needed,
+    Arm, BackstopPlan, BackstopWatch, HelperPlacement, IdleAction, IdlePolicy, LongWait,
+    WatchAction, deadline_needs_arming, place_helper, unpinned_placement, wake_needed,
 };
 pub use poll_set::PollSet;
 pub use precision::{PrecisionPlan, plan_precision};

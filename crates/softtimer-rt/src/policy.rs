@@ -39,7 +39,11 @@ pub enum IdleAction {
 /// use softtimer::{Instant, Span};
 /// use softtimer_rt::{IdleAction, IdlePolicy};
 ///
-/// let policy = IdlePolicy { spin_window: Span::from_ticks(10), spin_slice: Span::from_ticks(20) };
+/// let policy = IdlePolicy {
+///     spin_window: Span::from_ticks(10),
+///     spin_slice: Span::from_ticks(20),
+///     long_wait: None,
+/// };
 /// let now = Instant::from_ticks(1_000);
 /// // Nothing pending: block until a descriptor is ready.
 /// assert_eq!(policy.decide(now, None), IdleAction::Block { timeout: None });
@@ -56,6 +60,45 @@ pub struct IdlePolicy {
     pub spin_window: Span,
     /// Look at the descriptors at least this often while spinning.
     pub spin_slice: Span,
+    /// A wider window before a due time further away (`None`: `spin_window` for every wait).
+    pub long_wait: Option<LongWait>,
+}
+
+/// The spin window for long waits: a thread that blocks longer wakes later (an idle CPU sinks
+/// deeper; a virtual one stops halt-polling), so the window grows with the wait, from
+/// [`IdlePolicy::spin_window`] at `short` to `window` at `long` (linearly between them,
+/// constant beyond).
+///
+/// A wait no longer than `window` is spun through rather than blocked in: a loop that woke
+/// for a long wait finds at most `window` left and spins it, instead of blocking a second
+/// time.
+///
+/// ```
+/// use softtimer::{Instant, Span};
+/// use softtimer_rt::{IdleAction, IdlePolicy, LongWait};
+///
+/// let t = Span::from_ticks;
+/// let policy = IdlePolicy {
+///     spin_window: t(10),
+///     spin_slice: t(1_000),
+///     long_wait: Some(LongWait { short: t(100), long: t(1_000), window: t(40) }),
+/// };
+/// let now = Instant::from_ticks(0);
+/// // A short wait keeps the short window.
+/// assert_eq!(policy.decide(now, Some(now + t(100))), IdleAction::Block { timeout: Some(t(90)) });
+/// // A long one wakes `window` early,
+/// assert_eq!(policy.decide(now, Some(now + t(2_000))), IdleAction::Block { timeout: Some(t(1_960)) });
+/// // and spins what is left when it wakes.
+/// assert_eq!(policy.decide(now, Some(now + t(35))), IdleAction::Spin { until: now + t(35) });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LongWait {
+    /// The wait at which [`IdlePolicy::spin_window`] was measured.
+    pub short: Span,
+    /// The long wait at which `window` was measured.
+    pub long: Span,
+    /// The window for a wait of `long` or more.
+    pub window: Span,
 }
 
 impl IdlePolicy {
@@ -68,15 +111,37 @@ impl IdlePolicy {
         let Some(wait) = due.checked_since(now).filter(|w| !w.is_zero()) else {
             return IdleAction::Fire;
         };
-        if wait <= self.spin_window {
+        let spin_through = match self.long_wait {
+            Some(long) => long.window.max(self.spin_window),
+            None => self.spin_window,
+        };
+        if wait <= spin_through {
             let slice_end = now + self.spin_slice;
             return IdleAction::Spin {
                 until: due.min(slice_end),
             };
         }
         IdleAction::Block {
-            timeout: Some(wait - self.spin_window),
+            timeout: Some(wait - self.window_for(wait)),
         }
+    }
+
+    /// The spin window before a due time `wait` away.
+    pub fn window_for(&self, wait: Span) -> Span {
+        let Some(long) = self.long_wait else {
+            return self.spin_window;
+        };
+        let (short_window, long_window) = (self.spin_window.ticks(), long.window.ticks());
+        if long_window <= short_window || wait <= long.short {
+            return self.spin_window;
+        }
+        if wait >= long.long || long.long <= long.short {
+            return long.window;
+        }
+        let along = (wait - long.short).ticks() as u128;
+        let range = (long.long - long.short).ticks() as u128;
+        let extra = (long_window - short_window) as u128 * along / range;
+        Span::from_ticks(short_window + extra as u64)
     }
 }
 
@@ -378,6 +443,7 @@ mod tests {
     const POLICY: IdlePolicy = IdlePolicy {
         spin_window: Span::from_ticks(20),
         spin_slice: Span::from_ticks(15),
+        long_wait: None,
     };
 
     #[test]
@@ -438,10 +504,55 @@ mod tests {
     }
 
     #[test]
+    fn a_longer_wait_wakes_earlier_and_the_rest_is_spun_without_a_second_block() {
+        let policy = IdlePolicy {
+            spin_window: span(10),
+            spin_slice: span(1_000),
+            long_wait: Some(LongWait {
+                short: span(100),
+                long: span(1_000),
+                window: span(50),
+            }),
+        };
+        // The window grows from 10 at a wait of 100 to 50 at 1,000, and stays there.
+        assert_eq!(policy.window_for(span(50)), span(10));
+        assert_eq!(policy.window_for(span(100)), span(10));
+        assert_eq!(policy.window_for(span(550)), span(30));
+        assert_eq!(policy.window_for(span(1_000)), span(50));
+        assert_eq!(policy.window_for(span(9_000)), span(50));
+        let now = Instant::from_ticks(5);
+        for wait in [60, 100, 550, 1_000, 9_000] {
+            let due = now + span(wait);
+            let IdleAction::Block { timeout: Some(t) } = policy.decide(now, Some(due)) else {
+                panic!("a wait of {wait} blocks first");
+            };
+            assert_eq!(t, span(wait) - policy.window_for(span(wait)));
+            // Woken on time or early by up to the window, the loop spins the rest.
+            for woke in [now + t, now + t + span(3)] {
+                assert_eq!(
+                    policy.decide(woke, Some(due)),
+                    IdleAction::Spin { until: due },
+                    "wait {wait}, woke at {woke:?}"
+                );
+            }
+        }
+        // A window measured narrower for long waits than short ones is not used.
+        let odd = IdlePolicy {
+            long_wait: Some(LongWait {
+                window: span(4),
+                ..policy.long_wait.unwrap()
+            }),
+            ..policy
+        };
+        assert_eq!(odd.window_for(span(5_000)), span(10));
+    }
+
+    #[test]
     fn without_a_window_the_loop_only_blocks() {
         let never = IdlePolicy {
             spin_window: Span::ZERO,
             spin_slice: span(15),
+            long_wait: None,
         };
         let now = Instant::from_ticks(7);
         assert_eq!(

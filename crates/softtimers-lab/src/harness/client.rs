@@ -24,6 +24,16 @@ pub enum Client {
     Wrk,
 }
 
+impl Client {
+    /// The name on the command line and in JSON (`own`, `wrk`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Client::Own => "own",
+            Client::Wrk => "wrk",
+        }
+    }
+}
+
 /// Runs `wrk` (one thread, 32 connections) against `addr` for `duration` on the client CPU
 /// and returns its requests per second and how long it ran.
 fn run_wrk(addr: SocketAddr, keep_alive: bool, duration: Duration) -> Result<(f64, Duration)> {
@@ -73,6 +83,12 @@ pub fn run_client(
         (w, Client::Wrk) => run_wrk(addr, w.keep_alive(), duration),
         (w, Client::Own) => {
             let r = run_load(addr, 32, w.keep_alive(), duration)?;
+            if r.responses == 0 {
+                anyhow::bail!(
+                    "the load generator got no complete 200 response from {addr} ({} errors)",
+                    r.errors
+                );
+            }
             Ok((r.rate(), r.elapsed))
         }
     }

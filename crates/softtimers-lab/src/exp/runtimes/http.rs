@@ -1,8 +1,15 @@
-//! hyper on one core: the same hyper HTTP/1.1 server (a 6 KB body, keep-alive) on the soft
-//! runtime and on tokio `current_thread`, driven by the lab's load generator (`--client`:
-//! the project's own, 32 keep-alive connections, or `wrk`) on the client CPU; then the soft
-//! runtime with two loops, each with a listener of its own on one port (`SO_REUSEPORT`),
-//! beside tokio's multi-thread scheduler with two workers.
+//! hyper on one core: the same hyper HTTP/1.1 server on the soft runtime and on tokio
+//! `current_thread`, driven by the lab's load generator (`--client`: the project's own, 32
+//! connections, or `wrk`) on the client CPU.
+//!
+//! * `hyper-1core`: a 6 KB body, keep-alive; then the soft runtime with two loops, each with
+//!   a listener of its own on one port (`SO_REUSEPORT`), beside tokio's multi-thread
+//!   scheduler with two workers (the targets read these rows).
+//! * `hyper-hello`, `hyper-6k-close`, `hyper-hello-close`: a 13-byte hello-world body, and a
+//!   connection per request, shorter runs.
+//! * The four one-core workloads again with the other load generator (`wrk` when the lab's
+//!   is its own, and the reverse), as a cross-check; skipped, with a note, when `wrk` is not
+//!   installed.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -14,44 +21,82 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{Request, Response};
+use hyper::Response;
 use softtimer_async::{Precision, Runtime, TcpListener};
 use softtimers_tools::cpu::{pin_to, process_cpu_ns, server_cpu, thread_cpu_ns};
 
 use super::{AsyncRow, AsyncWorkload, RuntimeKind, find, ratio};
-use crate::harness::{ExpOptions, Workload, run_client};
+use crate::harness::{Client, ExpOptions, Workload, check_client, run_client};
 use crate::targets::TargetCheck;
 
 /// The workload's name.
 pub const HYPER_1CORE: AsyncWorkload = AsyncWorkload::Hyper1core;
 
-static BODY: [u8; 6 * 1024] = [b'x'; 6 * 1024];
+static BODY_6K: [u8; 6 * 1024] = [b'x'; 6 * 1024];
+static BODY_HELLO: &[u8] = b"Hello, world!";
 /// How often a server checks whether the run is over.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
-fn run_length(quick: bool) -> Duration {
-    Duration::from_secs(if quick { 2 } else { 8 })
+/// A one-core workload: its name, the body every response carries, and the load.
+#[derive(Clone, Copy)]
+struct Case {
+    workload: AsyncWorkload,
+    body: &'static [u8],
+    load: Workload,
 }
 
-/// About how long the workload takes, s.
+const CASES: [Case; 4] = [
+    Case {
+        workload: HYPER_1CORE,
+        body: &BODY_6K,
+        load: Workload::HttpKeepAlive,
+    },
+    Case {
+        workload: AsyncWorkload::HyperHello,
+        body: BODY_HELLO,
+        load: Workload::HttpKeepAlive,
+    },
+    Case {
+        workload: AsyncWorkload::Hyper6kClose,
+        body: &BODY_6K,
+        load: Workload::HttpClose,
+    },
+    Case {
+        workload: AsyncWorkload::HyperHelloClose,
+        body: BODY_HELLO,
+        load: Workload::HttpClose,
+    },
+];
+
+/// The runs the targets read (`hyper-1core`, one and two threads).
+fn target_run(quick: bool) -> Duration {
+    Duration::from_secs(if quick { 2 } else { 5 })
+}
+
+/// The other runs (`wrk` counts whole seconds).
+fn short_run(_quick: bool) -> Duration {
+    Duration::from_secs(1)
+}
+
+/// About how long the workload takes, s (starting and stopping a server: about 0.5 s).
 pub fn expected_seconds(quick: bool) -> f64 {
-    4.0 * (run_length(quick).as_secs_f64() + 0.5)
+    let short = 2 * (CASES.len() - 1) + 2 * CASES.len();
+    4.0 * (target_run(quick).as_secs_f64() + 0.5)
+        + short as f64 * (short_run(quick).as_secs_f64() + 0.5)
 }
 
-fn respond(
-    _: Request<hyper::body::Incoming>,
-) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>> {
-    std::future::ready(Ok(Response::new(Full::new(Bytes::from_static(&BODY)))))
+fn respond(body: &'static [u8]) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>> {
+    std::future::ready(Ok(Response::new(Full::new(Bytes::from_static(body)))))
 }
 
 /// One loop's accept loop: a hyper connection task per accepted stream, on this loop.
-async fn soft_accept(listener: TcpListener) {
+async fn soft_accept(listener: TcpListener, body: &'static [u8]) {
     while let Ok((stream, _)) = listener.accept().await {
         let _ = stream.set_nodelay(true);
         softtimer_async::spawn_local(async move {
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(softtimer_async::hyper::HyperTimer::current())
-                .serve_connection(stream, hyper::service::service_fn(respond))
+                .serve_connection(stream, hyper::service::service_fn(move |_| respond(body)))
                 .await;
         });
     }
@@ -60,6 +105,7 @@ async fn soft_accept(listener: TcpListener) {
 /// A server on the soft runtime with `threads` loops, on a thread of its own, until `stop`.
 fn soft_server(
     threads: usize,
+    body: &'static [u8],
     stop: Arc<AtomicBool>,
 ) -> Result<(SocketAddr, std::thread::JoinHandle<Result<()>>)> {
     let (tx, rx) = mpsc::channel();
@@ -78,11 +124,11 @@ fn soft_server(
             for i in 1..threads {
                 handle.spawn_on(i, async move {
                     if let Ok(l) = TcpListener::bind_reuse_port(addr) {
-                        soft_accept(l).await;
+                        soft_accept(l, body).await;
                     }
                 });
             }
-            softtimer_async::spawn_local(soft_accept(listener));
+            softtimer_async::spawn_local(soft_accept(listener, body));
             let _ = tx.send(addr);
             while !stop.load(Ordering::Relaxed) {
                 softtimer_async::time::sleep(STOP_POLL).await;
@@ -102,6 +148,7 @@ fn soft_server(
 /// users run it.
 fn tokio_server(
     workers: usize,
+    body: &'static [u8],
     stop: Arc<AtomicBool>,
 ) -> Result<(SocketAddr, std::thread::JoinHandle<Result<()>>)> {
     let (tx, rx) = mpsc::channel();
@@ -128,7 +175,7 @@ fn tokio_server(
                             .timer(hyper_util::rt::TokioTimer::new())
                             .serve_connection(
                                 hyper_util::rt::TokioIo::new(stream),
-                                hyper::service::service_fn(respond),
+                                hyper::service::service_fn(move |_| respond(body)),
                             )
                             .await;
                     });
@@ -147,23 +194,36 @@ fn tokio_server(
     Ok((addr, thread))
 }
 
-type Server = fn(Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandle<Result<()>>)>;
+type Server =
+    fn(&'static [u8], Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandle<Result<()>>)>;
 
-fn measure(
-    options: &ExpOptions,
+/// How one server is run and loaded.
+struct Run {
+    case: Case,
     runtime: RuntimeKind,
     precision: Option<Precision>,
     threads: u32,
     server: Server,
-) -> Result<AsyncRow> {
-    let duration = run_length(options.length.quick);
-    let client = options.client;
+    client: Client,
+    duration: Duration,
+}
+
+fn measure(run: Run) -> Result<AsyncRow> {
+    let Run {
+        case,
+        runtime,
+        precision,
+        threads,
+        server,
+        client,
+        duration,
+    } = run;
     let stop = Arc::new(AtomicBool::new(false));
     let before = process_cpu_ns();
-    let (addr, server) = server(stop.clone())?;
+    let (addr, server) = server(case.body, stop.clone())?;
     let load = std::thread::spawn(move || {
         let start = thread_cpu_ns();
-        let result = run_client(addr, Workload::HttpKeepAlive, client, duration);
+        let result = run_client(addr, case.load, client, duration);
         (result, thread_cpu_ns() - start)
     });
     let (result, client_cpu) = load
@@ -177,30 +237,92 @@ fn measure(
     let server_cpu = process_cpu_ns()
         .saturating_sub(before)
         .saturating_sub(client_cpu);
-    let (rate, elapsed) = result.with_context(|| format!("load on the {runtime} hyper server"))?;
-    let mut row = AsyncRow::new(HYPER_1CORE, runtime, precision);
+    let (rate, elapsed) = result.with_context(|| {
+        format!(
+            "{} load on the {runtime} hyper server ({})",
+            client.name(),
+            case.workload
+        )
+    })?;
+    let mut row = AsyncRow::new(case.workload, runtime, precision);
     row.threads = Some(threads);
+    row.client = Some(client);
     row.ops_per_s = Some(rate);
     let requests = rate * elapsed.as_secs_f64();
     row.cpu_ns_per_op = (requests > 0.0).then(|| server_cpu as f64 / requests);
     Ok(row)
 }
 
-/// `hyper-1core`: soft with one loop, tokio `current_thread`; then soft with two loops and
-/// tokio's multi-thread scheduler with two workers.
-pub fn hyper_1core(options: &ExpOptions) -> Result<Vec<AsyncRow>> {
+/// The hyper workloads: `hyper-1core` with one and two threads, the other one-core cases,
+/// all with the lab's load generator; then the one-core cases with the other generator.
+/// Returns the rows and a note when the cross-check could not run.
+pub fn hyper(options: &ExpOptions) -> Result<(Vec<AsyncRow>, Option<String>)> {
+    let quick = options.length.quick;
     let soft = Some(Precision::default());
-    let runs: [(RuntimeKind, Option<Precision>, u32, Server); 4] = [
-        (RuntimeKind::Soft, soft, 1, |stop| soft_server(1, stop)),
-        (RuntimeKind::TokioCt, None, 1, |stop| tokio_server(0, stop)),
-        (RuntimeKind::Soft, soft, 2, |stop| soft_server(2, stop)),
-        (RuntimeKind::TokioMt, None, 2, |stop| tokio_server(2, stop)),
-    ];
-    runs.into_iter()
-        .map(|(runtime, precision, threads, server)| {
-            measure(options, runtime, precision, threads, server)
-        })
-        .collect()
+    let soft_1: Server = |body, stop| soft_server(1, body, stop);
+    let tokio_ct: Server = |body, stop| tokio_server(0, body, stop);
+    let one_core = |case: Case, client: Client, duration: Duration| {
+        [
+            Run {
+                case,
+                runtime: RuntimeKind::Soft,
+                precision: soft,
+                threads: 1,
+                server: soft_1,
+                client,
+                duration,
+            },
+            Run {
+                case,
+                runtime: RuntimeKind::TokioCt,
+                precision: None,
+                threads: 1,
+                server: tokio_ct,
+                client,
+                duration,
+            },
+        ]
+    };
+    let primary = options.client;
+    let mut runs: Vec<Run> = one_core(CASES[0], primary, target_run(quick)).into();
+    runs.push(Run {
+        case: CASES[0],
+        runtime: RuntimeKind::Soft,
+        precision: soft,
+        threads: 2,
+        server: |body, stop| soft_server(2, body, stop),
+        client: primary,
+        duration: target_run(quick),
+    });
+    runs.push(Run {
+        case: CASES[0],
+        runtime: RuntimeKind::TokioMt,
+        precision: None,
+        threads: 2,
+        server: |body, stop| tokio_server(2, body, stop),
+        client: primary,
+        duration: target_run(quick),
+    });
+    for case in &CASES[1..] {
+        runs.extend(one_core(*case, primary, short_run(quick)));
+    }
+    let other = match primary {
+        Client::Own => Client::Wrk,
+        Client::Wrk => Client::Own,
+    };
+    let note = match check_client(other) {
+        Ok(()) => {
+            for case in CASES {
+                runs.extend(one_core(case, other, short_run(quick)));
+            }
+            None
+        }
+        Err(e) => Some(format!(
+            "hyper: the cross-check with the other load generator did not run ({e:#})"
+        )),
+    };
+    let rows = runs.into_iter().map(measure).collect::<Result<_>>()?;
+    Ok((rows, note))
 }
 
 /// Two loops against one (soft), when both ran.

@@ -4,10 +4,12 @@
 //!
 //! | workload | what it measures | module |
 //! | --- | --- | --- |
-//! | `sleep-100us` | one task sleeping 100 µs in a loop: lateness, CPU per sleep, at each [`Precision`] | [`sleep`] |
-//! | `sleep-10k-tasks` | 10,000 tasks each sleeping 1–10 ms at random in a loop: lateness, CPU per fire | [`sleep`] |
-//! | `paced-udp-100mbit` | 1200-byte datagrams at 100 Mbit/s over loopback: inter-arrival stddev, sender CPU | [`udp`] |
-//! | `hyper-1core` | a hyper HTTP/1.1 server on one core, then on two (soft's two loops, tokio's multi-thread scheduler), keep-alive load: requests/s | [`http`] |
+//! | `sleep-20us`, `sleep-100us`, `sleep-1ms` | one task sleeping 20 µs, 100 µs, 1 ms in a loop: lateness, CPU per sleep, at each [`Precision`] | [`sleep`] |
+//! | `interval-100us`, `interval-1ms` | one task ticking an `interval`: each tick's lateness past its schedule, CPU per tick | [`sleep`] |
+//! | `sleep-10k-tasks` | 10,000 tasks each sleeping 100 µs–10 ms at random in a loop: lateness, CPU per fire | [`sleep`] |
+//! | `paced-udp-100mbit` | 1472-byte datagrams at 100 Mbit/s over loopback: inter-arrival stddev, sender CPU | [`udp`] |
+//! | `hyper-1core` | a hyper HTTP/1.1 server, a 6 KB body, keep-alive, on one core, then on two (soft's two loops, tokio's multi-thread scheduler): requests/s | [`http`] |
+//! | `hyper-hello`, `hyper-6k-close`, `hyper-hello-close` | the same server on one core with a hello-world body, and a connection per request | [`http`] |
 //! | `quinn-rr` | unchanged quinn, request/response at 1 % loss each way and a 1 ms ACK delay: p99, CPU per request | [`quic`] |
 //! | `quinn-bulk` | unchanged quinn, one 32 MB (full: 128 MB) download without loss: CPU per MB (the row's operation is a megabyte), MB/s | [`quic`] |
 //!
@@ -30,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use softtimer_async::Precision;
 use softtimers_tools::cpu::process_cpu_ns;
 
-use crate::harness::ExpOptions;
+use crate::harness::{Client, ExpOptions};
 use crate::report::{Rendered, Section, StepResult};
 use crate::targets::TargetCheck;
 
@@ -40,18 +42,39 @@ pub const ANCHOR: &str = "tokio 1.x current_thread and smol 2, same run, pinned 
 /// The workloads of `lab async`; in JSON by their kebab-case names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AsyncWorkload {
+    /// Sequential `sleep(20 µs)` on one task.
+    #[serde(rename = "sleep-20us")]
+    Sleep20us,
     /// Sequential `sleep(100 µs)` on one task.
     #[serde(rename = "sleep-100us")]
     Sleep100us,
+    /// Sequential `sleep(1 ms)` on one task.
+    #[serde(rename = "sleep-1ms")]
+    Sleep1ms,
+    /// An `interval` at 100 µs on one task.
+    #[serde(rename = "interval-100us")]
+    Interval100us,
+    /// An `interval` at 1 ms on one task.
+    #[serde(rename = "interval-1ms")]
+    Interval1ms,
     /// 10,000 tasks sleeping at random and re-arming.
     #[serde(rename = "sleep-10k-tasks")]
     Sleep10kTasks,
-    /// 100 Mbit/s of 1200 B datagrams, paced.
+    /// 100 Mbit/s of 1472 B datagrams, paced.
     #[serde(rename = "paced-udp-100mbit")]
     PacedUdp100mbit,
     /// hyper HTTP/1.1 keep-alive, a 6 KB body.
     #[serde(rename = "hyper-1core")]
     Hyper1core,
+    /// hyper HTTP/1.1 keep-alive, a hello-world body.
+    #[serde(rename = "hyper-hello")]
+    HyperHello,
+    /// hyper HTTP/1.1, a connection per request, a 6 KB body.
+    #[serde(rename = "hyper-6k-close")]
+    Hyper6kClose,
+    /// hyper HTTP/1.1, a connection per request, a hello-world body.
+    #[serde(rename = "hyper-hello-close")]
+    HyperHelloClose,
     /// Unchanged quinn, request/response under loss.
     #[serde(rename = "quinn-rr")]
     QuinnRr,
@@ -64,10 +87,17 @@ impl AsyncWorkload {
     /// The name in JSON and in the report.
     pub fn name(self) -> &'static str {
         match self {
+            AsyncWorkload::Sleep20us => "sleep-20us",
             AsyncWorkload::Sleep100us => "sleep-100us",
+            AsyncWorkload::Sleep1ms => "sleep-1ms",
+            AsyncWorkload::Interval100us => "interval-100us",
+            AsyncWorkload::Interval1ms => "interval-1ms",
             AsyncWorkload::Sleep10kTasks => "sleep-10k-tasks",
             AsyncWorkload::PacedUdp100mbit => "paced-udp-100mbit",
             AsyncWorkload::Hyper1core => "hyper-1core",
+            AsyncWorkload::HyperHello => "hyper-hello",
+            AsyncWorkload::Hyper6kClose => "hyper-6k-close",
+            AsyncWorkload::HyperHelloClose => "hyper-hello-close",
             AsyncWorkload::QuinnRr => "quinn-rr",
             AsyncWorkload::QuinnBulk => "quinn-bulk",
         }
@@ -138,6 +168,10 @@ pub struct AsyncRow {
     pub stddev_us: Option<f64>,
     /// Runtime threads.
     pub threads: Option<u32>,
+    /// The load generator of an HTTP row (`own`, `wrk`); `null` elsewhere and in older
+    /// reports.
+    #[serde(default)]
+    pub client: Option<Client>,
 }
 
 impl AsyncRow {
@@ -159,6 +193,7 @@ impl AsyncRow {
             p99_us: None,
             stddev_us: None,
             threads: Some(1),
+            client: None,
         }
     }
 
@@ -190,6 +225,9 @@ pub struct AsyncExtra {
     /// reports.
     #[serde(default)]
     pub paced_udp_floor_stddev_us: Option<f64>,
+    /// What did not run, and why (the `wrk` cross-check where `wrk` is not installed).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// Process CPU time around `work`: its result and the CPU it took, ns.
@@ -227,15 +265,20 @@ pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         progress(done / total, name);
         done += seconds;
     };
-    step("sleep-100us", sleep::sleep_seconds(quick), progress);
-    rows.extend(sleep::sleep_100us(quick)?);
+    step(
+        "sleep and interval lateness",
+        sleep::sleep_seconds(quick),
+        progress,
+    );
+    rows.extend(sleep::one_task(quick)?);
     step("sleep-10k-tasks", sleep::tasks_seconds(quick), progress);
     rows.extend(sleep::sleep_10k_tasks(quick)?);
     step("paced-udp-100mbit", udp::expected_seconds(quick), progress);
     let (paced, floor) = udp::paced_udp(quick)?;
     rows.extend(paced);
-    step("hyper-1core", http::expected_seconds(quick), progress);
-    rows.extend(http::hyper_1core(options)?);
+    step("hyper", http::expected_seconds(quick), progress);
+    let (hyper, note) = http::hyper(options)?;
+    rows.extend(hyper);
     step(
         "quinn-rr, quinn-bulk",
         quic::expected_seconds(quick),
@@ -245,6 +288,7 @@ pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     let targets = targets(&rows);
     let extra = AsyncExtra {
         paced_udp_floor_stddev_us: Some(floor),
+        notes: note.into_iter().collect(),
     };
     Ok(AsyncResult::ran(
         options.length.mode(),
@@ -254,6 +298,8 @@ pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     ))
 }
 
+/// The first one-thread row of `workload` on `runtime`: for HTTP, the lab's own load
+/// generator's (its rows come before the cross-check's).
 fn find(rows: &[AsyncRow], workload: AsyncWorkload, runtime: RuntimeKind) -> Option<&AsyncRow> {
     rows.iter()
         .find(|r| r.workload == workload && r.runtime == runtime && r.threads == Some(1))
@@ -474,15 +520,16 @@ impl Section for AsyncResult {
             Ok(md) => md,
             Err(not_run) => return Ok(not_run),
         };
-        md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n| workload | runtime | precision | threads | late p50 (µs) | late p99 (µs) | late max (µs) | CPU per op (ns) | ops/s | p99 (µs) | stddev (µs) |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n| workload | runtime | precision | threads | client | late p50 (µs) | late p99 (µs) | late max (µs) | CPU per op (ns) | ops/s | p99 (µs) | stddev (µs) |\n| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         for r in &self.rows {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.workload.name(),
                 r.runtime.name(),
                 r.precision.as_deref().unwrap_or("-"),
                 r.threads.map_or_else(|| "-".into(), |t| t.to_string()),
+                r.client.map_or("-", Client::name),
                 cell(r.late_p50_us, 1),
                 cell(r.late_p99_us, 1),
                 cell(r.late_max_us, 1),
@@ -499,6 +546,9 @@ impl Section for AsyncResult {
                 "Paced UDP's floor on this machine: a thread that spins on the clock and sends each datagram at its time, a whole core, has an inter-arrival stddev of {floor:.2} µs; a runtime's stddev is read against it (measured after the runtimes, not interleaved with them).\n"
             );
         }
+        for note in &self.extra.notes {
+            let _ = writeln!(md, "Note: {note}.\n");
+        }
         Ok(Rendered::section(md, &self.targets, Vec::new()))
     }
 }
@@ -511,10 +561,17 @@ mod tests {
     fn workloads_and_runtimes_are_written_and_read_by_their_names() {
         use AsyncWorkload as W;
         for w in [
+            W::Sleep20us,
             W::Sleep100us,
+            W::Sleep1ms,
+            W::Interval100us,
+            W::Interval1ms,
             W::Sleep10kTasks,
             W::PacedUdp100mbit,
             W::Hyper1core,
+            W::HyperHello,
+            W::Hyper6kClose,
+            W::HyperHelloClose,
             W::QuinnRr,
             W::QuinnBulk,
         ] {
@@ -540,6 +597,7 @@ mod tests {
         assert_eq!(old.extra.paced_udp_floor_stddev_us, None);
         let extra = AsyncExtra {
             paced_udp_floor_stddev_us: Some(8.5),
+            notes: Vec::new(),
         };
         let new = AsyncResult::ran("quick", extra, Vec::new(), Vec::new());
         let json = serde_json::to_value(&new).unwrap();

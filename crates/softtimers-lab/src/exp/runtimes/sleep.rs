@@ -1,5 +1,6 @@
-//! Timer lateness: one task sleeping 100 µs in a loop (tokio #5021's test), and 10,000
-//! tasks each sleeping 1–10 ms at random in a loop.
+//! Timer lateness: one task sleeping 20 µs, 100 µs or 1 ms in a loop (tokio #5021's test),
+//! one task ticking an `interval` at 100 µs or 1 ms, and 10,000 tasks each sleeping
+//! 100 µs–10 ms at random in a loop.
 
 use std::time::{Duration, Instant};
 
@@ -11,28 +12,73 @@ use softtimers_tools::cpu::{pin_to, server_cpu};
 
 use super::{AsyncRow, AsyncWorkload, RuntimeKind, precisions, with_cpu};
 
-/// The one-task workload's name.
+/// The one-task workload the targets read.
 pub const SLEEP_100US: AsyncWorkload = AsyncWorkload::Sleep100us;
 /// The many-task workload's name.
 pub const SLEEP_10K: AsyncWorkload = AsyncWorkload::Sleep10kTasks;
 
-const SLEEP: Duration = Duration::from_micros(100);
+const WARM_UP: Duration = Duration::from_micros(100);
 const TASKS: usize = 10_000;
 /// The range each task's sleeps are drawn from, µs.
-const TASK_SLEEP_US: (u64, u64) = (1_000, 10_000);
+const TASK_SLEEP_US: (u64, u64) = (100, 10_000);
 
-fn sleeps(quick: bool) -> usize {
-    if quick { 1_000 } else { 3_000 }
+/// What one task does in a lateness workload.
+#[derive(Clone, Copy, Debug)]
+enum Pattern {
+    /// `sleep_until(now + d)` in a loop: lateness past each deadline.
+    Sleep(Duration),
+    /// The runtime's interval timer at this period, started a period from now: lateness of
+    /// each tick past its place on the schedule (`start + k × period`).
+    Interval(Duration),
+}
+
+/// The one-task workloads, in the order they run.
+const PATTERNS: [(AsyncWorkload, Pattern); 5] = [
+    (
+        AsyncWorkload::Sleep20us,
+        Pattern::Sleep(Duration::from_micros(20)),
+    ),
+    (
+        AsyncWorkload::Sleep100us,
+        Pattern::Sleep(Duration::from_micros(100)),
+    ),
+    (
+        AsyncWorkload::Sleep1ms,
+        Pattern::Sleep(Duration::from_millis(1)),
+    ),
+    (
+        AsyncWorkload::Interval100us,
+        Pattern::Interval(Duration::from_micros(100)),
+    ),
+    (
+        AsyncWorkload::Interval1ms,
+        Pattern::Interval(Duration::from_millis(1)),
+    ),
+];
+
+/// Timers per one-task row: `sleep(100 µs)`, which the targets read, three times the others.
+fn timers(workload: AsyncWorkload, quick: bool) -> usize {
+    let n = if quick { 300 } else { 1_000 };
+    if workload == SLEEP_100US { 3 * n } else { n }
 }
 
 fn tasks_run(quick: bool) -> Duration {
-    Duration::from_millis(if quick { 1_000 } else { 3_000 })
+    Duration::from_millis(if quick { 1_000 } else { 5_000 })
 }
 
-/// About how long the one-task rows take, s (tokio's sleeps last about a millisecond more).
+/// About how long the one-task rows take, s: each runtime's timers at their period, tokio's
+/// about a millisecond late.
 pub fn sleep_seconds(quick: bool) -> f64 {
-    let n = sleeps(quick) as f64;
-    n * (0.2e-3 * (precisions().len() + 1) as f64 + 1.2e-3) + 0.5
+    let runtimes = (precisions().len() + 2) as f64;
+    PATTERNS
+        .iter()
+        .map(|&(w, p)| {
+            let d = match p {
+                Pattern::Sleep(d) | Pattern::Interval(d) => d.as_secs_f64(),
+            };
+            timers(w, quick) as f64 * (runtimes * d + 1.0e-3) + 0.1 * runtimes
+        })
+        .sum()
 }
 
 /// About how long the many-task rows take, s.
@@ -63,68 +109,125 @@ fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
 
-fn sleep_row(
+/// `n` timers of `pattern` on the soft runtime's thread: their lateness, ns.
+async fn soft_timers(pattern: Pattern, n: usize) -> Vec<u64> {
+    use softtimer_async::time;
+    let mut late = Vec::with_capacity(n);
+    match pattern {
+        Pattern::Sleep(d) => {
+            for _ in 0..n {
+                let deadline = Instant::now() + d;
+                time::sleep_until(deadline).await;
+                late.push(nanos(Instant::now() - deadline));
+            }
+        }
+        Pattern::Interval(period) => {
+            let start = Instant::now() + period;
+            let mut ticks = time::interval_at(start, period);
+            for k in 0..n as u32 {
+                ticks.tick().await;
+                late.push(nanos(Instant::now() - (start + period * k)));
+            }
+        }
+    }
+    late
+}
+
+/// The same on tokio, as its users write it (`sleep_until`, `interval_at`).
+async fn tokio_timers(pattern: Pattern, n: usize) -> Vec<u64> {
+    let mut late = Vec::with_capacity(n);
+    match pattern {
+        Pattern::Sleep(d) => {
+            for _ in 0..n {
+                let deadline = Instant::now() + d;
+                tokio::time::sleep_until(deadline.into()).await;
+                late.push(nanos(Instant::now() - deadline));
+            }
+        }
+        Pattern::Interval(period) => {
+            let start = Instant::now() + period;
+            let mut ticks = tokio::time::interval_at(start.into(), period);
+            for k in 0..n as u32 {
+                ticks.tick().await;
+                late.push(nanos(Instant::now() - (start + period * k)));
+            }
+        }
+    }
+    late
+}
+
+/// The same on smol (`Timer::at`, `Timer::interval_at`).
+async fn smol_timers(pattern: Pattern, n: usize) -> Vec<u64> {
+    use smol::stream::StreamExt as _;
+    let mut late = Vec::with_capacity(n);
+    match pattern {
+        Pattern::Sleep(d) => {
+            for _ in 0..n {
+                let deadline = Instant::now() + d;
+                smol::Timer::at(deadline).await;
+                late.push(nanos(Instant::now() - deadline));
+            }
+        }
+        Pattern::Interval(period) => {
+            let start = Instant::now() + period;
+            let mut ticks = smol::Timer::interval_at(start, period);
+            for k in 0..n as u32 {
+                ticks.next().await;
+                late.push(nanos(Instant::now() - (start + period * k)));
+            }
+        }
+    }
+    late
+}
+
+fn lateness_row(
+    workload: AsyncWorkload,
     runtime: RuntimeKind,
     precision: Option<Precision>,
     mut late: Vec<u64>,
     cpu: u64,
 ) -> AsyncRow {
     let n = late.len().max(1) as f64;
-    let mut row = AsyncRow::new(SLEEP_100US, runtime, precision).with_lateness(&mut late);
+    let mut row = AsyncRow::new(workload, runtime, precision).with_lateness(&mut late);
     row.cpu_ns_per_op = Some(cpu as f64 / n);
     row
 }
 
-/// `sleep-100us`: soft at each precision, tokio current_thread, smol.
-pub fn sleep_100us(quick: bool) -> Result<Vec<AsyncRow>> {
-    let n = sleeps(quick);
+/// The one-task workloads (`sleep-20us`, `sleep-100us`, `sleep-1ms`, `interval-100us`,
+/// `interval-1ms`): soft at each precision, tokio current_thread, smol.
+pub fn one_task(quick: bool) -> Result<Vec<AsyncRow>> {
     let _pin = pin_to(server_cpu());
     let mut rows = Vec::new();
-    for precision in precisions() {
-        let rt = soft_runtime(precision)?;
-        // One sleep first: the runtime's lazy parts (calibration, the backstop) start outside
-        // the measurement, as they would in a long-running program.
-        rt.block_on(async { softtimer_async::time::sleep(SLEEP).await });
-        let (late, cpu) = with_cpu(|| {
-            rt.block_on(async {
-                let mut late = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let deadline = Instant::now() + SLEEP;
-                    softtimer_async::time::sleep_until(deadline).await;
-                    late.push(nanos(Instant::now() - deadline));
-                }
-                late
-            })
-        });
-        rows.push(sleep_row(RuntimeKind::Soft, Some(precision), late, cpu));
+    for (workload, pattern) in PATTERNS {
+        let n = timers(workload, quick);
+        for precision in precisions() {
+            let rt = soft_runtime(precision)?;
+            // One sleep first: the runtime's lazy parts (calibration, the backstop) start
+            // outside the measurement, as they would in a long-running program.
+            rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
+            let (late, cpu) = with_cpu(|| rt.block_on(soft_timers(pattern, n)));
+            rows.push(lateness_row(
+                workload,
+                RuntimeKind::Soft,
+                Some(precision),
+                late,
+                cpu,
+            ));
+        }
+        let rt = tokio_ct()?;
+        rt.block_on(async { tokio::time::sleep(WARM_UP).await });
+        let (late, cpu) = with_cpu(|| rt.block_on(tokio_timers(pattern, n)));
+        rows.push(lateness_row(
+            workload,
+            RuntimeKind::TokioCt,
+            None,
+            late,
+            cpu,
+        ));
+        smol::block_on(smol::Timer::after(WARM_UP));
+        let (late, cpu) = with_cpu(|| smol::block_on(smol_timers(pattern, n)));
+        rows.push(lateness_row(workload, RuntimeKind::Smol, None, late, cpu));
     }
-    let rt = tokio_ct()?;
-    rt.block_on(async { tokio::time::sleep(SLEEP).await });
-    let (late, cpu) = with_cpu(|| {
-        rt.block_on(async {
-            let mut late = Vec::with_capacity(n);
-            for _ in 0..n {
-                let deadline = Instant::now() + SLEEP;
-                tokio::time::sleep_until(deadline.into()).await;
-                late.push(nanos(Instant::now() - deadline));
-            }
-            late
-        })
-    });
-    rows.push(sleep_row(RuntimeKind::TokioCt, None, late, cpu));
-    smol::block_on(smol::Timer::after(SLEEP));
-    let (late, cpu) = with_cpu(|| {
-        smol::block_on(async {
-            let mut late = Vec::with_capacity(n);
-            for _ in 0..n {
-                let deadline = Instant::now() + SLEEP;
-                smol::Timer::at(deadline).await;
-                late.push(nanos(Instant::now() - deadline));
-            }
-            late
-        })
-    });
-    rows.push(sleep_row(RuntimeKind::Smol, None, late, cpu));
     Ok(rows)
 }
 
@@ -171,7 +274,7 @@ pub fn sleep_10k_tasks(quick: bool) -> Result<Vec<AsyncRow>> {
 
     let precision = Precision::default();
     let rt = soft_runtime(precision)?;
-    rt.block_on(async { softtimer_async::time::sleep(SLEEP).await });
+    rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
     let (lates, cpu) = with_cpu(|| {
         let end = Instant::now() + run;
         let handles: Vec<_> = (0..TASKS as u64)

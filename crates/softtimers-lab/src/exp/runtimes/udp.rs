@@ -1,4 +1,4 @@
-//! Paced UDP: 1200-byte datagrams at 100 Mbit/s (one every 96 µs) over loopback, from the
+//! Paced UDP: 1472-byte datagrams at 100 Mbit/s (one every 117.76 µs) over loopback, from the
 //! soft runtime's `PacedSender` (each datagram leaves from a soft-event handler at its
 //! departure time) and from a tokio and a smol task sending one datagram per tick of their
 //! runtime's interval timer at the same period, and the floor: a thread that spins on the
@@ -19,7 +19,7 @@ use super::{AsyncRow, AsyncWorkload, RuntimeKind};
 /// The workload's name.
 pub const PACED_UDP: AsyncWorkload = AsyncWorkload::PacedUdp100mbit;
 
-const SIZE: usize = 1200;
+const SIZE: usize = 1472;
 const BITS_PER_SEC: u64 = 100_000_000;
 
 fn gap() -> Duration {
@@ -145,7 +145,7 @@ pub fn paced_udp(quick: bool) -> Result<(Vec<AsyncRow>, f64)> {
         .build()
         .context("softtimer-async runtime")?;
     let rate = Rate::from_packet_interval(SIZE as u64, gap().as_nanos() as u64)
-        .context("100 Mbit/s of 1200-byte datagrams")?;
+        .context("100 Mbit/s of 1472-byte datagrams")?;
     let by_soft = measure("soft", count, |to| {
         rt.block_on(async {
             let socket = UdpSocket::bind("127.0.0.1:0")?;

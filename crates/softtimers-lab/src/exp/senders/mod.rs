@@ -162,7 +162,7 @@ fn run_sender(
         .command(path, End::Receiver, CLIENT_CPU, &net.exe)
         .args(["sink", "--observe", &port.to_string(), "--interface"])
         .arg(&interface)
-        .args(["--duration", &limit, "--idle", "500ms", "--rtt"])
+        .args(["--duration", &limit, "--idle", "250ms", "--rtt"])
         .arg(format!("{}us", spec.rtt.as_micros()))
         .args(["--bottleneck", &bottleneck.to_string(), "--burst-gap"])
         .arg(format!("{}ns", interval_ns / 4))
@@ -185,7 +185,7 @@ fn run_sender(
     } else {
         net.command(path, End::Receiver, CLIENT_CPU, &net.exe)
             .args(["sink", "--listen", &format!("0.0.0.0:{port}")])
-            .args(["--duration", &limit, "--idle", "500ms"])
+            .args(["--duration", &limit, "--idle", "250ms"])
             .spawn()
     };
     let mut receiver = match receiver {
@@ -196,7 +196,7 @@ fn run_sender(
         }
     };
     // Both bind or capture within a few milliseconds of starting.
-    std::thread::sleep(Duration::from_millis(250));
+    std::thread::sleep(Duration::from_millis(150));
     let program = if is_iperf3 {
         net.iperf3.clone().expect("checked above")
     } else {
@@ -360,9 +360,9 @@ pub fn rounds(quick: bool) -> usize {
 }
 
 /// How long the step runs: every setting on both links, `rounds` times, each its sending
-/// time and about a second of starting and draining its receiver and observer.
+/// time and about 0.65 s of starting and draining its receiver and observer.
 pub fn expected(quick: bool) -> Duration {
-    let each = Duration::from_secs(seconds(quick)) + Duration::from_millis(1_000);
+    let each = Duration::from_secs(seconds(quick)) + Duration::from_millis(650);
     each * (2 * settings(quick).len() * rounds(quick)) as u32
 }
 
