@@ -1,4 +1,4 @@
-//! Many tasks each sleeping a random 1–10 ms in a loop on one runtime thread: how many
+//! Many tasks each sleeping a random 100 µs–10 ms in a loop on one runtime thread: how many
 //! timers fired and the CPU per fire.
 //!
 //! ```sh
@@ -29,7 +29,7 @@ fn main() {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    let deadline = Instant::now() + Duration::from_micros(1_000 + x % 9_001);
+                    let deadline = Instant::now() + Duration::from_micros(100 + x % 9_901);
                     if deadline > end {
                         return fires;
                     }

@@ -11,7 +11,9 @@
 //! A longer sleep wakes later: an idle CPU sinks deeper the longer it idles (on a VM, its
 //! virtual CPU stops halt-polling and is descheduled), so a thread that slept 1 ms runs again
 //! two to three times as late as one that slept 100 µs. The probe therefore measures a second
-//! wait, [`LONG_WAIT`], and [`long_wait_window`] gives the idle policy the window for it.
+//! wait, [`LONG_WAIT`], and [`long_wait_window`] gives the idle policy the window for it. The
+//! loop starts from these and keeps a window per wait length current from its own wake-ups
+//! ([`WakeupWindows`](crate::WakeupWindows)).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -25,7 +27,7 @@ const SAMPLES: usize = 128;
 /// Each sleep's timeout: long enough to go idle, short enough that the probe takes ~20 ms.
 const WAIT: Duration = Duration::from_micros(100);
 /// The wait the default spin window is measured at.
-pub(crate) const SHORT_WAIT: Duration = WAIT;
+const SHORT_WAIT: Duration = WAIT;
 /// The long wait the probe also measures (fewer samples: it takes longer).
 pub const LONG_WAIT: Duration = Duration::from_millis(1);
 const LONG_SAMPLES: usize = 48;
@@ -105,6 +107,31 @@ pub fn wakeup_probe() -> WakeupProbe {
         fifo_refused: fifo.as_ref().err().cloned(),
         normal_long: Some(*long_cost()),
     }
+}
+
+/// The calibrated idle policy's starting windows, on `clock`'s ticks: [`wakeup_lateness`]
+/// for waits up to [`SHORT_WAIT`], [`long_wait_window`] from [`LONG_WAIT`] on, and a
+/// straight line between; the loop then keeps them current from its own wake-ups.
+pub(crate) fn wakeup_windows<C: Clock>(clock: &C) -> crate::policy::WakeupWindows {
+    let (short, long) = (wakeup_lateness(), long_wait_window());
+    let initial = |wait: softtimer::Span| {
+        let wait = clock.duration(wait);
+        if wait <= SHORT_WAIT {
+            return clock.span(short);
+        }
+        if wait >= LONG_WAIT {
+            return clock.span(long);
+        }
+        let along = (wait - SHORT_WAIT).as_secs_f64() / (LONG_WAIT - SHORT_WAIT).as_secs_f64();
+        clock.span(short + (long - short).mul_f64(along))
+    };
+    crate::policy::WakeupWindows::new(
+        clock.span(Duration::from_micros(64)),
+        initial,
+        clock.span(Duration::from_micros(1)),
+        clock.span(MIN_WINDOW),
+        clock.span(MAX_WINDOW),
+    )
 }
 
 /// The spin window for waits of [`LONG_WAIT`] and more: the 90th percentile of a long

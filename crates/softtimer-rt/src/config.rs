@@ -159,9 +159,10 @@ impl std::fmt::Display for IoBackend {
 pub enum SpinWindow {
     /// The measured wake-up lateness of this machine (a blocked thread whose timeout expires
     /// runs again that much later), calibrated once per process. The default. The loop
-    /// widens it for longer waits ([`LongWait`](crate::LongWait)): a thread that slept 1 ms
-    /// wakes later than one that slept 100 µs. [`resolve`](Self::resolve) gives the
-    /// window for short waits.
+    /// keeps a window per wait length and follows its own wake-ups
+    /// ([`WakeupWindows`](crate::WakeupWindows)): a thread that slept 1 ms wakes later than
+    /// one that slept 100 µs, and the lateness drifts with the host's load.
+    /// [`resolve`](Self::resolve) gives the calibrated window for short waits.
     #[default]
     Calibrated,
     /// A fixed window; `Duration::ZERO` never spins (cheapest, but late by the wake-up

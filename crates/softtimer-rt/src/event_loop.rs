@@ -18,13 +18,13 @@ use crate::config::{DeadlineDesign, LoopConfig, SpinWindow, TimerMode, check_per
 use crate::cx::{Core, LoopCx, Ready};
 use crate::error::RtError;
 use crate::handle::LoopHandle;
-use crate::policy::{HelperPlacement, IdleAction, IdlePolicy, LongWait, place_helper};
+use crate::policy::{HelperPlacement, IdleAction, IdlePolicy, place_helper};
 use crate::shared::{Counters, Handler, Shared};
 use crate::signal;
 use crate::sys::{self, ThreadSignalTimer};
 use crate::timerfd::{periodic_timerfd, timespec};
-use crate::uring::Ring;
 
+mod idle;
 mod ring_wait;
 
 /// Tokens from here up are the loop's own.
@@ -161,9 +161,23 @@ pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static
     helper: Option<Helper>,
     /// Time spent spinning in the idle policy (see [`Counters::idle_spin_ns`]).
     idle_spin_total: Span,
+    /// The timed block the idle policy just asked for, to learn from when it returns.
+    block_plan: Option<BlockPlan>,
+    /// The window the last timed block left before its due time, when it ended by its
+    /// timeout: the next decision spins up to it rather than blocking a second time.
+    woke_before_due: Option<Span>,
     /// A loop belongs to the thread that made it (its timer signal is addressed to that
     /// thread), so it is neither `Send` nor `Sync`.
     _thread_bound: PhantomData<*const ()>,
+}
+
+/// A timed block of the idle policy: until when, before a due time `wait` away, leaving
+/// `window` to spin.
+#[derive(Clone, Copy, Debug)]
+struct BlockPlan {
+    until: Instant,
+    wait: Span,
+    window: Span,
 }
 
 impl<E: Send + 'static> EventLoop<E, SystemClock> {
@@ -334,19 +348,16 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             SpinWindow::Calibrated if !soft => Duration::ZERO,
             window => window.resolve(),
         };
-        // The calibrated window grows with the wait (a longer sleep wakes later).
-        let long_wait = match config.spin_window {
-            SpinWindow::Calibrated if soft => Some(LongWait {
-                short: clock.span(crate::calibrate::SHORT_WAIT),
-                long: clock.span(crate::calibrate::LONG_WAIT),
-                window: clock.span(crate::calibrate::long_wait_window()),
-            }),
+        // The calibrated window is kept per wait length and follows the loop's own wake-ups
+        // (a longer sleep wakes later, and the lateness drifts with the host's load).
+        let windows = match config.spin_window {
+            SpinWindow::Calibrated if soft => Some(crate::calibrate::wakeup_windows(&clock)),
             _ => None,
         };
         let idle = IdlePolicy {
             spin_window: clock.span(spin_window),
             spin_slice: clock.span(SPIN_SLICE),
-            long_wait,
+            windows,
         };
         let off = config.mode == TimerMode::Off && signal_period.is_none();
         let signals_paused = Arc::clone(&shared.signals_paused);
@@ -376,6 +387,8 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             signal_timer,
             helper,
             idle_spin_total: Span::ZERO,
+            block_plan: None,
+            woke_before_due: None,
             _thread_bound: PhantomData,
         })
     }
@@ -765,134 +778,6 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
             Err(e) => Err(("epoll_wait", e).into()),
         }
-    }
-
-    /// What the idle policy says to do now that nothing is ready. Before a timed block it
-    /// moves the backstop past the loop's own wake-up.
-    fn idle_action(&mut self) -> IdleAction {
-        let shared = &self.core.shared;
-        let now = shared.clock.now_unordered();
-        let policy = if self.core.spin_allowed {
-            self.core.idle
-        } else {
-            IdlePolicy {
-                spin_window: Span::ZERO,
-                long_wait: None,
-                ..self.core.idle
-            }
-        };
-        let action = policy.decide(now, shared.next_check());
-        let IdleAction::Block { timeout: Some(_) } = action else {
-            return action;
-        };
-        // The trigger's next check is a lower bound of the earliest due time (exact only
-        // for an event in the wheel's finest level) or the backstop's revisit; a loop about
-        // to block wakes for neither: it blocks until the earliest due time itself (one
-        // wake-up, not a wake-up to cascade the wheel and another for the event), and the
-        // backstop is moved past its wake-up.
-        let due = shared.next_expiry();
-        let action = policy.decide(now, due);
-        if let IdleAction::Block { timeout: Some(t) } = action {
-            shared.before_block(now + t);
-        }
-        action
-    }
-
-    /// Spins on trigger checks until `until`, an event fires, a stop request, or (when
-    /// `wakeable`) a [`LoopWaker`]'s wake. Returns how many events fired.
-    fn spin(&mut self, until: Instant, wakeable: bool) -> usize {
-        let shared = Arc::clone(&self.core.shared);
-        let start = shared.clock.now_unordered();
-        let mut now = start;
-        // What the ring holds leaves before the spin, not after it; the spin ends when a
-        // completion comes.
-        if let Some(ring) = self.core.ring.as_deref_mut() {
-            let _ = ring.submit();
-        }
-        let fired = loop {
-            // The trigger reads the clock after `now`: an event due at `until` fires at
-            // the check that ends the spin.
-            let fired = self.core.trigger(TriggerSource::Idle);
-            let stop = &self.core.stop;
-            if fired > 0
-                || now >= until
-                || stop.flag.load(Ordering::Relaxed)
-                || (wakeable && stop.woken.load(Ordering::Relaxed))
-                || self.core.ring.as_deref_mut().is_some_and(Ring::pending)
-            {
-                break fired;
-            }
-            std::hint::spin_loop();
-            now = shared.clock.now_unordered();
-        };
-        self.idle_spin_total += now.saturating_since(start);
-        fired
-    }
-
-    /// After a timed block that woke with nothing ready: a wake-up a hair before the due
-    /// time (the timeout's rounding to nanoseconds, the kernel's clock a few parts per
-    /// million off the TSC) spins the rest, up to [`WAKE_MARGIN`], instead of paying another
-    /// block for it. Returns how many events fired.
-    fn spin_past_early_wake(&mut self) -> usize {
-        let shared = &self.core.shared;
-        let now = shared.clock.now_unordered();
-        match shared.next_check() {
-            Some(next)
-                if next > now && next.saturating_since(now) <= shared.clock.span(WAKE_MARGIN) =>
-            {
-                self.spin(next, true)
-            }
-            _ => 0,
-        }
-    }
-
-    /// Blocks in `epoll_wait` for at most `timeout`; when `wakeable`, not at all if a
-    /// [`LoopWaker`] has woken the loop, and a wake ends the wait. A trigger state (`syscall`)
-    /// follows. Returns whether it waited (`self.events` then holds what became ready).
-    fn block(&mut self, timeout: Option<Span>, wakeable: bool) -> Result<bool, RtError> {
-        let stop = Arc::clone(&self.core.stop);
-        if wakeable {
-            // Pairs with `LoopWaker::wake`: see there.
-            stop.parked.store(true, Ordering::SeqCst);
-            if stop.woken.load(Ordering::SeqCst) {
-                stop.parked.store(false, Ordering::Relaxed);
-                return Ok(false);
-            }
-        }
-        let timeout = timeout.map(|t| self.core.shared.clock.duration(t));
-        let result = self.wait(timeout);
-        if wakeable {
-            stop.parked.store(false, Ordering::Relaxed);
-        }
-        result?;
-        self.core.trigger(TriggerSource::Syscall);
-        Ok(true)
-    }
-
-    /// The idle policy, carried out for [`EventLoop::run_with`]: no descriptor is ready, so
-    /// fire, spin for the last stretch before a due time, or block (with a precise timeout)
-    /// until then. Returns whether it blocked, so that `self.events` holds what became
-    /// ready.
-    fn idle<T>(&mut self, on_turn: &mut T) -> Result<bool, RtError>
-    where
-        T: FnMut(&mut LoopCx<'_, E, C>, LoopTurn) -> bool,
-    {
-        match self.idle_action() {
-            IdleAction::Fire => {
-                self.core.trigger(TriggerSource::Idle);
-            }
-            IdleAction::Spin { until } => {
-                self.spin(until, false);
-            }
-            IdleAction::Block { timeout } => {
-                if on_turn(&mut LoopCx::new(&mut self.core), LoopTurn::BeforeBlock) {
-                    // The application changed what the loop waits for: decide again.
-                    return Ok(false);
-                }
-                return self.block(timeout, false);
-            }
-        }
-        Ok(false)
     }
 }
 

@@ -110,7 +110,7 @@ pub use error::RtError;
 pub use event_loop::{EventLoop, HelperCpu, LoopTurn, LoopWaker, MAX_TOKEN, Parked, StopHandle};
 pub use handle::LoopHandle;
 pub use policy::{
-    Arm, BackstopPlan, BackstopWatch, HelperPlacement, IdleAction, IdlePolicy, LongWait,
+    Arm, BackstopPlan, BackstopWatch, HelperPlacement, IdleAction, IdlePolicy, WakeupWindows,
     WatchAction, deadline_needs_arming, place_helper, unpinned_placement, wake_needed,
 };
 pub use poll_set::PollSet;

@@ -42,7 +42,7 @@ pub enum IdleAction {
 /// let policy = IdlePolicy {
 ///     spin_window: Span::from_ticks(10),
 ///     spin_slice: Span::from_ticks(20),
-///     long_wait: None,
+///     windows: None,
 /// };
 /// let now = Instant::from_ticks(1_000);
 /// // Nothing pending: block until a descriptor is ready.
@@ -60,45 +60,8 @@ pub struct IdlePolicy {
     pub spin_window: Span,
     /// Look at the descriptors at least this often while spinning.
     pub spin_slice: Span,
-    /// A wider window before a due time further away (`None`: `spin_window` for every wait).
-    pub long_wait: Option<LongWait>,
-}
-
-/// The spin window for long waits: a thread that blocks longer wakes later (an idle CPU sinks
-/// deeper; a virtual one stops halt-polling), so the window grows with the wait, from
-/// [`IdlePolicy::spin_window`] at `short` to `window` at `long` (linearly between them,
-/// constant beyond).
-///
-/// A wait no longer than `window` is spun through rather than blocked in: a loop that woke
-/// for a long wait finds at most `window` left and spins it, instead of blocking a second
-/// time.
-///
-/// ```
-/// use softtimer::{Instant, Span};
-/// use softtimer_rt::{IdleAction, IdlePolicy, LongWait};
-///
-/// let t = Span::from_ticks;
-/// let policy = IdlePolicy {
-///     spin_window: t(10),
-///     spin_slice: t(1_000),
-///     long_wait: Some(LongWait { short: t(100), long: t(1_000), window: t(40) }),
-/// };
-/// let now = Instant::from_ticks(0);
-/// // A short wait keeps the short window.
-/// assert_eq!(policy.decide(now, Some(now + t(100))), IdleAction::Block { timeout: Some(t(90)) });
-/// // A long one wakes `window` early,
-/// assert_eq!(policy.decide(now, Some(now + t(2_000))), IdleAction::Block { timeout: Some(t(1_960)) });
-/// // and spins what is left when it wakes.
-/// assert_eq!(policy.decide(now, Some(now + t(35))), IdleAction::Spin { until: now + t(35) });
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LongWait {
-    /// The wait at which [`IdlePolicy::spin_window`] was measured.
-    pub short: Span,
-    /// The long wait at which `window` was measured.
-    pub long: Span,
-    /// The window for a wait of `long` or more.
-    pub window: Span,
+    /// Windows by wait length, kept current (`None`: `spin_window` for every wait).
+    pub windows: Option<WakeupWindows>,
 }
 
 impl IdlePolicy {
@@ -111,37 +74,121 @@ impl IdlePolicy {
         let Some(wait) = due.checked_since(now).filter(|w| !w.is_zero()) else {
             return IdleAction::Fire;
         };
-        let spin_through = match self.long_wait {
-            Some(long) => long.window.max(self.spin_window),
-            None => self.spin_window,
-        };
-        if wait <= spin_through {
+        let window = self.window_for(wait);
+        if wait <= self.spin_window.max(window) {
             let slice_end = now + self.spin_slice;
             return IdleAction::Spin {
                 until: due.min(slice_end),
             };
         }
         IdleAction::Block {
-            timeout: Some(wait - self.window_for(wait)),
+            timeout: Some(wait - window),
         }
     }
 
     /// The spin window before a due time `wait` away.
     pub fn window_for(&self, wait: Span) -> Span {
-        let Some(long) = self.long_wait else {
-            return self.spin_window;
+        self.windows
+            .map_or(self.spin_window, |w| w.window_for(wait))
+    }
+}
+
+/// Wait-length buckets of [`WakeupWindows`]: waits under 64 µs, under 128 µs, … under
+/// 8,192 µs, and longer.
+const WAIT_BUCKETS: usize = 9;
+
+/// The spin windows of the calibrated idle policy, by how long the loop is about to block,
+/// kept current from the loop's own wake-ups.
+///
+/// A blocked thread runs again a wake-up's lateness after its timeout, and that lateness
+/// grows with the block (an idle CPU sinks deeper; a virtual one stops halt-polling and is
+/// descheduled) and drifts with the host's load. So the window is kept per bucket of wait
+/// length (doubling from 64 µs), starts from the calibration, and follows each timed block's
+/// actual lateness towards its 90th percentile plus a margin: a wake later than the window
+/// widens it by a sixteenth, an earlier one narrows it by a ninth of that, which balances
+/// where one wake in ten is later.
+///
+/// ```
+/// use softtimer::Span;
+/// use softtimer_rt::WakeupWindows;
+///
+/// let us = |n: u64| Span::from_ticks(n * 1_000); // a 1 GHz clock
+/// // 10 µs before short waits, 40 µs before waits of 1 ms and more, 1 µs of margin.
+/// let initial = |wait| if wait < us(1_000) { us(10) } else { us(40) };
+/// let mut w = WakeupWindows::new(us(64), initial, us(1), us(2), us(200));
+/// assert_eq!(w.window_for(us(100)), us(10));
+/// assert_eq!(w.window_for(us(5_000)), us(40));
+/// // Blocks of 5 ms keep waking 60 µs late: that bucket's window follows.
+/// for _ in 0..200 {
+///     w.observe(us(5_000), us(60));
+/// }
+/// assert!(w.window_for(us(5_000)) > us(60));
+/// assert_eq!(w.window_for(us(100)), us(10), "other buckets keep theirs");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WakeupWindows {
+    /// The shortest bucket's upper edge, ticks (each next edge doubles it).
+    first_edge: u64,
+    /// Each bucket's window, ticks.
+    windows: [u64; WAIT_BUCKETS],
+    margin: u64,
+    min: u64,
+    max: u64,
+}
+
+impl WakeupWindows {
+    /// Windows for buckets whose first edge is `first_edge`, each starting at `initial` of
+    /// the bucket's typical wait (its lower edge; half the first edge for the first), kept
+    /// within `min ..= max`, `margin` above the lateness it follows.
+    pub fn new(
+        first_edge: Span,
+        initial: impl Fn(Span) -> Span,
+        margin: Span,
+        min: Span,
+        max: Span,
+    ) -> WakeupWindows {
+        let first_edge = first_edge.ticks().max(1);
+        let (min, max) = (min.ticks(), max.ticks().max(min.ticks()));
+        let mut windows = [0; WAIT_BUCKETS];
+        for (i, w) in windows.iter_mut().enumerate() {
+            let typical = if i == 0 {
+                first_edge / 2
+            } else {
+                first_edge << (i - 1)
+            };
+            *w = initial(Span::from_ticks(typical)).ticks().clamp(min, max);
+        }
+        WakeupWindows {
+            first_edge,
+            windows,
+            margin: margin.ticks(),
+            min,
+            max,
+        }
+    }
+
+    fn bucket(&self, wait: Span) -> usize {
+        // 0 below the first edge, then one more per doubling.
+        let ratio = wait.ticks() / self.first_edge;
+        ((u64::BITS - ratio.leading_zeros()) as usize).min(WAIT_BUCKETS - 1)
+    }
+
+    /// The window before a due time `wait` away.
+    pub fn window_for(&self, wait: Span) -> Span {
+        Span::from_ticks(self.windows[self.bucket(wait)])
+    }
+
+    /// A block of `wait` woke `late` after its timeout (zero: on time or early).
+    pub fn observe(&mut self, wait: Span, late: Span) {
+        let b = self.bucket(wait);
+        let w = self.windows[b];
+        let step = (w / 16).max(1);
+        let moved = if late.ticks().saturating_add(self.margin) > w {
+            w.saturating_add(step)
+        } else {
+            w.saturating_sub((step / 9).max(1))
         };
-        let (short_window, long_window) = (self.spin_window.ticks(), long.window.ticks());
-        if long_window <= short_window || wait <= long.short {
-            return self.spin_window;
-        }
-        if wait >= long.long || long.long <= long.short {
-            return long.window;
-        }
-        let along = (wait - long.short).ticks() as u128;
-        let range = (long.long - long.short).ticks() as u128;
-        let extra = (long_window - short_window) as u128 * along / range;
-        Span::from_ticks(short_window + extra as u64)
+        self.windows[b] = moved.clamp(self.min, self.max);
     }
 }
 
@@ -443,7 +490,7 @@ mod tests {
     const POLICY: IdlePolicy = IdlePolicy {
         spin_window: Span::from_ticks(20),
         spin_slice: Span::from_ticks(15),
-        long_wait: None,
+        windows: None,
     };
 
     #[test]
@@ -504,47 +551,75 @@ mod tests {
     }
 
     #[test]
-    fn a_longer_wait_wakes_earlier_and_the_rest_is_spun_without_a_second_block() {
+    fn the_windows_follow_each_wait_lengths_ninetieth_percentile_of_lateness() {
+        let mut w = WakeupWindows::new(span(64), |_| span(10), span(1), span(2), span(500));
+        // Buckets: < 64, < 128, < 256, ...; the last holds everything from 8,192 on.
+        assert_eq!(w.bucket(span(63)), 0);
+        assert_eq!(w.bucket(span(64)), 1);
+        assert_eq!(w.bucket(span(200)), 2);
+        assert_eq!(w.bucket(span(1_000_000)), WAIT_BUCKETS - 1);
+        // Lateness 20 in one wake of ten, 0 otherwise: the window settles between the two
+        // (the margin of 1 included), at neither end.
+        for i in 0..20_000 {
+            let late = if i % 10 == 0 { span(20) } else { span(0) };
+            w.observe(span(1_000), late);
+        }
+        let settled = w.window_for(span(1_000)).ticks();
+        assert!((2..=21).contains(&settled), "{settled}");
+        // Always 50 late: the window grows to it and its margin; other buckets are untouched.
+        for _ in 0..2_000 {
+            w.observe(span(100), span(50));
+        }
+        let grown = w.window_for(span(100)).ticks();
+        assert!((50..=52).contains(&grown), "{grown}");
+        assert_eq!(w.window_for(span(10)), span(10));
+        // Never outside its bounds.
+        for _ in 0..5_000 {
+            w.observe(span(10), span(10_000));
+        }
+        assert_eq!(w.window_for(span(10)), span(500));
+    }
+
+    #[test]
+    fn a_long_wait_blocks_until_its_own_window_and_a_short_one_keeps_the_short_window() {
+        let windows = WakeupWindows::new(
+            span(64),
+            |wait| {
+                if wait < span(1_000) {
+                    span(10)
+                } else {
+                    span(40)
+                }
+            },
+            span(1),
+            span(2),
+            span(200),
+        );
         let policy = IdlePolicy {
             spin_window: span(10),
             spin_slice: span(1_000),
-            long_wait: Some(LongWait {
-                short: span(100),
-                long: span(1_000),
-                window: span(50),
-            }),
+            windows: Some(windows),
         };
-        // The window grows from 10 at a wait of 100 to 50 at 1,000, and stays there.
-        assert_eq!(policy.window_for(span(50)), span(10));
-        assert_eq!(policy.window_for(span(100)), span(10));
-        assert_eq!(policy.window_for(span(550)), span(30));
-        assert_eq!(policy.window_for(span(1_000)), span(50));
-        assert_eq!(policy.window_for(span(9_000)), span(50));
         let now = Instant::from_ticks(5);
-        for wait in [60, 100, 550, 1_000, 9_000] {
-            let due = now + span(wait);
-            let IdleAction::Block { timeout: Some(t) } = policy.decide(now, Some(due)) else {
-                panic!("a wait of {wait} blocks first");
-            };
-            assert_eq!(t, span(wait) - policy.window_for(span(wait)));
-            // Woken on time or early by up to the window, the loop spins the rest.
-            for woke in [now + t, now + t + span(3)] {
-                assert_eq!(
-                    policy.decide(woke, Some(due)),
-                    IdleAction::Spin { until: due },
-                    "wait {wait}, woke at {woke:?}"
-                );
+        assert_eq!(
+            policy.decide(now, Some(now + span(100))),
+            IdleAction::Block {
+                timeout: Some(span(90))
             }
-        }
-        // A window measured narrower for long waits than short ones is not used.
-        let odd = IdlePolicy {
-            long_wait: Some(LongWait {
-                window: span(4),
-                ..policy.long_wait.unwrap()
-            }),
-            ..policy
-        };
-        assert_eq!(odd.window_for(span(5_000)), span(10));
+        );
+        assert_eq!(
+            policy.decide(now, Some(now + span(5_000))),
+            IdleAction::Block {
+                timeout: Some(span(4_960))
+            }
+        );
+        // A wait within its window is spun.
+        assert_eq!(
+            policy.decide(now, Some(now + span(8))),
+            IdleAction::Spin {
+                until: now + span(8)
+            }
+        );
     }
 
     #[test]
@@ -552,7 +627,7 @@ mod tests {
         let never = IdlePolicy {
             spin_window: Span::ZERO,
             spin_slice: span(15),
-            long_wait: None,
+            windows: None,
         };
         let now = Instant::from_ticks(7);
         assert_eq!(

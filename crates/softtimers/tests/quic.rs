@@ -111,6 +111,19 @@ fn a_stock_quinn_client_and_our_server_transfer_and_verify_data() {
 }
 
 #[test]
+fn unchanged_quinn_on_the_async_runtime_serves_and_fetches_both_ways() {
+    for (server, client) in [("quinn-async", "quinn-tokio"), ("soft", "quinn-async")] {
+        let v = transfer(server, client);
+        assert_eq!(v["report"]["verified"], true, "{server} to {client}");
+        assert_eq!(
+            v["report"]["download_bytes"], 9_000_000,
+            "{server} to {client}"
+        );
+        assert_eq!(v["stack"], client);
+    }
+}
+
+#[test]
 fn unreachable_servers_and_untrusted_certificates_are_clear_errors() {
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = silent.local_addr().unwrap().to_string();

@@ -20,7 +20,8 @@ pub struct CommonArgs {
     /// The stack: quinn-proto on soft timers (`soft`, `soft-paced` with per-packet pacing,
     /// `soft-1ms` with timers rounded up to 1 ms), stock quinn on tokio (`quinn-tokio` with
     /// the lab's transport settings and its timers measured, `quinn-plain` with quinn's
-    /// defaults), or kernel TCP.
+    /// defaults), the same unchanged quinn on `softtimer-async` (`quinn-async`: the settings
+    /// and measurement of `quinn-tokio`), or kernel TCP.
     #[arg(long, value_enum, default_value = "soft")]
     pub stack: Stack,
     /// Flow-control windows (bytes; k, M suffixes): at least twice the path's BDP.

@@ -20,8 +20,8 @@
 //! server it talks to.
 
 mod args;
+mod stock_quinn;
 mod tcp;
-mod tokio_arm;
 
 pub use args::{ClientArgs, CommonArgs, QuicCommand, ServerArgs};
 
@@ -61,6 +61,9 @@ pub enum Stack {
     QuinnTokio,
     /// Stock quinn on tokio with quinn's defaults, nothing measured.
     QuinnPlain,
+    /// Stock quinn, unchanged, on `softtimer-async` (quinn's timers as soft events), the lab's
+    /// transport settings, its timers measured.
+    QuinnAsync,
     /// The kernel's TCP.
     KernelTcp,
 }
@@ -74,6 +77,7 @@ impl Stack {
             Stack::Soft1ms => "soft-1ms",
             Stack::QuinnTokio => "quinn-tokio",
             Stack::QuinnPlain => "quinn-plain",
+            Stack::QuinnAsync => "quinn-async",
             Stack::KernelTcp => "kernel-tcp",
         }
     }
@@ -188,7 +192,7 @@ impl Common {
         }
         let stock_or_tcp = matches!(
             self.stack,
-            Stack::QuinnTokio | Stack::QuinnPlain | Stack::KernelTcp
+            Stack::QuinnTokio | Stack::QuinnPlain | Stack::QuinnAsync | Stack::KernelTcp
         );
         if self.spin.is_some() && stock_or_tcp {
             bail!("--spin applies to the soft-timer stacks only (soft, soft-paced, soft-1ms)");
@@ -372,9 +376,9 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
             quic.run(&mut app)?;
             (app.report, Some(driver_side(&mut quic, spin_window)))
         }
-        Stack::QuinnTokio | Stack::QuinnPlain => {
-            let arm = stock_arm(opts.common.stack);
-            let (served, side) = tokio_arm::server(opts, &identity, &tuning, arm)?;
+        Stack::QuinnTokio | Stack::QuinnPlain | Stack::QuinnAsync => {
+            let (arm, engine) = stock_arm(opts.common.stack);
+            let (served, side) = stock_quinn::server(opts, &identity, &tuning, arm, engine)?;
             (served, Some(side))
         }
         Stack::KernelTcp => (tcp_server(opts)?, None),
@@ -389,11 +393,12 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
     })
 }
 
-fn stock_arm(stack: Stack) -> tokio_arm::Arm {
-    if stack == Stack::QuinnPlain {
-        tokio_arm::Arm::Plain
-    } else {
-        tokio_arm::Arm::Measured
+fn stock_arm(stack: Stack) -> (stock_quinn::Arm, stock_quinn::Engine) {
+    use stock_quinn::{Arm, Engine};
+    match stack {
+        Stack::QuinnPlain => (Arm::Plain, Engine::Tokio),
+        Stack::QuinnAsync => (Arm::Measured, Engine::Soft),
+        _ => (Arm::Measured, Engine::Tokio),
     }
 }
 
@@ -468,9 +473,9 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
             quic.run(&mut app)?;
             (app.report, Some(driver_side(&mut quic, spin_window)))
         }
-        Stack::QuinnTokio | Stack::QuinnPlain => {
-            let arm = stock_arm(opts.common.stack);
-            let (report, side) = tokio_arm::client(opts, &trust, &tuning, arm)?;
+        Stack::QuinnTokio | Stack::QuinnPlain | Stack::QuinnAsync => {
+            let (arm, engine) = stock_arm(opts.common.stack);
+            let (report, side) = stock_quinn::client(opts, &trust, &tuning, arm, engine)?;
             (report, Some(side))
         }
         Stack::KernelTcp => (tcp_client(opts)?, None),

@@ -21,7 +21,8 @@ use super::{
 /// A row of `e16.json`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct E16Row {
-    /// `quinn-tokio`, `soft` or `soft-1ms`.
+    /// `quinn-tokio`, `quinn-async` (the same unchanged quinn on `softtimer-async`), `soft`
+    /// or `soft-1ms`.
     pub stack: String,
     /// `default` (quinn's transport defaults: the peer may delay ACKs by 25 ms),
     /// `ack-delay-1ms` (each end asks its peer to ACK within 1 ms) or `no-tail-probe` (the
@@ -73,7 +74,12 @@ pub(super) const E16_CONFIGS: [(&str, &[&str], &[Stack]); 3] = [
     ),
 ];
 
-pub(super) const E16_STACKS: [Stack; 3] = [Stack::QuinnTokio, Stack::Soft, Stack::Soft1ms];
+pub(super) const E16_STACKS: [Stack; 4] = [
+    Stack::QuinnTokio,
+    Stack::Soft,
+    Stack::Soft1ms,
+    Stack::QuinnAsync,
+];
 
 pub(super) fn e16_runs() -> usize {
     E16_CONFIGS.iter().map(|(_, _, stacks)| stacks.len()).sum()
@@ -145,6 +151,22 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             crate::paper::ANCHOR_STOCK_QUINN,
         ));
     }
+    // Unchanged quinn on the async runtime, through the same emulated path: the async
+    // runtime's quinn target, read here on a real path as well as in `lab async`.
+    let r = per_round_ratios(
+        &rows,
+        |r| r.round,
+        |r| r.stack == "quinn-async" && r.config == "ack-delay-1ms",
+        |r| r.stack == "quinn-tokio" && r.config == "ack-delay-1ms",
+        |r| r.p99_us,
+    );
+    targets.push(TargetCheck::at_most(
+        "unchanged quinn, request/response p99 at 1 % loss, RTT 200 µs, ack-delay-1ms, through `softtimers path`: quinn-async / quinn-tokio",
+        "≤ 0.8",
+        0.8,
+        median(r),
+        crate::paper::ANCHOR_STOCK_QUINN,
+    ));
     Ok(E16::ran(&mode, NoExtra {}, rows, targets))
 }
 
@@ -157,7 +179,7 @@ impl Section for E16 {
             Ok(md) => md,
             Err(not_run) => return Ok(not_run),
         };
-        md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps; `no-tail-probe`: the defaults with the soft-timer driver's tail-loss probe off (a PING two smoothed RTTs after the last data or ACK while data is unacknowledged, which the peer acknowledges at once when it arrives after a gap, so that quinn's loss detection finds a lost last packet in about an RTT instead of after its probe timeout). `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Tail probes are both sides', with those that found a loss (quinn declared a packet lost before it next sent data) in brackets; the others met a peer that was only delaying its ACK. Medians over rounds with [min, max].\n\n| config | stack | p50 (µs) | p99 (µs) | p99.9 (µs) | timers handled | timer late p50 (µs) | p99 (µs) | tail probes (finding a loss) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps; `no-tail-probe`: the defaults with the soft-timer driver's tail-loss probe off (a PING two smoothed RTTs after the last data or ACK while data is unacknowledged, which the peer acknowledges at once when it arrives after a gap, so that quinn's loss detection finds a lost last packet in about an RTT instead of after its probe timeout). `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. `quinn-async` is stock quinn, unchanged, on `softtimer-async`'s runtime instead of tokio (quinn's timers as soft events; quinn's own recovery, no tail probe). Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Tail probes are both sides', with those that found a loss (quinn declared a packet lost before it next sent data) in brackets; the others met a peer that was only delaying its ACK. Medians over rounds with [min, max].\n\n| config | stack | p50 (µs) | p99 (µs) | p99.9 (µs) | timers handled | timer late p50 (µs) | p99 (µs) | tail probes (finding a loss) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         let keys = distinct(&self.rows, |r| (r.config.clone(), r.stack.clone()));
         for (config, stack) in &keys {
             let col = |g: fn(&E16Row) -> f64, digits: usize| {
@@ -179,7 +201,7 @@ impl Section for E16 {
                 col(|r| r.timeouts, 0),
                 col(|r| r.timer_late_p50_us, 1),
                 col(|r| r.timer_late_p99_us, 1),
-                if stack == "quinn-tokio" {
+                if stack.starts_with("quinn-") {
                     "-".to_string()
                 } else {
                     let median_of = |g: fn(&E16Row) -> Option<u64>| {

@@ -421,6 +421,16 @@ pub(super) fn quic_targets(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<Target
             crate::paper::ANCHOR_STOCK_QUINN,
         ));
     }
+    // Unchanged quinn on the async runtime against the same quinn on tokio, through the
+    // emulated path (the async runtime's bulk target, read here as well as in `lab async`).
+    let c = median(ratios(rows, s, "quinn-async", |r| r.cpu_ns_per_mb));
+    t.push(TargetCheck::at_most(
+        "same: CPU per MB, quinn-async (unchanged quinn on softtimer-async) / quinn-tokio",
+        "≤ 1.05",
+        1.05,
+        c,
+        crate::paper::ANCHOR_STOCK_QUINN,
+    ));
     if !variants.is_empty() {
         t.push(pairs_cpu_target(rows, variants));
     }

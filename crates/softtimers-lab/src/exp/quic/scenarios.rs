@@ -100,11 +100,12 @@ pub(super) const BULK_STACKS: [Stack; 4] = [
 
 /// The stacks of a bulk scenario: the target's scenario also runs `soft-1ms` (quinn's pacer
 /// on the soft-timer loop with every timer rounded up to 1 ms), which separates what the
-/// timers' precision does to quinn's own pacer from everything else the runtimes differ in.
+/// timers' precision does to quinn's own pacer from everything else the runtimes differ in,
+/// and `quinn-async` (unchanged quinn on `softtimer-async`).
 pub(super) fn bulk_stacks(b: &Bulk) -> Vec<Stack> {
     let mut stacks = BULK_STACKS.to_vec();
     if b.name() == BULK_50M_SMALL_QUEUE {
-        stacks.push(Stack::Soft1ms);
+        stacks.extend([Stack::Soft1ms, Stack::QuinnAsync]);
     }
     stacks
 }

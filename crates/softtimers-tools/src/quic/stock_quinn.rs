@@ -1,26 +1,121 @@
-//! Stock quinn 0.11 on a current-thread tokio runtime, written the way quinn's own examples
-//! and its `perf` tool write it: an accept loop, a task per connection and per stream, and
-//! one response buffer shared by every stream (quinn's `perf` server answers from one static
-//! buffer; building the response per request would charge the baseline for work no user does).
+//! Stock quinn 0.11, unchanged, written the way quinn's own examples and its `perf` tool
+//! write it: an accept loop, a task per connection and per stream, and one response buffer
+//! shared by every stream (quinn's `perf` server answers from one static buffer; building the
+//! response per request would charge the baseline for work no user does).
 //!
-//! Two arms:
+//! Three arms:
 //!
-//! * [`Arm::Measured`] (`quinn-tokio`): the lab's transport settings
-//!   ([`Tuning`](softtimer_quic::tls::Tuning), the same as the soft stacks') and every timer
-//!   quinn arms measured: how late quinn handled it past its deadline. The measurement reads
-//!   the clock once per timer reset and takes a lock only when a deadline has passed;
-//!   everything else is `quinn::TokioRuntime`'s.
-//! * [`Arm::Plain`] (`quinn-plain`): quinn with its defaults (`TransportConfig::default()`,
-//!   `Endpoint::server` and `Endpoint::client` with quinn's own socket set-up), nothing
-//!   measured: the stock-quinn server a user writes, the anchor the others' median is read
-//!   against.
+//! * `quinn-tokio` ([`Arm::Measured`] on [`Engine::Tokio`]): a current-thread tokio runtime,
+//!   the lab's transport settings ([`Tuning`](softtimer_quic::tls::Tuning), the same as the
+//!   soft stacks') and every timer quinn arms measured: how late quinn handled it past its
+//!   deadline. The measurement reads the clock once per timer reset and takes a lock only
+//!   when a deadline has passed; everything else is `quinn::TokioRuntime`'s.
+//! * `quinn-async` ([`Arm::Measured`] on [`Engine::Soft`]): the same quinn, settings and
+//!   measurement on `softtimer-async`'s runtime (`SoftRuntime`: quinn's timers are soft
+//!   events), one loop: what a user of unchanged quinn gets by passing another runtime.
+//! * `quinn-plain` ([`Arm::Plain`], tokio): quinn with its defaults
+//!   (`TransportConfig::default()`, `Endpoint::server` and `Endpoint::client` with quinn's own
+//!   socket set-up), nothing measured: the stock-quinn server a user writes, the anchor the
+//!   others' median is read against.
 
 use super::*;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Mutex, OnceLock};
 use std::task::{Context as TaskContext, Poll};
 
 use softtimer_quic::tls::{ALPN_PERF, client_config_with, server_config_with};
+
+/// The async runtime a stock-quinn arm runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Engine {
+    /// tokio's current-thread scheduler.
+    Tokio,
+    /// `softtimer-async`, one loop, its default precision.
+    Soft,
+}
+
+/// A runtime of either engine, and what the arms need of it: quinn's runtime, tasks, time.
+enum Executor {
+    Tokio(tokio::runtime::Runtime),
+    Soft(softtimer_async::Runtime),
+}
+
+/// A spawned task, awaited for its end.
+type Joined = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl Executor {
+    fn new(engine: Engine) -> Result<Executor> {
+        Ok(match engine {
+            Engine::Tokio => Executor::Tokio(
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .context("starting the tokio runtime")?,
+            ),
+            Engine::Soft => Executor::Soft(
+                softtimer_async::Runtime::new().context("starting the softtimer-async runtime")?,
+            ),
+        })
+    }
+
+    fn engine(&self) -> Engine {
+        match self {
+            Executor::Tokio(_) => Engine::Tokio,
+            Executor::Soft(_) => Engine::Soft,
+        }
+    }
+
+    fn block_on<F: Future>(&self, future: F) -> F::Output {
+        match self {
+            Executor::Tokio(rt) => rt.block_on(future),
+            Executor::Soft(rt) => rt.block_on(future),
+        }
+    }
+
+    /// quinn's runtime on this executor.
+    fn quinn(&self) -> Arc<dyn quinn::Runtime> {
+        match self {
+            Executor::Tokio(_) => Arc::new(quinn::TokioRuntime),
+            Executor::Soft(rt) => Arc::new(softtimer_async::quinn::SoftRuntime::new(rt.handle())),
+        }
+    }
+}
+
+impl Engine {
+    /// Spawns `task` on this engine's runtime (the caller runs on it).
+    fn spawn(self, task: impl Future<Output = ()> + Send + 'static) -> Joined {
+        match self {
+            Engine::Tokio => {
+                let handle = tokio::spawn(task);
+                Box::pin(async move {
+                    let _ = handle.await;
+                })
+            }
+            Engine::Soft => {
+                let handle = softtimer_async::spawn(task);
+                Box::pin(async move {
+                    let _ = handle.await;
+                })
+            }
+        }
+    }
+
+    async fn sleep_until(self, at: Instant) {
+        match self {
+            Engine::Tokio => tokio::time::sleep_until(at.into()).await,
+            Engine::Soft => softtimer_async::time::sleep_until(at).await,
+        }
+    }
+
+    /// `future`'s output, or `None` if `limit` passes first.
+    async fn timeout<F: Future>(self, limit: Duration, future: F) -> Option<F::Output> {
+        match self {
+            Engine::Tokio => tokio::time::timeout(limit, future).await.ok(),
+            Engine::Soft => softtimer_async::time::timeout(limit, future).await.ok(),
+        }
+    }
+}
 
 /// Which stock-quinn arm runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,10 +190,21 @@ impl Deadline {
     }
 }
 
-/// Stock quinn's tokio runtime, with every timer quinn arms measured ([`Deadline`]).
-#[derive(Debug, Default)]
+/// A quinn runtime (tokio's or the soft one) with every timer quinn arms measured
+/// ([`Deadline`]).
+#[derive(Debug)]
 struct MeasuredRuntime {
+    inner: Arc<dyn quinn::Runtime>,
     lateness: Arc<Lateness>,
+}
+
+impl MeasuredRuntime {
+    fn new(inner: Arc<dyn quinn::Runtime>) -> MeasuredRuntime {
+        MeasuredRuntime {
+            inner,
+            lateness: Arc::default(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -124,25 +230,25 @@ impl quinn::AsyncTimer for MeasuredTimer {
 impl quinn::Runtime for MeasuredRuntime {
     fn new_timer(&self, i: Instant) -> Pin<Box<dyn quinn::AsyncTimer>> {
         Box::pin(MeasuredTimer {
-            sleep: quinn::TokioRuntime.new_timer(i),
+            sleep: self.inner.new_timer(i),
             deadline: Deadline::new(i),
             lateness: Arc::clone(&self.lateness),
         })
     }
 
     fn spawn(&self, future: Pin<Box<dyn std::future::Future<Output = ()> + Send>>) {
-        quinn::TokioRuntime.spawn(future)
+        self.inner.spawn(future)
     }
 
     fn wrap_udp_socket(
         &self,
         socket: UdpSocket,
     ) -> std::io::Result<Arc<dyn quinn::AsyncUdpSocket>> {
-        quinn::TokioRuntime.wrap_udp_socket(socket)
+        self.inner.wrap_udp_socket(socket)
     }
 
     fn now(&self) -> Instant {
-        quinn::TokioRuntime.now()
+        self.inner.now()
     }
 }
 
@@ -174,13 +280,6 @@ fn side(lateness: Option<&Lateness>, datagrams: u64, ios: u64) -> DriverSide {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")
-}
-
 /// The measured arm's endpoint on `socket`.
 fn measured_endpoint(
     socket: UdpSocket,
@@ -201,9 +300,11 @@ pub(super) fn server(
     identity: &Identity,
     tuning: &Tuning,
     arm: Arm,
+    engine: Engine,
 ) -> Result<(ServerReport, DriverSide)> {
-    let measured = Arc::new(MeasuredRuntime::default());
-    let rt = runtime()?;
+    let rt = Executor::new(engine)?;
+    let measured = Arc::new(MeasuredRuntime::new(rt.quinn()));
+    let engine = rt.engine();
     let connections = opts.connections;
     let lateness = Arc::clone(&measured.lateness);
     rt.block_on(async move {
@@ -222,32 +323,36 @@ pub(super) fn server(
         };
         let report = Arc::new(Mutex::new(ServerReport::default()));
         let udp = Arc::new(Mutex::new((0u64, 0u64)));
-        let mut tasks = tokio::task::JoinSet::new();
+        let mut tasks = Vec::new();
         let mut accepted = 0u64;
         while let Some(incoming) = endpoint.accept().await {
             accepted += 1;
             let report = Arc::clone(&report);
             let udp = Arc::clone(&udp);
-            tasks.spawn(async move {
+            tasks.push(engine.spawn(async move {
                 let Ok(conn) = incoming.await else { return };
                 report.lock().expect("lock").connections += 1;
-                let mut streams = tokio::task::JoinSet::new();
+                let mut streams = Vec::new();
                 while let Ok((send, recv)) = conn.accept_bi().await {
                     let report = Arc::clone(&report);
-                    streams.spawn(serve_stream(send, recv, report));
+                    streams.push(engine.spawn(serve_stream(send, recv, report)));
                 }
-                while streams.join_next().await.is_some() {}
+                for stream in streams {
+                    stream.await;
+                }
                 let stats = conn.stats();
                 report.lock().expect("lock").add_path_stats(&stats.path);
                 let mut u = udp.lock().expect("lock");
                 u.0 += stats.udp_tx.datagrams;
                 u.1 += stats.udp_tx.ios;
-            });
+            }));
             if connections.is_some_and(|n| accepted >= n) {
                 break;
             }
         }
-        while tasks.join_next().await.is_some() {}
+        for task in tasks {
+            task.await;
+        }
         endpoint.wait_idle().await;
         let report = report.lock().expect("lock").clone();
         let (datagrams, ios) = *udp.lock().expect("lock");
@@ -302,15 +407,17 @@ pub(super) fn client(
     trust: &Trust,
     tuning: &Tuning,
     arm: Arm,
+    engine: Engine,
 ) -> Result<(ClientReport, DriverSide)> {
     let bind: SocketAddr = if opts.to.is_ipv6() {
         "[::]:0".parse()?
     } else {
         "0.0.0.0:0".parse()?
     };
-    let rt = runtime()?;
+    let rt = Executor::new(engine)?;
     let plan = opts.plan.clone();
-    let measured = Arc::new(MeasuredRuntime::default());
+    let measured = Arc::new(MeasuredRuntime::new(rt.quinn()));
+    let engine = rt.engine();
     let lateness = Arc::clone(&measured.lateness);
     rt.block_on(async move {
         let (endpoint, config) = match arm {
@@ -333,13 +440,13 @@ pub(super) fn client(
         let connecting = endpoint
             .connect_with(config, opts.to, &opts.server_name)
             .map_err(|e| anyhow!("cannot connect: {e}"))?;
-        let conn = match tokio::time::timeout(plan.connect_timeout, connecting).await {
-            Err(_) => bail!(
+        let conn = match engine.timeout(plan.connect_timeout, connecting).await {
+            None => bail!(
                 "no answer from the server within {} s",
                 plan.connect_timeout.as_secs_f64()
             ),
-            Ok(Err(e)) => bail!("the handshake failed: {e}"),
-            Ok(Ok(conn)) => conn,
+            Some(Err(e)) => bail!("the handshake failed: {e}"),
+            Some(Ok(conn)) => conn,
         };
         let mut report = ClientReport {
             handshake_us: started.elapsed().as_secs_f64() * 1e6,
@@ -347,13 +454,13 @@ pub(super) fn client(
         };
         if let Some((bytes, idle)) = plan.warmup {
             request(&conn, bytes, 0, false).await?;
-            tokio::time::sleep(idle).await;
+            engine.sleep_until(Instant::now() + idle).await;
         }
         let mut verified = true;
         let first = Instant::now();
         for k in 0..plan.requests {
             if let Some(interval) = plan.interval {
-                tokio::time::sleep_until((first + interval * k as u32).into()).await;
+                engine.sleep_until(first + interval * k as u32).await;
             }
             let start = Instant::now();
             verified &= request(&conn, plan.download, plan.upload, plan.verify).await?;
@@ -440,8 +547,8 @@ mod tests {
 
     #[test]
     fn the_measured_runtime_records_a_real_timers_lateness_and_not_a_moved_one() {
-        let rt = runtime().unwrap();
-        let measured = MeasuredRuntime::default();
+        let rt = Executor::new(Engine::Tokio).unwrap();
+        let measured = MeasuredRuntime::new(rt.quinn());
         rt.block_on(async {
             let deadline = measured.now() + Duration::from_millis(2);
             let mut timer = measured.new_timer(deadline);
