@@ -41,7 +41,8 @@ pub enum Precision {
     Coarse,
     /// Block until this machine's wake-up lateness (calibrated once per process) before each
     /// due time, and spin the rest. A longer wait wakes later (an idle CPU sinks deeper), so
-    /// the window is measured at 100 µs and at 1 ms and grows with the wait between them.
+    /// the loop keeps a window per wait length, starting from probes at 100 µs and 1 ms and
+    /// following its own wake-ups (towards their 90th percentile).
     #[default]
     Calibrated,
     /// Spin this long before each due time.

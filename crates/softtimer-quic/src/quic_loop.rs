@@ -94,7 +94,8 @@ pub struct QuicLoop {
 
 impl QuicLoop {
     /// A loop on `socket`; a server when `server` is given (a client can still connect).
-    /// The driver's [`wake_lateness`](DriverConfig::wake_lateness) is the loop's spin window.
+    /// The driver's [`wake_lateness`](DriverConfig::wake_lateness) is the loop's spin window
+    /// (for short waits).
     pub fn new(
         loop_config: LoopConfig,
         socket: UdpSocket,

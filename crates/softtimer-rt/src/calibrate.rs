@@ -10,7 +10,7 @@
 //!
 //! A longer sleep wakes later: an idle CPU sinks deeper the longer it idles (on a VM, its
 //! virtual CPU stops halt-polling and is descheduled), so a thread that slept 1 ms runs again
-//! two to three times as late as one that slept 100 µs. The probe therefore measures a second
+//! several times as late as one that slept 100 µs. The probe therefore measures a second
 //! wait, [`LONG_WAIT`], and [`long_wait_window`] gives the idle policy the window for it. The
 //! loop starts from these and keeps a window per wait length current from its own wake-ups
 //! ([`WakeupWindows`](crate::WakeupWindows)).
@@ -30,7 +30,8 @@ const WAIT: Duration = Duration::from_micros(100);
 const SHORT_WAIT: Duration = WAIT;
 /// The long wait the probe also measures (fewer samples: it takes longer).
 pub const LONG_WAIT: Duration = Duration::from_millis(1);
-const LONG_SAMPLES: usize = 48;
+/// Sleeps of [`LONG_WAIT`] the probe takes.
+pub const LONG_WAIT_SAMPLES: usize = 48;
 /// The smallest and largest spin window the calibration returns.
 const MIN_WINDOW: Duration = Duration::from_micros(2);
 const MAX_WINDOW: Duration = Duration::from_micros(200);
@@ -86,8 +87,9 @@ fn window_of(cost: &WakeupCost) -> Duration {
     (p90 + Duration::from_micros(1)).clamp(MIN_WINDOW, MAX_WINDOW)
 }
 
-/// This machine's wake-up cost, measured once per process (about 40 ms the first time, on a
-/// thread spawned from the caller, so on the caller's CPUs).
+/// This machine's wake-up cost, measured once per process (about 100 ms the first time: 128
+/// sleeps of 100 µs at each priority and 48 of 1 ms; on a thread spawned from the caller, so
+/// on the caller's CPUs).
 ///
 /// ```
 /// let probe = softtimer_rt::wakeup_probe();
@@ -164,7 +166,7 @@ fn normal_cost() -> &'static WakeupCost {
 
 fn long_cost() -> &'static WakeupCost {
     static LONG: OnceLock<WakeupCost> = OnceLock::new();
-    LONG.get_or_init(|| on_probe_thread(false, LONG_SAMPLES, LONG_WAIT).unwrap_or(FALLBACK))
+    LONG.get_or_init(|| on_probe_thread(false, LONG_WAIT_SAMPLES, LONG_WAIT).unwrap_or(FALLBACK))
 }
 
 fn fifo_cost() -> &'static Result<WakeupCost, String> {

@@ -163,21 +163,21 @@ pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static
     idle_spin_total: Span,
     /// The timed block the idle policy just asked for, to learn from when it returns.
     block_plan: Option<BlockPlan>,
-    /// The window the last timed block left before its due time, when it ended by its
-    /// timeout: the next decision spins up to it rather than blocking a second time.
-    woke_before_due: Option<Span>,
+    /// The due time the last timed block was for, when it ended by its timeout: until then
+    /// the idle policy spins for an event due by it rather than blocking a second time.
+    spin_through: Option<Instant>,
     /// A loop belongs to the thread that made it (its timer signal is addressed to that
     /// thread), so it is neither `Send` nor `Sync`.
     _thread_bound: PhantomData<*const ()>,
 }
 
-/// A timed block of the idle policy: until when, before a due time `wait` away, leaving
-/// `window` to spin.
+/// A timed block of the idle policy: until when, for the event due at `due`, `wait` away
+/// when the block was decided.
 #[derive(Clone, Copy, Debug)]
 struct BlockPlan {
     until: Instant,
+    due: Instant,
     wait: Span,
-    window: Span,
 }
 
 impl<E: Send + 'static> EventLoop<E, SystemClock> {
@@ -388,7 +388,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             helper,
             idle_spin_total: Span::ZERO,
             block_plan: None,
-            woke_before_due: None,
+            spin_through: None,
             _thread_bound: PhantomData,
         })
     }

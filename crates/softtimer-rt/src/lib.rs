@@ -102,7 +102,8 @@ mod timerfd;
 mod uring;
 
 pub use calibrate::{
-    LONG_WAIT, WakeupCost, WakeupProbe, long_wait_window, wakeup_lateness, wakeup_probe,
+    LONG_WAIT, LONG_WAIT_SAMPLES, WakeupCost, WakeupProbe, long_wait_window, wakeup_lateness,
+    wakeup_probe,
 };
 pub use config::{DeadlineDesign, IoBackend, LoopConfig, SpinWindow, TimerMode};
 pub use cx::{Interest, LoopCx, Ready};

@@ -27,13 +27,15 @@ pub enum IdleAction {
     },
 }
 
-/// The idle policy: block with a precise timeout until `spin_window` before the next due
-/// time, then spin on trigger checks for the rest, at most `spin_slice` at a time so that
+/// The idle policy: block with a precise timeout until a window before the next due time,
+/// then spin on trigger checks for the rest, at most `spin_slice` at a time so that
 /// descriptors are looked at between slices.
 ///
-/// `spin_window` is the machine's wake-up lateness: a blocked thread whose timeout expires
-/// runs again that much later, so waking that early and spinning the rest fires on time
-/// without spinning through the whole wait.
+/// The window is the machine's wake-up lateness: a blocked thread whose timeout expires runs
+/// again that much later, so waking that early and spinning the rest fires on time without
+/// spinning through the whole wait. It is `spin_window` for every wait, or, with
+/// [`windows`](Self::windows), the window for the wait's length (and a wait within
+/// `spin_window` is spun either way).
 ///
 /// ```
 /// use softtimer::{Instant, Span};
@@ -56,7 +58,8 @@ pub enum IdleAction {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IdlePolicy {
-    /// Spin for this long before a due time instead of blocking through it.
+    /// Spin for this long before a due time instead of blocking through it (with `windows`,
+    /// at least this long).
     pub spin_window: Span,
     /// Look at the descriptors at least this often while spinning.
     pub spin_slice: Span,
@@ -139,7 +142,10 @@ pub struct WakeupWindows {
 impl WakeupWindows {
     /// Windows for buckets whose first edge is `first_edge`, each starting at `initial` of
     /// the bucket's typical wait (its lower edge; half the first edge for the first), kept
-    /// within `min ..= max`, `margin` above the lateness it follows.
+    /// within `min ..= max` and below half the bucket's shortest wait (so that some of its
+    /// waits still block, and the window keeps learning: one as wide as the waits would spin
+    /// through all of them and never be corrected), `margin` above the lateness it follows.
+    /// A `max` below `min` is taken as `min`.
     pub fn new(
         first_edge: Span,
         initial: impl Fn(Span) -> Span,
@@ -149,22 +155,33 @@ impl WakeupWindows {
     ) -> WakeupWindows {
         let first_edge = first_edge.ticks().max(1);
         let (min, max) = (min.ticks(), max.ticks().max(min.ticks()));
-        let mut windows = [0; WAIT_BUCKETS];
-        for (i, w) in windows.iter_mut().enumerate() {
-            let typical = if i == 0 {
-                first_edge / 2
-            } else {
-                first_edge << (i - 1)
-            };
-            *w = initial(Span::from_ticks(typical)).ticks().clamp(min, max);
-        }
-        WakeupWindows {
+        let mut w = WakeupWindows {
             first_edge,
-            windows,
+            windows: [0; WAIT_BUCKETS],
             margin: margin.ticks(),
             min,
             max,
+        };
+        for b in 0..WAIT_BUCKETS {
+            let start = initial(Span::from_ticks(w.typical(b))).ticks();
+            w.windows[b] = w.bounded(b, start);
         }
+        w
+    }
+
+    /// A wait of bucket `b`: the first bucket's middle, another's lower edge.
+    fn typical(&self, b: usize) -> u64 {
+        match b {
+            0 => self.first_edge / 2,
+            _ => self.first_edge.saturating_mul(1 << (b - 1)),
+        }
+    }
+
+    /// `window` within the bounds, and below half of bucket `b`'s shortest wait (the
+    /// first's middle).
+    fn bounded(&self, b: usize, window: u64) -> u64 {
+        let cap = (self.typical(b) / 2).max(self.min);
+        window.clamp(self.min, self.max.min(cap))
     }
 
     fn bucket(&self, wait: Span) -> usize {
@@ -188,7 +205,7 @@ impl WakeupWindows {
         } else {
             w.saturating_sub((step / 9).max(1))
         };
-        self.windows[b] = moved.clamp(self.min, self.max);
+        self.windows[b] = self.bounded(b, moved);
     }
 }
 
@@ -552,32 +569,46 @@ mod tests {
 
     #[test]
     fn the_windows_follow_each_wait_lengths_ninetieth_percentile_of_lateness() {
-        let mut w = WakeupWindows::new(span(64), |_| span(10), span(1), span(2), span(500));
-        // Buckets: < 64, < 128, < 256, ...; the last holds everything from 8,192 on.
-        assert_eq!(w.bucket(span(63)), 0);
-        assert_eq!(w.bucket(span(64)), 1);
-        assert_eq!(w.bucket(span(200)), 2);
-        assert_eq!(w.bucket(span(1_000_000)), WAIT_BUCKETS - 1);
-        // Lateness 20 in one wake of ten, 0 otherwise: the window settles between the two
-        // (the margin of 1 included), at neither end.
-        for i in 0..20_000 {
-            let late = if i % 10 == 0 { span(20) } else { span(0) };
-            w.observe(span(1_000), late);
+        // A 1 GHz clock: 64 µs is 64,000 ticks.
+        let us = |n: u64| span(n * 1_000);
+        let mut w = WakeupWindows::new(us(64), |_| us(10), us(1), us(2), us(200));
+        // Buckets: < 64 µs, < 128, < 256, ...; the last holds everything from 8,192 µs on.
+        assert_eq!(w.bucket(us(63)), 0);
+        assert_eq!(w.bucket(us(64)), 1);
+        assert_eq!(w.bucket(us(200)), 2);
+        assert_eq!(w.bucket(us(1_000_000)), WAIT_BUCKETS - 1);
+        // Lateness spread evenly over 0..100 µs (a fixed shuffle): the window settles near
+        // the 90th percentile plus the margin, 91 µs, not at either end.
+        let mut x = 1u64;
+        let mut seen = Vec::new();
+        for i in 0..40_000 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            w.observe(us(5_000), span((x >> 33) % 100_000));
+            if i >= 20_000 {
+                seen.push(w.window_for(us(5_000)).ticks());
+            }
         }
-        let settled = w.window_for(span(1_000)).ticks();
-        assert!((2..=21).contains(&settled), "{settled}");
-        // Always 50 late: the window grows to it and its margin; other buckets are untouched.
+        seen.sort_unstable();
+        let median = seen[seen.len() / 2];
+        assert!((84_000..=98_000).contains(&median), "{median}");
+        // Always 50 µs late: the window follows to about 51; other buckets keep theirs.
         for _ in 0..2_000 {
-            w.observe(span(100), span(50));
+            w.observe(us(300), us(50));
         }
-        let grown = w.window_for(span(100)).ticks();
-        assert!((50..=52).contains(&grown), "{grown}");
-        assert_eq!(w.window_for(span(10)), span(10));
-        // Never outside its bounds.
+        let grown = w.window_for(us(300)).ticks();
+        assert!((48_000..=56_000).contains(&grown), "{grown}");
+        assert_eq!(w.window_for(us(10)), us(10));
+        // Never past half its bucket's shortest wait, nor outside the bounds.
         for _ in 0..5_000 {
-            w.observe(span(10), span(10_000));
+            w.observe(us(100), us(10_000));
+            w.observe(us(20_000), us(10_000));
         }
-        assert_eq!(w.window_for(span(10)), span(500));
+        assert_eq!(w.window_for(us(100)), us(32));
+        assert_eq!(w.window_for(us(20_000)), us(200));
+        for _ in 0..5_000 {
+            w.observe(us(20_000), span(0));
+        }
+        assert_eq!(w.window_for(us(20_000)), us(2));
     }
 
     #[test]

@@ -257,7 +257,8 @@ A wake-up on this machine (`clock_nanosleep` of {:.0} µs, {} sleeps each, timer
     if let Some(long) = &w.normal_long {
         row(
             &format!(
-                "normal, sleeps of {} µs",
+                "normal, {} sleeps of {} µs",
+                softtimer_rt::LONG_WAIT_SAMPLES,
                 softtimer_rt::LONG_WAIT.as_micros()
             ),
             long,

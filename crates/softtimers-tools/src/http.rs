@@ -656,11 +656,24 @@ struct ClientConn {
 /// The load generator: `connections` concurrent connections to `addr`, each sending the next
 /// `GET` as soon as the previous answer is complete (reconnecting each time unless
 /// `keep_alive`), for `duration`, on an event loop of its own (run this on its own thread).
+/// A response counts when it is a 200 with the 6 KB file ([`FILE_SIZE`] bytes); anything
+/// else is an error.
 pub fn run_load(
     addr: SocketAddr,
     connections: usize,
     keep_alive: bool,
     duration: Duration,
+) -> Result<LoadResult> {
+    run_load_for(addr, connections, keep_alive, duration, FILE_SIZE)
+}
+
+/// [`run_load`] against a server whose answer is a body of `body_len` bytes.
+pub fn run_load_for(
+    addr: SocketAddr,
+    connections: usize,
+    keep_alive: bool,
+    duration: Duration,
+    body_len: usize,
 ) -> Result<LoadResult> {
     // The run ends on a soft event a second after `duration` if the server has gone quiet,
     // so a server that stops answering cannot hang the generator.
@@ -722,7 +735,7 @@ pub fn run_load(
                     if conns[i].input.len() < head + length {
                         break;
                     }
-                    if response.code == Some(200) {
+                    if response.code == Some(200) && length == body_len {
                         result.responses += 1;
                     } else {
                         result.errors += 1;

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use softtimer::{Clock, Instant, Span, TriggerSource};
 
@@ -13,6 +14,10 @@ use crate::cx::LoopCx;
 use crate::error::RtError;
 use crate::policy::{IdleAction, IdlePolicy};
 use crate::uring::Ring;
+
+/// How much earlier than its timeout a wait may end and still count as ended by it (the
+/// measurement clock and the kernel's may differ by this much over a block).
+const TIMEOUT_TOLERANCE: Duration = Duration::from_micros(1);
 
 impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C> {
     /// What the idle policy says to do now that nothing is ready. Before a timed block it
@@ -29,10 +34,15 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 ..self.core.idle
             }
         };
-        if let Some(window) = self.woke_before_due.take()
-            && self.core.spin_allowed
-        {
-            policy.spin_window = policy.spin_window.max(window);
+        self.block_plan = None;
+        // After a timed block that ended by its timeout, spin (slice after slice) through
+        // what it left before the due time it was for, rather than blocking again.
+        match self.spin_through {
+            Some(due) if now >= due => self.spin_through = None,
+            Some(due) if self.core.spin_allowed => {
+                policy.spin_window = policy.spin_window.max(due.saturating_since(now));
+            }
+            _ => {}
         }
         let action = policy.decide(now, shared.next_check());
         let IdleAction::Block { timeout: Some(_) } = action else {
@@ -47,13 +57,10 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         let action = policy.decide(now, due);
         if let IdleAction::Block { timeout: Some(t) } = action {
             shared.before_block(now + t);
-            self.block_plan = due.map(|due| {
-                let wait = due.saturating_since(now);
-                BlockPlan {
-                    until: now + t,
-                    wait,
-                    window: wait - t,
-                }
+            self.block_plan = due.map(|due| BlockPlan {
+                until: now + t,
+                due,
+                wait: due.saturating_since(now),
             });
         }
         action
@@ -121,27 +128,31 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             }
         }
         let plan = self.block_plan.take().filter(|_| timeout.is_some());
-        let timeout = timeout.map(|t| self.core.shared.clock.duration(t));
-        let result = self.wait(timeout);
+        let clock = self.core.shared.clock.clone();
+        // The timeout from a fresh reading: what ran since the decision (the backstop's
+        // re-arm, the application's last look) must not delay the wake-up.
+        let timeout = match plan {
+            Some(plan) => Some(plan.until.saturating_since(clock.now_unordered())),
+            None => timeout,
+        };
+        let result = self.wait(timeout.map(|t| clock.duration(t)));
         if wakeable {
             stop.parked.store(false, Ordering::Relaxed);
         }
         result?;
         if let Some(plan) = plan
             && self.events.is_empty()
-            && self.ring_ready.is_empty()
         {
-            // Woken by the timeout: how late, for this wait length's window.
-            let late = self
-                .core
-                .shared
-                .clock
-                .now_unordered()
-                .saturating_since(plan.until);
-            if let Some(windows) = &mut self.core.idle.windows {
-                windows.observe(plan.wait, late);
+            // Nothing ready: woken by the timeout, unless the wait ended well before it (a
+            // signal, a ring completion without readiness), which says nothing of how late
+            // a wake-up comes.
+            let now = clock.now_unordered();
+            if now + clock.span(TIMEOUT_TOLERANCE) >= plan.until {
+                if let Some(windows) = &mut self.core.idle.windows {
+                    windows.observe(plan.wait, now.saturating_since(plan.until));
+                }
+                self.spin_through = Some(plan.due);
             }
-            self.woke_before_due = Some(plan.window);
         }
         self.core.trigger(TriggerSource::Syscall);
         Ok(true)

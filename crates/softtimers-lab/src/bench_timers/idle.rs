@@ -136,7 +136,8 @@ pub struct IdlePolicyRow {
     pub period_us: u64,
     /// How the loop waits.
     pub policy: IdlePolicyKind,
-    /// The spin window, µs.
+    /// The spin window before a wait of the period, µs (the calibrated policy's as the run
+    /// left it).
     #[serde(deserialize_with = "crate::summary::num")]
     pub spin_window_us: f64,
     /// Median lateness past the due time, µs.
@@ -289,7 +290,9 @@ pub(super) fn measure_idle_policy(
     Ok(IdlePolicyRow {
         period_us,
         policy,
-        spin_window_us: ev.idle_policy().spin_window.as_nanos(hz) as f64 / 1000.0,
+        // The window before a wait of the period, as the run left it (the calibrated
+        // policy's follows the wake-ups).
+        spin_window_us: ev.idle_policy().window_for(period).as_nanos(hz) as f64 / 1000.0,
         late_p50_us: median(&v),
         late_p99_us: percentile(&v, 99.0),
         late_max_us: percentile(&v, 100.0),

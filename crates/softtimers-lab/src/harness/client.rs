@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use softtimers_tools::cpu::{CLIENT_CPU, pin_process, pin_to};
-use softtimers_tools::http::run_load;
+use softtimers_tools::http::run_load_for;
 use softtimers_tools::process as tools;
 use softtimers_tools::rpc::run_rpc_load;
 
@@ -67,12 +67,14 @@ fn run_wrk(addr: SocketAddr, keep_alive: bool, duration: Duration) -> Result<(f6
 }
 
 /// Runs the load generator `client` for `workload` against `addr` on the client CPU (call
-/// on a thread of its own); returns its rate and how long it ran.
+/// on a thread of its own); returns its rate and how long it ran. The project's generator
+/// counts only 200s with a body of `body_len` bytes (HTTP workloads).
 pub fn run_client(
     addr: SocketAddr,
     workload: Workload,
     client: Client,
     duration: Duration,
+    body_len: usize,
 ) -> Result<(f64, Duration)> {
     let _pin = pin_to(CLIENT_CPU);
     match (workload, client) {
@@ -82,10 +84,11 @@ pub fn run_client(
         }
         (w, Client::Wrk) => run_wrk(addr, w.keep_alive(), duration),
         (w, Client::Own) => {
-            let r = run_load(addr, 32, w.keep_alive(), duration)?;
+            let r = run_load_for(addr, 32, w.keep_alive(), duration, body_len)?;
             if r.responses == 0 {
                 anyhow::bail!(
-                    "the load generator got no complete 200 response from {addr} ({} errors)",
+                    "the load generator got no 200 response with a {body_len}-byte body from \
+                     {addr} ({} errors)",
                     r.errors
                 );
             }

@@ -427,7 +427,15 @@ pub fn run(setup: &Setup) -> Result<Outcome> {
         })
     });
     let (workload, duration, which) = (setup.workload, setup.duration, setup.client);
-    let client = std::thread::spawn(move || run_client(addr, workload, which, duration));
+    let client = std::thread::spawn(move || {
+        run_client(
+            addr,
+            workload,
+            which,
+            duration,
+            softtimers_tools::http::FILE_SIZE,
+        )
+    });
     let client = client
         .join()
         .map_err(|_| anyhow!("the load generator panicked"));

@@ -73,16 +73,15 @@ fn target_run(quick: bool) -> Duration {
     Duration::from_secs(if quick { 2 } else { 5 })
 }
 
-/// The other runs (`wrk` counts whole seconds).
-fn short_run(_quick: bool) -> Duration {
+/// The other runs, quick or full (`wrk` counts whole seconds).
+fn short_run() -> Duration {
     Duration::from_secs(1)
 }
 
 /// About how long the workload takes, s (starting and stopping a server: about 0.5 s).
 pub fn expected_seconds(quick: bool) -> f64 {
     let short = 2 * (CASES.len() - 1) + 2 * CASES.len();
-    4.0 * (target_run(quick).as_secs_f64() + 0.5)
-        + short as f64 * (short_run(quick).as_secs_f64() + 0.5)
+    4.0 * (target_run(quick).as_secs_f64() + 0.5) + short as f64 * (short_run().as_secs_f64() + 0.5)
 }
 
 fn respond(body: &'static [u8]) -> std::future::Ready<Result<Response<Full<Bytes>>, Infallible>> {
@@ -223,7 +222,7 @@ fn measure(run: Run) -> Result<AsyncRow> {
     let (addr, server) = server(case.body, stop.clone())?;
     let load = std::thread::spawn(move || {
         let start = thread_cpu_ns();
-        let result = run_client(addr, case.load, client, duration);
+        let result = run_client(addr, case.load, client, duration, case.body.len());
         (result, thread_cpu_ns() - start)
     });
     let (result, client_cpu) = load
@@ -255,8 +254,8 @@ fn measure(run: Run) -> Result<AsyncRow> {
 
 /// The hyper workloads: `hyper-1core` with one and two threads, the other one-core cases,
 /// all with the lab's load generator; then the one-core cases with the other generator.
-/// Returns the rows and a note when the cross-check could not run.
-pub fn hyper(options: &ExpOptions) -> Result<(Vec<AsyncRow>, Option<String>)> {
+/// Returns the rows and notes on what of the cross-check did not run.
+pub fn hyper(options: &ExpOptions) -> Result<(Vec<AsyncRow>, Vec<String>)> {
     let quick = options.length.quick;
     let soft = Some(Precision::default());
     let soft_1: Server = |body, stop| soft_server(1, body, stop);
@@ -304,25 +303,36 @@ pub fn hyper(options: &ExpOptions) -> Result<(Vec<AsyncRow>, Option<String>)> {
         duration: target_run(quick),
     });
     for case in &CASES[1..] {
-        runs.extend(one_core(*case, primary, short_run(quick)));
+        runs.extend(one_core(*case, primary, short_run()));
     }
+    let mut rows = runs.into_iter().map(measure).collect::<Result<Vec<_>>>()?;
+    // The cross-check with the other generator: a failure there is a note, not the end of
+    // the step (the rows the targets read are in).
     let other = match primary {
         Client::Own => Client::Wrk,
         Client::Wrk => Client::Own,
     };
-    let note = match check_client(other) {
+    let mut notes = Vec::new();
+    match check_client(other) {
         Ok(()) => {
             for case in CASES {
-                runs.extend(one_core(case, other, short_run(quick)));
+                for run in one_core(case, other, short_run()) {
+                    let what = format!("{} on {}", case.workload, run.runtime);
+                    match measure(run) {
+                        Ok(row) => rows.push(row),
+                        Err(e) => notes.push(format!(
+                            "hyper: the {} cross-check of {what} failed ({e:#})",
+                            other.name()
+                        )),
+                    }
+                }
             }
-            None
         }
-        Err(e) => Some(format!(
+        Err(e) => notes.push(format!(
             "hyper: the cross-check with the other load generator did not run ({e:#})"
         )),
-    };
-    let rows = runs.into_iter().map(measure).collect::<Result<_>>()?;
-    Ok((rows, note))
+    }
+    Ok((rows, notes))
 }
 
 /// Two loops against one (soft), when both ran.

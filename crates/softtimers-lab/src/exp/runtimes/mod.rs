@@ -277,7 +277,7 @@ pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     let (paced, floor) = udp::paced_udp(quick)?;
     rows.extend(paced);
     step("hyper", http::expected_seconds(quick), progress);
-    let (hyper, note) = http::hyper(options)?;
+    let (hyper, notes) = http::hyper(options)?;
     rows.extend(hyper);
     step(
         "quinn-rr, quinn-bulk",
@@ -288,7 +288,7 @@ pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     let targets = targets(&rows);
     let extra = AsyncExtra {
         paced_udp_floor_stddev_us: Some(floor),
-        notes: note.into_iter().collect(),
+        notes,
     };
     Ok(AsyncResult::ran(
         options.length.mode(),
@@ -298,8 +298,8 @@ pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     ))
 }
 
-/// The first one-thread row of `workload` on `runtime`: for HTTP, the lab's own load
-/// generator's (its rows come before the cross-check's).
+/// The first one-thread row of `workload` on `runtime`: for HTTP, the row of the load
+/// generator the lab was given (`--client`; its rows come before the cross-check's).
 fn find(rows: &[AsyncRow], workload: AsyncWorkload, runtime: RuntimeKind) -> Option<&AsyncRow> {
     rows.iter()
         .find(|r| r.workload == workload && r.runtime == runtime && r.threads == Some(1))
@@ -539,7 +539,7 @@ impl Section for AsyncResult {
                 cell(r.stddev_us, 2),
             );
         }
-        md += "\n";
+        md += "\nThe quinn rows here run on loopback with the loss made in each runtime's socket; the same unchanged quinn on this runtime runs through the path emulator (`softtimers path`) as stack `quinn-async` in E16 (request/response at 1 % loss, quinn's defaults and the 1 ms ACK delay) and in the QUIC matrix's first bulk scenario, each against `quinn-tokio`.\n\n";
         if let Some(floor) = self.extra.paced_udp_floor_stddev_us {
             let _ = writeln!(
                 md,

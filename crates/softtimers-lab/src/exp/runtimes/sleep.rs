@@ -1,4 +1,5 @@
-//! Timer lateness: one task sleeping 20 µs, 100 µs or 1 ms in a loop (tokio #5021's test),
+//! Timer lateness: one task sleeping 20 µs, 100 µs or 1 ms in a loop (the test of tokio's
+//! timer-precision report),
 //! one task ticking an `interval` at 100 µs or 1 ms, and 10,000 tasks each sleeping
 //! 100 µs–10 ms at random in a loop.
 
