@@ -92,7 +92,7 @@ impl Program for TimersArgs {
 }
 
 impl TimersConfig {
-    /// The full run (13 rounds, about four minutes here) or the quick one (three rounds,
+    /// The full run (12 rounds, about three minutes here) or the quick one (three rounds,
     /// about a minute).
     pub fn new(quick: bool, intervals_us: Vec<u64>) -> Result<Self> {
         for &us in &intervals_us {

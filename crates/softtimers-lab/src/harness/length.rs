@@ -37,7 +37,7 @@ impl RunLength {
     }
     /// One run that records trigger states (E3, and E5 on its own).
     pub fn trace_run(self) -> Duration {
-        Duration::from_millis(self.pick(500, 6_000))
+        Duration::from_millis(self.pick(500, 5_000))
     }
     /// Trigger states recorded in a [`trace_run`](Self::trace_run).
     pub fn trace_capacity(self) -> usize {
@@ -49,7 +49,7 @@ impl RunLength {
     }
     /// Rounds of `bench timers`.
     pub fn timers_rounds(self) -> usize {
-        self.pick(3, 13)
+        self.pick(3, 12)
     }
     /// How long `bench timers` computes without system calls to measure the backstop.
     pub fn backstop_compute(self) -> Duration {

@@ -70,7 +70,7 @@ const CASES: [Case; 4] = [
 
 /// The runs the targets read (`hyper-1core`, one and two threads).
 fn target_run(quick: bool) -> Duration {
-    Duration::from_secs(if quick { 2 } else { 5 })
+    Duration::from_secs(if quick { 2 } else { 4 })
 }
 
 /// The other runs, quick or full (`wrk` counts whole seconds).

@@ -11,7 +11,7 @@
 //! | `hyper-1core` | a hyper HTTP/1.1 server, a 6 KB body, keep-alive, on one core, then on two (soft's two loops, tokio's multi-thread scheduler): requests/s | [`http`] |
 //! | `hyper-hello`, `hyper-6k-close`, `hyper-hello-close` | the same server on one core with a hello-world body, and a connection per request | [`http`] |
 //! | `quinn-rr` | unchanged quinn, request/response at 1 % loss each way and a 1 ms ACK delay: p99, CPU per request | [`quic`] |
-//! | `quinn-bulk` | unchanged quinn, one 32 MB (full: 128 MB) download without loss: CPU per MB (the row's operation is a megabyte), MB/s | [`quic`] |
+//! | `quinn-bulk` | unchanged quinn, one 32 MB (full: 96 MB) download without loss: CPU per MB (the row's operation is a megabyte), MB/s | [`quic`] |
 //!
 //! Each runtime is written as its own users write it: tokio's `sleep_until` and `interval`,
 //! smol's `Timer::at` and `Timer::interval` on a `LocalExecutor`, hyper on tokio through

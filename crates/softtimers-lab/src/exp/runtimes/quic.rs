@@ -4,7 +4,7 @@
 //! 1 ms. The loss is made in the runtime's socket (a wrapper around either runtime's
 //! `quinn::Runtime` that drops a datagram at random before it is sent, one datagram per
 //! send), so both runtimes run the same quinn over the same lossy path. Then bulk: one
-//! stream of 32 MB (128 MB in a full run) from server to client, without loss and with
+//! stream of 32 MB (96 MB in a full run) from server to client, without loss and with
 //! segmentation offload as quinn uses it: CPU per MB, both ends.
 
 use std::fmt;
@@ -43,11 +43,11 @@ const ACK_DELAY: Duration = Duration::from_millis(1);
 const MB: u64 = 1 << 20;
 
 fn requests(quick: bool) -> usize {
-    if quick { 1_000 } else { 5_000 }
+    if quick { 1_000 } else { 4_000 }
 }
 
 fn bulk_bytes(quick: bool) -> u64 {
-    if quick { 32 * MB } else { 128 * MB }
+    if quick { 32 * MB } else { 96 * MB }
 }
 
 /// About how long the workloads take, s.
