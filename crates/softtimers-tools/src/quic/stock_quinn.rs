@@ -59,13 +59,6 @@ impl Executor {
         })
     }
 
-    fn engine(&self) -> Engine {
-        match self {
-            Executor::Tokio(_) => Engine::Tokio,
-            Executor::Soft(_) => Engine::Soft,
-        }
-    }
-
     fn block_on<F: Future>(&self, future: F) -> F::Output {
         match self {
             Executor::Tokio(rt) => rt.block_on(future),
@@ -304,7 +297,6 @@ pub(super) fn server(
 ) -> Result<(ServerReport, DriverSide)> {
     let rt = Executor::new(engine)?;
     let measured = Arc::new(MeasuredRuntime::new(rt.quinn()));
-    let engine = rt.engine();
     let connections = opts.connections;
     let lateness = Arc::clone(&measured.lateness);
     rt.block_on(async move {
@@ -417,7 +409,6 @@ pub(super) fn client(
     let rt = Executor::new(engine)?;
     let plan = opts.plan.clone();
     let measured = Arc::new(MeasuredRuntime::new(rt.quinn()));
-    let engine = rt.engine();
     let lateness = Arc::clone(&measured.lateness);
     rt.block_on(async move {
         let (endpoint, config) = match arm {

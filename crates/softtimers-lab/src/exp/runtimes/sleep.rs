@@ -3,9 +3,10 @@
 //! one task ticking an `interval` at 100 µs or 1 ms, and 10,000 tasks each sleeping
 //! 100 µs–10 ms at random in a loop.
 
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context as _, Result};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use softtimer_async::{Precision, Runtime};
@@ -110,75 +111,76 @@ fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
 
-/// `n` timers of `pattern` on the soft runtime's thread: their lateness, ns.
+/// `n` timers of `pattern` on a runtime, given as its `sleep_until`, its `interval_at` and its
+/// interval's tick (each runtime's own: tokio's and the soft runtime's `poll_tick`, smol's
+/// timer stream): their lateness, ns.
+async fn lateness<S, I>(
+    pattern: Pattern,
+    n: usize,
+    sleep_until: impl Fn(Instant) -> S,
+    interval_at: impl FnOnce(Instant, Duration) -> I,
+    poll_tick: impl Fn(&mut I, &mut std::task::Context<'_>) -> Poll<()>,
+) -> Vec<u64>
+where
+    S: std::future::Future,
+{
+    let mut late = Vec::with_capacity(n);
+    match pattern {
+        Pattern::Sleep(d) => {
+            for _ in 0..n {
+                let deadline = Instant::now() + d;
+                sleep_until(deadline).await;
+                late.push(nanos(Instant::now() - deadline));
+            }
+        }
+        Pattern::Interval(period) => {
+            let start = Instant::now() + period;
+            let mut ticks = interval_at(start, period);
+            for k in 0..n as u32 {
+                std::future::poll_fn(|cx| poll_tick(&mut ticks, cx)).await;
+                late.push(nanos(Instant::now() - (start + period * k)));
+            }
+        }
+    }
+    late
+}
+
+/// [`lateness`] on the soft runtime.
 async fn soft_timers(pattern: Pattern, n: usize) -> Vec<u64> {
     use softtimer_async::time;
-    let mut late = Vec::with_capacity(n);
-    match pattern {
-        Pattern::Sleep(d) => {
-            for _ in 0..n {
-                let deadline = Instant::now() + d;
-                time::sleep_until(deadline).await;
-                late.push(nanos(Instant::now() - deadline));
-            }
-        }
-        Pattern::Interval(period) => {
-            let start = Instant::now() + period;
-            let mut ticks = time::interval_at(start, period);
-            for k in 0..n as u32 {
-                ticks.tick().await;
-                late.push(nanos(Instant::now() - (start + period * k)));
-            }
-        }
-    }
-    late
+    lateness(
+        pattern,
+        n,
+        time::sleep_until,
+        time::interval_at,
+        |t: &mut time::Interval, cx| t.poll_tick(cx).map(drop),
+    )
+    .await
 }
 
-/// The same on tokio, as its users write it (`sleep_until`, `interval_at`).
+/// [`lateness`] on tokio (`sleep_until`, `interval_at`).
 async fn tokio_timers(pattern: Pattern, n: usize) -> Vec<u64> {
-    let mut late = Vec::with_capacity(n);
-    match pattern {
-        Pattern::Sleep(d) => {
-            for _ in 0..n {
-                let deadline = Instant::now() + d;
-                tokio::time::sleep_until(deadline.into()).await;
-                late.push(nanos(Instant::now() - deadline));
-            }
-        }
-        Pattern::Interval(period) => {
-            let start = Instant::now() + period;
-            let mut ticks = tokio::time::interval_at(start.into(), period);
-            for k in 0..n as u32 {
-                ticks.tick().await;
-                late.push(nanos(Instant::now() - (start + period * k)));
-            }
-        }
-    }
-    late
+    lateness(
+        pattern,
+        n,
+        |at| tokio::time::sleep_until(at.into()),
+        |start, period| tokio::time::interval_at(start.into(), period),
+        |t: &mut tokio::time::Interval, cx| t.poll_tick(cx).map(drop),
+    )
+    .await
 }
 
-/// The same on smol (`Timer::at`, `Timer::interval_at`).
+/// [`lateness`] on smol (`Timer::at`, `Timer::interval_at`).
 async fn smol_timers(pattern: Pattern, n: usize) -> Vec<u64> {
-    use smol::stream::StreamExt as _;
-    let mut late = Vec::with_capacity(n);
-    match pattern {
-        Pattern::Sleep(d) => {
-            for _ in 0..n {
-                let deadline = Instant::now() + d;
-                smol::Timer::at(deadline).await;
-                late.push(nanos(Instant::now() - deadline));
-            }
-        }
-        Pattern::Interval(period) => {
-            let start = Instant::now() + period;
-            let mut ticks = smol::Timer::interval_at(start, period);
-            for k in 0..n as u32 {
-                ticks.next().await;
-                late.push(nanos(Instant::now() - (start + period * k)));
-            }
-        }
-    }
-    late
+    use smol::stream::Stream as _;
+    lateness(
+        pattern,
+        n,
+        smol::Timer::at,
+        smol::Timer::interval_at,
+        |t: &mut smol::Timer, cx| std::pin::Pin::new(t).poll_next(cx).map(drop),
+    )
+    .await
 }
 
 fn lateness_row(
