@@ -66,6 +66,23 @@ fn run_wrk(addr: SocketAddr, keep_alive: bool, duration: Duration) -> Result<(f6
     Ok((rate, start.elapsed()))
 }
 
+/// The project's load generator got no valid response in its whole run: the server hung,
+/// answered wrongly (`errors`), or was left no time to answer (a timer signal every few µs
+/// can take its whole core).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the load generator got no 200 response with a {body_len}-byte body from {addr} ({errors} \
+     errors)"
+)]
+pub struct NoResponse {
+    /// The server's address.
+    pub addr: SocketAddr,
+    /// The body length a valid response has.
+    pub body_len: usize,
+    /// Responses with another status or length, and connections that failed.
+    pub errors: u64,
+}
+
 /// Runs the load generator `client` for `workload` against `addr` on the client CPU (call
 /// on a thread of its own); returns its rate and how long it ran. The project's generator
 /// counts only 200s with a body of `body_len` bytes (HTTP workloads).
@@ -86,11 +103,12 @@ pub fn run_client(
         (w, Client::Own) => {
             let r = run_load_for(addr, 32, w.keep_alive(), duration, body_len)?;
             if r.responses == 0 {
-                anyhow::bail!(
-                    "the load generator got no 200 response with a {body_len}-byte body from \
-                     {addr} ({} errors)",
-                    r.errors
-                );
+                return Err(NoResponse {
+                    addr,
+                    body_len,
+                    errors: r.errors,
+                }
+                .into());
             }
             Ok((r.rate(), r.elapsed))
         }

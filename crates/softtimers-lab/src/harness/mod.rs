@@ -23,7 +23,7 @@ pub mod progress;
 pub mod rounds;
 pub mod server;
 
-pub use client::{Client, check_client, run_client};
+pub use client::{Client, NoResponse, check_client, run_client};
 pub use handler::HandlerKind;
 pub use length::RunLength;
 pub use options::{ExpOptions, RunInfo, RunResult, trigger_source_name};

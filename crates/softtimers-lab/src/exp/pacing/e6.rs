@@ -52,6 +52,10 @@ pub struct PacingOverheadRow {
     pub sent: u64,
     /// Datagrams the receiver got, summed over rounds.
     pub received: u64,
+    /// Rounds in which the server answered no request at all: the timer signal left it no
+    /// time (the figures per response are then "n/a").
+    #[serde(default)]
+    pub starved_rounds: usize,
 }
 
 /// E6's result (`e6.json`).
@@ -131,6 +135,7 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
             ),
             sent: outcomes[i].iter().map(|r| r.pace.sent).sum(),
             received: outcomes[i].iter().map(|r| r.pace.received).sum(),
+            starved_rounds: rates[i].iter().filter(|&&r| r == 0.0).count(),
         });
     }
     let overhead_of = |clocking: &str, interval: u64| {
@@ -219,6 +224,14 @@ impl Section for E6 {
                 r.stddev_interval_us,
                 r.sent,
                 r.received,
+            );
+        }
+        for r in self.rows.iter().filter(|r| r.starved_rounds > 0) {
+            let _ = writeln!(
+                md,
+                "\n{} at {} µs: in {} of {} round(s) the timer left the server no time to \
+                 answer a single request (0 req/s; its figures per response are n/a).",
+                r.clocking, r.target_interval_us, r.starved_rounds, self.run.rounds,
             );
         }
         let _ = writeln!(md, "\n{PAPER_TABLES_VI_VII}\n");

@@ -12,7 +12,7 @@ pub use e6::{E6, PacingOverheadRow, e6};
 pub use e7::{E7, TransmitProcessRow, e7};
 pub use e8::{BurstinessRow, E8, Ramp, Release, e8};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::harness::{
     Clocking, ExpOptions, PaceLoad, PaceOutcome, Setup, TimerSource, Workload, interleaved,
@@ -118,14 +118,25 @@ fn with_hardware(soft: &[Clocking], interval: u64, signal: bool) -> Vec<PacedCon
     configs
 }
 
+/// One server run of `config`.
 fn run_paced(config: &PacedConfig, options: &ExpOptions) -> Result<PacedRun> {
-    let o = crate::harness::run(&config.setup(options))?;
-    let responses = (o.rate * o.elapsed.as_secs_f64()).max(1.0);
+    let o = crate::harness::run(&config.setup(options)).with_context(|| {
+        format!(
+            "the server run with {} at {} µs",
+            config.name(),
+            config.interval_us()
+        )
+    })?;
+    let responses = o.rate * o.elapsed.as_secs_f64();
     Ok(PacedRun {
         rate: o.rate,
-        loop_core_ns_per_response: (o.loop_thread_ns + o.helpers.backstop_ns)
-            .saturating_sub(o.loop_idle_spin_ns) as f64
-            / responses,
+        // No response (a signal starved the server): no cost per response (NaN, "n/a").
+        loop_core_ns_per_response: if responses < 1.0 {
+            f64::NAN
+        } else {
+            (o.loop_thread_ns + o.helpers.backstop_ns).saturating_sub(o.loop_idle_spin_ns) as f64
+                / responses
+        },
         pace: o.pace.unwrap_or_default(),
     })
 }
