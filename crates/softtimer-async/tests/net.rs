@@ -10,11 +10,25 @@ use softtimer_rt::RecvBatch;
 
 const BOUND: Duration = Duration::from_secs(10);
 
+/// Runs `test` on a fresh runtime.
+fn on_runtime<F: Future>(test: F) -> F::Output {
+    Runtime::new().unwrap().block_on(test)
+}
+
+/// A UDP socket on the runtime, bound to a free loopback port.
+fn loopback() -> UdpSocket {
+    UdpSocket::bind("127.0.0.1:0").unwrap()
+}
+
+/// What `f` gives, which must come within [`BOUND`].
+async fn bounded<T>(f: impl Future<Output = T>) -> T {
+    timeout(BOUND, f).await.unwrap()
+}
+
 #[test]
 fn udp_echo_single_and_batched() {
-    let rt = Runtime::new().unwrap();
-    rt.block_on(async {
-        let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+    on_runtime(async {
+        let echo = loopback();
         let to = echo.local_addr().unwrap();
         let server = softtimer_async::spawn(async move {
             let mut batch = RecvBatch::new(16, 2048);
@@ -31,53 +45,40 @@ fn udp_echo_single_and_batched() {
             }
             echoed
         });
-        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let client = loopback();
         client.send_to(b"one", to).await.unwrap();
         let mut buf = [0u8; 2048];
-        let (n, from) = timeout(BOUND, client.recv_from(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
+        let (n, from) = bounded(client.recv_from(&mut buf)).await.unwrap();
         assert_eq!((&buf[..n], from), (&b"one"[..], to));
         let messages: Vec<Vec<u8>> = (0..19u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
         let batch: Vec<(&[u8], SocketAddr)> = messages.iter().map(|m| (m.as_slice(), to)).collect();
         assert_eq!(client.send_batch(&batch).await.unwrap(), 19);
         let mut got = Vec::new();
         while got.len() < 19 {
-            let (n, _) = timeout(BOUND, client.recv_from(&mut buf))
-                .await
-                .unwrap()
-                .unwrap();
+            let (n, _) = bounded(client.recv_from(&mut buf)).await.unwrap();
             got.push(buf[..n].to_vec());
         }
         got.sort();
         assert!(got == messages);
-        assert_eq!(timeout(BOUND, server).await.unwrap().unwrap(), 20);
+        assert_eq!(bounded(server).await.unwrap(), 20);
     });
 }
 
 #[test]
 fn a_socket_error_reaches_the_task_as_an_io_error() {
-    let rt = Runtime::new().unwrap();
-    rt.block_on(async {
+    on_runtime(async {
         // A port nobody listens on: the kernel answers with port unreachable.
         let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let nobody = closed.local_addr().unwrap();
         drop(closed);
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let socket = loopback();
         socket.connect(nobody).unwrap();
         socket.send(b"anyone?").await.unwrap();
         let mut buf = [0u8; 16];
-        let err = timeout(BOUND, socket.recv(&mut buf))
-            .await
-            .unwrap()
-            .unwrap_err();
+        let err = bounded(socket.recv(&mut buf)).await.unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
         // The same for TCP.
-        let err = timeout(BOUND, TcpStream::connect(nobody))
-            .await
-            .unwrap()
-            .unwrap_err();
+        let err = bounded(TcpStream::connect(nobody)).await.unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
         // Offload calls on a socket made without offload: a clear error.
         let err = socket.recv_segments(&mut [], &mut []).await.unwrap_err();
@@ -87,8 +88,7 @@ fn a_socket_error_reaches_the_task_as_an_io_error() {
 
 #[test]
 fn tcp_echo_with_the_futures_io_and_tokio_traits() {
-    let rt = Runtime::new().unwrap();
-    rt.block_on(async {
+    on_runtime(async {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let server = softtimer_async::spawn(async move {
@@ -105,19 +105,13 @@ fn tcp_echo_with_the_futures_io_and_tokio_traits() {
                 total += n;
             }
         });
-        let mut stream = timeout(BOUND, TcpStream::connect(addr))
-            .await
-            .unwrap()
-            .unwrap();
+        let mut stream = bounded(TcpStream::connect(addr)).await.unwrap();
         // 64 KB (well inside loopback's socket buffers, so that the echo need not be read
         // while it is written) through the tokio traits, as a codec writes, then read back
         // through futures-io's.
         let data: Vec<u8> = (0..65_536u32).map(|i| (i % 251) as u8).collect();
         use tokio::io::AsyncWriteExt;
-        timeout(BOUND, stream.write_all(&data))
-            .await
-            .unwrap()
-            .unwrap();
+        bounded(stream.write_all(&data)).await.unwrap();
         AsyncWriteExt::shutdown(&mut stream).await.unwrap();
         let mut back = Vec::new();
         let mut buf = [0u8; 8192];
@@ -125,14 +119,14 @@ fn tcp_echo_with_the_futures_io_and_tokio_traits() {
             let read = std::future::poll_fn(|cx| {
                 futures_io::AsyncRead::poll_read(std::pin::Pin::new(&mut &stream), cx, &mut buf)
             });
-            let n = timeout(BOUND, read).await.unwrap().unwrap();
+            let n = bounded(read).await.unwrap();
             if n == 0 {
                 break;
             }
             back.extend_from_slice(&buf[..n]);
         }
         assert!(back == data);
-        assert_eq!(timeout(BOUND, server).await.unwrap().unwrap(), data.len());
+        assert_eq!(bounded(server).await.unwrap(), data.len());
     });
 }
 
@@ -145,7 +139,7 @@ fn paced_departures_are_spaced_exactly_by_the_rate() {
     sink.set_read_timeout(Some(BOUND)).unwrap();
     let to = sink.local_addr().unwrap();
     let departures = rt.block_on(async move {
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let socket = loopback();
         // 100 Mbit/s of 1472-byte datagrams: one every 117.76 µs.
         let paced = PacedSender::with_queue(&socket, "100M".parse().unwrap(), 8);
         paced.record_departures(64);
@@ -178,10 +172,9 @@ fn paced_departures_are_spaced_exactly_by_the_rate() {
 
 #[test]
 fn send_at_leaves_at_its_time_and_reports_a_failed_departure() {
-    let rt = Runtime::new().unwrap();
-    rt.block_on(async {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    on_runtime(async {
+        let rx = loopback();
+        let tx = loopback();
         let to = rx.local_addr().unwrap();
         let start = std::time::Instant::now();
         // Queued out of order: they leave in departure order.
@@ -193,10 +186,7 @@ fn send_at_leaves_at_its_time_and_reports_a_failed_departure() {
             .unwrap();
         let mut buf = [0u8; 16];
         for expected in [&b"first"[..], b"second"] {
-            let (n, _) = timeout(BOUND, rx.recv_from(&mut buf))
-                .await
-                .unwrap()
-                .unwrap();
+            let (n, _) = bounded(rx.recv_from(&mut buf)).await.unwrap();
             assert_eq!(&buf[..n], expected);
         }
         assert!(start.elapsed() >= Duration::from_micros(600));
@@ -215,8 +205,7 @@ fn send_at_leaves_at_its_time_and_reports_a_failed_departure() {
 
 #[test]
 fn offloaded_sockets_send_segments_in_one_call() {
-    let rt = Runtime::new().unwrap();
-    rt.block_on(async {
+    on_runtime(async {
         let rx = UdpSocket::bind_with_offload("127.0.0.1:0").unwrap();
         let tx = UdpSocket::bind_with_offload("127.0.0.1:0").unwrap();
         let segments = tx.max_gso_segments().min(4);
@@ -234,9 +223,8 @@ fn offloaded_sockets_send_segments_in_one_call() {
             let mut storage = vec![0u8; 65_536];
             let mut bufs = [std::io::IoSliceMut::new(&mut storage)];
             let mut meta = [quinn_udp::RecvMeta::default()];
-            let n = timeout(BOUND, rx.recv_segments(&mut bufs, &mut meta))
+            let n = bounded(rx.recv_segments(&mut bufs, &mut meta))
                 .await
-                .unwrap()
                 .unwrap();
             assert_eq!(n, 1);
             assert_eq!(meta[0].stride, 1000, "segments keep their size");

@@ -15,10 +15,15 @@ fn sim_runtime() -> (Runtime, SimClock) {
     (rt, clock)
 }
 
+/// Runs the future `test` makes of the runtime's handle and clock on [`sim_runtime`].
+fn simulated<F: Future>(test: impl FnOnce(Handle, SimClock) -> F) -> F::Output {
+    let (rt, clock) = sim_runtime();
+    rt.block_on(test(rt.handle(), clock))
+}
+
 #[test]
 fn a_sleep_never_completes_before_its_deadline() {
-    let (rt, _clock) = sim_runtime();
-    rt.block_on(async {
+    simulated(|_, _| async {
         for micros in [1, 7, 100, 999, 1_000, 12_345] {
             let deadline = time::now() + Duration::from_micros(micros);
             sleep_until(deadline).await;
@@ -32,9 +37,7 @@ fn a_sleep_never_completes_before_its_deadline() {
 
 #[test]
 fn a_dropped_sleep_cancels_its_event() {
-    let (rt, _clock) = sim_runtime();
-    let handle = rt.handle();
-    rt.block_on(async move {
+    simulated(|handle, _| async move {
         let mut long = Box::pin(sleep(Duration::from_secs(10)));
         // Polled once: its event is scheduled.
         assert!(futures_poll_once(long.as_mut()).is_pending());
@@ -58,9 +61,7 @@ fn futures_poll_once<F: std::future::Future + ?Sized>(
 
 #[test]
 fn a_reset_moves_the_one_event_in_place() {
-    let (rt, _clock) = sim_runtime();
-    let handle = rt.handle();
-    rt.block_on(async move {
+    simulated(|handle, _| async move {
         let start = time::now();
         let mut s = Box::pin(sleep(Duration::from_millis(10)));
         assert!(futures_poll_once(s.as_mut()).is_pending());
@@ -78,9 +79,7 @@ fn a_reset_moves_the_one_event_in_place() {
 
 #[test]
 fn zero_past_and_unrepresentable_deadlines() {
-    let (rt, clock) = sim_runtime();
-    let handle = rt.handle();
-    rt.block_on(async move {
+    simulated(|handle, clock| async move {
         let t0 = clock.now();
         sleep(Duration::ZERO).await;
         sleep_until(time::now() - Duration::from_millis(1)).await;
@@ -97,9 +96,7 @@ fn zero_past_and_unrepresentable_deadlines() {
 
 #[test]
 fn a_timeout_fires_once_and_cancels_its_event_when_the_future_wins() {
-    let (rt, _clock) = sim_runtime();
-    let handle = rt.handle();
-    rt.block_on(async move {
+    simulated(|handle, _| async move {
         let start = time::now();
         let polls = Rc::new(RefCell::new(0));
         let counted = {
@@ -123,8 +120,7 @@ fn a_timeout_fires_once_and_cancels_its_event_when_the_future_wins() {
 
 /// Ticks of an interval of 1 ms whose task is busy for 3.5 ms after its second tick.
 fn ticks_with_a_stall(behavior: MissedTickBehavior) -> Vec<u64> {
-    let (rt, clock) = sim_runtime();
-    rt.block_on(async move {
+    simulated(|_, clock| async move {
         let start = time::now();
         let mut ticks = interval(Duration::from_millis(1));
         ticks.set_missed_tick_behavior(behavior);
@@ -141,33 +137,30 @@ fn ticks_with_a_stall(behavior: MissedTickBehavior) -> Vec<u64> {
 }
 
 #[test]
-fn interval_burst_catches_up_keeping_the_schedule() {
-    assert_eq!(
-        ticks_with_a_stall(MissedTickBehavior::Burst),
-        [0, 1_000, 4_500, 4_500, 4_500, 5_000, 6_000]
-    );
-}
-
-#[test]
-fn interval_delay_starts_again_from_the_late_tick() {
-    assert_eq!(
-        ticks_with_a_stall(MissedTickBehavior::Delay),
-        [0, 1_000, 4_500, 5_500, 6_500, 7_500, 8_500]
-    );
-}
-
-#[test]
-fn interval_skip_keeps_the_schedule_skipping_missed_ticks() {
-    assert_eq!(
-        ticks_with_a_stall(MissedTickBehavior::Skip),
-        [0, 1_000, 4_500, 5_000, 6_000, 7_000, 8_000]
-    );
+fn intervals_burst_delay_or_skip_after_missed_ticks() {
+    // Burst catches up keeping the schedule; Delay starts again from the late tick; Skip
+    // keeps the schedule, skipping the missed ticks.
+    for (behavior, ticks) in [
+        (
+            MissedTickBehavior::Burst,
+            [0, 1_000, 4_500, 4_500, 4_500, 5_000, 6_000],
+        ),
+        (
+            MissedTickBehavior::Delay,
+            [0, 1_000, 4_500, 5_500, 6_500, 7_500, 8_500],
+        ),
+        (
+            MissedTickBehavior::Skip,
+            [0, 1_000, 4_500, 5_000, 6_000, 7_000, 8_000],
+        ),
+    ] {
+        assert_eq!(ticks_with_a_stall(behavior), ticks, "{behavior:?}");
+    }
 }
 
 #[test]
 fn many_timers_fire_in_deadline_order_on_a_simulated_clock() {
-    let (rt, _clock) = sim_runtime();
-    let order = rt.block_on(async {
+    let order = simulated(|_, _| async {
         let order = Rc::new(RefCell::new(Vec::new()));
         let start = time::now();
         let tasks: Vec<_> = [5u64, 1, 4, 2, 3]

@@ -91,12 +91,6 @@ impl Identity {
 
     /// The certificate chain and key in the PEM files `cert` and `key`.
     pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Identity, QuicError> {
-        let read = |path: &Path| {
-            std::fs::read(path).map_err(|source| TlsError::Read {
-                path: path.to_path_buf(),
-                source,
-            })
-        };
         let (cert_pem, key_pem) = (read(cert)?, read(key)?);
         Identity::parse(
             &cert_pem,
@@ -144,8 +138,21 @@ impl Identity {
     }
 }
 
+/// The file at `path`.
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// rustls's refusal of `what`.
+fn refused(what: &'static str) -> impl FnOnce(rustls::Error) -> TlsError {
+    move |source| TlsError::Rustls { what, source }
 }
 
 /// A connection's idle timeout unless [`Tuning::idle_timeout`] says otherwise.
@@ -250,16 +257,10 @@ pub fn server_config_with(
 ) -> Result<ServerConfig, QuicError> {
     let mut tls = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|source| TlsError::Rustls {
-            what: "TLS 1.3 on the ring provider",
-            source,
-        })?
+        .map_err(refused("TLS 1.3 on the ring provider"))?
         .with_no_client_auth()
         .with_single_cert(identity.chain(), identity.key.clone_key())
-        .map_err(|source| TlsError::Rustls {
-            what: "the server's certificate and key",
-            source,
-        })?;
+        .map_err(refused("the server's certificate and key"))?;
     tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     server_config_from_rustls(tls, transport)
 }
@@ -292,10 +293,7 @@ pub enum Trust {
 impl Trust {
     /// The certificates in the PEM file `path` as roots.
     pub fn pem_file(path: &Path) -> Result<Trust, QuicError> {
-        let pem = std::fs::read(path).map_err(|source| TlsError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let pem = read(path)?;
         let mut roots = rustls::RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(&pem) {
             let cert = cert.map_err(|source| TlsError::Pem {
@@ -303,10 +301,7 @@ impl Trust {
                 origin: path.display().to_string(),
                 source,
             })?;
-            roots.add(cert).map_err(|source| TlsError::Rustls {
-                what: "a trusted certificate",
-                source,
-            })?;
+            roots.add(cert).map_err(refused("a trusted certificate"))?;
         }
         Ok(Trust::Roots(Arc::new(roots)))
     }
@@ -326,17 +321,13 @@ pub fn client_config_with(
 ) -> Result<ClientConfig, QuicError> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|source| TlsError::Rustls {
-            what: "TLS 1.3 on the ring provider",
-            source,
-        })?;
+        .map_err(refused("TLS 1.3 on the ring provider"))?;
     let mut tls = match trust {
         Trust::Cert(cert) => {
             let mut roots = rustls::RootCertStore::empty();
-            roots.add(cert.clone()).map_err(|source| TlsError::Rustls {
-                what: "the trusted certificate",
-                source,
-            })?;
+            roots
+                .add(cert.clone())
+                .map_err(refused("the trusted certificate"))?;
             builder.with_root_certificates(roots).with_no_client_auth()
         }
         Trust::Roots(roots) => builder

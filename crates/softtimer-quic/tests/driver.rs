@@ -47,6 +47,12 @@ fn start_server(identity: &Identity, tuning: Tuning, config: DriverConfig) -> Se
     Server { addr, stop, done }
 }
 
+/// A server with the default configuration and a fresh self-signed certificate.
+fn default_server() -> Server {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    start_server(&identity, Tuning::default(), DriverConfig::default())
+}
+
 fn run_client(
     to: SocketAddr,
     trust: Trust,
@@ -62,6 +68,11 @@ fn run_client(
     let mut app = PerfClient::new(plan, conn, now);
     quic.run(&mut app).unwrap();
     app.report
+}
+
+/// [`run_client`] with the default configuration.
+fn default_client(to: SocketAddr, trust: Trust, plan: ClientPlan) -> ClientReport {
+    run_client(to, trust, Tuning::default(), DriverConfig::default(), plan)
 }
 
 /// A client loop with the default configuration, connecting to `to` and trusting any
@@ -304,21 +315,27 @@ impl App for Concurrent {
     }
 }
 
+/// Runs the client `app` makes of its connection (a [`client_loop`]'s) against a
+/// [`default_server`], to its end: the app, and what the server reports.
+fn run_app<A: App>(app: impl FnOnce(ConnId) -> A) -> (A, ServerReport) {
+    let server = default_server();
+    let (mut quic, conn) = client_loop(server.addr, &Tuning::default());
+    let mut app = app(conn);
+    quic.run(&mut app).unwrap();
+    server.stop.stop();
+    let (served, _) = server.done.join().unwrap();
+    (app, served)
+}
+
 #[test]
 fn many_concurrent_streams_are_all_answered() {
-    let identity = Identity::self_signed(&["localhost"]).unwrap();
-    let server = start_server(&identity, Tuning::default(), DriverConfig::default());
-    let (mut quic, conn) = client_loop(server.addr, &Tuning::default());
-    let mut app = Concurrent {
+    let (app, _) = run_app(|conn| Concurrent {
         conn,
         streams: 64,
         opened: false,
         done: 0,
         received: Default::default(),
-    };
-    quic.run(&mut app).unwrap();
-    server.stop.stop();
-    server.done.join().unwrap();
+    });
     assert_eq!(app.done, 64);
     assert!(app.received.values().all(|&n| n == 50_000));
 }
@@ -348,6 +365,16 @@ fn start_app_server(
     (addr, stop, server)
 }
 
+/// A [`default_client`] with `plan`, trusting any certificate, against a server running
+/// `app` ([`start_app_server`]): the client's report.
+fn against_app_server(app: impl App + Send + 'static, plan: ClientPlan) -> ClientReport {
+    let (addr, stop, server) = start_app_server(app);
+    let report = default_client(addr, Trust::Insecure, plan);
+    stop.stop();
+    server.join().unwrap();
+    report
+}
+
 /// Closes the connection as soon as it is up, from the server side.
 struct Closer;
 impl App for Closer {
@@ -360,16 +387,7 @@ impl App for Closer {
 
 #[test]
 fn a_connection_closed_by_the_peer_is_reported_with_its_reason() {
-    let (addr, stop, server) = start_app_server(Closer);
-    let report = run_client(
-        addr,
-        Trust::Insecure,
-        Tuning::default(),
-        DriverConfig::default(),
-        ClientPlan::default(),
-    );
-    stop.stop();
-    server.join().unwrap();
+    let report = against_app_server(Closer, ClientPlan::default());
     let error = report.error.expect("the close is reported");
     assert!(error.contains("closed by peer"), "{error}");
     assert!(error.contains("go away"), "{error}");
@@ -391,21 +409,13 @@ impl App for Refuser {
 
 #[test]
 fn a_stream_reset_by_the_server_fails_the_request_with_its_code() {
-    let (addr, stop, server) = start_app_server(Refuser);
     let started = Instant::now();
-    let report = run_client(
-        addr,
-        Trust::Insecure,
-        Tuning::default(),
-        DriverConfig::default(),
-        ClientPlan {
-            download: 1_000_000,
-            requests: 3,
-            ..ClientPlan::default()
-        },
-    );
-    stop.stop();
-    server.join().unwrap();
+    let plan = ClientPlan {
+        download: 1_000_000,
+        requests: 3,
+        ..ClientPlan::default()
+    };
+    let report = against_app_server(Refuser, plan);
     let error = report.error.expect("the reset is reported");
     assert!(error.contains("reset the stream (code 42)"), "{error}");
     assert_eq!(report.requests, 0, "no request completed");
@@ -450,17 +460,11 @@ impl App for Abandoner {
 
 #[test]
 fn a_request_reset_by_the_client_is_counted_and_the_next_one_answered() {
-    let identity = Identity::self_signed(&["localhost"]).unwrap();
-    let server = start_server(&identity, Tuning::default(), DriverConfig::default());
-    let (mut quic, _) = client_loop(server.addr, &Tuning::default());
-    let mut app = Abandoner {
+    let (app, served) = run_app(|_| Abandoner {
         whole: None,
         got: 0,
         done: false,
-    };
-    quic.run(&mut app).unwrap();
-    server.stop.stop();
-    let (served, _) = server.done.join().unwrap();
+    });
     assert!(app.done, "the whole request was answered");
     assert_eq!(app.got, 1000);
     assert_eq!(served.aborted, 1, "{served:?}");
@@ -524,8 +528,7 @@ fn a_vanished_peer_times_out_at_the_idle_timeout() {
 
 #[test]
 fn garbage_and_datagrams_for_unknown_connections_do_not_disturb_the_server() {
-    let identity = Identity::self_signed(&["localhost"]).unwrap();
-    let server = start_server(&identity, Tuning::default(), DriverConfig::default());
+    let server = default_server();
     let junk = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut payloads: Vec<Vec<u8>> = vec![vec![], vec![0], vec![0xff; 1200], vec![0x40; 40]];
     // A short-header packet for a connection ID nobody issued.
@@ -544,16 +547,11 @@ fn garbage_and_datagrams_for_unknown_connections_do_not_disturb_the_server() {
         }
     }
     // The server still serves.
-    let report = run_client(
-        server.addr,
-        Trust::Insecure,
-        Tuning::default(),
-        DriverConfig::default(),
-        ClientPlan {
-            download: 100_000,
-            ..ClientPlan::default()
-        },
-    );
+    let plan = ClientPlan {
+        download: 100_000,
+        ..ClientPlan::default()
+    };
+    let report = default_client(server.addr, Trust::Insecure, plan);
     server.stop.stop();
     let (served, _) = server.done.join().unwrap();
     assert_eq!(report.error, None);
@@ -563,15 +561,8 @@ fn garbage_and_datagrams_for_unknown_connections_do_not_disturb_the_server() {
 
 #[test]
 fn a_client_that_rejects_the_certificate_fails_with_a_clear_error() {
-    let identity = Identity::self_signed(&["localhost"]).unwrap();
-    let server = start_server(&identity, Tuning::default(), DriverConfig::default());
-    let report = run_client(
-        server.addr,
-        Trust::Nothing,
-        Tuning::default(),
-        DriverConfig::default(),
-        ClientPlan::default(),
-    );
+    let server = default_server();
+    let report = default_client(server.addr, Trust::Nothing, ClientPlan::default());
     server.stop.stop();
     server.done.join().unwrap();
     let error = report.error.expect("refused");
@@ -583,16 +574,11 @@ fn an_unreachable_server_gives_up_at_the_connect_timeout() {
     // A bound socket nobody reads: no answer, no ICMP.
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
     let started = Instant::now();
-    let report = run_client(
-        silent.local_addr().unwrap(),
-        Trust::Insecure,
-        Tuning::default(),
-        DriverConfig::default(),
-        ClientPlan {
-            connect_timeout: Duration::from_millis(300),
-            ..ClientPlan::default()
-        },
-    );
+    let plan = ClientPlan {
+        connect_timeout: Duration::from_millis(300),
+        ..ClientPlan::default()
+    };
+    let report = default_client(silent.local_addr().unwrap(), Trust::Insecure, plan);
     let took = started.elapsed();
     let error = report.error.expect("no answer");
     assert!(error.contains("no answer"), "{error}");

@@ -37,6 +37,47 @@ fn server_addr() -> std::net::SocketAddr {
     "10.0.0.2:4433".parse().unwrap()
 }
 
+/// A client driver (side `a`, configured `client`) connected with `client_tls` to a server
+/// driver (side `b`, configured `server`) presenting `server_tls`, over `link` on a fresh
+/// simulated clock. `apps` are theirs, the client's made of its connection and time.
+fn sim_net<A: App<SimClock>, B: App<SimClock>>(
+    (client, client_tls): (DriverConfig, quinn_proto::ClientConfig),
+    (server, server_tls): (DriverConfig, quinn_proto::ServerConfig),
+    apps: (impl FnOnce(ConnId, Instant) -> A, B),
+    link: LinkConfig,
+) -> Net<A, B> {
+    let clock = SimClock::new(HZ);
+    let server = Driver::new(clock.clone(), server, Some(server_tls)).unwrap();
+    let mut client = Driver::new(clock.clone(), client, None).unwrap();
+    let conn = client
+        .connect(client_tls, server_addr(), "localhost")
+        .unwrap();
+    let a = (apps.0)(conn, client.latest());
+    Net::new(
+        clock,
+        Side::new(client, a, client_addr()),
+        Side::new(server, apps.1, server_addr()),
+        link,
+    )
+}
+
+/// [`sim_net`] on a clean link of a client configured `seeded(1)` that trusts any
+/// certificate, running `a`, and a server configured `server`, running `b`, both with
+/// `tuning`.
+fn insecure_net<A: App<SimClock>, B: App<SimClock>>(
+    tuning: &Tuning,
+    server: DriverConfig,
+    a: A,
+    b: B,
+) -> Net<A, B> {
+    sim_net(
+        (seeded(1), client_config(&Trust::Insecure, tuning).unwrap()),
+        (server, server_config(identity(), tuning).unwrap()),
+        (|_, _| a, b),
+        LinkConfig::default(),
+    )
+}
+
 /// A perf client (side `a`) and server (side `b`) over `link`.
 fn perf_net(
     plan: ClientPlan,
@@ -45,19 +86,24 @@ fn perf_net(
     tuning: &Tuning,
     link: LinkConfig,
 ) -> Net<PerfClient, PerfServer> {
-    let clock = SimClock::new(HZ);
-    let server_tls = server_config(identity(), tuning).unwrap();
-    let server = Driver::new(clock.clone(), server, Some(server_tls)).unwrap();
-    let mut client = Driver::new(clock.clone(), client, None).unwrap();
-    let tls = client_config(&Trust::Cert(identity().cert.clone()), tuning).unwrap();
-    let conn = client.connect(tls, server_addr(), "localhost").unwrap();
-    let app = PerfClient::new(plan, conn, client.latest());
-    Net::new(
-        clock,
-        Side::new(client, app, client_addr()),
-        Side::new(server, PerfServer::new(None), server_addr()),
+    let trust = Trust::Cert(identity().cert.clone());
+    sim_net(
+        (client, client_config(&trust, tuning).unwrap()),
+        (server, server_config(identity(), tuning).unwrap()),
+        (
+            |conn, now| PerfClient::new(plan, conn, now),
+            PerfServer::new(None),
+        ),
         link,
     )
+}
+
+/// A server configuration that paces every packet.
+fn paced_server() -> DriverConfig {
+    DriverConfig {
+        pacing: Pacing::PerPacket,
+        ..seeded(2)
+    }
 }
 
 fn run_to_end(net: &mut Net<PerfClient, PerfServer>, limit: Duration) {
@@ -234,24 +280,13 @@ fn a_vanished_peer_times_out_at_the_idle_timeout_to_the_nanosecond() {
         idle_timeout: idle,
         ..Tuning::default()
     };
-    let clock = SimClock::new(HZ);
-    let server_tls = server_config(identity(), &tuning).unwrap();
-    let server = Driver::new(clock.clone(), seeded(2), Some(server_tls)).unwrap();
-    let mut client = Driver::new(clock.clone(), seeded(1), None).unwrap();
-    let tls = client_config(&Trust::Insecure, &tuning).unwrap();
-    client.connect(tls, server_addr(), "localhost").unwrap();
     let cut = Rc::new(Cell::new(false));
     let watch = Watch {
         cut: Rc::clone(&cut),
         connected_at: None,
         lost: None,
     };
-    let mut net = Net::new(
-        clock,
-        Side::new(client, watch, client_addr()),
-        Side::new(server, PerfServer::new(None), server_addr()),
-        LinkConfig::default(),
-    );
+    let mut net = insecure_net(&tuning, seeded(2), watch, PerfServer::new(None));
     net.drop = Some(Box::new(move |_| cut.get()));
     assert!(net.run_for(Duration::from_secs(5), |n| n.a.stopped));
     let (lost_at, why) = net.a.app.lost.clone().unwrap();
@@ -287,15 +322,11 @@ fn paced_datagrams_leave_at_their_departure_times_spaced_by_the_pacing_rate() {
         requests: 1,
         ..ClientPlan::default()
     };
-    let paced = DriverConfig {
-        pacing: Pacing::PerPacket,
-        ..seeded(2)
-    };
     let link = LinkConfig {
         delay: Duration::from_millis(5),
         ..LinkConfig::default()
     };
-    let mut net = perf_net(plan, seeded(1), paced, &Tuning::default(), link);
+    let mut net = perf_net(plan, seeded(1), paced_server(), &Tuning::default(), link);
     // The rate in force after each step, by time: a datagram pushed in that step was spaced
     // at it.
     let mut rates: Vec<(Instant, Option<u64>)> = Vec::new();
@@ -366,16 +397,12 @@ fn after_idle(mode: AfterIdle) -> f64 {
         warmup: Some((2_000_000, Duration::from_secs(1))),
         ..ClientPlan::default()
     };
-    let paced = DriverConfig {
-        pacing: Pacing::PerPacket,
-        ..seeded(2)
-    };
     let link = LinkConfig {
         delay: Duration::from_millis(10),
         rate_bps: Some(50_000_000),
         ..LinkConfig::default()
     };
-    let mut net = perf_net(plan, seeded(1), paced, &tuning, link);
+    let mut net = perf_net(plan, seeded(1), paced_server(), &tuning, link);
     run_to_end(&mut net, Duration::from_secs(30));
     net.a.app.report.latencies_us[0]
 }
@@ -418,27 +445,16 @@ impl App<SimClock> for Once {
     }
 }
 
-fn closing_net(closed_state: ClosedState, drain: Option<Duration>) -> (Net<Once, Closer>, ConnId) {
-    let clock = SimClock::new(HZ);
-    let tls = server_config(identity(), &Tuning::default()).unwrap();
-    let server_config = DriverConfig {
+fn closing_net(closed_state: ClosedState, drain: Option<Duration>) -> Net<Once, Closer> {
+    let server = DriverConfig {
         closed_state,
         drain_period: drain,
         ..seeded(2)
     };
-    let server = Driver::new(clock.clone(), server_config, Some(tls)).unwrap();
-    let mut client = Driver::new(clock.clone(), seeded(1), None).unwrap();
-    let tls = client_config(&Trust::Insecure, &Tuning::default()).unwrap();
-    let conn = client.connect(tls, server_addr(), "localhost").unwrap();
-    let mut net = Net::new(
-        clock,
-        Side::new(client, Once::default(), client_addr()),
-        Side::new(server, Closer, server_addr()),
-        LinkConfig::default(),
-    );
+    let mut net = insecure_net(&Tuning::default(), server, Once::default(), Closer);
     net.keep_bytes = true;
     assert!(net.run_for(Duration::from_secs(5), |n| n.a.stopped));
-    (net, conn)
+    net
 }
 
 /// A late 1-RTT packet for the server's closed connection: a short header with the
@@ -488,7 +504,7 @@ fn knock<B: App<SimClock>>(net: &mut Net<Once, B>, late: &[u8], n: usize) -> Vec
 
 #[test]
 fn a_closed_connection_becomes_a_record_that_repeats_its_close_then_expires_to_a_reset() {
-    let (mut net, _) = closing_net(ClosedState::Compact, None);
+    let mut net = closing_net(ClosedState::Compact, None);
     match &net.a.app.lost {
         Some(ConnectionError::ApplicationClosed(close)) => {
             assert_eq!(close.error_code, softtimer_quic::VarInt::from_u32(7));
@@ -529,14 +545,8 @@ fn a_closed_connection_becomes_a_record_that_repeats_its_close_then_expires_to_a
 #[test]
 fn a_draining_connection_sends_nothing_and_the_full_design_keeps_the_connection() {
     // The client's side: the server closed it, so it drains and answers nothing.
-    let (mut net, _) = closing_net(ClosedState::Compact, None);
-    let from_server = net
-        .transcript
-        .iter()
-        .rev()
-        .find(|s| s.from == From::B)
-        .and_then(|s| s.bytes.clone())
-        .unwrap();
+    let mut net = closing_net(ClosedState::Compact, None);
+    let from_server = close_sent(&net);
     let now = net.now();
     let client = &mut net.a.driver;
     let _ = client.poll_timeout();
@@ -547,41 +557,45 @@ fn a_draining_connection_sends_nothing_and_the_full_design_keeps_the_connection(
     assert_eq!(client.stats().closed.late_dropped, 1);
 
     // Full: quinn-proto's connection stays (it answers only packets it can decrypt).
-    let (mut full, _) = closing_net(ClosedState::Full, Some(Duration::from_secs(10)));
+    let mut full = closing_net(ClosedState::Full, Some(Duration::from_secs(10)));
     let _ = full.b.driver.poll_timeout();
     assert_eq!(full.b.driver.closed_held(), 0);
     assert_eq!(full.b.driver.connections(), 1);
     // Held past quinn-proto's own drain, to the override's end.
-    full.run_for(Duration::from_secs(5), |_| false);
-    assert_eq!(full.b.driver.connections(), 1);
-    full.run_for(Duration::from_secs(6), |_| false);
-    assert_eq!(full.b.driver.connections(), 0);
+    held_then_freed(&mut full, Driver::connections, 5, 6);
+}
+
+/// Runs `net` on for `held` seconds, after which the server still holds one of what `count`
+/// counts, and for `freed` more, after which it holds none.
+fn held_then_freed(
+    net: &mut Net<Once, Closer>,
+    count: impl Fn(&Driver<SimClock>) -> usize,
+    held: u64,
+    freed: u64,
+) {
+    net.run_for(Duration::from_secs(held), |_| false);
+    assert_eq!(count(&net.b.driver), 1, "after {held} s");
+    net.run_for(Duration::from_secs(freed), |_| false);
+    assert_eq!(count(&net.b.driver), 0, "after {held} s and {freed} s");
 }
 
 #[test]
 fn a_drain_period_override_holds_records_until_it_ends() {
-    let (mut net, _) = closing_net(ClosedState::Compact, Some(Duration::from_secs(60)));
-    net.run_for(Duration::from_secs(30), |_| false);
-    assert_eq!(net.b.driver.closed_held(), 1);
-    net.run_for(Duration::from_secs(31), |_| false);
-    assert_eq!(net.b.driver.closed_held(), 0);
+    let mut net = closing_net(ClosedState::Compact, Some(Duration::from_secs(60)));
+    held_then_freed(&mut net, Driver::closed_held, 30, 31);
 }
 
 #[test]
 fn an_alpn_mismatch_fails_the_handshake_with_tls_no_application_protocol() {
-    let clock = SimClock::new(HZ);
     let transport = Arc::new(quinn_proto::TransportConfig::default());
-    let tls =
+    let server_tls =
         softtimer_quic::tls::server_config_with(identity(), &[b"perf"], transport.clone()).unwrap();
-    let server = Driver::new(clock.clone(), seeded(2), Some(tls)).unwrap();
-    let mut client = Driver::new(clock.clone(), seeded(1), None).unwrap();
-    let tls =
+    let client_tls =
         softtimer_quic::tls::client_config_with(&Trust::Insecure, &[b"h3"], transport).unwrap();
-    client.connect(tls, server_addr(), "localhost").unwrap();
-    let mut net = Net::new(
-        clock,
-        Side::new(client, Once::default(), client_addr()),
-        Side::new(server, PerfServer::new(None), server_addr()),
+    let mut net = sim_net(
+        (seeded(1), client_tls),
+        (seeded(2), server_tls),
+        (|_, _| Once::default(), PerfServer::new(None)),
         LinkConfig::default(),
     );
     assert!(net.run_for(Duration::from_secs(5), |n| n.a.stopped));
@@ -790,17 +804,11 @@ impl App<SimClock> for Up {
 
 #[test]
 fn a_packet_that_crosses_the_close_before_the_record_is_made_is_answered_by_the_record() {
-    let clock = SimClock::new(HZ);
-    let tls = server_config(identity(), &Tuning::default()).unwrap();
-    let server = Driver::new(clock.clone(), seeded(2), Some(tls)).unwrap();
-    let mut client = Driver::new(clock.clone(), seeded(1), None).unwrap();
-    let tls = client_config(&Trust::Insecure, &Tuning::default()).unwrap();
-    client.connect(tls, server_addr(), "localhost").unwrap();
-    let mut net = Net::new(
-        clock,
-        Side::new(client, Once::default(), client_addr()),
-        Side::new(server, Up::default(), server_addr()),
-        LinkConfig::default(),
+    let mut net = insecure_net(
+        &Tuning::default(),
+        seeded(2),
+        Once::default(),
+        Up::default(),
     );
     net.keep_bytes = true;
     assert!(net.run_for(Duration::from_secs(1), |n| !n.b.app.0.is_empty()));

@@ -17,6 +17,21 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The cost of one call of `op`, ns: the median over `rounds` rounds of `n` calls each.
+fn cost(rounds: usize, n: u32, mut op: impl FnMut()) -> f64 {
+    median(
+        (0..rounds)
+            .map(|_| {
+                let start = WallClock::now();
+                for _ in 0..n {
+                    op();
+                }
+                per_op(start, n)
+            })
+            .collect(),
+    )
+}
+
 fn main() {
     let n: u32 = std::env::var("N")
         .ok()
@@ -25,35 +40,19 @@ fn main() {
     let rounds = 5;
     let clock = SystemClock::new();
 
-    let clock_read = median(
-        (0..rounds)
-            .map(|_| {
-                let start = WallClock::now();
-                for _ in 0..n {
-                    std::hint::black_box(clock.now_unordered());
-                }
-                per_op(start, n)
-            })
-            .collect(),
-    );
+    let clock_read = cost(rounds, n, || {
+        std::hint::black_box(clock.now_unordered());
+    });
 
     let mut timers: SoftTimers<()> = SoftTimers::new(clock).unwrap();
     timers
         .schedule_soft_event(softtimer::Span::ZERO, ())
         .unwrap();
-    let facility = median(
-        (0..rounds)
-            .map(|_| {
-                let start = WallClock::now();
-                for _ in 0..n {
-                    timers.trigger(TriggerSource::User, |t, ev| {
-                        t.schedule_at(ev.now, ()).unwrap();
-                    });
-                }
-                per_op(start, n)
-            })
-            .collect(),
-    );
+    let facility = cost(rounds, n, || {
+        timers.trigger(TriggerSource::User, |t, ev| {
+            t.schedule_at(ev.now, ()).unwrap();
+        });
+    });
 
     let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), |t, ev| {
         t.schedule_at(ev.now, ()).unwrap();
@@ -63,36 +62,18 @@ fn main() {
         .schedule_soft_event(softtimer::Span::ZERO, ())
         .unwrap();
     let mut fired = 0;
-    let in_loop = median(
-        (0..rounds)
-            .map(|_| {
-                let mut cx = ev.cx();
-                let start = WallClock::now();
-                for _ in 0..n {
-                    fired += cx.trigger(TriggerSource::User);
-                }
-                per_op(start, n)
-            })
-            .collect(),
-    );
+    let mut cx = ev.cx();
+    let in_loop = cost(rounds, n, || fired += cx.trigger(TriggerSource::User));
     assert!(
         fired as u64 >= u64::from(n) * rounds as u64 / 2,
         "events fired: {fired}"
     );
 
     let mut quiet: EventLoop<()> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
-    let nothing_due = median(
-        (0..rounds)
-            .map(|_| {
-                let mut cx = quiet.cx();
-                let start = WallClock::now();
-                for _ in 0..n {
-                    cx.trigger(TriggerSource::User);
-                }
-                per_op(start, n)
-            })
-            .collect(),
-    );
+    let mut cx = quiet.cx();
+    let nothing_due = cost(rounds, n, || {
+        cx.trigger(TriggerSource::User);
+    });
 
     println!("clock read (unordered)             {clock_read:6.1} ns");
     println!("loop trigger, nothing due          {nothing_due:6.1} ns");
@@ -119,9 +100,5 @@ fn main() {
 #[allow(dead_code)]
 fn mutex_cost(n: u32) -> f64 {
     let m = std::sync::Mutex::new(0u64);
-    let start = WallClock::now();
-    for _ in 0..n {
-        *m.lock().unwrap() += 1;
-    }
-    per_op(start, n)
+    cost(1, n, || *m.lock().unwrap() += 1)
 }

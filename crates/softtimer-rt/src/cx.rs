@@ -250,7 +250,7 @@ fn trigger<E, C: Clock>(
     extras: &mut Option<Box<Extras>>,
     source: TriggerSource,
 ) -> usize {
-    if extras.is_some() {
+    if let Some(extras) = extras {
         return trigger_with_extras(shared, extras, source);
     }
     let now = shared.clock.now_unordered();
@@ -263,12 +263,9 @@ fn trigger<E, C: Clock>(
 #[inline(never)]
 fn trigger_with_extras<E, C: Clock>(
     shared: &Shared<E, C>,
-    extras: &mut Option<Box<Extras>>,
+    extras: &mut Extras,
     source: TriggerSource,
 ) -> usize {
-    let Some(extras) = extras.as_deref_mut() else {
-        return 0;
-    };
     if extras.off {
         return 0;
     }
@@ -297,6 +294,16 @@ fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> io::Result<T> {
         match f() {
             Err(rustix::io::Errno::INTR) => continue,
             other => return other.map_err(io::Error::from),
+        }
+    }
+}
+
+/// [`retry`] for a call that fails with an `io::Error`.
+fn retry_io<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match f() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
         }
     }
 }
@@ -409,7 +416,9 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         self.watch_fd(fd, interest, token, true)
     }
 
-    /// `register` (`add`) or `reregister`, on the loop's backend.
+    /// `register` (`add`) or `reregister`, on the loop's backend. With an io_uring backend,
+    /// a poll in the ring: multishot for an edge-triggered interest, one-shot and armed again
+    /// after each report for a level-triggered one.
     fn watch_fd(
         &mut self,
         fd: impl AsFd,
@@ -417,26 +426,13 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         token: u64,
         add: bool,
     ) -> Result<(), RtError> {
-        if self.core.ring.is_some() {
-            return self.watch_ring(fd, interest, token, add);
-        }
-        watch(&self.core.epoll, fd, interest, token, add)
-    }
-
-    /// With an io_uring backend, a poll in the ring: multishot for an edge-triggered
-    /// interest, one-shot and armed again after each report for a level-triggered one.
-    fn watch_ring(
-        &mut self,
-        fd: impl AsFd,
-        interest: Interest,
-        token: u64,
-        add: bool,
-    ) -> Result<(), RtError> {
+        let Some(ring) = self.core.ring.as_deref_mut() else {
+            return watch(&self.core.epoll, fd, interest, token, add);
+        };
         let raw = registrable(fd.as_fd(), token, add)?;
         let readable = interest.0.contains(epoll::EventFlags::IN);
         let writable = interest.0.contains(epoll::EventFlags::OUT);
         let edge = interest.0.contains(epoll::EventFlags::ET);
-        let ring = self.ring()?;
         ring.watch(raw, readable, writable, edge, token)
             .map_err(|source| RtError::Register { fd: raw, source })
     }
@@ -606,12 +602,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     /// `recvmmsg` (non-blocking) into `batch`; a trigger state tagged `recv` follows.
     /// `Ok(0)` when nothing is waiting.
     pub fn recvmmsg(&mut self, fd: impl AsFd, batch: &mut RecvBatch) -> io::Result<usize> {
-        let result = loop {
-            match batch.recv(fd.as_fd(), usize::MAX, false) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other,
-            }
-        };
+        let result = retry_io(|| batch.recv(fd.as_fd(), usize::MAX, false));
         self.core.trigger(TriggerSource::Recv);
         result
     }
@@ -637,12 +628,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         fd: impl AsFd,
         messages: &[(&[u8], SocketAddr)],
     ) -> io::Result<usize> {
-        let result = loop {
-            match send_batch(fd.as_fd(), messages) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other,
-            }
-        };
+        let result = retry_io(|| send_batch(fd.as_fd(), messages));
         self.core.trigger(TriggerSource::Send);
         result
     }

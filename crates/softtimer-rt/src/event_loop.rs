@@ -243,6 +243,12 @@ impl<E: Send + 'static> EventLoop<E, SystemClock> {
     }
 }
 
+/// Adds `fd` to `epoll`, watched for input, as `token`.
+fn watch_input(epoll: &OwnedFd, fd: impl AsFd, token: u64) -> Result<(), RtError> {
+    let data = epoll::EventData::new_u64(token);
+    epoll::add(epoll, fd, data, epoll::EventFlags::IN).map_err(|e| RtError::from(("epoll_ctl", e)))
+}
+
 impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C> {
     /// A loop on `clock` (a [`softtimer::SimClock`] in tests).
     pub fn with_clock<H>(config: LoopConfig, clock: C, handler: H) -> Result<Self, RtError>
@@ -288,25 +294,13 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         );
         let stop_fd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
             .map_err(|e| RtError::from(("eventfd", e)))?;
-        epoll::add(
-            &*epoll,
-            &stop_fd,
-            epoll::EventData::new_u64(STOP_TOKEN),
-            epoll::EventFlags::IN,
-        )
-        .map_err(|e| RtError::from(("epoll_ctl", e)))?;
+        watch_input(&epoll, &stop_fd, STOP_TOKEN)?;
 
         let mut timerfd = None;
         if let (None, TimerMode::Timerfd(period)) = (signal_period, config.mode) {
             let period = check_period(period)?;
             let fd = periodic_timerfd(period).map_err(RtError::io("the baseline's timerfd"))?;
-            epoll::add(
-                &*epoll,
-                &fd,
-                epoll::EventData::new_u64(TIMERFD_TOKEN),
-                epoll::EventFlags::IN,
-            )
-            .map_err(|e| RtError::from(("epoll_ctl", e)))?;
+            watch_input(&epoll, &fd, TIMERFD_TOKEN)?;
             timerfd = Some(fd);
         }
         let mut signal_timer = None;

@@ -504,6 +504,17 @@ mod tests {
         Span::from_ticks(t)
     }
 
+    fn spin(until: Instant) -> IdleAction {
+        IdleAction::Spin { until }
+    }
+
+    /// Blocking for at most `t` ticks.
+    fn block(t: u64) -> IdleAction {
+        IdleAction::Block {
+            timeout: Some(span(t)),
+        }
+    }
+
     const POLICY: IdlePolicy = IdlePolicy {
         spin_window: Span::from_ticks(20),
         spin_slice: Span::from_ticks(15),
@@ -525,16 +536,12 @@ mod tests {
         let now = clock.now();
         assert_eq!(
             POLICY.decide(now, Some(now + span(10))),
-            IdleAction::Spin {
-                until: now + span(10)
-            }
+            spin(now + span(10))
         );
         // Due in 18 (inside the window of 20), but a slice is 15: spin 15, then look again.
         assert_eq!(
             POLICY.decide(now, Some(now + span(18))),
-            IdleAction::Spin {
-                until: now + span(15)
-            }
+            spin(now + span(15))
         );
     }
 
@@ -542,19 +549,12 @@ mod tests {
     fn an_event_due_later_blocks_until_the_window_before_it() {
         let clock = SimClock::new(1_000_000);
         let now = clock.now();
-        assert_eq!(
-            POLICY.decide(now, Some(now + span(1000))),
-            IdleAction::Block {
-                timeout: Some(span(980))
-            }
-        );
+        assert_eq!(POLICY.decide(now, Some(now + span(1000))), block(980));
         // After the block, the clock reads the window's start: now spin to the due time.
         clock.advance(980);
         assert_eq!(
             POLICY.decide(clock.now(), Some(now + span(1000))),
-            IdleAction::Spin {
-                until: clock.now() + span(15)
-            }
+            spin(clock.now() + span(15))
         );
     }
 
@@ -632,25 +632,10 @@ mod tests {
             windows: Some(windows),
         };
         let now = Instant::from_ticks(5);
-        assert_eq!(
-            policy.decide(now, Some(now + span(100))),
-            IdleAction::Block {
-                timeout: Some(span(90))
-            }
-        );
-        assert_eq!(
-            policy.decide(now, Some(now + span(5_000))),
-            IdleAction::Block {
-                timeout: Some(span(4_960))
-            }
-        );
+        assert_eq!(policy.decide(now, Some(now + span(100))), block(90));
+        assert_eq!(policy.decide(now, Some(now + span(5_000))), block(4_960));
         // A wait within its window is spun.
-        assert_eq!(
-            policy.decide(now, Some(now + span(8))),
-            IdleAction::Spin {
-                until: now + span(8)
-            }
-        );
+        assert_eq!(policy.decide(now, Some(now + span(8))), spin(now + span(8)));
     }
 
     #[test]
@@ -661,12 +646,7 @@ mod tests {
             windows: None,
         };
         let now = Instant::from_ticks(7);
-        assert_eq!(
-            never.decide(now, Some(now + span(1))),
-            IdleAction::Block {
-                timeout: Some(span(1))
-            }
-        );
+        assert_eq!(never.decide(now, Some(now + span(1))), block(1));
     }
 
     const PLAN: BackstopPlan = BackstopPlan {

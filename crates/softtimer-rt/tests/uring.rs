@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use softtimer::TriggerSource;
 use softtimer_rt::{
-    EventLoop, Interest, IoBackend, LoopConfig, RingRecv, RtError, SendOptions, StopHandle,
-    UringOptions, UringUnavailable,
+    EventLoop, Interest, IoBackend, LoopConfig, LoopCx, Ready, RingRecv, RtError, SendOptions,
+    StopHandle, UringOptions, UringUnavailable,
 };
 
 fn uring_config() -> LoopConfig {
@@ -54,8 +54,24 @@ fn deadline(stop: StopHandle, limit: Duration) -> std::thread::JoinHandle<()> {
     })
 }
 
+/// Runs the loop for `limit`, handing what is ready to `on_ready`.
+fn run_for(
+    ev: &mut EventLoop<()>,
+    limit: Duration,
+    on_ready: impl FnMut(&mut LoopCx<'_, ()>, Ready),
+) {
+    let stopper = deadline(ev.stop_handle(), limit);
+    ev.run(on_ready).unwrap();
+    stopper.join().unwrap();
+}
+
 fn bind() -> UdpSocket {
     UdpSocket::bind("127.0.0.1:0").unwrap()
+}
+
+/// Datagrams received into `buffers` provided buffers of `size` bytes.
+fn datagrams(buffers: u16, size: u32) -> RingRecv {
+    RingRecv::Datagrams { buffers, size }
 }
 
 #[test]
@@ -67,17 +83,7 @@ fn a_udp_echo_runs_through_the_ring() {
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     let to = server.local_addr().unwrap();
-    let fd = ev
-        .cx()
-        .attach(
-            &server,
-            1,
-            RingRecv::Datagrams {
-                buffers: 16,
-                size: 2048,
-            },
-        )
-        .unwrap();
+    let fd = ev.cx().attach(&server, 1, datagrams(16, 2048)).unwrap();
     const N: usize = 100;
     let sender = {
         let client = client.try_clone().unwrap();
@@ -155,9 +161,7 @@ fn a_burst_larger_than_the_ring_is_sent_whole() {
     }
     // The loop's own send completions do not end its wait (nothing else is news to it):
     // it reaps them when something else comes, here the stop.
-    let stopper = deadline(ev.stop_handle(), Duration::from_millis(300));
-    ev.run(|_, _| {}).unwrap();
-    stopper.join().unwrap();
+    run_for(&mut ev, Duration::from_millis(300), |_, _| {});
     let counters = ev.cx().ring_counters(fd).unwrap();
     assert_eq!((counters.sent, counters.refused), (burst as u64, 0));
     assert!(
@@ -181,17 +185,7 @@ fn a_burst_larger_than_the_ring_is_sent_whole() {
 fn a_datagram_longer_than_a_buffer_arrives_truncated_and_flagged() {
     let mut ev = ring_or_skip!(uring_config());
     let rx = bind();
-    let fd = ev
-        .cx()
-        .attach(
-            &rx,
-            3,
-            RingRecv::Datagrams {
-                buffers: 4,
-                size: 64,
-            },
-        )
-        .unwrap();
+    let fd = ev.cx().attach(&rx, 3, datagrams(4, 64)).unwrap();
     let tx = bind();
     tx.send_to(&[7u8; 200], rx.local_addr().unwrap()).unwrap();
     tx.send_to(&[8u8; 10], rx.local_addr().unwrap()).unwrap();
@@ -231,16 +225,7 @@ fn a_gso_batch_leaves_as_one_send_and_arrives_whole() {
     let tx = bind();
     let (rx_fd, tx_fd) = {
         let mut cx = ev.cx();
-        let rx_fd = cx
-            .attach(
-                &rx,
-                1,
-                RingRecv::Datagrams {
-                    buffers: 8,
-                    size: 65536,
-                },
-            )
-            .unwrap();
+        let rx_fd = cx.attach(&rx, 1, datagrams(8, 65536)).unwrap();
         (rx_fd, cx.attach(&tx, 2, RingRecv::None).unwrap())
     };
     let batch: Vec<u8> = (0..450u32).map(|i| (i / 100) as u8).collect();
@@ -286,16 +271,7 @@ fn every_completion_reaped_is_a_trigger_state() {
     const K: u64 = 40;
     let (rx_fd, tx_fd) = {
         let mut cx = ev.cx();
-        let rx_fd = cx
-            .attach(
-                &rx,
-                1,
-                RingRecv::Datagrams {
-                    buffers: 64,
-                    size: 256,
-                },
-            )
-            .unwrap();
+        let rx_fd = cx.attach(&rx, 1, datagrams(64, 256)).unwrap();
         let tx_fd = cx.attach(&tx, 2, RingRecv::None).unwrap();
         for i in 0..K {
             cx.send_ring(tx_fd, &[&i.to_be_bytes()], &SendOptions::default())
@@ -335,14 +311,25 @@ fn eventfd() -> OwnedFd {
     .unwrap()
 }
 
+/// An eventfd registered by the loop's callbacks for `interest`, as `token`.
+fn registered_eventfd(ev: &mut EventLoop<()>, interest: Interest, token: u64) -> OwnedFd {
+    let fd = eventfd();
+    ev.cx().register(&fd, interest, token).unwrap();
+    fd
+}
+
+/// Adds one to an eventfd's count.
+fn post(fd: impl AsFd) {
+    rustix::io::write(fd, &1u64.to_ne_bytes()).unwrap();
+}
+
 #[test]
 fn other_descriptors_are_served_through_the_rings_polls_and_the_epoll_set() {
     let mut ev = ring_or_skip!(uring_config());
     // One registered by the loop's callbacks (a multishot poll in the ring), one by a
     // handle from another thread (the epoll set, which the ring polls).
-    let direct = eventfd();
+    let direct = registered_eventfd(&mut ev, Interest::READABLE, 5);
     let handled = eventfd();
-    ev.cx().register(&direct, Interest::READABLE, 5).unwrap();
     ev.handle()
         .register(&handled, Interest::READABLE, 6)
         .unwrap();
@@ -350,8 +337,8 @@ fn other_descriptors_are_served_through_the_rings_polls_and_the_epoll_set() {
     let writer = std::thread::spawn(move || {
         for _ in 0..3 {
             std::thread::sleep(Duration::from_millis(5));
-            rustix::io::write(&d, &1u64.to_ne_bytes()).unwrap();
-            rustix::io::write(&h, &1u64.to_ne_bytes()).unwrap();
+            post(&d);
+            post(&h);
         }
     });
     let limit = deadline(ev.stop_handle(), Duration::from_secs(10));
@@ -383,12 +370,10 @@ fn other_descriptors_are_served_through_the_rings_polls_and_the_epoll_set() {
     assert!(started.elapsed() < Duration::from_secs(10));
     // Deregistered: a write no longer reaches the loop.
     ev.cx().deregister(&direct).unwrap();
-    rustix::io::write(&direct, &1u64.to_ne_bytes()).unwrap();
-    let stop = ev.stop_handle();
-    let stopper = deadline(stop, Duration::from_millis(50));
-    ev.run(|_, ready| assert_ne!(ready.token, 5, "deregistered"))
-        .unwrap();
-    stopper.join().unwrap();
+    post(&direct);
+    run_for(&mut ev, Duration::from_millis(50), |_, ready| {
+        assert_ne!(ready.token, 5, "deregistered")
+    });
     drop(limit);
     assert!(direct.as_fd().as_raw_fd() >= 0);
 }
@@ -487,14 +472,10 @@ fn where_io_uring_is_refused_the_loop_says_why() {
 #[test]
 fn a_level_triggered_descriptor_is_reported_until_read_and_an_edge_triggered_once() {
     let mut ev = ring_or_skip!(uring_config());
-    let level = eventfd();
-    let edge = eventfd();
-    ev.cx().register(&level, Interest::READABLE, 1).unwrap();
-    ev.cx()
-        .register(&edge, Interest::READABLE.edge(), 2)
-        .unwrap();
-    rustix::io::write(&level, &1u64.to_ne_bytes()).unwrap();
-    rustix::io::write(&edge, &1u64.to_ne_bytes()).unwrap();
+    let level = registered_eventfd(&mut ev, Interest::READABLE, 1);
+    let edge = registered_eventfd(&mut ev, Interest::READABLE.edge(), 2);
+    post(&level);
+    post(&edge);
     let limit = deadline(ev.stop_handle(), Duration::from_secs(10));
     let (mut level_reports, mut edge_reports) = (0, 0);
     ev.run(|cx, ready| {
@@ -518,10 +499,9 @@ fn a_level_triggered_descriptor_is_reported_until_read_and_an_edge_triggered_onc
     .unwrap();
     // A while longer: the level-triggered descriptor, read, is not reported again, and the
     // edge-triggered one, never read, is not either.
-    let stopper = deadline(ev.stop_handle(), Duration::from_millis(50));
-    ev.run(|_, ready| panic!("reported again: token {}", ready.token))
-        .unwrap();
-    stopper.join().unwrap();
+    run_for(&mut ev, Duration::from_millis(50), |_, ready| {
+        panic!("reported again: token {}", ready.token)
+    });
     assert_eq!((level_reports, edge_reports), (3, 1));
     drop(limit);
 }
@@ -586,12 +566,9 @@ fn a_descriptor_that_is_not_a_socket_is_read_and_written_through_the_ring() {
     // receive stops for good, saying why, instead of being armed again in a loop.
     ev.cx().detach(wfd);
     drop(write_end);
-    let stopper = deadline(ev.stop_handle(), Duration::from_millis(100));
-    ev.run(|cx, _| {
+    run_for(&mut ev, Duration::from_millis(100), |cx, _| {
         cx.received(rfd, usize::MAX, |m| assert!(m.data.is_empty()));
-    })
-    .unwrap();
-    stopper.join().unwrap();
+    });
     let counters = ev.cx().ring_counters(rfd).unwrap();
     assert_eq!(counters.recv_error, Some(0), "{counters:?}");
     assert!(counters.rearmed <= 8, "{counters:?}");

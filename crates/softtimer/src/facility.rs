@@ -412,17 +412,12 @@ impl<E, C: Clock> SoftTimers<E, C> {
         &mut self,
         now: Instant,
         source: TriggerSource,
-        mut dispatch: F,
+        dispatch: F,
     ) -> usize
     where
         F: FnMut(&mut Self, Fired<E>),
     {
-        let mut fired = 0;
-        while let Some(event) = self.pop_expired_deadline(now, source) {
-            fired += 1;
-            dispatch(self, event);
-        }
-        fired
+        self.dispatch_each(move |t| t.pop_expired_deadline(now, source), dispatch)
     }
 
     /// The pull form of a trigger state: removes and returns the earliest event due at
@@ -653,12 +648,22 @@ impl<E, C: Clock> SoftTimers<E, C> {
     }
 
     #[inline(never)]
-    fn run_due<F>(&mut self, now: Instant, source: TriggerSource, mut dispatch: F) -> usize
+    fn run_due<F>(&mut self, now: Instant, source: TriggerSource, dispatch: F) -> usize
     where
         F: FnMut(&mut Self, Fired<E>),
     {
+        self.dispatch_each(move |t| t.pop_due(now, source), dispatch)
+    }
+
+    /// Hands each event `pop` removes to `dispatch`, until `pop` finds none; how many.
+    #[inline(always)]
+    fn dispatch_each<P, F>(&mut self, mut pop: P, mut dispatch: F) -> usize
+    where
+        P: FnMut(&mut Self) -> Option<Fired<E>>,
+        F: FnMut(&mut Self, Fired<E>),
+    {
         let mut fired = 0;
-        while let Some(event) = self.pop_due(now, source) {
+        while let Some(event) = pop(self) {
             fired += 1;
             dispatch(self, event);
         }

@@ -75,6 +75,18 @@ impl Instant {
         (!earlier.is_after(self)).then(|| Span(self.0.wrapping_sub(earlier.0)))
     }
 
+    /// `span` later, wrapping like the counter.
+    #[inline(always)]
+    const fn wrapping_add(self, span: Span) -> Instant {
+        Instant(self.0.wrapping_add(span.0))
+    }
+
+    /// `span` earlier, wrapping like the counter.
+    #[inline(always)]
+    const fn wrapping_sub(self, span: Span) -> Instant {
+        Instant(self.0.wrapping_sub(span.0))
+    }
+
     /// Whether this is strictly after `other` (on the circle).
     #[inline(always)]
     pub const fn is_after(self, other: Instant) -> bool {
@@ -176,71 +188,46 @@ impl Ord for Instant {
     }
 }
 
-impl Add<Span> for Instant {
-    type Output = Instant;
+/// Implements each listed operator `Op::op(Lhs, Rhs) -> Output` by calling the function after
+/// `=` (inlined); an `OpAssign::op_assign` after that adds the assigning form, `a op= b` as
+/// `a = a op b`.
+macro_rules! operators {
+    ($(
+        $(#[$doc:meta])*
+        $Op:ident::$op:ident($Lhs:ty, $Rhs:ty) -> $Out:ty = $via:path
+        $(, $OpAssign:ident::$op_assign:ident)?;
+    )*) => {$(
+        impl $Op<$Rhs> for $Lhs {
+            type Output = $Out;
+            $(#[$doc])*
+            #[inline(always)]
+            fn $op(self, rhs: $Rhs) -> $Out {
+                $via(self, rhs)
+            }
+        }
+        $(
+            impl $OpAssign<$Rhs> for $Lhs {
+                #[inline(always)]
+                fn $op_assign(&mut self, rhs: $Rhs) {
+                    *self = $via(*self, rhs);
+                }
+            }
+        )?
+    )*};
+}
+
+operators! {
     /// Wraps, like the counter it reads.
-    #[inline(always)]
-    fn add(self, span: Span) -> Instant {
-        Instant(self.0.wrapping_add(span.0))
-    }
-}
-
-impl AddAssign<Span> for Instant {
-    #[inline(always)]
-    fn add_assign(&mut self, span: Span) {
-        *self = *self + span;
-    }
-}
-
-impl Sub<Span> for Instant {
-    type Output = Instant;
+    Add::add(Instant, Span) -> Instant = Instant::wrapping_add, AddAssign::add_assign;
     /// Wraps, like the counter it reads.
-    #[inline(always)]
-    fn sub(self, span: Span) -> Instant {
-        Instant(self.0.wrapping_sub(span.0))
-    }
-}
-
-impl SubAssign<Span> for Instant {
-    #[inline(always)]
-    fn sub_assign(&mut self, span: Span) {
-        *self = *self - span;
-    }
-}
-
-impl Sub for Instant {
-    type Output = Span;
-    /// The span from `earlier` to `self`, zero if `earlier` is not before `self` (use
+    Sub::sub(Instant, Span) -> Instant = Instant::wrapping_sub, SubAssign::sub_assign;
+    /// The span from `rhs` to `self`, zero if `rhs` is not before `self` (use
     /// [`Instant::checked_since`] to tell).
-    #[inline(always)]
-    fn sub(self, earlier: Instant) -> Span {
-        self.saturating_since(earlier)
-    }
-}
-
-impl Add for Span {
-    type Output = Span;
+    Sub::sub(Instant, Instant) -> Span = Instant::saturating_since;
     /// Saturates at [`Span::MAX`].
-    #[inline(always)]
-    fn add(self, other: Span) -> Span {
-        self.saturating_add(other)
-    }
-}
-
-impl AddAssign for Span {
-    #[inline(always)]
-    fn add_assign(&mut self, other: Span) {
-        *self = *self + other;
-    }
-}
-
-impl Sub for Span {
-    type Output = Span;
+    Add::add(Span, Span) -> Span = Span::saturating_add, AddAssign::add_assign;
     /// Saturates at zero.
-    #[inline(always)]
-    fn sub(self, other: Span) -> Span {
-        self.saturating_sub(other)
-    }
+    Sub::sub(Span, Span) -> Span = Span::saturating_sub;
 }
 
 impl fmt::Debug for Instant {

@@ -31,63 +31,73 @@ fn bad_input_is_a_clear_error() {
     refused(&cases);
 }
 
+/// Runs the command `server` (`--listen` a free loopback port, then `server_options`) and,
+/// once it has bound the port, the command `client` (`--to` that port, then
+/// `client_options`); both must succeed.
+fn serve_and_send(server: &str, server_options: &[&str], client: &str, client_options: &[&str]) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let server = spawn_serving(
+        port,
+        &[&[server, "--listen", &listen], server_options].concat(),
+    );
+    succeeded(&softtimers(
+        &[&[client, "--to", &listen], client_options].concat(),
+    ));
+    succeeded(&server.join().unwrap());
+}
+
+/// The JSON `what` wrote to `path` (the file removed), which must have each of `keys`.
+fn json_with(what: &str, path: &std::path::Path, keys: &[&str]) -> serde_json::Value {
+    let json = take_json(path);
+    for key in keys {
+        assert!(json.get(key).is_some(), "{what} JSON lacks {key}: {json}");
+    }
+    json
+}
+
 #[test]
 fn pace_and_sink_write_the_json_the_checks_read() {
     let dir = scratch("pace");
     let sink_json = dir.join("sink.json");
     let pace_json = dir.join("pace.json");
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let sink = spawn_serving(
-        port,
+    serve_and_send(
+        "sink",
+        &["--duration", "3s", "--json", sink_json.to_str().unwrap()],
+        "pace",
         &[
-            "sink",
-            "--listen",
-            &listen,
+            "--rate",
+            "20M",
             "--duration",
-            "3s",
+            "500ms",
             "--json",
-            sink_json.to_str().unwrap(),
+            pace_json.to_str().unwrap(),
         ],
     );
-    let out = softtimers(&[
+    let p = json_with(
         "pace",
-        "--to",
-        &listen,
-        "--rate",
-        "20M",
-        "--duration",
-        "500ms",
-        "--json",
-        pace_json.to_str().unwrap(),
-    ]);
-    succeeded(&out);
-    let out = sink.join().unwrap();
-    succeeded(&out);
-    let p: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&pace_json).unwrap()).unwrap();
-    for key in [
-        "target_bps",
-        "achieved_bps",
-        "conformance_pct",
-        "packets",
-        "cpu_ns_per_packet",
-        "timer",
-    ] {
-        assert!(p.get(key).is_some(), "pace JSON lacks {key}: {p}");
-    }
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&sink_json).unwrap()).unwrap();
-    for key in [
-        "packets",
-        "rate_bps",
-        "interarrival_mean_us",
-        "interarrival_stddev_us",
-        "longest_burst",
-        "burstiness_index",
-    ] {
-        assert!(s.get(key).is_some(), "sink JSON lacks {key}: {s}");
-    }
+        &pace_json,
+        &[
+            "target_bps",
+            "achieved_bps",
+            "conformance_pct",
+            "packets",
+            "cpu_ns_per_packet",
+            "timer",
+        ],
+    );
+    let s = json_with(
+        "sink",
+        &sink_json,
+        &[
+            "packets",
+            "rate_bps",
+            "interarrival_mean_us",
+            "interarrival_stddev_us",
+            "longest_burst",
+            "burstiness_index",
+        ],
+    );
     assert_eq!(s["packets"], p["packets"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -181,8 +191,6 @@ fn the_router_forwards_every_datagram_at_a_low_rate() {
         // The first datagram may wait for the router and the flood to start on a loaded host.
         sink.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
         let json = std::env::temp_dir().join(format!(
             "softtimers-router-{design}-{}.json",
             std::process::id()
@@ -197,37 +205,24 @@ fn the_router_forwards_every_datagram_at_a_low_rate() {
             }
             got
         });
-        let router = spawn_serving(
-            port,
+        // The router runs long enough that a flood slow to start on a loaded host still ends
+        // well inside the run.
+        serve_and_send(
+            "router",
             &[
-                "router",
-                "--listen",
-                &listen,
                 "--forward-to",
                 &to,
                 "--design",
                 design,
-                // Long enough that a flood slow to start on a loaded host still ends
-                // well inside the run.
                 "--duration",
                 "3s",
                 "--json",
                 json.to_str().unwrap(),
             ],
-        );
-        let flood = softtimers(&[
             "flood",
-            "--to",
-            &listen,
-            "--rate",
-            "2000",
-            "--duration",
-            "500ms",
-        ]);
-        succeeded(&flood);
+            &["--rate", "2000", "--duration", "500ms"],
+        );
         let got = reader.join().unwrap();
-        let out = router.join().unwrap();
-        succeeded(&out);
         let report = take_json(&json);
         assert_eq!(report["received"], 1000, "{design}: {report}");
         assert_eq!(got, 1000, "{design}: the sink got {got} of 1000; {report}");

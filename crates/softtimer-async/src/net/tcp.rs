@@ -4,7 +4,7 @@
 use std::future::poll_fn;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -13,6 +13,25 @@ use softtimer::TriggerSource;
 
 use crate::net::udp::syscall;
 use crate::reactor::{Direction, Registration, take_socket_error};
+
+/// `socket` made non-blocking (`FIONBIO`, as std's `set_nonblocking`) and registered with the
+/// calling thread's loop.
+fn register_nonblocking(socket: BorrowedFd<'_>) -> io::Result<Registration> {
+    rustix::io::ioctl_fionbio(socket, true)?;
+    Registration::current(socket)
+}
+
+/// A close-on-exec TCP socket (with `flags` besides) of `addr`'s address family.
+fn tcp_socket(addr: &SocketAddr, flags: SocketFlags) -> io::Result<OwnedFd> {
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let flags = SocketFlags::CLOEXEC | flags;
+    let socket = rustix::net::socket_with(family, SocketType::STREAM, flags, None)?;
+    Ok(socket)
+}
 
 /// A TCP listener registered with the loop of the thread that made it; the streams it
 /// accepts are registered with the loop of the task that accepts them.
@@ -52,12 +71,7 @@ impl TcpListener {
     /// Binds with `SO_REUSEPORT`, so that each loop of a thread-per-core server can have a
     /// listener of its own on one port (the kernel spreads connections over them).
     pub fn bind_reuse_port(addr: SocketAddr) -> io::Result<TcpListener> {
-        let family = if addr.is_ipv4() {
-            AddressFamily::INET
-        } else {
-            AddressFamily::INET6
-        };
-        let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+        let fd = tcp_socket(&addr, SocketFlags::empty())?;
         sockopt::set_socket_reuseaddr(&fd, true)?;
         sockopt::set_socket_reuseport(&fd, true)?;
         rustix::net::bind(&fd, &addr)?;
@@ -67,8 +81,7 @@ impl TcpListener {
 
     /// Takes over a listening std socket (made non-blocking).
     pub fn from_std(socket: std::net::TcpListener) -> io::Result<TcpListener> {
-        socket.set_nonblocking(true)?;
-        let reg = Registration::current(socket.as_fd())?;
+        let reg = register_nonblocking(socket.as_fd())?;
         Ok(TcpListener { socket, reg })
     }
 
@@ -122,17 +135,7 @@ pub struct TcpStream {
 impl TcpStream {
     /// Connects to `addr` (non-blocking `connect`, waiting for the handshake).
     pub async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
-        let family = if addr.is_ipv4() {
-            AddressFamily::INET
-        } else {
-            AddressFamily::INET6
-        };
-        let fd: OwnedFd = rustix::net::socket_with(
-            family,
-            SocketType::STREAM,
-            SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
-            None,
-        )?;
+        let fd = tcp_socket(&addr, SocketFlags::NONBLOCK)?;
         match syscall(TriggerSource::Syscall, || rustix::net::connect(&fd, &addr)) {
             Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}
             Err(e) => return Err(e.into()),
@@ -157,8 +160,7 @@ impl TcpStream {
 
     /// Takes over a connected std stream (made non-blocking).
     pub fn from_std(socket: std::net::TcpStream) -> io::Result<TcpStream> {
-        socket.set_nonblocking(true)?;
-        let reg = Registration::current(socket.as_fd())?;
+        let reg = register_nonblocking(socket.as_fd())?;
         Ok(TcpStream { socket, reg })
     }
 

@@ -79,6 +79,23 @@ struct Attached {
     counters: RingCounters,
 }
 
+impl Attached {
+    /// Whether this is still the attachment of `generation`.
+    #[inline]
+    fn is_live(&self, generation: u32) -> bool {
+        self.active && self.generation == generation
+    }
+}
+
+/// The attachment at `index` in `attached`, if it is still the one of `generation` (a
+/// completion for a detached descriptor, or for an earlier one at its index, finds none).
+#[inline]
+fn live_mut(attached: &mut [Attached], index: u32, generation: u32) -> Option<&mut Attached> {
+    attached
+        .get_mut(index as usize)
+        .filter(|a| a.is_live(generation))
+}
+
 /// A send slot's owner and what it carries.
 #[derive(Clone, Copy, Default)]
 struct SlotUse {
@@ -295,7 +312,7 @@ impl Ring {
 
     fn live(&self, fd: RingFd) -> Option<usize> {
         let a = self.attached.get(fd.index as usize)?;
-        (a.active && a.generation == fd.generation).then_some(fd.index as usize)
+        a.is_live(fd.generation).then_some(fd.index as usize)
     }
 
     fn arm_recv(&mut self, index: u32) -> io::Result<()> {
@@ -593,11 +610,7 @@ impl Ring {
                 let slot = index;
                 let u = self.slot_use[slot as usize];
                 self.outstanding = self.outstanding.saturating_sub(1);
-                let Some(a) = self
-                    .attached
-                    .get_mut(u.attached as usize)
-                    .filter(|a| a.active && a.generation == u.generation)
-                else {
+                let Some(a) = live_mut(&mut self.attached, u.attached, u.generation) else {
                     self.free_slots.push(slot);
                     return TriggerSource::Send;
                 };
@@ -620,11 +633,7 @@ impl Ring {
                 TriggerSource::Send
             }
             Kind::Writable => {
-                let Some(a) = self
-                    .attached
-                    .get_mut(index as usize)
-                    .filter(|a| a.active && a.generation == generation)
-                else {
+                let Some(a) = live_mut(&mut self.attached, index, generation) else {
                     return TriggerSource::Send;
                 };
                 a.writable_armed = false;
@@ -640,11 +649,7 @@ impl Ring {
                 TriggerSource::Send
             }
             Kind::Recv => {
-                let Some(a) = self
-                    .attached
-                    .get_mut(index as usize)
-                    .filter(|a| a.active && a.generation == generation)
-                else {
+                let Some(a) = live_mut(&mut self.attached, index, generation) else {
                     return TriggerSource::Recv;
                 };
                 let token = a.token;

@@ -29,7 +29,9 @@ use softtimer_rt::{Interest, LoopConfig};
 
 use softtimers_tools::output::{Program, Report};
 
-use crate::harness::{RunLength, TimerSource, interleaved, interval_label, pin_to_last_cpu};
+use crate::harness::{
+    RunLength, TimerSource, interleaved, interval_label, per_config, pin_to_last_cpu,
+};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, paired_ratios, range};
 use crate::targets::{TargetCheck, soft_vs_hardware_targets};
@@ -386,10 +388,7 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         .into_iter()
         .map(|c| c.into_iter().flatten().collect())
         .collect();
-    let times: Vec<Vec<f64>> = runs
-        .iter()
-        .map(|c| c.iter().map(|r| r.elapsed.as_secs_f64()).collect())
-        .collect();
+    let times = per_config(&runs, |r| r.elapsed.as_secs_f64());
     let base = median(&times[0]);
     let mut rows = Vec::new();
     for (i, &(source, us)) in configs.iter().enumerate().skip(1) {

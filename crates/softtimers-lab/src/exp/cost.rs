@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::harness::{
     ExpOptions, HandlerKind, RunInfo, Setup, TimerSource, Workload, interleaved, interval_label,
-    run,
+    per_config, run,
 };
 use crate::paper::{PAPER_TABLE_I, PAPER_TABLES_II_III};
 use crate::report::{Rendered, Section};
@@ -117,10 +117,7 @@ fn cost_table(
             Ok((o.rate, o.events_per_s, o.signal_busy))
         },
     )?;
-    let rates: Vec<Vec<f64>> = outcomes
-        .iter()
-        .map(|c| c.iter().map(|o| o.0).collect())
-        .collect();
+    let rates = per_config(&outcomes, |o| o.0);
     let rows = all
         .iter()
         .zip(&outcomes)

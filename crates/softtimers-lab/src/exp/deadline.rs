@@ -11,7 +11,9 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use softtimer_rt::DeadlineDesign;
 
-use crate::harness::{ExpOptions, RunInfo, Setup, TimerSource, Workload, interleaved, run};
+use crate::harness::{
+    ExpOptions, RunInfo, Setup, TimerSource, Workload, interleaved, per_config, run,
+};
 use crate::paper::PAPER_TABLE_XIII;
 use crate::report::{Rendered, Section};
 use crate::summary::{median, median_ratio, paired_ratios, range};
@@ -202,14 +204,8 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             })
         },
     )?;
-    let rates: Vec<Vec<f64>> = outcomes
-        .iter()
-        .map(|c| c.iter().map(|o| o.rate).collect())
-        .collect();
-    let loop_core: Vec<Vec<f64>> = outcomes
-        .iter()
-        .map(|c| c.iter().map(|o| o.loop_core_ns_per_response).collect())
-        .collect();
+    let rates = per_config(&outcomes, |o| o.rate);
+    let loop_core = per_config(&outcomes, |o| o.loop_core_ns_per_response);
     let rows: Vec<DeadlineRow> = configs
         .iter()
         .zip(&outcomes)

@@ -29,7 +29,7 @@ pub use length::RunLength;
 pub use options::{ExpOptions, RunInfo, RunResult, trigger_source_name};
 pub use paced_flow::{Clocking, PaceLoad, PaceOutcome};
 pub use progress::{human_duration, progress_bar, with_progress};
-pub use rounds::interleaved;
+pub use rounds::{interleaved, per_config};
 pub use server::{Outcome, Setup, TimerSource, Workload, interval_label, run};
 pub use softtimers_tools::cpu::{
     CLIENT_CPU, Pinned, cpus, pin_process, pin_to, pin_to_last_cpu, process_cpu_ns, server_cpu,

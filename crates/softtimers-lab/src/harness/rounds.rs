@@ -28,6 +28,15 @@ pub fn interleaved<C, M>(
     Ok(out)
 }
 
+/// One figure of every measurement [`interleaved`] returned: per configuration, round by
+/// round.
+pub fn per_config<M>(measured: &[Vec<M>], figure: impl Fn(&M) -> f64) -> Vec<Vec<f64>> {
+    measured
+        .iter()
+        .map(|rounds| rounds.iter().map(&figure).collect())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +57,7 @@ mod tests {
         .unwrap();
         assert_eq!(order, ['a', 'b', 'c', 'a', 'b', 'c']);
         assert_eq!(out, vec![vec![1, 4], vec![2, 5], vec![3, 6]]);
+        let halves = per_config(&out, |&n| n as f64 / 2.0);
+        assert_eq!(halves, vec![vec![0.5, 2.0], vec![1.0, 2.5], vec![1.5, 3.0]]);
     }
 }

@@ -41,7 +41,7 @@ use softtimer::{Clock, SystemClock};
 use softtimer_net::Rate;
 use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader};
-use softtimer_rt::{IoBackend, PrecisionPlan, SpinWindow, plan_precision};
+use softtimer_rt::{IoBackend, LoopConfig, PrecisionPlan, SpinWindow, plan_precision};
 
 use crate::cpu::process_cpu_ns;
 use crate::output::Report;
@@ -460,6 +460,16 @@ pub(super) struct Plan {
 }
 
 impl Plan {
+    /// The soft loop's settings: room for `events` pending events and one more, the plan's
+    /// spin window.
+    fn loop_config(&self, events: u32) -> LoopConfig {
+        LoopConfig {
+            capacity: events as usize + 1,
+            spin_window: SpinWindow::Fixed(self.spin_window),
+            ..LoopConfig::default()
+        }
+    }
+
     fn new(options: &PaceOptions) -> Result<Plan> {
         let flows = u64::from(options.flows);
         let per_flow = Rate::from_bits_per_sec((options.rate.bits_per_sec() / flows).max(1))?;

@@ -14,9 +14,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use softtimer::{Fired, SoftTimers, Span};
 use softtimer_net::udp::{PacketHeader, realtime_ns};
-use softtimer_rt::{EventLoop, LoopConfig, RingRecv, SendOptions, SpinWindow};
+use softtimer_rt::{EventLoop, LoopConfig, RingRecv, SendOptions};
 
-use super::sender::{BATCH, Flow, Sender};
+use super::sender::{BATCH, Flow, Sender, start_spread, stop_after};
 use super::{PaceOptions, Plan};
 
 /// A datagram the handler made due, for the loop to send: its header, and what the counters
@@ -63,10 +63,8 @@ pub(super) fn run_ring(
         let _ = timers.schedule_at(next, flow);
     };
     let config = LoopConfig {
-        capacity: options.flows as usize + 1,
-        spin_window: SpinWindow::Fixed(plan.spin_window),
         io_backend: options.io,
-        ..LoopConfig::default()
+        ..plan.loop_config(options.flows)
     };
     let mut ev: EventLoop<Flow> = EventLoop::new(config, handler)
         .with_context(|| format!("--io {}: the event loop", options.io))?;
@@ -75,22 +73,11 @@ pub(super) fn run_ring(
         let socket = cx
             .attach(&sender.socket, 1, RingRecv::None)
             .context("attaching the sending socket to the ring")?;
-        let now = cx.now();
-        // The flows start spread over one per-flow interval, not all at once.
         let per_flow_interval = Span::from_duration(plan.period * options.flows, sender.hz);
-        let n = flows.len() as u64;
-        for flow in flows {
-            let offset = Span::from_ticks(per_flow_interval.ticks() * u64::from(flow.id) / n);
-            cx.schedule_at(now + offset, flow)?;
-        }
+        start_spread(&mut cx, flows, per_flow_interval)?;
         socket
     };
-    let stop = ev.stop_handle();
-    let duration = options.duration;
-    let stopper = std::thread::spawn(move || {
-        std::thread::sleep(duration);
-        stop.stop();
-    });
+    let stopper = stop_after(&mut ev, options.duration);
     let mut sending = Vec::with_capacity(BATCH);
     let mut failed = None;
     // Sends what the handler queued: from each pass of the loop, and once more after it

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use softtimer::{Clock, Fired, Instant, SoftTimers, Span, SystemClock};
 use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{PacketHeader, realtime_ns};
-use softtimer_rt::{EventLoop, LoopConfig, SpinWindow, TimerMode, send_all};
+use softtimer_rt::{EventLoop, LoopConfig, LoopCx, TimerMode, send_all};
 
 use super::{BatchSend, PaceOptions, PaceTimer, Plan, SendCounters};
 
@@ -185,15 +185,39 @@ pub(super) fn connect(to: SocketAddr) -> Result<OwnedFd> {
     Ok(OwnedFd::from(socket))
 }
 
-/// Runs `ev` for `duration`, then stops it.
-fn run_for<E: Send + 'static>(mut ev: EventLoop<E>, duration: Duration) -> Result<()> {
+/// Stops `ev` from a thread of its own once `duration` has passed (join it after the run).
+pub(super) fn stop_after<E: Send + 'static>(
+    ev: &mut EventLoop<E>,
+    duration: Duration,
+) -> std::thread::JoinHandle<()> {
     let stop = ev.stop_handle();
-    let stopper = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         std::thread::sleep(duration);
         stop.stop();
-    });
+    })
+}
+
+/// Runs `ev` for `duration`, then stops it.
+fn run_for<E: Send + 'static>(mut ev: EventLoop<E>, duration: Duration) -> Result<()> {
+    let stopper = stop_after(&mut ev, duration);
     ev.run(|_, _| {})?;
     let _ = stopper.join();
+    Ok(())
+}
+
+/// Schedules each flow's first event: the flows start spread over one per-flow interval,
+/// not all at once.
+pub(super) fn start_spread(
+    cx: &mut LoopCx<'_, Flow>,
+    flows: Vec<Flow>,
+    per_flow_interval: Span,
+) -> Result<()> {
+    let now = cx.now();
+    let n = flows.len() as u64;
+    for flow in flows {
+        let offset = Span::from_ticks(per_flow_interval.ticks() * u64::from(flow.id) / n);
+        cx.schedule_at(now + offset, flow)?;
+    }
     Ok(())
 }
 
@@ -254,10 +278,8 @@ pub(super) fn run_loop(
         let _ = timers.schedule_at(now, flow);
     };
     let config = LoopConfig {
-        capacity: options.flows as usize + 1,
-        spin_window: SpinWindow::Fixed(plan.spin_window),
         interrupt_clock_hz: options.backstop_hz,
-        ..LoopConfig::default()
+        ..plan.loop_config(options.flows)
     };
     let period = plan.period;
     let per_flow_interval = Span::from_duration(period * options.flows, sender.hz);
@@ -282,17 +304,7 @@ pub(super) fn run_loop(
         }
         PaceTimer::Spin | PaceTimer::None => bail!("not a loop timer"),
     };
-    {
-        let mut cx = ev.cx();
-        let now = cx.now();
-        // The flows start spread over one per-flow interval, not all at once.
-        let n = flows.len() as u64;
-        let interval = per_flow_interval.ticks();
-        for flow in flows {
-            let offset = Span::from_ticks(interval * u64::from(flow.id) / n);
-            cx.schedule_at(now + offset, flow)?;
-        }
-    }
+    start_spread(&mut ev.cx(), flows, per_flow_interval)?;
     run_for(ev, options.duration)
 }
 
@@ -363,11 +375,10 @@ pub(super) fn run_departure(
             let _ = timers.schedule_at(next, ());
         }
     };
+    // One event: the queue's next departure.
     let config = LoopConfig {
-        capacity: 2,
-        spin_window: SpinWindow::Fixed(plan.spin_window),
         interrupt_clock_hz: options.backstop_hz,
-        ..LoopConfig::default()
+        ..plan.loop_config(1)
     };
     let mut ev: EventLoop<()> = EventLoop::new(config, handler)?;
     {

@@ -365,25 +365,20 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
         std::fs::write(path, identity.cert.as_ref())
             .with_context(|| format!("writing the certificate to {}", path.display()))?;
     }
-    let cpu0 = process_cpu_ns();
-    let (served, driver) = match opts.common.stack {
-        Stack::Soft | Stack::SoftPaced | Stack::Soft1ms => {
+    let (served, driver, cpu_ns) = on_stack(
+        opts.common.stack,
+        || {
             let socket = UdpSocket::bind(opts.listen)
                 .with_context(|| format!("cannot listen on {}", opts.listen))?;
             let config = server_config(&identity, &tuning)?;
             let (mut quic, spin_window) = opts.common.quic_loop(socket, Some(config))?;
             let mut app = PerfServer::new(opts.connections);
             quic.run(&mut app)?;
-            (app.report, Some(driver_side(&mut quic, spin_window)))
-        }
-        Stack::QuinnTokio | Stack::QuinnPlain | Stack::QuinnAsync => {
-            let (arm, engine) = stock_arm(opts.common.stack);
-            let (served, side) = stock_quinn::server(opts, &identity, &tuning, arm, engine)?;
-            (served, Some(side))
-        }
-        Stack::KernelTcp => (tcp_server(opts)?, None),
-    };
-    let cpu_ns = process_cpu_ns() - cpu0;
+            Ok((app.report, driver_side(&mut quic, spin_window)))
+        },
+        |arm, engine| stock_quinn::server(opts, &identity, &tuning, arm, engine),
+        || tcp_server(opts),
+    )?;
     Ok(ServerRun {
         stack: opts.common.stack,
         cpu_ns_per_mb: per_mb(cpu_ns, served.bytes_sent + served.bytes_received),
@@ -393,13 +388,27 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
     })
 }
 
-fn stock_arm(stack: Stack) -> (stock_quinn::Arm, stock_quinn::Engine) {
+/// Runs one side on `stack`, counting the process's CPU time meanwhile: the soft-timer
+/// stacks through `soft` (its app on a QUIC loop), stock quinn's arms through `stock`, the
+/// kernel's TCP through `tcp`. What the side reported, its QUIC runtime's figures (none for
+/// TCP) and the CPU time, ns.
+fn on_stack<R>(
+    stack: Stack,
+    soft: impl FnOnce() -> Result<(R, DriverSide)>,
+    stock: impl FnOnce(stock_quinn::Arm, stock_quinn::Engine) -> Result<(R, DriverSide)>,
+    tcp: impl FnOnce() -> Result<R>,
+) -> Result<(R, Option<DriverSide>, u64)> {
     use stock_quinn::{Arm, Engine};
-    match stack {
-        Stack::QuinnPlain => (Arm::Plain, Engine::Tokio),
-        Stack::QuinnAsync => (Arm::Measured, Engine::Soft),
-        _ => (Arm::Measured, Engine::Tokio),
-    }
+    let cpu0 = process_cpu_ns();
+    let quic = |(report, side): (R, DriverSide)| (report, Some(side));
+    let (report, driver) = match stack {
+        Stack::Soft | Stack::SoftPaced | Stack::Soft1ms => quic(soft()?),
+        Stack::QuinnTokio => quic(stock(Arm::Measured, Engine::Tokio)?),
+        Stack::QuinnPlain => quic(stock(Arm::Plain, Engine::Tokio)?),
+        Stack::QuinnAsync => quic(stock(Arm::Measured, Engine::Soft)?),
+        Stack::KernelTcp => (tcp()?, None),
+    };
+    Ok((report, driver, process_cpu_ns() - cpu0))
 }
 
 fn per_mb(cpu_ns: u64, bytes: u64) -> f64 {
@@ -456,9 +465,9 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
         (None, true) => Trust::Insecure,
         (None, false) => Trust::Nothing,
     };
-    let cpu0 = process_cpu_ns();
-    let (report, driver) = match opts.common.stack {
-        Stack::Soft | Stack::SoftPaced | Stack::Soft1ms => {
+    let (report, driver, cpu_ns) = on_stack(
+        opts.common.stack,
+        || {
             let bind: SocketAddr = if opts.to.is_ipv6() {
                 "[::]:0".parse()?
             } else {
@@ -471,16 +480,11 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
             let conn = quic.driver().connect(config, opts.to, &opts.server_name)?;
             let mut app = PerfClient::new(opts.plan.clone(), conn, started);
             quic.run(&mut app)?;
-            (app.report, Some(driver_side(&mut quic, spin_window)))
-        }
-        Stack::QuinnTokio | Stack::QuinnPlain | Stack::QuinnAsync => {
-            let (arm, engine) = stock_arm(opts.common.stack);
-            let (report, side) = stock_quinn::client(opts, &trust, &tuning, arm, engine)?;
-            (report, Some(side))
-        }
-        Stack::KernelTcp => (tcp_client(opts)?, None),
-    };
-    let cpu_ns = process_cpu_ns() - cpu0;
+            Ok((app.report, driver_side(&mut quic, spin_window)))
+        },
+        |arm, engine| stock_quinn::client(opts, &trust, &tuning, arm, engine),
+        || tcp_client(opts),
+    )?;
     if let Some(e) = &report.error {
         if matches!(trust, Trust::Nothing) && e.contains("handshake failed") {
             bail!("{e} (the client trusts no certificate: pass --cert FILE or --insecure)");

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::harness::{CLIENT_CPU, read_json, server_cpu};
+use crate::harness::{CLIENT_CPU, ExpOptions, read_json, server_cpu};
+use crate::report::StepResult;
 use softtimers_tools::netns::{ForwardPath, Host};
 use softtimers_tools::router::{ComputeReport, FloodReport, RouterReport};
 
-use super::{Design, PORT, SCREEN_NS, WORK_NS};
+use super::{Design, PORT, SCREEN_NS, WORK_NS, flood_seconds, unavailable};
 
 /// What a router run is told beyond its design.
 #[derive(Clone, Debug)]
@@ -63,6 +64,28 @@ pub(super) fn kill(children: impl IntoIterator<Item = Child>) {
 }
 
 impl Bench {
+    /// How a step begins: a bench (tagged `tag`) and the source's top rate, measured first;
+    /// or, where the step cannot run here, its result saying why, with `skipped` recorded
+    /// beside.
+    pub(super) fn begin<R, E>(
+        options: &ExpOptions,
+        tag: &str,
+        skipped: E,
+        progress: &mut dyn FnMut(f64, &str),
+    ) -> Result<std::result::Result<(Bench, f64), StepResult<R, E>>> {
+        if let Some(why) = unavailable() {
+            return Ok(Err(StepResult::skipped(
+                options.length.mode(),
+                why,
+                skipped,
+            )));
+        }
+        let mut bench = Bench::new(tag)?;
+        progress(0.0, "the source's top rate");
+        let max = bench.source_max(flood_seconds(options.length.quick))?;
+        Ok(Ok((bench, max)))
+    }
+
     pub(super) fn new(tag: &str) -> Result<Bench> {
         let path = ForwardPath::create(tag)?;
         softtimers_tools::process::require("taskset", "util-linux")?;

@@ -13,9 +13,7 @@ use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{Rendered, Section, StepResult};
 use crate::targets::{TargetCheck, as_reported};
 
-use super::{
-    Bench, Design, Flood, Point, RouterArgs, SCREEN_NS, WORK_NS, flood_seconds, runs, unavailable,
-};
+use super::{Bench, Design, Flood, Point, RouterArgs, SCREEN_NS, WORK_NS, flood_seconds, runs};
 
 /// One E10 or E11 row: one router configuration at one offered rate.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -119,21 +117,16 @@ pub(super) fn refinements(quick: bool) -> usize {
 pub fn e10(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E10> {
     let quick = options.length.quick;
     let flood_s = flood_seconds(quick);
-    if let Some(why) = unavailable() {
-        return Ok(E10::skipped(
-            options.length.mode(),
-            why,
-            E10Extra {
-                flood: Flood::unmeasured(flood_s),
-                work_ns: (WORK_NS, SCREEN_NS),
-                ..Default::default()
-            },
-        ));
-    }
-    let mut bench = Bench::new("eten")?;
+    let skipped = E10Extra {
+        flood: Flood::unmeasured(flood_s),
+        work_ns: (WORK_NS, SCREEN_NS),
+        ..Default::default()
+    };
+    let (mut bench, max) = match Bench::begin(options, "eten", skipped, progress)? {
+        Ok(begun) => begun,
+        Err(skipped) => return Ok(skipped),
+    };
     let total = runs("e10", quick) as f64;
-    progress(0.0, "the source's top rate");
-    let max = bench.source_max(flood_s)?;
     let mut rows = Vec::new();
     let mut done = 1.0;
     let loss_free = |r: &ForwardRow| r.forwarded_pps >= 0.98 * r.offered_pps;

@@ -11,7 +11,7 @@ use crate::report::{Rendered, Section, StepResult};
 
 use super::{
     Bench, Design, Flood, ForwardRow, RouterArgs, flood_seconds, forward_chart, forward_row,
-    forward_table, runs, series_by, unavailable,
+    forward_table, runs, series_by,
 };
 
 pub(super) fn quotas(quick: bool) -> Vec<&'static str> {
@@ -37,17 +37,12 @@ pub type E11 = StepResult<ForwardRow, Flood>;
 pub fn e11(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E11> {
     let quick = options.length.quick;
     let flood_s = flood_seconds(quick);
-    if let Some(why) = unavailable() {
-        return Ok(E11::skipped(
-            options.length.mode(),
-            why,
-            Flood::unmeasured(flood_s),
-        ));
-    }
-    let mut bench = Bench::new("eleven")?;
+    let (mut bench, max) =
+        match Bench::begin(options, "eleven", Flood::unmeasured(flood_s), progress)? {
+            Ok(begun) => begun,
+            Err(skipped) => return Ok(skipped),
+        };
     let total = runs("e11", quick) as f64;
-    progress(0.0, "the source's top rate");
-    let max = bench.source_max(flood_s)?;
     let mut rows = Vec::new();
     let mut done = 1.0;
     for screen in [false, true] {

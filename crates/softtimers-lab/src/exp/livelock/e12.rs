@@ -13,7 +13,7 @@ use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Rendered, Section, StepResult};
 use crate::targets::TargetCheck;
 
-use super::{Bench, Design, Flood, RouterArgs, flood_seconds, runs, unavailable};
+use super::{Bench, Design, Flood, RouterArgs, runs};
 
 pub(super) fn budgets(quick: bool) -> Vec<u32> {
     if quick {
@@ -53,17 +53,12 @@ pub type E12 = StepResult<BudgetRow, Flood>;
 pub fn e12(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E12> {
     let quick = options.length.quick;
     let flood_s = if quick { 0.5 } else { 1.0 };
-    if let Some(why) = unavailable() {
-        return Ok(E12::skipped(
-            options.length.mode(),
-            why,
-            Flood::unmeasured(flood_s),
-        ));
-    }
-    let mut bench = Bench::new("twelve")?;
+    let (mut bench, max) =
+        match Bench::begin(options, "twelve", Flood::unmeasured(flood_s), progress)? {
+            Ok(begun) => begun,
+            Err(skipped) => return Ok(skipped),
+        };
     let total = runs("e12", quick) as f64;
-    progress(0.0, "the source's top rate");
-    let max = bench.source_max(flood_seconds(quick))?;
     let design = Design {
         router: softtimers_tools::router::RouterDesign::Polling,
         screen: false,

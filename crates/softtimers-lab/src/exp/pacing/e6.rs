@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::harness::{Clocking, ExpOptions, RunInfo};
+use crate::harness::{Clocking, ExpOptions, RunInfo, per_config};
 use crate::paper::PAPER_TABLES_VI_VII;
 use crate::report::{Rendered, Section};
 use crate::summary::{median, paired_ratios, range};
@@ -82,14 +82,8 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
         configs.extend(with_hardware(&[Clocking::Bursts, adaptive], interval, true));
     }
     let outcomes = run_all(&configs, options, progress)?;
-    let rates: Vec<Vec<f64>> = outcomes
-        .iter()
-        .map(|runs| runs.iter().map(|r| r.rate).collect())
-        .collect();
-    let cpu: Vec<Vec<f64>> = outcomes
-        .iter()
-        .map(|runs| runs.iter().map(|r| r.loop_core_ns_per_response).collect())
-        .collect();
+    let rates = per_config(&outcomes, |r| r.rate);
+    let cpu = per_config(&outcomes, |r| r.loop_core_ns_per_response);
     let mut rows = Vec::new();
     for (i, c) in configs.iter().enumerate().skip(1) {
         let interval = c.interval_us();

@@ -17,7 +17,8 @@ use crate::report::{NoExtra, Rendered, Section, StepResult};
 use crate::targets::TargetCheck;
 
 use super::{
-    Run, begin, downloads, link, median, per_round_ratios, round_seed, rounds, run_once, spread,
+    Run, begin, downloads, link, median, per_round_ratios, rotated, round_seed, rounds, run_once,
+    spread,
 };
 
 /// Per round, rate-based over slow-start response time for `packets`.
@@ -104,8 +105,7 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     for (round, packets) in
         (0..rounds(quick)).flat_map(|r| e14_round_sizes(quick, r).into_iter().map(move |n| (r, n)))
     {
-        for j in 0..arms.len() {
-            let (arm, stack, after_idle) = arms[(j + round) % arms.len()];
+        for (arm, stack, after_idle) in rotated(&arms, round) {
             progress(
                 rows.len() as f64 / total,
                 &format!("{packets} packets, {arm}"),

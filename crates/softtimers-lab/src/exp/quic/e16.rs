@@ -14,8 +14,8 @@ use crate::report::{NoExtra, Rendered, Section, StepResult};
 use crate::targets::TargetCheck;
 
 use super::{
-    Run, begin, cdf_series, distinct, latency_cdf_chart, median, num, per_round_ratios, round_seed,
-    rounds, rr_args, rr_spec, run_once, spread,
+    Run, begin, cdf_series, distinct, latency_cdf_chart, median, num, per_round_ratios, rotated,
+    round_seed, rounds, rr_args, rr_spec, run_once, spread,
 };
 
 /// A row of `e16.json`.
@@ -97,8 +97,7 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     for (round, &(config, args, stacks)) in
         (0..rounds(quick)).flat_map(|r| E16_CONFIGS.iter().map(move |c| (r, c)))
     {
-        for i in 0..stacks.len() {
-            let stack = stacks[(i + round) % stacks.len()];
+        for stack in rotated(stacks, round) {
             progress(
                 rows.len() as f64 / total,
                 &format!("{config} {}", stack.name()),

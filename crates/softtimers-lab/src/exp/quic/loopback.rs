@@ -15,7 +15,9 @@ use softtimers_tools::quic::{ClientRun, ServerRun, Stack};
 use crate::harness::{pin_process, read_json};
 use crate::targets::TargetCheck;
 
-use super::{QuicRow, SERVER_CPU, WAIT_LISTEN, median, nan, per_round_ratios};
+use super::{
+    QuicRow, SERVER_CPU, WAIT_LISTEN, finish_client_and_server, median, nan, per_round_ratios,
+};
 
 /// The rows' `workload` (and `scenario`).
 pub const LOOPBACK_RR: &str = "loopback-rr-stock-client";
@@ -88,13 +90,8 @@ pub(super) fn loopback_run(stack: Stack, round: usize, tmp: &Path) -> Result<Qui
         .stderr(Stdio::piped())
         .spawn()
         .context("starting the quic client");
-    let client = client.inspect_err(|_| tools::kill(&mut server))?;
-    pin_process(client.id(), LOOPBACK_CLIENT_CPU);
-    let client_result = tools::finish(client, "the quic client");
-    if client_result.is_err() {
-        let _ = server.kill();
-    }
-    let server_result = tools::finish(server, "the quic server");
+    let (client_result, server_result) =
+        finish_client_and_server(client, server, LOOPBACK_CLIENT_CPU)?;
     client_result?;
     server_result?;
     let client: ClientRun = read_json(&client_json)?;

@@ -5,7 +5,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use softtimer_net::path::QueueLimit;
 use softtimer_quic::TransmitCauses;
-use softtimers_tools::path::COMMAND_SPIN;
+use softtimers_tools::path::{COMMAND_SPIN, PathSpec};
 use softtimers_tools::quic::Stack;
 
 use crate::exp::bottleneck::{self, BottleneckRow};
@@ -17,7 +17,8 @@ use super::loopback::{LOOPBACK_RR, LOOPBACK_STACKS, loopback_run, loopback_targe
 use super::{
     AFTER_IDLE, AFTER_IDLE_WARMUP, BULK_50M_SMALL_QUEUE, DriverSide, Measured, PACING_VARIANTS, RR,
     RR_STACKS, Run, TIMER_STACKS, begin, bulk_bytes, bulk_stacks, bulks, downloads, link, median,
-    nan, per_round_ratios, round_seed, rounds, rr_args, rr_spec, run_once, timer_runs, timer_spec,
+    nan, per_round_ratios, rotated, round_seed, rounds, rr_args, rr_spec, run_once, timer_runs,
+    timer_spec,
 };
 
 /// A row of `quic.json`.
@@ -142,104 +143,57 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
         Ok(begun) => begun,
         Err(skipped) => return Ok(skipped),
     };
-    let bulks = bulks(quick);
-    let timer_runs = timer_runs(quick);
+    let scenarios = scenarios(quick);
     let bottleneck_runs =
         (bottleneck::rates(quick).len() * (bottleneck::EMULATOR_ARMS.len() + 1)) as f64;
     let total = (rounds(quick)
-        * (bulks.iter().map(|b| bulk_stacks(b).len()).sum::<usize>()
+        * (scenarios.iter().map(|s| s.stacks.len()).sum::<usize>()
             + PACING_VARIANTS.len()
-            + RR_STACKS.len()
-            + timer_runs.len() * TIMER_STACKS.len()
             + LOOPBACK_STACKS.len())) as f64
         + bottleneck_runs * rounds(quick) as f64;
     let mut done = 0.0;
+    // Says what runs next, the runs before it done.
+    let mut next = |what: &str| {
+        progress(done / total, what);
+        done += 1.0;
+    };
     let mut rows = Vec::new();
     let mut pacing_variants = Vec::new();
     for round in 0..rounds(quick) {
-        for b in &bulks {
-            let name = b.name();
-            let bdp = b.rate_bps() / 8.0 * b.rtt().as_secs_f64();
-            let queue = QueueLimit::Bytes(((bdp * b.bdp_fraction) as u64).max(3000));
-            let rate = b.rate();
-            let data = link(b.rtt() / 2, Some(&rate), queue, 0.0);
-            let acks = link(b.rtt() / 2, None, QueueLimit::Packets(10_000), 0.0);
-            // Rotate the order each round: interleaved, not one stack always first.
-            let stacks = bulk_stacks(b);
-            for i in 0..stacks.len() {
-                let stack = stacks[(i + round) % stacks.len()];
-                progress(done / total, &format!("{name} {}", stack.name()));
+        for scenario in &scenarios {
+            let name = &scenario.name;
+            for stack in rotated(&scenario.stacks, round) {
+                next(&format!("{name} {}", stack.name()));
                 let run = Run {
                     stack,
                     seed: round_seed(round),
-                    spec: downloads(data, acks),
-                    server_args: vec![],
-                    client_args: vec!["--download".into(), bulk_bytes(b, quick).to_string()],
+                    spec: scenario.spec,
+                    server_args: scenario.server_args.clone(),
+                    client_args: scenario.client_args.clone(),
                 };
-                let m = run_once(&run, &tmp)?;
-                rows.push(row(stack, &name, round, &m));
-                done += 1.0;
+                rows.push(row(stack, name, round, &run_once(&run, &tmp)?));
                 // The variants run right after soft-paced, in the same conditions.
                 if name == BULK_50M_SMALL_QUEUE && stack == Stack::SoftPaced {
-                    for k in 0..PACING_VARIANTS.len() {
-                        let (variant, args) = PACING_VARIANTS[(k + round) % PACING_VARIANTS.len()];
-                        progress(done / total, &format!("{name} soft-paced {variant}"));
+                    for (variant, args) in rotated(&PACING_VARIANTS, round) {
+                        next(&format!("{name} soft-paced {variant}"));
                         let mut run = run.clone();
                         run.server_args.extend_from_slice(args);
                         run.client_args.extend(args.iter().map(|a| a.to_string()));
-                        let m = run_once(&run, &tmp)?;
-                        let mut r = row(stack, &name, round, &m);
+                        let mut r = row(stack, name, round, &run_once(&run, &tmp)?);
                         r.variant = Some(variant.to_string());
                         pacing_variants.push(r);
-                        done += 1.0;
                     }
                 }
             }
         }
-        for i in 0..RR_STACKS.len() {
-            let stack = RR_STACKS[(i + round) % RR_STACKS.len()];
-            progress(done / total, &format!("{RR} {}", stack.name()));
-            let run = Run {
-                stack,
-                seed: round_seed(round),
-                spec: rr_spec(),
-                server_args: vec![],
-                client_args: rr_args(quick),
-            };
-            let m = run_once(&run, &tmp)?;
-            rows.push(row(stack, RR, round, &m));
-            done += 1.0;
-        }
-        for (scenario, server_args, client_args) in &timer_runs {
-            for i in 0..TIMER_STACKS.len() {
-                let stack = TIMER_STACKS[(i + round) % TIMER_STACKS.len()];
-                progress(done / total, &format!("{scenario} {}", stack.name()));
-                let run = Run {
-                    stack,
-                    seed: round_seed(round),
-                    spec: timer_spec(),
-                    server_args: server_args.clone(),
-                    client_args: client_args.clone(),
-                };
-                let m = run_once(&run, &tmp)?;
-                rows.push(row(stack, scenario, round, &m));
-                done += 1.0;
-            }
-        }
-        // Rotated like the others, quinn-plain's run in the same round as the ones read
-        // against it.
-        for i in 0..LOOPBACK_STACKS.len() {
-            let stack = LOOPBACK_STACKS[(i + round) % LOOPBACK_STACKS.len()];
-            progress(done / total, &format!("{LOOPBACK_RR} {}", stack.name()));
+        // quinn-plain's run in the same round as the ones read against it.
+        for stack in rotated(&LOOPBACK_STACKS, round) {
+            next(&format!("{LOOPBACK_RR} {}", stack.name()));
             rows.push(loopback_run(stack, round, &tmp)?);
-            done += 1.0;
         }
     }
     let _ = std::fs::remove_dir_all(&tmp);
-    let bottleneck = bottleneck::measure(quick, rounds(quick), &mut |what| {
-        progress(done / total, what);
-        done += 1.0;
-    })?;
+    let bottleneck = bottleneck::measure(quick, rounds(quick), &mut next)?;
     let mut targets = quic_targets(&rows, &pacing_variants);
     targets.insert(0, emulator_target(&bottleneck));
     Ok(QuicResult::ran(
@@ -251,6 +205,57 @@ pub fn quic(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result
         rows,
         targets,
     ))
+}
+
+/// A scenario through the emulated path: its name, the stacks it compares, the path, and
+/// both sides' arguments.
+struct Scenario {
+    name: String,
+    stacks: Vec<Stack>,
+    spec: PathSpec,
+    server_args: Vec<&'static str>,
+    client_args: Vec<String>,
+}
+
+/// Every scenario of a round, in order: the bulk downloads, request/response under loss,
+/// and the timer-driven runs.
+fn scenarios(quick: bool) -> Vec<Scenario> {
+    let mut all: Vec<Scenario> = bulks(quick)
+        .iter()
+        .map(|b| {
+            let bdp = b.rate_bps() / 8.0 * b.rtt().as_secs_f64();
+            let queue = QueueLimit::Bytes(((bdp * b.bdp_fraction) as u64).max(3000));
+            let rate = b.rate();
+            let data = link(b.rtt() / 2, Some(&rate), queue, 0.0);
+            let acks = link(b.rtt() / 2, None, QueueLimit::Packets(10_000), 0.0);
+            Scenario {
+                name: b.name(),
+                stacks: bulk_stacks(b),
+                spec: downloads(data, acks),
+                server_args: vec![],
+                client_args: vec!["--download".into(), bulk_bytes(b, quick).to_string()],
+            }
+        })
+        .collect();
+    all.push(Scenario {
+        name: RR.into(),
+        stacks: RR_STACKS.to_vec(),
+        spec: rr_spec(),
+        server_args: vec![],
+        client_args: rr_args(quick),
+    });
+    all.extend(
+        timer_runs(quick)
+            .into_iter()
+            .map(|(name, server_args, client_args)| Scenario {
+                name: name.into(),
+                stacks: TIMER_STACKS.to_vec(),
+                spec: timer_spec(),
+                server_args,
+                client_args,
+            }),
+    );
+    all
 }
 
 pub(super) fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> QuicRow {
@@ -372,75 +377,72 @@ pub(super) fn emulator_target(rows: &[BottleneckRow]) -> TargetCheck {
 
 pub(super) fn quic_targets(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<TargetCheck> {
     let s = BULK_50M_SMALL_QUEUE;
-    let mut t = Vec::new();
-    let drops = ratios(rows, s, "soft-paced", |r| r.bottleneck_drops as f64);
-    let m = median(drops);
-    t.push(TargetCheck::at_most(
-        "bulk 50 Mbit/s, RTT 20 ms, queue 0.25 BDP: bottleneck drops, soft-paced / quinn-tokio (median)",
-        "≤ 0.1",
-    0.1,
-    m,
-    crate::paper::ANCHOR_STOCK_QUINN,
-));
-    let g = median(ratios(rows, s, "soft-paced", |r| r.goodput_bps));
-    t.push(TargetCheck::at_least(
-        "same: goodput, soft-paced / quinn-tokio",
-        "≥ 1.0",
-        1.0,
-        g,
-        crate::paper::ANCHOR_STOCK_QUINN,
-    ));
-    let abs = median(
-        rows.iter()
-            .filter(|r| r.scenario == s && r.stack == "soft-paced")
-            .map(|r| r.goodput_bps / 50e6)
-            .collect(),
-    );
-    t.push(TargetCheck::at_least(
-        "same: soft-paced goodput / bottleneck rate",
-        "≥ 0.95",
-        0.95,
-        abs,
-        crate::paper::ANCHOR_PATH,
-    ));
-    let sd = median(ratios(rows, s, "soft-paced", |r| r.interarrival_stddev_us));
-    t.push(TargetCheck::at_most(
-        "same: receiver inter-arrival stddev, soft-paced / quinn-tokio",
-        "≤ 0.1",
-        0.1,
-        sd,
-        crate::paper::ANCHOR_STOCK_QUINN,
-    ));
+    let stock = crate::paper::ANCHOR_STOCK_QUINN;
+    // `stack`'s `field` over quinn-tokio's in the first bulk scenario: the median of the
+    // per-round ratios.
+    let vs_quinn = |stack, field| median(ratios(rows, s, stack, field));
+    let soft_paced_goodput: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.scenario == s && r.stack == "soft-paced")
+        .map(|r| r.goodput_bps / 50e6)
+        .collect();
+    let mut t = vec![
+        TargetCheck::at_most(
+            "bulk 50 Mbit/s, RTT 20 ms, queue 0.25 BDP: bottleneck drops, soft-paced / quinn-tokio (median)",
+            "≤ 0.1",
+            0.1,
+            vs_quinn("soft-paced", |r| r.bottleneck_drops as f64),
+            stock,
+        ),
+        TargetCheck::at_least(
+            "same: goodput, soft-paced / quinn-tokio",
+            "≥ 1.0",
+            1.0,
+            vs_quinn("soft-paced", |r| r.goodput_bps),
+            stock,
+        ),
+        TargetCheck::at_least(
+            "same: soft-paced goodput / bottleneck rate",
+            "≥ 0.95",
+            0.95,
+            median(soft_paced_goodput),
+            crate::paper::ANCHOR_PATH,
+        ),
+        TargetCheck::at_most(
+            "same: receiver inter-arrival stddev, soft-paced / quinn-tokio",
+            "≤ 0.1",
+            0.1,
+            vs_quinn("soft-paced", |r| r.interarrival_stddev_us),
+            stock,
+        ),
+    ];
     for stack in ["soft", "soft-paced"] {
-        let c = median(ratios(rows, s, stack, |r| r.cpu_ns_per_mb));
         t.push(TargetCheck::at_most(
             format!("same: CPU per MB, {stack} / quinn-tokio"),
             "≤ 1.0",
             1.0,
-            c,
-            crate::paper::ANCHOR_STOCK_QUINN,
+            vs_quinn(stack, |r| r.cpu_ns_per_mb),
+            stock,
         ));
     }
     // Unchanged quinn on the async runtime against the same quinn on tokio, through the
     // emulated path (the async runtime's bulk target, read here as well as in `lab async`).
-    let c = median(ratios(rows, s, "quinn-async", |r| r.cpu_ns_per_mb));
     t.push(TargetCheck::at_most(
         "same: CPU per MB, quinn-async (unchanged quinn on softtimer-async) / quinn-tokio",
         "≤ 1.05",
         1.05,
-        c,
-        crate::paper::ANCHOR_STOCK_QUINN,
+        vs_quinn("quinn-async", |r| r.cpu_ns_per_mb),
+        stock,
     ));
     if !variants.is_empty() {
         t.push(pairs_cpu_target(rows, variants));
     }
-    let p = median(ratios(rows, RR, "soft", |r| r.p99_us));
     t.push(TargetCheck::at_most(
         "request/response p99, 1 % loss, RTT 200 µs: soft / quinn-tokio",
         "≤ 0.5",
         0.5,
-        p,
-        crate::paper::ANCHOR_STOCK_QUINN,
+        median(ratios(rows, RR, "soft", |r| r.p99_us)),
+        stock,
     ));
     t.extend(loopback_targets(rows));
     t

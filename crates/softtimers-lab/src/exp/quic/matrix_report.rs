@@ -25,15 +25,7 @@ impl QuicResult {
             "\n### What per-packet pacing costs\n\n{BULK_50M_SMALL_QUEUE}, both sides with the same settings: one `sendmsg` and one wake-up per datagram are what pacing every datagram costs in user space (the driver blocks until a departure rather than spinning before it, and spins only before quinn's own timers); `spin-0` never spins, not even before those, `2-per-departure` sends two datagrams (one GSO send) per departure time at twice the interval, as Linux's TCP sends at least two segments per paced burst. The variants run right after `soft-paced` in each round, their order rotating. Medians over rounds with [min, max]; the CPU ratio is per round; idle spin is the loops' clock time spent spinning.\n\n| arm | spin window (µs) | server sendmsg calls | CPU per MB, both sides (ms) | of which idle spin (ms) | CPU / quinn-tokio | sender gap stddev (µs) | receiver inter-arrival stddev (µs) | burstiness index | bottleneck drops | goodput (Mbit/s) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
         );
         for stack in distinct(&arms, |r| r.stack.clone()) {
-            let col = |g: fn(&QuicRow) -> f64, scale: f64, digits: usize| {
-                spread(
-                    arms.iter()
-                        .filter(|r| r.stack == stack)
-                        .map(|r| g(r) / scale)
-                        .collect(),
-                    digits,
-                )
-            };
+            let col = cells(&arms, |r| r.stack == stack);
             let ratio = if stack == "quinn-tokio" {
                 "1".to_string()
             } else {
@@ -80,23 +72,32 @@ impl QuicResult {
         md
     }
 
-    /// A cell for one (scenario, stack): the median over rounds of `g(row) / scale`, with
-    /// its range when there are several rounds.
+    /// The cells of one (scenario, stack), as `cells` writes them.
     pub(super) fn column<'a>(
         &'a self,
         scenario: &'a str,
         stack: &'a str,
     ) -> impl Fn(fn(&QuicRow) -> f64, f64, usize) -> String + 'a {
-        move |g, scale, digits| {
-            spread(
-                self.rows
-                    .iter()
-                    .filter(|r| r.scenario == scenario && r.stack == stack)
-                    .map(|r| g(r) / scale)
-                    .collect(),
-                digits,
-            )
-        }
+        cells(&self.rows, move |r| {
+            r.scenario == scenario && r.stack == stack
+        })
+    }
+}
+
+/// A cell for the rows `pick` picks (one per round): the median of `g(row) / scale`, with
+/// its range when there are several rounds.
+fn cells<'a>(
+    rows: &'a [QuicRow],
+    pick: impl Fn(&QuicRow) -> bool + 'a,
+) -> impl Fn(fn(&QuicRow) -> f64, f64, usize) -> String + 'a {
+    move |g, scale, digits| {
+        spread(
+            rows.iter()
+                .filter(|r| pick(r))
+                .map(|r| g(r) / scale)
+                .collect(),
+            digits,
+        )
     }
 }
 

@@ -20,7 +20,7 @@ pub use loopback::LOOPBACK_RR;
 pub use matrix::{QuicResult, QuicRow, quic};
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -149,13 +149,7 @@ fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
         }
         Err(e) => Err(e),
     };
-    let client = client.inspect_err(|_| tools::kill(&mut server))?;
-    pin_process(client.id(), CLIENT_CPU);
-    let client_result = tools::finish(client, "the quic client");
-    if client_result.is_err() {
-        let _ = server.kill();
-    }
-    let server_result = tools::finish(server, "the quic server");
+    let (client_result, server_result) = finish_client_and_server(client, server, CLIENT_CPU)?;
     let report = path.finish()?;
     client_result?;
     server_result?;
@@ -164,6 +158,23 @@ fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
         server: read_json(&server_json)?,
         path: report,
     })
+}
+
+/// Waits for a quic client (started, or not, by the caller; pinned here to `cpu`) and then
+/// for its server, which is killed once the client has failed: both results, the client's
+/// first. Where the client did not start, the server is killed and that error returned.
+fn finish_client_and_server(
+    client: Result<Child>,
+    mut server: Child,
+    cpu: usize,
+) -> Result<(Result<()>, Result<()>)> {
+    let client = client.inspect_err(|_| tools::kill(&mut server))?;
+    pin_process(client.id(), cpu);
+    let client_result = tools::finish(client, "the quic client");
+    if client_result.is_err() {
+        let _ = server.kill();
+    }
+    Ok((client_result, tools::finish(server, "the quic server")))
 }
 
 /// A path whose data flows from `b` to `a` (the server's downloads) through `data`, the
@@ -204,6 +215,12 @@ fn begin<R, E: Default>(
     let tmp = options.out.join(format!("{step}-tmp"));
     std::fs::create_dir_all(&tmp)?;
     Ok(Ok((mode.to_string(), tmp)))
+}
+
+/// `items` rotated left by `round`: rounds interleave the arms, rather than run one always
+/// first.
+fn rotated<T: Copy>(items: &[T], round: usize) -> impl Iterator<Item = T> + '_ {
+    (0..items.len()).map(move |i| items[(i + round) % items.len()])
 }
 
 /// The median of the finite values (NaN for none).
@@ -349,5 +366,18 @@ pub fn expected_seconds(step: &str, quick: bool) -> f64 {
             .map(|n| 3.0 * e14_run_seconds(n))
             .sum(),
         _ => (e16_runs() * rounds(quick)) as f64 * (per_run + rr_requests(quick) as f64 * 0.0008),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rotated;
+
+    #[test]
+    fn each_round_starts_with_the_next_arm() {
+        let arms = ['a', 'b', 'c'];
+        assert_eq!(rotated(&arms, 0).collect::<String>(), "abc");
+        assert_eq!(rotated(&arms, 1).collect::<String>(), "bca");
+        assert_eq!(rotated(&arms, 4).collect::<String>(), "bca");
     }
 }

@@ -101,17 +101,40 @@ async fn soft_accept(listener: TcpListener, body: &'static [u8]) {
     }
 }
 
-/// A server on the soft runtime with `threads` loops, on a thread of its own, until `stop`.
-fn soft_server(
-    threads: usize,
-    body: &'static [u8],
-    stop: Arc<AtomicBool>,
-) -> Result<(SocketAddr, std::thread::JoinHandle<Result<()>>)> {
+/// A server running on a thread of its own, and the address it listens on.
+type Started = (SocketAddr, std::thread::JoinHandle<Result<()>>);
+
+/// Starts `serve` on a thread of its own, pinned to the server CPU where `pin`: `serve`
+/// sends the address it listens on, then serves until the run is over. `name` names the
+/// server in the error where it did not start.
+fn start_server(
+    name: &str,
+    pin: bool,
+    serve: impl FnOnce(mpsc::Sender<SocketAddr>) -> Result<()> + Send + 'static,
+) -> Result<Started> {
     let (tx, rx) = mpsc::channel();
-    let thread = std::thread::spawn(move || -> Result<()> {
-        // One loop: pinned here to the server CPU. Two: the builder pins loop i to the i-th
-        // CPU this process may use.
-        let _pin = (threads == 1).then(|| pin_to(server_cpu()));
+    let thread = std::thread::spawn(move || {
+        let _pin = pin.then(|| pin_to(server_cpu()));
+        serve(tx)
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(5))
+        .map_err(|_| anyhow!("the {name} hyper server did not start"))?;
+    Ok((addr, thread))
+}
+
+/// Waits, with the runtime's `sleep`, until `stop` is set.
+async fn until_stopped<F: Future>(stop: &AtomicBool, sleep: impl Fn(Duration) -> F) {
+    while !stop.load(Ordering::Relaxed) {
+        sleep(STOP_POLL).await;
+    }
+}
+
+/// A server on the soft runtime with `threads` loops, on a thread of its own, until `stop`.
+/// One loop is pinned to the server CPU; with two, the builder pins loop i to the i-th CPU
+/// this process may use.
+fn soft_server(threads: usize, body: &'static [u8], stop: Arc<AtomicBool>) -> Result<Started> {
+    start_server("soft", threads == 1, move |tx| {
         let rt = Runtime::builder()
             .threads(threads)
             .precision(Precision::default())
@@ -129,30 +152,18 @@ fn soft_server(
             }
             softtimer_async::spawn_local(soft_accept(listener, body));
             let _ = tx.send(addr);
-            while !stop.load(Ordering::Relaxed) {
-                softtimer_async::time::sleep(STOP_POLL).await;
-            }
+            until_stopped(&stop, softtimer_async::time::sleep).await;
             Ok::<_, std::io::Error>(())
         })?;
         Ok(())
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(5))
-        .map_err(|_| anyhow!("the soft hyper server did not start"))?;
-    Ok((addr, thread))
+    })
 }
 
 /// A server on tokio: `current_thread` on a thread of its own pinned to the server CPU
 /// (`workers` 0), or the multi-thread scheduler with `workers` workers, unpinned as its
 /// users run it.
-fn tokio_server(
-    workers: usize,
-    body: &'static [u8],
-    stop: Arc<AtomicBool>,
-) -> Result<(SocketAddr, std::thread::JoinHandle<Result<()>>)> {
-    let (tx, rx) = mpsc::channel();
-    let thread = std::thread::spawn(move || -> Result<()> {
-        let _pin = (workers == 0).then(|| pin_to(server_cpu()));
+fn tokio_server(workers: usize, body: &'static [u8], stop: Arc<AtomicBool>) -> Result<Started> {
+    start_server("tokio", workers == 0, move |tx| {
         let rt = if workers == 0 {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -180,21 +191,14 @@ fn tokio_server(
                     });
                 }
             });
-            while !stop.load(Ordering::Relaxed) {
-                tokio::time::sleep(STOP_POLL).await;
-            }
+            until_stopped(&stop, tokio::time::sleep).await;
             Ok::<_, std::io::Error>(())
         })?;
         Ok(())
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(5))
-        .map_err(|_| anyhow!("the tokio hyper server did not start"))?;
-    Ok((addr, thread))
+    })
 }
 
-type Server =
-    fn(&'static [u8], Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandle<Result<()>>)>;
+type Server = fn(&'static [u8], Arc<AtomicBool>) -> Result<Started>;
 
 /// How one server is run and loaded.
 struct Run {
