@@ -93,10 +93,12 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
                 b.interval_us() == interval && b.load.map(|l| l.clocking) == Some(Clocking::Bursts)
             })
             .expect("a burst reference per interval");
+        // Rounds a signal starved have no cost per response (NaN): left out.
         let extra = |reference: usize| {
             paired_ratios(&cpu[i], &cpu[reference])
                 .iter()
                 .map(|r| (r - 1.0) * 100.0)
+                .filter(|x| x.is_finite())
                 .collect::<Vec<_>>()
         };
         let overhead = extra(bursts);
@@ -202,16 +204,24 @@ impl Section for E6 {
             self.no_flow_rps,
         );
         md += "| clocking | target interval | overhead (%) [range] | cost vs no flow (%) | throughput loss (%) | req/s | achieved mean interval (µs) | interval stddev (µs) | sent / received |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        // A figure per response of rounds that all starved: none.
+        let fig = |x: f64, digits: usize| {
+            if x.is_finite() {
+                format!("{x:.digits$}")
+            } else {
+                "n/a".to_string()
+            }
+        };
         for r in &self.rows {
             let _ = writeln!(
                 md,
-                "| {} | {} µs | {:.2} [{:.1}, {:.1}] | {:.1} | {:.1} | {:.0} | {:.2} | {:.1} | {} / {} |",
+                "| {} | {} µs | {} [{}, {}] | {} | {:.1} | {:.0} | {:.2} | {:.1} | {} / {} |",
                 r.clocking,
                 r.target_interval_us,
-                r.overhead_pct,
-                r.overhead_range_pct.0,
-                r.overhead_range_pct.1,
-                r.cost_vs_no_flow_pct,
+                fig(r.overhead_pct, 2),
+                fig(r.overhead_range_pct.0, 1),
+                fig(r.overhead_range_pct.1, 1),
+                fig(r.cost_vs_no_flow_pct, 1),
                 r.throughput_loss_pct,
                 r.rps,
                 r.mean_interval_us,
@@ -224,7 +234,8 @@ impl Section for E6 {
             let _ = writeln!(
                 md,
                 "\n{} at {} µs: in {} of {} round(s) the timer left the server no time to \
-                 answer a single request (0 req/s; its figures per response are n/a).",
+                 answer a single request (0 req/s, counted in its throughput loss; its figures \
+                 per response leave those rounds out, n/a when all).",
                 r.clocking, r.target_interval_us, r.starved_rounds, self.run.rounds,
             );
         }

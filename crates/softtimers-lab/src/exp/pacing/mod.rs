@@ -67,6 +67,7 @@ impl PacedConfig {
         );
         Setup {
             pace: self.load,
+            starving_measured: true,
             ..base.events(self.source, self.interval_us())
         }
     }

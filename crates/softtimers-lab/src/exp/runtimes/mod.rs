@@ -298,17 +298,15 @@ pub fn run(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     ))
 }
 
-/// The first one-thread row of `workload` on `runtime`: for HTTP, the row of the load
-/// generator the lab was given (`--client`; its rows come before the cross-check's).
-/// The one-thread row of `runtime` in `workload` that the targets judge: soft's at its
-/// default precision, and where a second load generator cross-checked, the lab's own's.
+/// The first one-thread row of `workload` on `runtime` (soft's at its default precision):
+/// for HTTP, the row of the load generator the lab was given (`--client`; its rows come
+/// before the cross-check's).
 fn find(rows: &[AsyncRow], workload: AsyncWorkload, runtime: RuntimeKind) -> Option<&AsyncRow> {
     let default = Precision::default().name();
     rows.iter().find(|r| {
         r.workload == workload
             && r.runtime == runtime
             && r.threads == Some(1)
-            && r.client.is_none_or(|c| c == Client::Own)
             && (runtime != RuntimeKind::Soft || r.precision.as_deref() == Some(&default))
     })
 }
