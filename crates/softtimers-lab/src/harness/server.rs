@@ -205,7 +205,7 @@ impl Setup {
 /// What one run measured.
 pub struct Outcome {
     /// Responses (or RPC replies) per second; 0 where a timer signal left the server no
-    /// time to answer any.
+    /// time to answer any and the setup measures that ([`Setup::starving_measured`]).
     pub rate: f64,
     /// Events fired per second.
     pub events_per_s: f64,

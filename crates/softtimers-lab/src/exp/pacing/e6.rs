@@ -53,7 +53,9 @@ pub struct PacingOverheadRow {
     /// Datagrams the receiver got, summed over rounds.
     pub received: u64,
     /// Rounds in which the server answered no request at all: the timer signal left it no
-    /// time (the figures per response are then "n/a").
+    /// time. They count in `throughput_loss_pct` and are left out of the figures per
+    /// response (`overhead_pct`, its range, `cost_vs_no_flow_pct`: null when every round
+    /// starved).
     #[serde(default)]
     pub starved_rounds: usize,
 }
