@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use crate::exp::{Carry, Step};
+use crate::exp::{Carry, Step, e15};
 use crate::harness::{Client, ExpOptions, RunLength, check_client, human_duration, progress_bar};
 use crate::report::{TITLE, assemble, write_report};
 use crate::targets::measured_cell;
@@ -84,6 +84,11 @@ pub struct LabArgs {
     /// The HTTP load generator: the project's own, or wrk as a cross-check.
     #[arg(long, value_enum, default_value = "own")]
     pub client: Client,
+    /// E15: closed connections the compact design holds (default 100000, quick 10000): a
+    /// multiple of 250, from 2500 to 10000000. The full design holds as many where this
+    /// machine's memory allows, fewer otherwise (the report says how many).
+    #[arg(long, value_name = "N", value_parser = e15::parse_held)]
+    pub e15_held: Option<usize>,
 }
 
 impl LabArgs {
@@ -94,6 +99,7 @@ impl LabArgs {
             out: self.out.clone(),
             step: self.step,
             client: self.client,
+            e15_held: self.e15_held,
         })
     }
 }
@@ -132,6 +138,8 @@ pub struct LabOptions {
     pub step: Which,
     /// The HTTP load generator for the experiments.
     pub client: Client,
+    /// E15's closed connections held, where not the default.
+    pub e15_held: Option<usize>,
 }
 
 /// The whole run's progress: a bar over the expected durations of all steps, with the time
@@ -237,7 +245,10 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
     std::fs::create_dir_all(&options.out)
         .with_context(|| format!("cannot create {}", options.out.display()))?;
     check_client(options.client)?;
-    let length = RunLength::new(options.quick);
+    let length = RunLength {
+        e15_held: options.e15_held,
+        ..RunLength::new(options.quick)
+    };
     let exp = ExpOptions {
         length,
         out: options.out.clone(),
@@ -261,6 +272,9 @@ pub fn run(options: &LabOptions) -> Result<PathBuf> {
     }
     if options.client == Client::Wrk {
         command += " --client wrk";
+    }
+    if let Some(held) = options.e15_held {
+        command += &format!(" --e15-held {held}");
     }
     let header = format!(
         "{TITLE}Mode: {}. Command: `{command}`.\nEvery figure below was measured in this run, \

@@ -19,7 +19,8 @@
 //! the drain period ends and everything held expires.
 //!
 //! **What it measures**, per design (`compact`, `full`), over `held` closed connections
-//! (10⁵ in the full run, 10⁴ in the quick one):
+//! (10⁵ in the full run, 10⁴ in the quick one, or `--e15-held`; the full design fewer where
+//! the machine's memory would not hold them):
 //!
 //! * memory per closed connection held: the process's RSS slope from a tenth of `held` to
 //!   all of it (and the live heap's slope, where the counting allocator is installed);
@@ -45,7 +46,7 @@ use softtimer_quic::sim::SimRun;
 use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
 use softtimer_quic::{App, ClosedState, ConnId, Driver, DriverConfig, QuicEvent, VarInt};
 
-use crate::harness::ExpOptions;
+use crate::harness::{ExpOptions, RunLength};
 use crate::report::{NoExtra, Rendered, Section, StepResult};
 use crate::targets::TargetCheck;
 
@@ -108,15 +109,56 @@ const HZ: u64 = 1_000_000_000;
 const SERVER: &str = "10.0.0.2:4433";
 const CLIENT: &str = "10.0.0.1:5000";
 
-/// Closed connections held per design.
-pub fn held(quick: bool) -> usize {
-    if quick { 10_000 } else { 100_000 }
+/// The most closed connections `--e15-held` asks for.
+const MAX_HELD: usize = 10_000_000;
+/// What one closed connection of the full design is taken to hold, to size its run to the
+/// machine's memory: quinn-proto's `Connection` measured 26 KB here, rounded up.
+const FULL_BYTES_ESTIMATE: usize = 32 << 10;
+
+/// `--e15-held`: a multiple of the batch, at least ten batches (the memory slope starts at a
+/// tenth), at most ten million.
+pub fn parse_held(arg: &str) -> Result<usize, String> {
+    let n: usize = arg
+        .parse()
+        .map_err(|_| format!("{arg:?} is not a whole number of connections"))?;
+    if !(10 * BATCH..=MAX_HELD).contains(&n) || n % BATCH != 0 {
+        return Err(format!(
+            "{n} connections: E15 holds a multiple of {BATCH} from {} to {MAX_HELD}",
+            10 * BATCH
+        ));
+    }
+    Ok(n)
+}
+
+/// Closed connections the full design holds when the compact one holds `held`: as many, or
+/// what half of `available` bytes of memory takes at [`FULL_BYTES_ESTIMATE`] each, in whole
+/// batches (at least ten).
+fn full_held(held: usize, available: Option<u64>) -> usize {
+    let Some(available) = available else {
+        return held;
+    };
+    let fits = (available / 2) as usize / FULL_BYTES_ESTIMATE / BATCH * BATCH;
+    held.min(fits.max(10 * BATCH))
+}
+
+/// The memory the kernel says is available for new work, bytes (`MemAvailable`).
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// Seconds the step takes, for the progress estimate (about 350 µs of both sides' work per
 /// connection, the full design's memory touched, both designs).
-pub fn expected_seconds(quick: bool) -> f64 {
-    2.0 * held(quick) as f64 * 350e-6 + 1.0
+pub fn expected_seconds(length: RunLength) -> f64 {
+    let held = length.e15_held();
+    (held + full_held(held, available_memory())) as f64 * 350e-6 + 1.0
 }
 
 /// The server's application: notes every connection up, to be closed by the batch.
@@ -488,18 +530,19 @@ fn design_name(design: ClosedState) -> &'static str {
 
 /// Runs E15.
 pub fn e15(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E15> {
-    let quick = options.length.quick;
-    let held = held(quick);
+    let held = options.length.e15_held();
+    let full = full_held(held, available_memory());
+    let total = (held + full) as f64;
     let mut rows = Vec::new();
     // Compact first: the full design's memory, once freed, stays in the allocator's pools
     // and would hide the compact design's growth from the RSS.
-    for (i, design) in [ClosedState::Compact, ClosedState::Full]
-        .into_iter()
-        .enumerate()
-    {
+    let mut before = 0.0;
+    for (design, held) in [(ClosedState::Compact, held), (ClosedState::Full, full)] {
+        let share = held as f64 / total;
         rows.push(measure(design, held, BATCH, &mut |f, what| {
-            progress((i as f64 + f) / 2.0, what)
+            progress(before + f * share, what)
         })?);
+        before += share;
     }
     let targets = e15_targets(&rows);
     Ok(E15::ran(options.length.mode(), NoExtra {}, rows, targets))
@@ -572,7 +615,7 @@ impl Section for E15 {
             Ok(md) => md,
             Err(not_run) => return Ok(not_run),
         };
-        md += "A server (the sans-IO driver) accepting connections and closing each, the drain period raised to an hour so that the closed ones pile up: `compact` replaces a closed connection by the driver's record (its connection ID, the peer's address, the close datagram to repeat, one soft event), `full` keeps quinn-proto's `Connection` until the drain ends. In-process, no sockets: a client driver and the server joined by an in-memory link (50 µs each way) on a simulated clock, every connection a real TLS 1.3 handshake, in batches of 250 that the server closes once up. Memory is the process's RSS slope from a tenth of the connections held to all of them and the live heap's slope beside it; the targets and the comparison below take the larger of the two (the allocator may place records in pages the handshakes freed, so that the RSS does not grow while the heap does); times are the server's calls on the one thread, by the monotonic clock: per close and drain (the close, its transmission, the compaction or quinn-proto's drain timers, the expiry at the drain's end), of which the expiry, and per connection up to its close (accept and handshake). Late packets: just after the server closed the last batch, 16 of the client's connections each send a byte on a new stream, a fresh 1-RTT packet that crosses the close; answered if the server sends anything back. The full run holds 10⁵ closed connections per design, the quick run 10⁴.\n\n| design | held | bytes per closed (RSS) | heap bytes per closed | server ns per close + drain | of which expiry | server ns per handshake | accepts and closes per s | late packets answered |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "A server (the sans-IO driver) accepting connections and closing each, the drain period raised to an hour so that the closed ones pile up: `compact` replaces a closed connection by the driver's record (its connection ID, the peer's address, the close datagram to repeat, one soft event), `full` keeps quinn-proto's `Connection` until the drain ends. In-process, no sockets: a client driver and the server joined by an in-memory link (50 µs each way) on a simulated clock, every connection a real TLS 1.3 handshake, in batches of 250 that the server closes once up. Memory is the process's RSS slope from a tenth of the connections held to all of them and the live heap's slope beside it; the targets and the comparison below take the larger of the two (the allocator may place records in pages the handshakes freed, so that the RSS does not grow while the heap does); times are the server's calls on the one thread, by the monotonic clock: per close and drain (the close, its transmission, the compaction or quinn-proto's drain timers, the expiry at the drain's end), of which the expiry, and per connection up to its close (accept and handshake). Late packets: just after the server closed the last batch, 16 of the client's connections each send a byte on a new stream, a fresh 1-RTT packet that crosses the close; answered if the server sends anything back. By default the full run holds 10⁵ closed connections per design and the quick run 10⁴; `softtimers lab e15 --e15-held N` sets the compact design's count, and the full design holds as many where half the machine's available memory takes them at 32 KB each, fewer otherwise (the table's `held`).\n\n| design | held | bytes per closed (RSS) | heap bytes per closed | server ns per close + drain | of which expiry | server ns per handshake | accepts and closes per s | late packets answered |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         for r in &self.rows {
             let _ = writeln!(
                 md,
@@ -627,5 +670,29 @@ mod tests {
         let targets = e15_targets(&rows);
         assert_eq!(targets.len(), 4);
         assert!(targets[3].met, "{:?}", targets[3]);
+    }
+
+    #[test]
+    fn the_held_count_is_a_whole_number_of_batches_within_bounds() {
+        assert_eq!(parse_held("1000000"), Ok(1_000_000));
+        assert_eq!(parse_held("2500"), Ok(2_500));
+        for bad in ["2250", "1000001", "20000000", "-5", "1e6", ""] {
+            assert!(parse_held(bad).is_err(), "{bad}");
+        }
+        assert!(
+            parse_held("1000001")
+                .unwrap_err()
+                .contains("multiple of 250")
+        );
+    }
+
+    #[test]
+    fn the_full_design_holds_what_half_the_available_memory_takes() {
+        // 1 GB free: 500 MB at 32 KB each is 15,258 connections, 15,250 in whole batches.
+        assert_eq!(full_held(1_000_000, Some(1_000_000_000)), 15_250);
+        assert_eq!(full_held(10_000, Some(1_000_000_000)), 10_000);
+        // Never under ten batches; without /proc/meminfo, as many as the compact design.
+        assert_eq!(full_held(100_000, Some(0)), 2_500);
+        assert_eq!(full_held(100_000, None), 100_000);
     }
 }

@@ -298,7 +298,7 @@ impl Step {
             Step::Quic | Step::E14 | Step::E16 => {
                 Duration::from_secs_f64(quic::expected_seconds(self.name(), length.quick))
             }
-            Step::E15 => Duration::from_secs_f64(e15::expected_seconds(length.quick)),
+            Step::E15 => Duration::from_secs_f64(e15::expected_seconds(length)),
             Step::Async => Duration::from_secs_f64(runtimes::expected_seconds(length.quick)),
             Step::Nginx => runs(rounds * 2, throughput) + Duration::from_millis(500),
         }

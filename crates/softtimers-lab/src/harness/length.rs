@@ -11,12 +11,24 @@ use serde::{Deserialize, Serialize};
 pub struct RunLength {
     /// Short runs.
     pub quick: bool,
+    /// E15's closed connections held, where the command line set it (`--e15-held`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e15_held: Option<usize>,
 }
 
 impl RunLength {
     /// Quick or full.
     pub fn new(quick: bool) -> Self {
-        RunLength { quick }
+        RunLength {
+            quick,
+            e15_held: None,
+        }
+    }
+    /// Closed connections E15's compact design holds: `--e15-held`, or 10⁴ quick and 10⁵
+    /// full (a million handshakes take about six minutes of one core, past the full lab's
+    /// budget).
+    pub fn e15_held(self) -> usize {
+        self.e15_held.unwrap_or(self.pick(10_000, 100_000))
     }
     fn pick<T>(self, quick: T, full: T) -> T {
         if self.quick { quick } else { full }
