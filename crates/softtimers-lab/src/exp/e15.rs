@@ -486,13 +486,17 @@ fn measure(
                 pair.client.connections()
             );
         }
-        if want == held / 10 {
-            at_tenth = Some((rss_bytes()?, softtimer_rt::alloc_count::live_bytes()));
+        // The slope starts at the first batch that reaches a tenth of the count.
+        if at_tenth.is_none() && want >= held / 10 {
+            at_tenth = Some((want, rss_bytes()?, softtimer_rt::alloc_count::live_bytes()));
         }
     }
     let (rss_end, heap_end) = (rss_bytes()?, softtimer_rt::alloc_count::live_bytes());
-    let (rss_tenth, heap_tenth) = at_tenth.context("held is at least ten batches")?;
-    let span = (held - held / 10) as f64;
+    let (tenth, rss_tenth, heap_tenth) = at_tenth.context("held is at least one batch")?;
+    if tenth == held {
+        bail!("{name}: {held} held is too few for a memory slope (at least two batches)");
+    }
+    let span = (held - tenth) as f64;
     // The drain period ends: everything held expires.
     progress(1.0, &format!("{name}: expiring {held}"));
     let busy = pair.server_busy;
@@ -694,5 +698,13 @@ mod tests {
         // Never under ten batches; without /proc/meminfo, as many as the compact design.
         assert_eq!(full_held(100_000, Some(0)), 2_500);
         assert_eq!(full_held(100_000, None), 100_000);
+    }
+
+    #[test]
+    fn a_count_whose_tenth_is_not_a_whole_batch_still_has_its_slope() {
+        // A tenth of 550 is 55, which no batch of 50 ends on: the slope runs from the first
+        // batch past it (100) to 550 rather than failing for want of a start.
+        let row = measure(ClosedState::Compact, 550, 50, &mut |_, _| {}).unwrap();
+        assert_eq!(row.held, 550);
     }
 }
