@@ -32,6 +32,19 @@ const QUIC: u64 = 1;
 const ECHO: u64 = 2;
 const CLIENTS: usize = 2;
 
+/// What one run served.
+#[derive(Debug)]
+pub struct Served {
+    /// QUIC requests the loop's perf server answered.
+    pub quic_requests: u64,
+    /// Datagrams the loop's echo sent back.
+    pub echoed: u64,
+    /// Requests the QUIC client finished.
+    pub client_requests: u64,
+    /// Datagrams the echo client got back, of 20.
+    pub echoes_back: usize,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut duration = Duration::from_secs(10);
     let mut args = std::env::args().skip(1);
@@ -47,7 +60,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
+    let served = serve(duration)?;
+    println!(
+        "one loop served {} QUIC requests and echoed {} datagrams; the QUIC client finished {} \
+         requests, the echo client got {} of 20 back",
+        served.quic_requests, served.echoed, served.client_requests, served.echoes_back
+    );
+    Ok(())
+}
 
+/// Serves QUIC and the echo on one loop until both clients are done or `duration` passes.
+pub fn serve(duration: Duration) -> Result<Served, Box<dyn std::error::Error>> {
     let notes = Arc::new(FireNotes::default());
     let handler_notes = Arc::clone(&notes);
     let mut ev: EventLoop<Ev> = EventLoop::new(LoopConfig::default(), move |_, f: Fired<Ev>| {
@@ -175,14 +198,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(e) = error {
         return Err(e.into());
     }
-    let requests = quic_client.join().map_err(|_| "the QUIC client panicked")?;
-    let echoes = echo_client
+    let client_requests = quic_client
+        .join()
+        .map_err(|_| "the QUIC client panicked")??;
+    let echoes_back = echo_client
         .join()
         .map_err(|_| "the echo client panicked")??;
-    println!(
-        "one loop served {} QUIC requests ({} bytes) and echoed {echoed} datagrams; the QUIC client \
-         finished {:?}, the echo client got {echoes} of 20 back",
-        server.report.requests, server.report.bytes_sent, requests
-    );
-    Ok(())
+    Ok(Served {
+        quic_requests: server.report.requests,
+        echoed,
+        client_requests,
+        echoes_back,
+    })
 }

@@ -839,3 +839,71 @@ fn a_packet_that_crosses_the_close_before_the_record_is_made_is_answered_by_the_
     assert_eq!(net.b.driver.closed_held(), 1);
     assert_eq!(net.b.driver.stats().closed.late_answered, 1);
 }
+
+/// A client that opens a stream, writes to it and keeps writing on every turn, noting what
+/// the peer's STOP_SENDING does to it.
+#[derive(Default)]
+struct Writer {
+    stream: Option<(ConnId, softtimer_quic::StreamId)>,
+    stopped_event: Option<softtimer_quic::VarInt>,
+    write_error: Option<softtimer_quic::QuicError>,
+}
+impl App<SimClock> for Writer {
+    fn on_event(&mut self, driver: &mut Driver<SimClock>, event: QuicEvent) {
+        match event {
+            QuicEvent::Connected(c) => {
+                let s = driver.open_bi(c).unwrap().expect("a stream is open to us");
+                driver.write(c, s, b"hello").unwrap();
+                self.stream = Some((c, s));
+            }
+            QuicEvent::Stopped(_, _, code) => self.stopped_event = Some(code),
+            _ => {}
+        }
+    }
+    fn on_turn(&mut self, driver: &mut Driver<SimClock>) -> bool {
+        let Some((c, s)) = self.stream else {
+            return false;
+        };
+        if self.write_error.is_some() {
+            return false;
+        }
+        match driver.write(c, s, b"more") {
+            Ok(_) => true,
+            Err(e) => {
+                self.write_error = Some(e);
+                driver.stop();
+                false
+            }
+        }
+    }
+}
+
+/// A server that asks the peer to stop sending on every stream it opens, with code 42.
+struct Stopper;
+impl App<SimClock> for Stopper {
+    fn on_event(&mut self, driver: &mut Driver<SimClock>, event: QuicEvent) {
+        if let QuicEvent::StreamOpened(c) = event {
+            while let Ok(Some(s)) = driver.accept_bi(c) {
+                driver
+                    .stop_sending(c, s, softtimer_quic::VarInt::from_u32(42))
+                    .unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stream_the_peer_stops_fails_its_writes_with_stopped_and_the_code() {
+    let mut net = insecure_net(&Tuning::default(), seeded(2), Writer::default(), Stopper);
+    assert!(net.run_for(Duration::from_secs(5), |n| n.a.stopped));
+    let (_, stream) = net.a.app.stream.unwrap();
+    let code = softtimer_quic::VarInt::from_u32(42);
+    assert_eq!(net.a.app.stopped_event, Some(code));
+    match net.a.app.write_error.take() {
+        Some(softtimer_quic::QuicError::Stream(softtimer_quic::StreamError::Stopped {
+            stream: s,
+            code: c,
+        })) => assert_eq!((s, c), (stream, code)),
+        other => panic!("{other:?}"),
+    }
+}
