@@ -13,6 +13,14 @@
 //!
 //! The rate limit answers the 1st, 2nd, 4th, 8th, … late packet of a record (a doubling
 //! backoff by count: no clock needed, and a peer that keeps sending gets ever fewer answers).
+//!
+//! What a record does not keep, and why: the stateless-reset token, because quinn-proto's
+//! endpoint derives it from its reset key and the connection ID (an HMAC) whenever it needs
+//! one, so storing it would add 16 bytes for nothing; and our other connection IDs, because
+//! a late packet carries the one the peer was using when the connection closed. A packet on
+//! another of them finds no record and gets quinn-proto's stateless reset, which RFC 9000
+//! §10.3 allows for any packet an endpoint cannot place: the peer learns the connection is
+//! gone either way.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
