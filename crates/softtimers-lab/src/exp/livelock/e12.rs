@@ -11,6 +11,7 @@ use crate::harness::ExpOptions;
 use crate::paper::PAPER_FIG_7_1;
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Rendered, Section, StepResult};
+use crate::table::Table;
 use crate::targets::TargetCheck;
 
 use super::{Bench, Design, Flood, RouterArgs, runs};
@@ -132,12 +133,7 @@ pub fn e12(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 impl Section for E12 {
     const FILE: &'static str = "e12.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md = match self
-            .heading("E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)")
-        {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
+        self.section("E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)", |md| {
         let _ = writeln!(
             md,
             "The polling router at real-time priority (above normal processes, as in-kernel \
@@ -146,19 +142,21 @@ impl Section for E12 {
              datagrams/s.\n",
             self.extra.flood_s, self.extra.source_max_pps
         );
-        md += "| budget | offered (datagrams/s) | forwarded (datagrams/s) | compute process's share (%) | periods the budget ran out |\n| --- | ---: | ---: | ---: | ---: |\n";
+        let mut table = Table::new(
+            "lrrrr",
+            "budget | offered (datagrams/s) | forwarded (datagrams/s) | compute process's share (%) | periods the budget ran out",
+        );
         for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} | {:.0} | {:.0} | {:.1} | {} |",
-                r.budget_pct
+            table.row(&[
+                &r.budget_pct
                     .map_or_else(|| "no flood".to_string(), |b| format!("{b} %")),
-                r.offered_pps,
-                r.forwarded_pps,
-                r.compute_pct,
-                r.budget_stops
-            );
+                &format!("{:.0}", r.offered_pps),
+                &format!("{:.0}", r.forwarded_pps),
+                &format!("{:.1}", r.compute_pct),
+                &r.budget_stops,
+            ]);
         }
+        *md += &table.finish();
         let mut series: Vec<Series> = Vec::new();
         for r in self.rows.iter().filter(|r| r.budget_pct.is_some()) {
             let label = format!("budget {} %", r.budget_pct.unwrap_or(0));
@@ -185,6 +183,7 @@ impl Section for E12 {
             },
         )?;
         let _ = writeln!(md, "\n{PAPER_FIG_7_1}\n\n![budget]({plot})\n");
-        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+        Ok(vec![plot.into()])
+})
     }
 }
