@@ -101,22 +101,6 @@ impl<Row, Extra> StepResult<Row, Extra> {
             None => Ok(md),
         }
     }
-
-    /// The whole section: the [`heading`](Self::heading), what `body` writes below it, and
-    /// the table of the targets, with the plots `body` drew (it returns their files); where
-    /// the step did not run, the heading and why, and `body` is not called.
-    pub fn section(
-        &self,
-        heading: &str,
-        body: impl FnOnce(&mut String) -> Result<Vec<String>>,
-    ) -> Result<Rendered> {
-        let mut md = match self.heading(heading) {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
-        let plots = body(&mut md)?;
-        Ok(Rendered::section(md, &self.targets, plots))
-    }
 }
 
 /// A step's result as written to JSON, and how its section is rendered from it.

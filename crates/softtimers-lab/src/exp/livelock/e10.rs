@@ -337,7 +337,11 @@ pub(super) fn series_by<'a>(rows: impl Iterator<Item = (&'a ForwardRow, String)>
 impl Section for E10 {
     const FILE: &'static str = "e10.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
-        self.section("E10: forwarding under overload (livelock Figs. 6-1, 6-3, 6-4)", |md| {
+        let mut md =
+            match self.heading("E10: forwarding under overload (livelock Figs. 6-1, 6-3, 6-4)") {
+                Ok(md) => md,
+                Err(not_run) => return Ok(not_run),
+            };
         let _ = writeln!(
             md,
             "A UDP router between network namespaces (source → router → phantom sink), flooded \
@@ -362,9 +366,9 @@ impl Section for E10 {
                 &format!("{:.0}", m.forwarded_at_3x_pps),
             ]);
         }
-        *md += &table.finish();
-        *md += "\n";
-        *md += &forward_table(&self.rows);
+        md += &table.finish();
+        md += "\n";
+        md += &forward_table(&self.rows);
         let plot = "e10_forwarding.png";
         forward_chart(
             dir,
@@ -373,7 +377,6 @@ impl Section for E10 {
             series_by(self.rows.iter().map(|r| (r, r.design.clone()))),
         )?;
         let _ = writeln!(md, "\n{PAPER_FIGS_6}\n\n![forwarding]({plot})\n");
-        Ok(vec![plot.into()])
-})
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
     }
 }

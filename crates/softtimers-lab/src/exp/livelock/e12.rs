@@ -133,7 +133,12 @@ pub fn e12(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 impl Section for E12 {
     const FILE: &'static str = "e12.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
-        self.section("E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)", |md| {
+        let mut md = match self
+            .heading("E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)")
+        {
+            Ok(md) => md,
+            Err(not_run) => return Ok(not_run),
+        };
         let _ = writeln!(
             md,
             "The polling router at real-time priority (above normal processes, as in-kernel \
@@ -156,7 +161,7 @@ impl Section for E12 {
                 &r.budget_stops,
             ]);
         }
-        *md += &table.finish();
+        md += &table.finish();
         let mut series: Vec<Series> = Vec::new();
         for r in self.rows.iter().filter(|r| r.budget_pct.is_some()) {
             let label = format!("budget {} %", r.budget_pct.unwrap_or(0));
@@ -183,7 +188,6 @@ impl Section for E12 {
             },
         )?;
         let _ = writeln!(md, "\n{PAPER_FIG_7_1}\n\n![budget]({plot})\n");
-        Ok(vec![plot.into()])
-})
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
     }
 }

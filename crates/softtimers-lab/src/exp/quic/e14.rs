@@ -149,8 +149,12 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 impl Section for E14 {
     const FILE: &'static str = "e14.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
-        self.section("E14: response time after idle (soft-timers paper, Tables X–XI)", |md| {
-        *md += "50 Mbit/s, RTT 100 ms, queue of one BDP; the connection downloads 2 MB, is idle for 1 s, then downloads the transfer. QUIC arms: quinn-proto on soft timers with per-packet pacing and a CUBIC that restarts slow start after idle, or resumes at the rate measured before idle (rate-based clocking). The kernel's TCP restarts slow start (`tcp_slow_start_after_idle`). A packet is 1200 bytes of data; the 100,000-packet transfer (120 MB) runs in the first round only. The paper's columns are its Table X (the same path; FreeBSD 2.2.6, 1448-byte packets, regular TCP against rate-based clocking at the bottleneck rate).\n\n";
+        let mut md =
+            match self.heading("E14: response time after idle (soft-timers paper, Tables X–XI)") {
+                Ok(md) => md,
+                Err(not_run) => return Ok(not_run),
+            };
+        md += "50 Mbit/s, RTT 100 ms, queue of one BDP; the connection downloads 2 MB, is idle for 1 s, then downloads the transfer. QUIC arms: quinn-proto on soft timers with per-packet pacing and a CUBIC that restarts slow start after idle, or resumes at the rate measured before idle (rate-based clocking). The kernel's TCP restarts slow start (`tcp_slow_start_after_idle`). A packet is 1200 bytes of data; the 100,000-packet transfer (120 MB) runs in the first round only. The paper's columns are its Table X (the same path; FreeBSD 2.2.6, 1448-byte packets, regular TCP against rate-based clocking at the bottleneck rate).\n\n";
         let mut table = Table::new(
             "rrrrrrrr",
             "packets | slow-start (ms) | rate-based (ms) | kernel-tcp (ms) | rate-based / slow-start | paper: regular TCP (ms) | paper: rate-based (ms) | paper: ratio",
@@ -191,13 +195,12 @@ impl Section for E14 {
                 &ratio,
             ]);
         }
-        *md += &table.finish();
-        *md += "\nThe paper's regular TCP starts its slow start from a small window (typically two packets, its appendix says), and its 5 packets took 496 ms, about five RTTs; this slow-start arm restarts from quinn-proto's initial window of 10 packets, so its small transfers leave in one paced window. Table XI (100 Mbit/s, same RTT) shows the same shape: response time cut by 71–89 % up to 1000 packets, 11 % at 100,000.\n\n";
+        md += &table.finish();
+        md += "\nThe paper's regular TCP starts its slow start from a small window (typically two packets, its appendix says), and its 5 packets took 496 ms, about five RTTs; this slow-start arm restarts from quinn-proto's initial window of 10 packets, so its small transfers leave in one paced window. Table XI (100 Mbit/s, same RTT) shows the same shape: response time cut by 71–89 % up to 1000 packets, 11 % at 100,000.\n\n";
         let plot = "e14_response_time.png";
         line_chart(&dir.join(plot), &self.chart())?;
         let _ = writeln!(md, "![E14 response time after idle]({plot})\n");
-        Ok(vec![plot.into()])
-})
+        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
     }
 }
 

@@ -187,8 +187,11 @@ pub(super) fn lateness_cell(hist: &[(f64, u64)]) -> String {
 impl Section for QuicResult {
     const FILE: &'static str = "quic.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
-        self.section("QUIC on soft timers against stock quinn and kernel TCP", |md| {
-        *md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the start of the 50 ms interval in which the data direction's delivered bytes passed half their total (drops at the end of slow start fall in the first half).\n\n";
+        let mut md = match self.heading("QUIC on soft timers against stock quinn and kernel TCP") {
+            Ok(md) => md,
+            Err(not_run) => return Ok(not_run),
+        };
+        md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the start of the 50 ms interval in which the data direction's delivered bytes passed half their total (drops at the end of slow start fall in the first half).\n\n";
         let mut table = Table::new(
             "llrrrrrrrrrrrrr",
             "scenario | stack | goodput (Mbit/s) | data share of delivered bytes | bottleneck drops | of which in the second half | sender-declared losses (TCP: segments resent) | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB, both sides (ms) | of which the server's (ms) | p50 (µs) | p99 (µs)",
@@ -217,15 +220,15 @@ impl Section for QuicResult {
                 &col(|r| r.p99_us, 1.0, 0),
             ]);
         }
-        *md += &table.finish();
+        md += &table.finish();
         if !self.extra.pacing_variants.is_empty() {
-            *md += &self.pacing_variants_table();
+            md += &self.pacing_variants_table();
         }
         if keys.iter().any(|k| k.0 == LOOPBACK_RR) {
-            *md += &self.loopback_table(&keys);
+            md += &self.loopback_table(&keys);
         }
         if keys.iter().any(|k| timer_driven(&k.0)) {
-            *md += "\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension); `after-idle-100pkt`: the client downloads 2 MB, is idle for 1 s, then asks for 100 packets (120 KB), which leave behind the pacer with quinn's CUBIC as it is (p50 and p99 are that one response; the other columns cover the whole connection, the warm-up included). All through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n";
+            md += "\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension); `after-idle-100pkt`: the client downloads 2 MB, is idle for 1 s, then asks for 100 packets (120 KB), which leave behind the pacer with quinn's CUBIC as it is (p50 and p99 are that one response; the other columns cover the whole connection, the warm-up included). All through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n";
             let mut table = Table::new(
                 "llrrrrrrlrrl",
                 "scenario | stack | goodput (Mbit/s) | p50 (µs) | p99 (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | sent on packet / trigger state / backstop / app (%) | timer late p50 (µs) | p99 (µs) | ≤ 10 µs / ≤ 100 µs / ≤ 1 ms / > 1 ms (%)",
@@ -252,8 +255,8 @@ impl Section for QuicResult {
                     &lateness_cell(&first.server_timer_late_hist),
                 ]);
             }
-            *md += &table.finish();
-            *md += "\nCauses and the lateness buckets are round 0's; the other columns medians over rounds.\n";
+            md += &table.finish();
+            md += "\nCauses and the lateness buckets are round 0's; the other columns medians over rounds.\n";
         }
         let mut plots = Vec::new();
         for (file, title, y_label, pick) in [
@@ -313,10 +316,9 @@ impl Section for QuicResult {
             plots.push(file.to_string());
         }
         if !self.extra.bottleneck.is_empty() {
-            *md += &bottleneck_table(&self.extra.bottleneck);
+            md += &bottleneck_table(&self.extra.bottleneck);
         }
-        *md += "\n";
-        Ok(plots)
-})
+        md += "\n";
+        Ok(Rendered::section(md, &self.targets, plots))
     }
 }

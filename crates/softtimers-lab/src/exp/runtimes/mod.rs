@@ -519,8 +519,12 @@ impl Section for AsyncResult {
     const FILE: &'static str = "async.json";
 
     fn render(&self, _dir: &Path) -> Result<Rendered> {
-        self.section("async: the runtime on soft timers against tokio and smol", |md| {
-        *md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n";
+        let mut md = match self.heading("async: the runtime on soft timers against tokio and smol")
+        {
+            Ok(md) => md,
+            Err(not_run) => return Ok(not_run),
+        };
+        md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n";
         let mut table = Table::new(
             "lllrlrrrrrrr",
             "workload | runtime | precision | threads | client | late p50 (µs) | late p99 (µs) | late max (µs) | CPU per op (ns) | ops/s | p99 (µs) | stddev (µs)",
@@ -541,8 +545,8 @@ impl Section for AsyncResult {
                 &cell(r.stddev_us, 2),
             ]);
         }
-        *md += &table.finish();
-        *md += "\nThe quinn rows here run on loopback with the loss made in each runtime's socket; the same unchanged quinn on this runtime runs through the path emulator (`softtimers path`) as stack `quinn-async` in E16 (request/response at 1 % loss, quinn's defaults and the 1 ms ACK delay) and in the QUIC matrix's first bulk scenario, each against `quinn-tokio`.\n\n";
+        md += &table.finish();
+        md += "\nThe quinn rows here run on loopback with the loss made in each runtime's socket; the same unchanged quinn on this runtime runs through the path emulator (`softtimers path`) as stack `quinn-async` in E16 (request/response at 1 % loss, quinn's defaults and the 1 ms ACK delay) and in the QUIC matrix's first bulk scenario, each against `quinn-tokio`.\n\n";
         if let Some(floor) = self.extra.paced_udp_floor_stddev_us {
             let _ = writeln!(
                 md,
@@ -552,8 +556,7 @@ impl Section for AsyncResult {
         for note in &self.extra.notes {
             let _ = writeln!(md, "Note: {note}.\n");
         }
-        Ok(Vec::new())
-})
+        Ok(Rendered::section(md, &self.targets, Vec::new()))
     }
 }
 

@@ -152,7 +152,10 @@ fn frontier_series(rows: &[SenderRow]) -> Vec<Series> {
 impl Section for Senders {
     const FILE: &'static str = "senders.json";
     fn render(&self, dir: &Path) -> Result<Rendered> {
-        self.section("Paced senders against iperf3 -u: the cost frontier", |md| {
+        let mut md = match self.heading("Paced senders against iperf3 -u: the cost frontier") {
+            Ok(md) => md,
+            Err(not_run) => return Ok(not_run),
+        };
         let _ = writeln!(
             md,
             "Each setting sends {:.0} Mbit/s of {} B datagrams for {} s, pinned to CPU {SENDER_CPU}; \
@@ -203,10 +206,10 @@ impl Section for Senders {
                 &place,
             ]);
         }
-        *md += &table.finish();
-        *md += "\n";
+        md += &table.finish();
+        md += "\n";
         if self.extra.frontier_dominated.is_empty() {
-            *md += "Every iperf3 setting is beaten on both axes by a soft-timer `pace` setting.\n\n";
+            md += "Every iperf3 setting is beaten on both axes by a soft-timer `pace` setting.\n\n";
         } else {
             let names: Vec<String> = self
                 .extra
@@ -238,8 +241,7 @@ impl Section for Senders {
             let _ = writeln!(md, "![frontier]({plot})\n");
             plots.push(plot.to_string());
         }
-        Ok(plots)
-})
+        Ok(Rendered::section(md, &self.targets, plots))
     }
 }
 
