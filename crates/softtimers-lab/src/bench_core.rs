@@ -525,8 +525,7 @@ pub fn to_markdown(report: &CoreReport) -> String {
         report.clock_source, report.clock_hz, report.clock_read_ns
     );
     let mut table = Table::new(
-        "lrrrrrr",
-        "op | pending | softtimer | binary_heap | btree_map | tokio_delay_queue | best baseline / softtimer",
+        "op | pending: | softtimer: | binary_heap: | btree_map: | tokio_delay_queue: | best baseline / softtimer:",
     );
     let mut sizes: Vec<usize> = report.rows.iter().map(|r| r.pending).collect();
     sizes.sort_unstable();
@@ -573,7 +572,7 @@ pub fn to_markdown(report: &CoreReport) -> String {
         reads.join(", ")
     );
     if !report.memory.is_empty() {
-        let mut table = Table::new("lrr", "memory | pending | bytes per pending event");
+        let mut table = Table::new("memory | pending: | bytes per pending event:");
         for m in &report.memory {
             table.row(&[
                 &m.implementation,

@@ -176,7 +176,7 @@ impl crate::report::Section for Info {
 
 /// The report as Markdown.
 pub fn to_markdown(info: &Info) -> String {
-    let mut table = Table::new("ll", "property | value");
+    let mut table = Table::new("property | value");
     table.row(&[&"clock source", &info.clock_source]);
     table.row(&[&"why", &info.reason]);
     table.row(&[
@@ -208,7 +208,7 @@ pub fn to_markdown(info: &Info) -> String {
     table.row(&[&"CPUs", &info.cpus]);
     let mut out = table.finish();
     out += "\n";
-    let mut table = Table::new("lrl", "clock read | ns (median) | ordered");
+    let mut table = Table::new("clock read | ns (median): | ordered");
     for c in &info.candidates {
         table.row(&[
             &c.clock,
@@ -232,8 +232,7 @@ A wake-up on this machine (`clock_nanosleep` of {:.0} µs, {} sleeps each, timer
         w.wait_us, w.samples
     );
     let mut table = Table::new(
-        "lrrrrr",
-        "priority | late p50 (µs) | p90 (µs) | p99 (µs) | max (µs) | CPU per wake-up (µs)",
+        "priority | late p50 (µs): | p90 (µs): | p99 (µs): | max (µs): | CPU per wake-up (µs):",
     );
     let mut row = |name: &str, c: &softtimer_rt::WakeupCost| {
         table.row(&[

@@ -373,7 +373,7 @@ pub const SUMMARY_END: &str = "<!-- end of summary -->";
 /// Every target of the steps whose JSON is in `dir`, one row each: the step, the target and
 /// its goal, its anchor, the figure now, and whether it is met; with a count at the top.
 pub fn summary(dir: &Path) -> Result<String> {
-    let mut table = Table::new("llllrl", "step | target | goal | anchor | now | met");
+    let mut table = Table::new("step | target | goal | anchor | now: | met");
     let (mut all, mut met) = (0, 0);
     for step in Step::ALL {
         let Some(targets) = step.targets(dir) else {

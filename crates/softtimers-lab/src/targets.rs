@@ -171,7 +171,7 @@ macro_rules! timer_cost_row {
 /// a soft cost of zero, read back from JSON) shows as "unbounded" where the check was met and
 /// "n/a" otherwise.
 pub fn targets_table(targets: &[TargetCheck]) -> String {
-    let mut table = Table::new("llrll", "target | goal | measured | met | anchor");
+    let mut table = Table::new("target | goal | measured: | met | anchor");
     for t in targets {
         table.row(&[
             &t.figure,

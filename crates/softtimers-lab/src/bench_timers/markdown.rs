@@ -28,8 +28,7 @@ pub fn to_markdown(report: &TimersReport) -> String {
             .map_or("no backstop".to_string(), |r| r.to_string()),
     );
     let mut table = Table::new(
-        "lrrrrlrl",
-        "source | interval | events asked/s | delivered/s | delivered % | slowdown %, median [range] | µs per event | run time (s), median [range]",
+        "source | interval: | events asked/s: | delivered/s: | delivered %: | slowdown %, median [range] | µs per event: | run time (s), median [range]",
     );
     for r in &report.rows {
         let (delivered, per_event) = if r.events_asked_per_s > 0.0 {
@@ -98,8 +97,7 @@ pub fn to_markdown(report: &TimersReport) -> String {
     );
     out += "Backstop wake-ups, and the timer machinery's system calls on the loop's core:\n\n";
     let mut table = Table::new(
-        "lrrrr",
-        "loop state | wake-ups/s | arms (timerfd_settime)/s | loop-core system calls/s | events/s",
+        "loop state | wake-ups/s: | arms (timerfd_settime)/s: | loop-core system calls/s: | events/s:",
     );
     for w in &report.backstop_wakeups_per_s {
         table.row(&[
@@ -113,8 +111,7 @@ pub fn to_markdown(report: &TimersReport) -> String {
     out += &table.finish();
     out += "\nA loop whose only work is one periodic event, by idle policy (dominated by: the cheapest policy of the same period with both a lower p99 and a lower CPU; blank: on the frontier):\n\n";
     let mut table = Table::new(
-        "rlrrrrrrrl",
-        "period | policy | spin window (µs) | lateness p50 (µs) | p99 (µs) | max (µs) | loop CPU (%) | events | backstop wake-ups | dominated by",
+        "period: | policy | spin window (µs): | lateness p50 (µs): | p99 (µs): | max (µs): | loop CPU (%): | events: | backstop wake-ups: | dominated by",
     );
     for r in &report.idle_policy {
         table.row(&[

@@ -148,8 +148,7 @@ fn cost_table(
 
 fn cost_markdown(baseline_rps: f64, rows: &[CostRow]) -> String {
     let mut table = Table::new(
-        "lrrrrrr",
-        "source | interval | throughput (req/s) | loss % | events/s | µs per event | signals dropped (facility busy)",
+        "source | interval: | throughput (req/s): | loss %: | events/s: | µs per event: | signals dropped (facility busy):",
     );
     table.row(&[
         &"none",

@@ -345,8 +345,7 @@ impl Section for E13 {
             self.default_design.name(),
         );
         let mut table = Table::new(
-            "lrrrrrrr",
-            "design | deadline | extra cost on the loop's core (%) [range] | throughput loss (%) | fired by the deadline service (%) | helper CPU on the loop's core (%) | watcher CPU on another core (%) | events fired by it / all",
+            "design | deadline: | extra cost on the loop's core (%) [range]: | throughput loss (%): | fired by the deadline service (%): | helper CPU on the loop's core (%): | watcher CPU on another core (%): | events fired by it / all:",
         );
         for r in &self.rows {
             table.row(&[
@@ -369,8 +368,7 @@ impl Section for E13 {
                    and the helpers' included), % of the run's wall time, and its difference \
                    from plain soft timers' in points (median of per-round differences):\n\n";
             let mut table = Table::new(
-                "lrrrr",
-                "design | deadline | core | busy (%) | over plain soft timers (points)",
+                "design | deadline: | core: | busy (%): | over plain soft timers (points):",
             );
             for c in &self.cores {
                 table.row(&[

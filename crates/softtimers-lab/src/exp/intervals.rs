@@ -245,8 +245,7 @@ impl Section for E3 {
             self.run.client_name()
         );
         let mut table = Table::new(
-            "lrrrrrrr",
-            "workload | samples | max (µs) | mean (µs) | median (µs) | stddev (µs) | > 100 µs (%) | > 150 µs (%)",
+            "workload | samples: | max (µs): | mean (µs): | median (µs): | stddev (µs): | > 100 µs (%): | > 150 µs (%):",
         );
         for r in &self.rows {
             table.row(&[
@@ -403,8 +402,7 @@ impl Section for E4 {
             self.run.run_s, self.trigger_states
         );
         let mut table = Table::new(
-            "rrrrr",
-            "window | windows | median of medians (µs) | p99 of medians (µs) | max median (µs)",
+            "window: | windows: | median of medians (µs): | p99 of medians (µs): | max median (µs):",
         );
         for r in &self.rows {
             table.row(&[
@@ -526,7 +524,7 @@ impl Section for E5 {
             self.run.run_s,
             self.samples
         );
-        let mut table = Table::new("lrr", "source | trigger states | share (%)");
+        let mut table = Table::new("source | trigger states: | share (%):");
         for r in &self.rows {
             table.row(&[&r.source.name(), &r.count, &format!("{:.1}", r.pct)]);
         }

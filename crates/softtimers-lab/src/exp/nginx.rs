@@ -227,7 +227,7 @@ impl Section for Nginx {
              {}, the server on CPU {}; {} round(s) of {} s.\n",
             c.run.client_cpu, c.run.server_cpu, c.run.rounds, c.run.run_s,
         );
-        let mut table = Table::new("lr", "server | req/s (median)");
+        let mut table = Table::new("server | req/s (median):");
         table.row(&[
             &"softtimers HTTP server",
             &format!("{:.0}", c.softtimers_rps),

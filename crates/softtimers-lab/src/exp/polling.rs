@@ -223,8 +223,7 @@ impl Section for E9 {
             self.run.client_name()
         );
         let mut table = Table::new(
-            "llrrlrrrrr",
-            "workload | design | quota | req/s | [range] | against epoll [per-round range] | polls/s | found per poll | interrupts/s | server CPU per response (µs)",
+            "workload | design | quota: | req/s: | [range] | against epoll [per-round range]: | polls/s: | found per poll: | interrupts/s: | server CPU per response (µs):",
         );
         let opt = |v: Option<f64>, digits: usize| {
             v.map_or("—".to_string(), |x| format!("{x:.digits$}"))

@@ -273,8 +273,7 @@ pub fn e10(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 pub(super) fn forward_table(rows: &[ForwardRow]) -> String {
     let mut table = Table::new(
-        "llrrrrr",
-        "design | quota | offered (datagrams/s) | forwarded (datagrams/s) | dropped in a queue | dropped by the kernel | router CPU %",
+        "design | quota | offered (datagrams/s): | forwarded (datagrams/s): | dropped in a queue: | dropped by the kernel: | router CPU %:",
     );
     for r in rows {
         let overload = if r.at_3x_mlfrr { " (3 × MLFRR)" } else { "" };
@@ -355,8 +354,7 @@ impl Section for E10 {
             self.extra.flood.source_max_pps,
         );
         let mut table = Table::new(
-            "lrrr",
-            "design | MLFRR (datagrams/s) | offered for the overload run (× MLFRR) | forwarded there (datagrams/s)",
+            "design | MLFRR (datagrams/s): | offered for the overload run (× MLFRR): | forwarded there (datagrams/s):",
         );
         for m in &self.extra.mlfrr {
             table.row(&[

@@ -148,8 +148,7 @@ impl Section for E12 {
             self.extra.flood_s, self.extra.source_max_pps
         );
         let mut table = Table::new(
-            "lrrrr",
-            "budget | offered (datagrams/s) | forwarded (datagrams/s) | compute process's share (%) | periods the budget ran out",
+            "budget | offered (datagrams/s): | forwarded (datagrams/s): | compute process's share (%): | periods the budget ran out:",
         );
         for r in &self.rows {
             table.row(&[

@@ -207,8 +207,7 @@ impl Section for E6 {
             self.no_flow_rps,
         );
         let mut table = Table::new(
-            "lrrrrrrrr",
-            "clocking | target interval | overhead (%) [range] | cost vs no flow (%) | throughput loss (%) | req/s | achieved mean interval (µs) | interval stddev (µs) | sent / received",
+            "clocking | target interval: | overhead (%) [range]: | cost vs no flow (%): | throughput loss (%): | req/s: | achieved mean interval (µs): | interval stddev (µs): | sent / received:",
         );
         // A figure per response of rounds that all starved: none.
         let fig = |x: f64, digits: usize| {

@@ -110,8 +110,7 @@ impl Section for E7 {
             self.run.run_s,
         );
         let mut table = Table::new(
-            "rlrrrr",
-            "target | clocking | minimum interval | mean interval (µs) | stddev (µs) | req/s",
+            "target: | clocking | minimum interval: | mean interval (µs): | stddev (µs): | req/s:",
         );
         for r in &self.rows {
             table.row(&[

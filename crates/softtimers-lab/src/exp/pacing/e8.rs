@@ -471,8 +471,7 @@ impl Section for E8 {
             self.extra.rounds,
         );
         let mut table = Table::new(
-            "lrrrrrr",
-            "release | burstiness index B [range] | packets | lost | longest burst | inter-arrival p99 (µs) | sender CPU per packet (ns)",
+            "release | burstiness index B [range]: | packets: | lost: | longest burst: | inter-arrival p99 (µs): | sender CPU per packet (ns):",
         );
         for r in &self.rows {
             table.row(&[
@@ -502,8 +501,7 @@ impl Section for E8 {
         }
         if !self.extra.constant_rate.is_empty() {
             let mut table = Table::new(
-                "lrrrrr",
-                "sender | B | longest burst | inter-arrival stddev (µs) | p99 (µs) | sender CPU per packet (ns)",
+                "sender | B: | longest burst: | inter-arrival stddev (µs): | p99 (µs): | sender CPU per packet (ns):",
             );
             for r in &self.extra.constant_rate {
                 table.row(&[

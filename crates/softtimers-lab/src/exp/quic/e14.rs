@@ -156,8 +156,7 @@ impl Section for E14 {
             };
         md += "50 Mbit/s, RTT 100 ms, queue of one BDP; the connection downloads 2 MB, is idle for 1 s, then downloads the transfer. QUIC arms: quinn-proto on soft timers with per-packet pacing and a CUBIC that restarts slow start after idle, or resumes at the rate measured before idle (rate-based clocking). The kernel's TCP restarts slow start (`tcp_slow_start_after_idle`). A packet is 1200 bytes of data; the 100,000-packet transfer (120 MB) runs in the first round only. The paper's columns are its Table X (the same path; FreeBSD 2.2.6, 1448-byte packets, regular TCP against rate-based clocking at the bottleneck rate).\n\n";
         let mut table = Table::new(
-            "rrrrrrrr",
-            "packets | slow-start (ms) | rate-based (ms) | kernel-tcp (ms) | rate-based / slow-start | paper: regular TCP (ms) | paper: rate-based (ms) | paper: ratio",
+            "packets: | slow-start (ms): | rate-based (ms): | kernel-tcp (ms): | rate-based / slow-start: | paper: regular TCP (ms): | paper: rate-based (ms): | paper: ratio:",
         );
         let mut sizes: Vec<u64> = self.rows.iter().map(|r| r.packets).collect();
         sizes.sort_unstable();

@@ -26,8 +26,7 @@ impl QuicResult {
             "\n### What per-packet pacing costs\n\n{BULK_50M_SMALL_QUEUE}, both sides with the same settings: one `sendmsg` and one wake-up per datagram are what pacing every datagram costs in user space (the driver blocks until a departure rather than spinning before it, and spins only before quinn's own timers); `spin-0` never spins, not even before those, `2-per-departure` sends two datagrams (one GSO send) per departure time at twice the interval, as Linux's TCP sends at least two segments per paced burst. The variants run right after `soft-paced` in each round, their order rotating. Medians over rounds with [min, max]; the CPU ratio is per round; idle spin is the loops' clock time spent spinning.\n\n"
         );
         let mut table = Table::new(
-            "lrrrrrrrrrr",
-            "arm | spin window (µs) | server sendmsg calls | CPU per MB, both sides (ms) | of which idle spin (ms) | CPU / quinn-tokio | sender gap stddev (µs) | receiver inter-arrival stddev (µs) | burstiness index | bottleneck drops | goodput (Mbit/s)",
+            "arm | spin window (µs): | server sendmsg calls: | CPU per MB, both sides (ms): | of which idle spin (ms): | CPU / quinn-tokio: | sender gap stddev (µs): | receiver inter-arrival stddev (µs): | burstiness index: | bottleneck drops: | goodput (Mbit/s):",
         );
         for stack in distinct(&arms, |r| r.stack.clone()) {
             let col = cells(&arms, |r| r.stack == stack);
@@ -63,8 +62,7 @@ impl QuicResult {
             "\n### The loopback median\n\n`loopback-rr-stock-client`: each stack's server answering the same stock-quinn client (the `quinn-tokio` stack's) on loopback, 2,000 requests of 10 KB one after another on one connection, server and client pinned to different CPUs; `quinn-plain` is stock quinn with quinn's defaults, the server a user of quinn writes. Medians over rounds, with [min, max].\n\n",
         );
         let mut table = Table::new(
-            "lrrrrrr",
-            "server | p50 (µs) | p99 (µs) | p99.9 (µs) | server CPU per MB (ms) | server send calls | server quinn timeouts",
+            "server | p50 (µs): | p99 (µs): | p99.9 (µs): | server CPU per MB (ms): | server send calls: | server quinn timeouts:",
         );
         for (_, stack) in keys.iter().filter(|k| k.0 == LOOPBACK_RR) {
             let col = self.column(LOOPBACK_RR, stack);
@@ -118,8 +116,7 @@ pub(super) fn bottleneck_table(rows: &[BottleneckRow]) -> String {
         COMMAND_SPIN
     );
     let mut table = Table::new(
-        "rlrrrrrr",
-        "rate (Mbit/s) | bottleneck | delivered (Mbit/s) | rate error (%) | inter-arrival stddev (µs) | inter-arrival p99 (µs) | drops | delay error p99 (µs)",
+        "rate (Mbit/s): | bottleneck | delivered (Mbit/s): | rate error (%): | inter-arrival stddev (µs): | inter-arrival p99 (µs): | drops: | delay error p99 (µs):",
     );
     let mut keys = distinct(rows, |r| (r.rate_bps, r.bottleneck.clone()));
     keys.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -193,8 +190,7 @@ impl Section for QuicResult {
         };
         md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the start of the 50 ms interval in which the data direction's delivered bytes passed half their total (drops at the end of slow start fall in the first half).\n\n";
         let mut table = Table::new(
-            "llrrrrrrrrrrrrr",
-            "scenario | stack | goodput (Mbit/s) | data share of delivered bytes | bottleneck drops | of which in the second half | sender-declared losses (TCP: segments resent) | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB, both sides (ms) | of which the server's (ms) | p50 (µs) | p99 (µs)",
+            "scenario | stack | goodput (Mbit/s): | data share of delivered bytes: | bottleneck drops: | of which in the second half: | sender-declared losses (TCP: segments resent): | receiver inter-arrival stddev (µs): | sender gap stddev (µs): | burstiness index: | queue delay p99 (µs): | CPU per MB, both sides (ms): | of which the server's (ms): | p50 (µs): | p99 (µs):",
         );
         let keys = distinct(&self.rows, |r| (r.scenario.clone(), r.stack.clone()));
         for (scenario, stack) in keys
@@ -230,8 +226,7 @@ impl Section for QuicResult {
         if keys.iter().any(|k| timer_driven(&k.0)) {
             md += "\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension); `after-idle-100pkt`: the client downloads 2 MB, is idle for 1 s, then asks for 100 packets (120 KB), which leave behind the pacer with quinn's CUBIC as it is (p50 and p99 are that one response; the other columns cover the whole connection, the warm-up included). All through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n";
             let mut table = Table::new(
-                "llrrrrrrlrrl",
-                "scenario | stack | goodput (Mbit/s) | p50 (µs) | p99 (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | sent on packet / trigger state / backstop / app (%) | timer late p50 (µs) | p99 (µs) | ≤ 10 µs / ≤ 100 µs / ≤ 1 ms / > 1 ms (%)",
+                "scenario | stack | goodput (Mbit/s): | p50 (µs): | p99 (µs): | sender gap stddev (µs): | burstiness index: | queue delay p99 (µs): | sent on packet / trigger state / backstop / app (%) | timer late p50 (µs): | p99 (µs): | ≤ 10 µs / ≤ 100 µs / ≤ 1 ms / > 1 ms (%)",
             );
             for (scenario, stack) in keys.iter().filter(|k| timer_driven(&k.0)) {
                 let col = self.column(scenario, stack);

@@ -526,8 +526,7 @@ impl Section for AsyncResult {
         };
         md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n";
         let mut table = Table::new(
-            "lllrlrrrrrrr",
-            "workload | runtime | precision | threads | client | late p50 (µs) | late p99 (µs) | late max (µs) | CPU per op (ns) | ops/s | p99 (µs) | stddev (µs)",
+            "workload | runtime | precision | threads: | client | late p50 (µs): | late p99 (µs): | late max (µs): | CPU per op (ns): | ops/s: | p99 (µs): | stddev (µs):",
         );
         for r in &self.rows {
             table.row(&[

@@ -175,8 +175,7 @@ impl Section for Senders {
             let _ = writeln!(md, "iperf3 rows missing: {why}.\n");
         }
         let mut table = Table::new(
-            "lllrrrrrrrrrrl",
-            "link | sender | setting | Mbit/s | lost | CPU % | CPU per packet (µs) | inter-arrival mean (µs) | stddev (µs) [range] | p99 (µs) | gaps > 1 ms | longest burst | B | frontier",
+            "link | sender | setting | Mbit/s: | lost: | CPU %: | CPU per packet (µs): | inter-arrival mean (µs): | stddev (µs) [range]: | p99 (µs): | gaps > 1 ms: | longest burst: | B: | frontier",
         );
         for r in &self.rows {
             let place = match (&r.beaten_by, r.on_frontier) {
