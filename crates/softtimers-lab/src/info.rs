@@ -176,36 +176,38 @@ impl crate::report::Section for Info {
 
 /// The report as Markdown.
 pub fn to_markdown(info: &Info) -> String {
+    let kernel_hz = info
+        .kernel_hz
+        .map_or("unknown (no /boot/config)".into(), |hz| format!("{hz} Hz"));
     let mut table = Table::new("property | value");
-    table.row(&[&"clock source", &info.clock_source]);
-    table.row(&[&"why", &info.reason]);
-    table.row(&[
-        &"measure_resolution()",
-        &format!("{} Hz", info.measure_resolution_hz),
-    ]);
-    table.row(&[
-        &"interrupt_clock_resolution()",
-        &format!("{} Hz", info.interrupt_clock_resolution_hz),
-    ]);
-    table.row(&[
-        &"X (ticks between backstop ticks)",
-        &info.backstop_interval_ticks,
-    ]);
-    table.row(&[
-        &"measure_time() read (ordered, median)",
-        &format!("{:.1} ns", info.clock_read_ns),
-    ]);
-    table.row(&[
-        &"trigger-check read (unordered, median)",
-        &format!("{:.1} ns", info.trigger_read_ns),
-    ]);
-    table.row(&[
-        &"kernel timer frequency",
-        &info
-            .kernel_hz
-            .map_or("unknown (no /boot/config)".into(), |hz| format!("{hz} Hz")),
-    ]);
-    table.row(&[&"CPUs", &info.cpus]);
+    for (property, value) in [
+        ("clock source", info.clock_source.clone()),
+        ("why", info.reason.clone()),
+        (
+            "measure_resolution()",
+            format!("{} Hz", info.measure_resolution_hz),
+        ),
+        (
+            "interrupt_clock_resolution()",
+            format!("{} Hz", info.interrupt_clock_resolution_hz),
+        ),
+        (
+            "X (ticks between backstop ticks)",
+            info.backstop_interval_ticks.to_string(),
+        ),
+        (
+            "measure_time() read (ordered, median)",
+            format!("{:.1} ns", info.clock_read_ns),
+        ),
+        (
+            "trigger-check read (unordered, median)",
+            format!("{:.1} ns", info.trigger_read_ns),
+        ),
+        ("kernel timer frequency", kernel_hz),
+        ("CPUs", info.cpus.to_string()),
+    ] {
+        table.row(&[&property, &value]);
+    }
     let mut out = table.finish();
     out += "\n";
     let mut table = Table::new("clock read | ns (median): | ordered");
