@@ -31,6 +31,7 @@ use crate::baselines::{self, TimerQueue};
 use crate::harness::{RunLength, pin_to_last_cpu};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, percentile};
+use crate::table::Table;
 use crate::targets::{TargetCheck, targets_table};
 use softtimer_rt::alloc_count;
 
@@ -523,11 +524,9 @@ pub fn to_markdown(report: &CoreReport) -> String {
         "Clock: {} at {} Hz, one read {:.1} ns (median); benchmark thread {pin}.\n",
         report.clock_source, report.clock_hz, report.clock_read_ns
     );
-    let _ = writeln!(
-        out,
-        "| op | pending | softtimer | binary_heap | btree_map | tokio_delay_queue | best baseline / softtimer |"
+    let mut table = Table::new(
+        "op | pending: | softtimer: | binary_heap: | btree_map: | tokio_delay_queue: | best baseline / softtimer:",
     );
-    let _ = writeln!(out, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     let mut sizes: Vec<usize> = report.rows.iter().map(|r| r.pending).collect();
     sizes.sort_unstable();
     sizes.dedup();
@@ -547,16 +546,18 @@ pub fn to_markdown(report: &CoreReport) -> String {
             let ours = report.row(OURS, n, op).map(|r| r.median_ns);
             let best = report.best_baseline(n, op);
             let ratio = ours.map_or("–".to_string(), |o| format!("{:.2}×", best / o));
-            let _ = writeln!(
-                out,
-                "| {op} | {n} | {} | {} | {} | {} | {ratio} |",
-                cell("softtimer"),
-                cell("binary_heap"),
-                cell("btree_map"),
-                cell("tokio_delay_queue"),
-            );
+            table.row(&[
+                &op,
+                &n,
+                &cell("softtimer"),
+                &cell("binary_heap"),
+                &cell("btree_map"),
+                &cell("tokio_delay_queue"),
+                &ratio,
+            ]);
         }
     }
+    out += &table.finish();
     let reads: Vec<String> = sizes
         .iter()
         .filter_map(|&n| {
@@ -571,15 +572,16 @@ pub fn to_markdown(report: &CoreReport) -> String {
         reads.join(", ")
     );
     if !report.memory.is_empty() {
-        let _ = writeln!(out, "\n| memory | pending | bytes per pending event |");
-        let _ = writeln!(out, "| --- | ---: | ---: |");
+        let mut table = Table::new("memory | pending: | bytes per pending event:");
         for m in &report.memory {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {:.1} |",
-                m.implementation, m.pending, m.bytes_per_event
-            );
+            table.row(&[
+                &m.implementation,
+                &m.pending,
+                &format!("{:.1}", m.bytes_per_event),
+            ]);
         }
+        out += "\n";
+        out += &table.finish();
     }
     out += "\n";
     out += &targets_table(&report.targets);

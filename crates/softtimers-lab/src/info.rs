@@ -13,6 +13,7 @@ use softtimer_rt::WakeupProbe;
 use softtimers_tools::output::{Program, Report};
 
 use crate::bench_core::per_call_ns;
+use crate::table::Table;
 
 /// `softtimers info` on the command line.
 #[derive(clap::Args, Debug, Clone)]
@@ -175,56 +176,49 @@ impl crate::report::Section for Info {
 
 /// The report as Markdown.
 pub fn to_markdown(info: &Info) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let _ = writeln!(out, "| property | value |\n| --- | --- |");
-    let _ = writeln!(out, "| clock source | {} |", info.clock_source);
-    let _ = writeln!(out, "| why | {} |", info.reason);
-    let _ = writeln!(
-        out,
-        "| measure_resolution() | {} Hz |",
-        info.measure_resolution_hz
-    );
-    let _ = writeln!(
-        out,
-        "| interrupt_clock_resolution() | {} Hz |",
-        info.interrupt_clock_resolution_hz
-    );
-    let _ = writeln!(
-        out,
-        "| X (ticks between backstop ticks) | {} |",
-        info.backstop_interval_ticks
-    );
-    let _ = writeln!(
-        out,
-        "| measure_time() read (ordered, median) | {:.1} ns |",
-        info.clock_read_ns
-    );
-    let _ = writeln!(
-        out,
-        "| trigger-check read (unordered, median) | {:.1} ns |",
-        info.trigger_read_ns
-    );
-    let _ = writeln!(
-        out,
-        "| kernel timer frequency | {} |",
-        info.kernel_hz
-            .map_or("unknown (no /boot/config)".into(), |hz| format!("{hz} Hz"))
-    );
-    let _ = writeln!(out, "| CPUs | {} |", info.cpus);
-    let _ = writeln!(
-        out,
-        "\n| clock read | ns (median) | ordered |\n| --- | ---: | --- |"
-    );
-    for c in &info.candidates {
-        let _ = writeln!(
-            out,
-            "| {} | {:.1} | {} |",
-            c.clock,
-            c.read_ns,
-            if c.ordered { "yes" } else { "no" }
-        );
+    let kernel_hz = info
+        .kernel_hz
+        .map_or("unknown (no /boot/config)".into(), |hz| format!("{hz} Hz"));
+    let mut table = Table::new("property | value");
+    for (property, value) in [
+        ("clock source", info.clock_source.clone()),
+        ("why", info.reason.clone()),
+        (
+            "measure_resolution()",
+            format!("{} Hz", info.measure_resolution_hz),
+        ),
+        (
+            "interrupt_clock_resolution()",
+            format!("{} Hz", info.interrupt_clock_resolution_hz),
+        ),
+        (
+            "X (ticks between backstop ticks)",
+            info.backstop_interval_ticks.to_string(),
+        ),
+        (
+            "measure_time() read (ordered, median)",
+            format!("{:.1} ns", info.clock_read_ns),
+        ),
+        (
+            "trigger-check read (unordered, median)",
+            format!("{:.1} ns", info.trigger_read_ns),
+        ),
+        ("kernel timer frequency", kernel_hz),
+        ("CPUs", info.cpus.to_string()),
+    ] {
+        table.row(&[&property, &value]);
     }
+    let mut out = table.finish();
+    out += "\n";
+    let mut table = Table::new("clock read | ns (median): | ordered");
+    for c in &info.candidates {
+        table.row(&[
+            &c.clock,
+            &format!("{:.1}", c.read_ns),
+            &if c.ordered { "yes" } else { "no" },
+        ]);
+    }
+    out += &table.finish();
     if let Some(w) = &info.wakeup {
         out += &wakeup_markdown(w);
     }
@@ -233,25 +227,24 @@ pub fn to_markdown(info: &Info) -> String {
 
 /// The wake-up probe's table: lateness and CPU per wake-up at each priority.
 fn wakeup_markdown(w: &WakeupProbe) -> String {
-    use std::fmt::Write;
     let mut out = format!(
         "
 A wake-up on this machine (`clock_nanosleep` of {:.0} µs, {} sleeps each, timer \
-         slack 1 ns): the floor every idle figure is read against.\n\n\
-         | priority | late p50 (µs) | p90 (µs) | p99 (µs) | max (µs) | CPU per wake-up (µs) |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: |\n",
+         slack 1 ns): the floor every idle figure is read against.\n\n",
         w.wait_us, w.samples
     );
+    let mut table = Table::new(
+        "priority | late p50 (µs): | p90 (µs): | p99 (µs): | max (µs): | CPU per wake-up (µs):",
+    );
     let mut row = |name: &str, c: &softtimer_rt::WakeupCost| {
-        let _ = writeln!(
-            out,
-            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
-            c.wakeup_late_p50_us,
-            c.wakeup_late_p90_us,
-            c.wakeup_late_p99_us,
-            c.wakeup_late_max_us,
-            c.wakeup_cpu_us
-        );
+        table.row(&[
+            &name,
+            &format!("{:.1}", c.wakeup_late_p50_us),
+            &format!("{:.1}", c.wakeup_late_p90_us),
+            &format!("{:.1}", c.wakeup_late_p99_us),
+            &format!("{:.1}", c.wakeup_late_max_us),
+            &format!("{:.2}", c.wakeup_cpu_us),
+        ]);
     };
     row("normal", &w.normal);
     if let Some(long) = &w.normal_long {
@@ -264,12 +257,17 @@ A wake-up on this machine (`clock_nanosleep` of {:.0} µs, {} sleeps each, timer
             long,
         );
     }
-    match (&w.fifo, &w.fifo_refused) {
-        (Some(fifo), _) => row("SCHED_FIFO", fifo),
-        (None, why) => {
-            let why = why.as_deref().unwrap_or("refused");
-            let _ = writeln!(out, "| SCHED_FIFO | not measured: {why} | | | | |");
+    let fifo_refused = match (&w.fifo, &w.fifo_refused) {
+        (Some(fifo), _) => {
+            row("SCHED_FIFO", fifo);
+            None
         }
+        (None, why) => Some(why.as_deref().unwrap_or("refused")),
+    };
+    out += &table.finish();
+    if let Some(why) = fifo_refused {
+        // A row that says why across the figures' blank cells, written as it always was.
+        out += &format!("| SCHED_FIFO | not measured: {why} | | | | |\n");
     }
     if w.normal_long.is_some() {
         out += "\nA longer sleep wakes later (an idle CPU sinks deeper; a virtual one stops \

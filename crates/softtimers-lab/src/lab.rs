@@ -17,7 +17,8 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use crate::exp::{Carry, Step, e15};
 use crate::harness::{Client, ExpOptions, RunLength, check_client, human_duration, progress_bar};
 use crate::report::{TITLE, assemble, write_report};
-use crate::targets::measured_cell;
+use crate::table::Table;
+use crate::targets::{anchor_cell, measured_cell, met_cell};
 
 /// Which steps a lab run makes: all of them, or one (`softtimers lab e13`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -372,7 +373,7 @@ pub const SUMMARY_END: &str = "<!-- end of summary -->";
 /// Every target of the steps whose JSON is in `dir`, one row each: the step, the target and
 /// its goal, its anchor, the figure now, and whether it is met; with a count at the top.
 pub fn summary(dir: &Path) -> Result<String> {
-    let mut rows = String::new();
+    let mut table = Table::new("step | target | goal | anchor | now: | met");
     let (mut all, mut met) = (0, 0);
     for step in Step::ALL {
         let Some(targets) = step.targets(dir) else {
@@ -382,25 +383,17 @@ pub fn summary(dir: &Path) -> Result<String> {
         for t in targets {
             all += 1;
             met += usize::from(t.met);
-            rows += &format!(
-                "| {} | {} | {} | {} | {} | {} |\n",
-                step.label(),
-                t.figure,
-                t.target,
-                if t.anchor.is_empty() {
-                    "—"
-                } else {
-                    &t.anchor
-                },
-                measured_cell(&t),
-                if t.met { "yes" } else { "**no**" }
-            );
+            table.row(&[
+                &step.label(),
+                &t.figure,
+                &t.target,
+                &anchor_cell(&t),
+                &measured_cell(&t),
+                &met_cell(&t),
+            ]);
         }
     }
-    Ok(format!(
-        "{met} of {all} targets met.\n\n| step | target | goal | anchor | now | met |\n\
-         | --- | --- | --- | --- | ---: | --- |\n{rows}"
-    ))
+    Ok(format!("{met} of {all} targets met.\n\n{table}"))
 }
 
 /// Writes `dir/summary.md`: the [`summary`] of the results in `dir`.

@@ -9,14 +9,14 @@
 //! | [`exp`] | the lab's steps, one module per experiment family, and their registry ([`exp::Step`]) |
 //! | [`lab`] | `softtimers lab`: the steps in order, the overall progress line; `softtimers report` |
 //! | [`harness`] | what the experiments run on: one server run with its load, run lengths, interleaved rounds, progress |
-//! | [`report`], [`plot`] | rendering a step's section from its JSON; PNG line charts |
+//! | [`report`], [`plot`], [`table`] | rendering a step's section from its JSON; PNG line charts; Markdown tables |
 //! | [`targets`], [`summary`], [`paper`] | target checks; medians, percentiles, per-round ratios; the seed papers' figures |
 //! | [`frontier`] | cost against precision: the frontier of measured settings, and which beats which |
 //! | [`bench_core`], [`bench_timers`], [`baselines`] | `softtimers bench core` and `bench timers` (also lab steps); the timer queues bench core compares with |
 //! | [`info`] | `softtimers info` |
 //!
 //! The layers, bottom up: `summary`, `targets`, `frontier` and `paper` (numbers, and what
-//! they are judged against); `report` and `plot` (a step's section from its JSON alone); `harness`
+//! they are judged against); `report`, `plot` and `table` (a step's section from its JSON alone); `harness`
 //! (server runs and their load, on the tools' servers); the experiments in `exp`, one module
 //! per family, each a result type implementing [`report::Section`] and a function that runs
 //! it; the registry [`exp::Step`]; and [`lab`], which runs the registry in order. Start
@@ -37,4 +37,5 @@ pub mod paper;
 pub mod plot;
 pub mod report;
 pub mod summary;
+pub mod table;
 pub mod targets;

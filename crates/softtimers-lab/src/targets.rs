@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::harness::TimerSource;
+use crate::table::Table;
 
 /// A target and whether a run met it. Written to JSON as `name`, `goal`, `measured`, `met`,
 /// `anchor` (read back also from the older `figure` and `target`; files from before targets
@@ -170,24 +171,31 @@ macro_rules! timer_cost_row {
 /// a soft cost of zero, read back from JSON) shows as "unbounded" where the check was met and
 /// "n/a" otherwise.
 pub fn targets_table(targets: &[TargetCheck]) -> String {
-    let mut out = String::from(
-        "| target | goal | measured | met | anchor |\n| --- | --- | ---: | --- | --- |\n",
-    );
+    let mut table = Table::new("target | goal | measured: | met | anchor");
     for t in targets {
-        out += &format!(
-            "| {} | {} | {} | {} | {} |\n",
-            t.figure,
-            t.target,
-            measured_cell(t),
-            if t.met { "yes" } else { "**no**" },
-            if t.anchor.is_empty() {
-                "—"
-            } else {
-                &t.anchor
-            }
-        );
+        table.row(&[
+            &t.figure,
+            &t.target,
+            &measured_cell(t),
+            &met_cell(t),
+            &anchor_cell(t),
+        ]);
     }
-    out
+    table.finish()
+}
+
+/// Whether a target is met, as a table shows it: a miss stands out in bold.
+pub fn met_cell(t: &TargetCheck) -> &'static str {
+    if t.met { "yes" } else { "**no**" }
+}
+
+/// A target's anchor as a table shows it: a dash where it has none.
+pub fn anchor_cell(t: &TargetCheck) -> &str {
+    if t.anchor.is_empty() {
+        "—"
+    } else {
+        &t.anchor
+    }
 }
 
 /// A target's measured value as a table shows it.

@@ -2,6 +2,7 @@
 
 use crate::harness::interval_label;
 use crate::paper::PAPER_TABLE_I;
+use crate::table::Table;
 use crate::targets::targets_table;
 
 use super::TimersReport;
@@ -26,16 +27,10 @@ pub fn to_markdown(report: &TimersReport) -> String {
             .backstop_realtime
             .map_or("no backstop".to_string(), |r| r.to_string()),
     );
-    let _ = writeln!(
-        out,
-        "| source | interval | events asked/s | delivered/s | delivered % | slowdown %, median [range] | µs per event | run time (s), median [range] |"
-    );
-    let _ = writeln!(
-        out,
-        "| --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"
+    let mut table = Table::new(
+        "source | interval: | events asked/s: | delivered/s: | delivered %: | slowdown %, median [range] | µs per event: | run time (s), median [range]",
     );
     for r in &report.rows {
-        let interval = interval_label(r.source, r.interval_us);
         let (delivered, per_event) = if r.events_asked_per_s > 0.0 {
             (
                 format!(
@@ -47,25 +42,29 @@ pub fn to_markdown(report: &TimersReport) -> String {
         } else {
             ("—".to_string(), "—".to_string())
         };
-        let _ = writeln!(
-            out,
-            "| {} | {interval} | {:.0} | {:.0} | {delivered} | {:.2} [{:.2}, {:.2}] | {per_event} | {:.3} [{:.3}, {:.3}]{} |",
-            r.source.name(),
-            r.events_asked_per_s,
-            r.events_delivered_per_s,
-            r.slowdown_pct,
-            r.slowdown_range_pct.0,
-            r.slowdown_range_pct.1,
-            r.median_run_s,
-            r.run_range_s.0,
-            r.run_range_s.1,
-            match (r.runs_cut_short, r.runs) {
-                (0, _) => String::new(),
-                (_, runs) if runs > 0 && runs < report.runs => format!(" * ({runs} runs)"),
-                _ => " *".to_string(),
-            },
-        );
+        let cut = match (r.runs_cut_short, r.runs) {
+            (0, _) => String::new(),
+            (_, runs) if runs > 0 && runs < report.runs => format!(" * ({runs} runs)"),
+            _ => " *".to_string(),
+        };
+        table.row(&[
+            &r.source.name(),
+            &interval_label(r.source, r.interval_us),
+            &format!("{:.0}", r.events_asked_per_s),
+            &format!("{:.0}", r.events_delivered_per_s),
+            &delivered,
+            &format!(
+                "{:.2} [{:.2}, {:.2}]",
+                r.slowdown_pct, r.slowdown_range_pct.0, r.slowdown_range_pct.1
+            ),
+            &per_event,
+            &format!(
+                "{:.3} [{:.3}, {:.3}]{cut}",
+                r.median_run_s, r.run_range_s.0, r.run_range_s.1
+            ),
+        ]);
     }
+    out += &table.finish();
     if report.rows.iter().any(|r| r.runs_cut_short > 0) {
         let cut_at = report
             .max_run_s
@@ -96,41 +95,39 @@ pub fn to_markdown(report: &TimersReport) -> String {
         b.pct_over_x,
         b.pct_over_x_plus_quarter
     );
-    let _ = writeln!(
-        out,
-        "Backstop wake-ups, and the timer machinery's system calls on the loop's core:\n\n| loop state | wake-ups/s | arms (timerfd_settime)/s | loop-core system calls/s | events/s |\n| --- | ---: | ---: | ---: | ---: |"
+    out += "Backstop wake-ups, and the timer machinery's system calls on the loop's core:\n\n";
+    let mut table = Table::new(
+        "loop state | wake-ups/s: | arms (timerfd_settime)/s: | loop-core system calls/s: | events/s:",
     );
     for w in &report.backstop_wakeups_per_s {
-        let _ = writeln!(
-            out,
-            "| {} | {:.0} | {:.0} | {:.0} | {:.0} |",
-            w.state.name(),
-            w.backstop_wakeups_per_s,
-            w.backstop_arms_per_s,
-            w.loop_core_syscalls_per_s,
-            w.events_per_s
-        );
+        table.row(&[
+            &w.state.name(),
+            &format!("{:.0}", w.backstop_wakeups_per_s),
+            &format!("{:.0}", w.backstop_arms_per_s),
+            &format!("{:.0}", w.loop_core_syscalls_per_s),
+            &format!("{:.0}", w.events_per_s),
+        ]);
     }
-    let _ = writeln!(
-        out,
-        "\nA loop whose only work is one periodic event, by idle policy (dominated by: the cheapest policy of the same period with both a lower p99 and a lower CPU; blank: on the frontier):\n\n| period | policy | spin window (µs) | lateness p50 (µs) | p99 (µs) | max (µs) | loop CPU (%) | events | backstop wake-ups | dominated by |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+    out += &table.finish();
+    out += "\nA loop whose only work is one periodic event, by idle policy (dominated by: the cheapest policy of the same period with both a lower p99 and a lower CPU; blank: on the frontier):\n\n";
+    let mut table = Table::new(
+        "period: | policy | spin window (µs): | lateness p50 (µs): | p99 (µs): | max (µs): | loop CPU (%): | events: | backstop wake-ups: | dominated by",
     );
     for r in &report.idle_policy {
-        let _ = writeln!(
-            out,
-            "| {} µs | {} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
-            r.period_us,
-            r.label(),
-            r.spin_window_us,
-            r.late_p50_us,
-            r.late_p99_us,
-            r.late_max_us,
-            r.cpu_pct,
-            r.events,
-            r.backstop_wakeups,
-            r.dominated_by.as_deref().unwrap_or("")
-        );
+        table.row(&[
+            &format!("{} µs", r.period_us),
+            &r.label(),
+            &format!("{:.1}", r.spin_window_us),
+            &format!("{:.2}", r.late_p50_us),
+            &format!("{:.1}", r.late_p99_us),
+            &format!("{:.1}", r.late_max_us),
+            &format!("{:.1}", r.cpu_pct),
+            &r.events,
+            &r.backstop_wakeups,
+            &r.dominated_by.as_deref().unwrap_or(""),
+        ]);
     }
+    out += &table.finish();
     out += "\n";
     out += &targets_table(&report.targets);
     out

@@ -6,7 +6,6 @@
 //! by the event rate. `bench timers` measures the same cost on a synthetic workload and
 //! shows the same paper figures ([`PAPER_TABLE_I`]).
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Result;
@@ -19,6 +18,7 @@ use crate::harness::{
 use crate::paper::{PAPER_TABLE_I, PAPER_TABLES_II_III};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, median_ratio};
+use crate::table::Table;
 use crate::targets::{TargetCheck, soft_vs_hardware_targets};
 
 /// One timer configuration against the run without events (E1, E2).
@@ -147,10 +147,18 @@ fn cost_table(
 }
 
 fn cost_markdown(baseline_rps: f64, rows: &[CostRow]) -> String {
-    let mut out = String::from(
-        "| source | interval | throughput (req/s) | loss % | events/s | µs per event | signals dropped (facility busy) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    let mut table = Table::new(
+        "source | interval: | throughput (req/s): | loss %: | events/s: | µs per event: | signals dropped (facility busy):",
     );
-    let _ = writeln!(out, "| none | — | {baseline_rps:.0} | — | 0 | — | — |");
+    table.row(&[
+        &"none",
+        &"—",
+        &format!("{baseline_rps:.0}"),
+        &"—",
+        &0,
+        &"—",
+        &"—",
+    ]);
     for r in rows {
         let per_event = if r.events_per_s > 0.0 {
             format!("{:.3}", r.cost_per_event_us)
@@ -162,17 +170,17 @@ fn cost_markdown(baseline_rps: f64, rows: &[CostRow]) -> String {
         } else {
             "—".to_string()
         };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.0} | {:.2} | {:.0} | {per_event} | {busy} |",
-            r.source.name(),
-            interval_label(r.source, r.interval_us),
-            r.throughput_rps,
-            r.slowdown_pct,
-            r.events_per_s,
-        );
+        table.row(&[
+            &r.source.name(),
+            &interval_label(r.source, r.interval_us),
+            &format!("{:.0}", r.throughput_rps),
+            &format!("{:.2}", r.slowdown_pct),
+            &format!("{:.0}", r.events_per_s),
+            &per_event,
+            &busy,
+        ]);
     }
-    out
+    table.finish()
 }
 
 fn setup_sentence(run: &RunInfo) -> String {

@@ -17,6 +17,7 @@ use crate::harness::{
 use crate::paper::PAPER_TABLE_XIII;
 use crate::report::{Rendered, Section};
 use crate::summary::{median, median_ratio, paired_ratios, range};
+use crate::table::Table;
 use crate::targets::TargetCheck;
 
 /// The soft events' interval, µs.
@@ -343,41 +344,42 @@ impl Section for E13 {
             self.plain_rps,
             self.default_design.name(),
         );
-        md += "| design | deadline | extra cost on the loop's core (%) [range] | throughput loss (%) | fired by the deadline service (%) | helper CPU on the loop's core (%) | watcher CPU on another core (%) | events fired by it / all |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        let mut table = Table::new(
+            "design | deadline: | extra cost on the loop's core (%) [range]: | throughput loss (%): | fired by the deadline service (%): | helper CPU on the loop's core (%): | watcher CPU on another core (%): | events fired by it / all:",
+        );
         for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} | {} µs | {:.2} [{:.1}, {:.1}] | {:.2} | {:.3} | {:.2} | {:.1} | {} / {} |",
-                r.design.name(),
-                r.deadline_us,
-                r.extra_cost_pct,
-                r.extra_cost_range_pct.0,
-                r.extra_cost_range_pct.1,
-                r.throughput_loss_pct,
-                r.fired_pct,
-                r.loop_cpu_pct,
-                r.other_cpu_pct,
-                r.fired_by_deadline,
-                r.fired
-            );
+            table.row(&[
+                &r.design.name(),
+                &format!("{} µs", r.deadline_us),
+                &format!(
+                    "{:.2} [{:.1}, {:.1}]",
+                    r.extra_cost_pct, r.extra_cost_range_pct.0, r.extra_cost_range_pct.1
+                ),
+                &format!("{:.2}", r.throughput_loss_pct),
+                &format!("{:.3}", r.fired_pct),
+                &format!("{:.2}", r.loop_cpu_pct),
+                &format!("{:.1}", r.other_cpu_pct),
+                &format!("{} / {}", r.fired_by_deadline, r.fired),
+            ]);
         }
+        md += &table.finish();
         if !self.cores.is_empty() {
             md += "\nEvery core's busy time (`/proc/stat`: everything on it, the load generator's \
                    and the helpers' included), % of the run's wall time, and its difference \
-                   from plain soft timers' in points (median of per-round differences):\n\n\
-                   | design | deadline | core | busy (%) | over plain soft timers (points) |\n\
-                   | --- | ---: | ---: | ---: | ---: |\n";
+                   from plain soft timers' in points (median of per-round differences):\n\n";
+            let mut table = Table::new(
+                "design | deadline: | core: | busy (%): | over plain soft timers (points):",
+            );
             for c in &self.cores {
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | {} | {:.1} | {:+.2} |",
-                    c.design.map_or("plain soft timers", |d| d.name()),
-                    c.deadline_us.map_or("—".into(), |us| format!("{us} µs")),
-                    c.core,
-                    c.busy_pct,
-                    c.extra_points
-                );
+                table.row(&[
+                    &c.design.map_or("plain soft timers", |d| d.name()),
+                    &c.deadline_us.map_or("—".into(), |us| format!("{us} µs")),
+                    &c.core,
+                    &format!("{:.1}", c.busy_pct),
+                    &format!("{:+.2}", c.extra_points),
+                ]);
             }
+            md += &table.finish();
         }
         let _ = writeln!(md, "\n{PAPER_TABLE_XIII}\n");
         Ok(Rendered::section(md, &self.targets, Vec::new()))

@@ -17,6 +17,7 @@ use crate::paper::{PAPER_FIG_3, PAPER_TABLE_IV, PAPER_TABLE_V};
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, percentile};
+use crate::table::Table;
 use crate::targets::TargetCheck;
 
 /// Points per CDF line.
@@ -243,21 +244,22 @@ impl Section for E3 {
             self.run.client_cpu,
             self.run.client_name()
         );
-        md += "| workload | samples | max (µs) | mean (µs) | median (µs) | stddev (µs) | > 100 µs (%) | > 150 µs (%) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        let mut table = Table::new(
+            "workload | samples: | max (µs): | mean (µs): | median (µs): | stddev (µs): | > 100 µs (%): | > 150 µs (%):",
+        );
         for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} |",
-                r.workload.name(),
-                r.samples,
-                r.max_us,
-                r.mean_us,
-                r.median_us,
-                r.stddev_us,
-                r.pct_over_100us,
-                r.pct_over_150us
-            );
+            table.row(&[
+                &r.workload.name(),
+                &r.samples,
+                &format!("{:.0}", r.max_us),
+                &format!("{:.2}", r.mean_us),
+                &format!("{:.2}", r.median_us),
+                &format!("{:.2}", r.stddev_us),
+                &format!("{:.3}", r.pct_over_100us),
+                &format!("{:.3}", r.pct_over_150us),
+            ]);
         }
+        md += &table.finish();
         let _ = writeln!(
             md,
             "\n{PAPER_TABLE_IV}\n\n![trigger interval CDF]({plot})\n"
@@ -399,14 +401,19 @@ impl Section for E4 {
             "The `http-compute` workload for {} s ({} trigger states recorded).\n",
             self.run.run_s, self.trigger_states
         );
-        md += "| window | windows | median of medians (µs) | p99 of medians (µs) | max median (µs) |\n| ---: | ---: | ---: | ---: | ---: |\n";
+        let mut table = Table::new(
+            "window: | windows: | median of medians (µs): | p99 of medians (µs): | max median (µs):",
+        );
         for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} ms | {} | {:.2} | {:.2} | {:.2} |",
-                r.window_ms, r.windows, r.median_of_medians_us, r.p99_median_us, r.max_median_us
-            );
+            table.row(&[
+                &format!("{} ms", r.window_ms),
+                &r.windows,
+                &format!("{:.2}", r.median_of_medians_us),
+                &format!("{:.2}", r.p99_median_us),
+                &format!("{:.2}", r.max_median_us),
+            ]);
         }
+        md += &table.finish();
         let _ = writeln!(md, "\n{PAPER_FIG_3}\n\n![medians]({plot})");
         Ok(Rendered {
             markdown: md,
@@ -517,10 +524,11 @@ impl Section for E5 {
             self.run.run_s,
             self.samples
         );
-        md += "| source | trigger states | share (%) |\n| --- | ---: | ---: |\n";
+        let mut table = Table::new("source | trigger states: | share (%):");
         for r in &self.rows {
-            let _ = writeln!(md, "| {} | {} | {:.1} |", r.source.name(), r.count, r.pct);
+            table.row(&[&r.source.name(), &r.count, &format!("{:.1}", r.pct)]);
         }
+        md += &table.finish();
         let _ = writeln!(md, "\n{PAPER_TABLE_V}\n\n![sources]({plot})");
         Ok(Rendered {
             markdown: md,

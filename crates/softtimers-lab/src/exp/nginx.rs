@@ -18,6 +18,7 @@ use crate::harness::{
 };
 use crate::report::{Rendered, Section};
 use crate::summary::median;
+use crate::table::Table;
 use softtimers_tools::http::{file_body, run_load};
 use softtimers_tools::process as tools;
 
@@ -223,18 +224,20 @@ impl Section for Nginx {
         let _ = writeln!(
             md,
             "Same 6 KB file, keep-alive, the same load generator with 32 connections on CPU \
-             {}, the server on CPU {}; {} round(s) of {} s.\n\n| server | req/s (median) |\n\
-             | --- | ---: |\n| softtimers HTTP server | {:.0} |\n| {} (1 worker) | {:.0} |\n\n\
-             Ours / nginx: {:.2}.\n",
-            c.run.client_cpu,
-            c.run.server_cpu,
-            c.run.rounds,
-            c.run.run_s,
-            c.softtimers_rps,
-            c.nginx_version,
-            c.nginx_rps,
-            c.ratio
+             {}, the server on CPU {}; {} round(s) of {} s.\n",
+            c.run.client_cpu, c.run.server_cpu, c.run.rounds, c.run.run_s,
         );
+        let mut table = Table::new("server | req/s (median):");
+        table.row(&[
+            &"softtimers HTTP server",
+            &format!("{:.0}", c.softtimers_rps),
+        ]);
+        table.row(&[
+            &format!("{} (1 worker)", c.nginx_version),
+            &format!("{:.0}", c.nginx_rps),
+        ]);
+        md += &table.finish();
+        let _ = writeln!(md, "\nOurs / nginx: {:.2}.\n", c.ratio);
         let _ = writeln!(
             md,
             "nginx runs as one process (`master_process off`) pinned to the server's CPU, \

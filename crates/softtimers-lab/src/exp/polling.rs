@@ -22,6 +22,7 @@ use crate::harness::{
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, median_ratio, paired_ratios, range};
+use crate::table::Table;
 use crate::targets::{TargetCheck, as_reported, targets_table};
 
 /// The aggregation quotas of Table XII.
@@ -221,30 +222,30 @@ impl Section for E9 {
             self.run.run_s,
             self.run.client_name()
         );
-        md += "| workload | design | quota | req/s | [range] | against epoll [per-round range] | polls/s | found per poll | interrupts/s | server CPU per response (µs) |\n";
-        md += "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n";
+        let mut table = Table::new(
+            "workload | design | quota: | req/s: | [range] | against epoll [per-round range]: | polls/s: | found per poll: | interrupts/s: | server CPU per response (µs):",
+        );
         let opt = |v: Option<f64>, digits: usize| {
             v.map_or("—".to_string(), |x| format!("{x:.digits$}"))
         };
         for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {:.0} | [{:.0}, {:.0}] | {:.3} [{:.2}, {:.2}] | {} | {} | {} | {:.2} |",
-                r.workload,
-                r.design,
-                r.quota.map_or("—".into(), |q| q.to_string()),
-                r.rps,
-                r.rps_range.0,
-                r.rps_range.1,
-                r.ratio,
-                r.ratio_range.0,
-                r.ratio_range.1,
-                opt(r.polls_per_s, 0),
-                opt(r.found_per_poll, 2),
-                opt(r.interrupts_per_s, 0),
-                r.cpu_us_per_response,
-            );
+            table.row(&[
+                &r.workload,
+                &r.design,
+                &r.quota.map_or("—".into(), |q| q.to_string()),
+                &format!("{:.0}", r.rps),
+                &format!("[{:.0}, {:.0}]", r.rps_range.0, r.rps_range.1),
+                &format!(
+                    "{:.3} [{:.2}, {:.2}]",
+                    r.ratio, r.ratio_range.0, r.ratio_range.1
+                ),
+                &opt(r.polls_per_s, 0),
+                &opt(r.found_per_poll, 2),
+                &opt(r.interrupts_per_s, 0),
+                &format!("{:.2}", r.cpu_us_per_response),
+            ]);
         }
+        md += &table.finish();
         md += "\n";
         md += &targets_table(&self.targets);
         let _ = writeln!(md, "\n{PAPER_TABLE_XII}\n");

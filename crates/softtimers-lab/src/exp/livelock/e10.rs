@@ -11,6 +11,7 @@ use crate::harness::{CLIENT_CPU, ExpOptions};
 use crate::paper::PAPER_FIGS_6;
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{Rendered, Section, StepResult};
+use crate::table::Table;
 use crate::targets::{TargetCheck, as_reported};
 
 use super::{Bench, Design, Flood, Point, RouterArgs, SCREEN_NS, WORK_NS, flood_seconds, runs};
@@ -271,24 +272,22 @@ pub fn e10(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 }
 
 pub(super) fn forward_table(rows: &[ForwardRow]) -> String {
-    let mut md = String::from(
-        "| design | quota | offered (datagrams/s) | forwarded (datagrams/s) | dropped in a queue | dropped by the kernel | router CPU % |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+    let mut table = Table::new(
+        "design | quota | offered (datagrams/s): | forwarded (datagrams/s): | dropped in a queue: | dropped by the kernel: | router CPU %:",
     );
     for r in rows {
-        let _ = writeln!(
-            md,
-            "| {}{} | {} | {:.0} | {:.0} | {} | {} | {:.0} |",
-            r.design,
-            if r.at_3x_mlfrr { " (3 × MLFRR)" } else { "" },
-            r.quota,
-            r.offered_pps,
-            r.forwarded_pps,
-            r.dropped_in_queue,
-            r.kernel_drops,
-            r.router_cpu_pct
-        );
+        let overload = if r.at_3x_mlfrr { " (3 × MLFRR)" } else { "" };
+        table.row(&[
+            &format!("{}{overload}", r.design),
+            &r.quota,
+            &format!("{:.0}", r.offered_pps),
+            &format!("{:.0}", r.forwarded_pps),
+            &r.dropped_in_queue,
+            &r.kernel_drops,
+            &format!("{:.0}", r.router_cpu_pct),
+        ]);
     }
-    md
+    table.finish()
 }
 
 pub(super) fn forward_chart(
@@ -354,14 +353,18 @@ impl Section for E10 {
             self.extra.work_ns.1 / 1000,
             self.extra.flood.source_max_pps,
         );
-        md += "| design | MLFRR (datagrams/s) | offered for the overload run (× MLFRR) | forwarded there (datagrams/s) |\n| --- | ---: | ---: | ---: |\n";
+        let mut table = Table::new(
+            "design | MLFRR (datagrams/s): | offered for the overload run (× MLFRR): | forwarded there (datagrams/s):",
+        );
         for m in &self.extra.mlfrr {
-            let _ = writeln!(
-                md,
-                "| {} | {:.0} | {:.2} | {:.0} |",
-                m.design, m.mlfrr_pps, m.offered_multiple, m.forwarded_at_3x_pps
-            );
+            table.row(&[
+                &m.design,
+                &format!("{:.0}", m.mlfrr_pps),
+                &format!("{:.2}", m.offered_multiple),
+                &format!("{:.0}", m.forwarded_at_3x_pps),
+            ]);
         }
+        md += &table.finish();
         md += "\n";
         md += &forward_table(&self.rows);
         let plot = "e10_forwarding.png";

@@ -11,6 +11,7 @@ use crate::harness::ExpOptions;
 use crate::paper::PAPER_FIG_7_1;
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Rendered, Section, StepResult};
+use crate::table::Table;
 use crate::targets::TargetCheck;
 
 use super::{Bench, Design, Flood, RouterArgs, runs};
@@ -146,19 +147,20 @@ impl Section for E12 {
              datagrams/s.\n",
             self.extra.flood_s, self.extra.source_max_pps
         );
-        md += "| budget | offered (datagrams/s) | forwarded (datagrams/s) | compute process's share (%) | periods the budget ran out |\n| --- | ---: | ---: | ---: | ---: |\n";
+        let mut table = Table::new(
+            "budget | offered (datagrams/s): | forwarded (datagrams/s): | compute process's share (%): | periods the budget ran out:",
+        );
         for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} | {:.0} | {:.0} | {:.1} | {} |",
-                r.budget_pct
+            table.row(&[
+                &r.budget_pct
                     .map_or_else(|| "no flood".to_string(), |b| format!("{b} %")),
-                r.offered_pps,
-                r.forwarded_pps,
-                r.compute_pct,
-                r.budget_stops
-            );
+                &format!("{:.0}", r.offered_pps),
+                &format!("{:.0}", r.forwarded_pps),
+                &format!("{:.1}", r.compute_pct),
+                &r.budget_stops,
+            ]);
         }
+        md += &table.finish();
         let mut series: Vec<Series> = Vec::new();
         for r in self.rows.iter().filter(|r| r.budget_pct.is_some()) {
             let label = format!("budget {} %", r.budget_pct.unwrap_or(0));

@@ -11,6 +11,7 @@ use crate::harness::{Clocking, ExpOptions, RunInfo, per_config};
 use crate::paper::PAPER_TABLES_VI_VII;
 use crate::report::{Rendered, Section};
 use crate::summary::{median, paired_ratios, range};
+use crate::table::Table;
 use crate::targets::TargetCheck;
 
 use super::{PACED_SIZE, PacedConfig, run_all, with_hardware};
@@ -205,7 +206,9 @@ impl Section for E6 {
             self.run.run_s,
             self.no_flow_rps,
         );
-        md += "| clocking | target interval | overhead (%) [range] | cost vs no flow (%) | throughput loss (%) | req/s | achieved mean interval (µs) | interval stddev (µs) | sent / received |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        let mut table = Table::new(
+            "clocking | target interval: | overhead (%) [range]: | cost vs no flow (%): | throughput loss (%): | req/s: | achieved mean interval (µs): | interval stddev (µs): | sent / received:",
+        );
         // A figure per response of rounds that all starved: none.
         let fig = |x: f64, digits: usize| {
             if x.is_finite() {
@@ -215,23 +218,24 @@ impl Section for E6 {
             }
         };
         for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} | {} µs | {} [{}, {}] | {} | {:.1} | {:.0} | {:.2} | {:.1} | {} / {} |",
-                r.clocking,
-                r.target_interval_us,
-                fig(r.overhead_pct, 2),
-                fig(r.overhead_range_pct.0, 1),
-                fig(r.overhead_range_pct.1, 1),
-                fig(r.cost_vs_no_flow_pct, 1),
-                r.throughput_loss_pct,
-                r.rps,
-                r.mean_interval_us,
-                r.stddev_interval_us,
-                r.sent,
-                r.received,
-            );
+            table.row(&[
+                &r.clocking,
+                &format!("{} µs", r.target_interval_us),
+                &format!(
+                    "{} [{}, {}]",
+                    fig(r.overhead_pct, 2),
+                    fig(r.overhead_range_pct.0, 1),
+                    fig(r.overhead_range_pct.1, 1)
+                ),
+                &fig(r.cost_vs_no_flow_pct, 1),
+                &format!("{:.1}", r.throughput_loss_pct),
+                &format!("{:.0}", r.rps),
+                &format!("{:.2}", r.mean_interval_us),
+                &format!("{:.1}", r.stddev_interval_us),
+                &format!("{} / {}", r.sent, r.received),
+            ]);
         }
+        md += &table.finish();
         for r in self.rows.iter().filter(|r| r.starved_rounds > 0) {
             let _ = writeln!(
                 md,

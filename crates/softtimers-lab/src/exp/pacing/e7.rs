@@ -11,6 +11,7 @@ use crate::harness::{Clocking, ExpOptions, RunResult};
 use crate::paper::PAPER_TABLES_VIII_IX;
 use crate::report::{Rendered, Section};
 use crate::summary::median;
+use crate::table::Table;
 use crate::targets::TargetCheck;
 
 use super::{PACED_SIZE, PacedRun, run_all, with_hardware};
@@ -108,20 +109,21 @@ impl Section for E7 {
             self.run.rounds,
             self.run.run_s,
         );
-        md += "| target | clocking | minimum interval | mean interval (µs) | stddev (µs) | req/s |\n| ---: | --- | ---: | ---: | ---: | ---: |\n";
+        let mut table = Table::new(
+            "target: | clocking | minimum interval: | mean interval (µs): | stddev (µs): | req/s:",
+        );
         for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} µs | {} | {} | {:.1} | {:.1} | {:.0} |",
-                r.target_interval_us,
-                r.clocking,
-                r.min_interval_us
+            table.row(&[
+                &format!("{} µs", r.target_interval_us),
+                &r.clocking,
+                &r.min_interval_us
                     .map_or_else(|| "—".to_string(), |m| format!("{m} µs")),
-                r.mean_interval_us,
-                r.stddev_interval_us,
-                r.rps,
-            );
+                &format!("{:.1}", r.mean_interval_us),
+                &format!("{:.1}", r.stddev_interval_us),
+                &format!("{:.0}", r.rps),
+            ]);
         }
+        md += &table.finish();
         let _ = writeln!(md, "\n{PAPER_TABLES_VIII_IX}\n");
         Ok(Rendered::section(md, &self.targets, Vec::new()))
     }

@@ -34,6 +34,7 @@ use crate::harness::{ExpOptions, interleaved};
 use crate::paper::PAPER_TABLE_II;
 use crate::report::{Rendered, Section, StepResult};
 use crate::summary::{median, range};
+use crate::table::Table;
 use crate::targets::TargetCheck;
 use softtimers_tools::pace::{SinkInput, SinkOptions, SinkReport, SinkTarget, bind_sink, sink_on};
 
@@ -469,22 +470,24 @@ impl Section for E8 {
             self.extra.ramp.rounds,
             self.extra.rounds,
         );
-        md += "| release | burstiness index B [range] | packets | lost | longest burst | inter-arrival p99 (µs) | sender CPU per packet (ns) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        let mut table = Table::new(
+            "release | burstiness index B [range]: | packets: | lost: | longest burst: | inter-arrival p99 (µs): | sender CPU per packet (ns):",
+        );
         for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} | {:.3e} [{:.2e}, {:.2e}] | {} | {} | {:.0} | {:.1} | {:.0} |",
-                r.release.name(),
-                r.burstiness_index,
-                r.burstiness_range.0,
-                r.burstiness_range.1,
-                r.packets,
-                r.lost,
-                r.longest_burst,
-                r.interarrival_p99_us,
-                r.cpu_ns_per_packet,
-            );
+            table.row(&[
+                &r.release.name(),
+                &format!(
+                    "{:.3e} [{:.2e}, {:.2e}]",
+                    r.burstiness_index, r.burstiness_range.0, r.burstiness_range.1
+                ),
+                &r.packets,
+                &r.lost,
+                &format!("{:.0}", r.longest_burst),
+                &format!("{:.1}", r.interarrival_p99_us),
+                &format!("{:.0}", r.cpu_ns_per_packet),
+            ]);
         }
+        md += &table.finish();
         if let Ok(rate) = self.extra.ramp.top_rate() {
             let _ = writeln!(
                 md,
@@ -497,20 +500,20 @@ impl Section for E8 {
             let _ = writeln!(md, "Rows missing: {why}.\n");
         }
         if !self.extra.constant_rate.is_empty() {
-            md += "| sender | B | longest burst | inter-arrival stddev (µs) | p99 (µs) | sender CPU per packet (ns) |\n| --- | ---: | ---: | ---: | ---: | ---: |\n";
+            let mut table = Table::new(
+                "sender | B: | longest burst: | inter-arrival stddev (µs): | p99 (µs): | sender CPU per packet (ns):",
+            );
             for r in &self.extra.constant_rate {
-                let _ = writeln!(
-                    md,
-                    "| {} {} | {:.3e} | {:.0} | {:.1} | {:.1} | {:.0} |",
-                    r.sender.name(),
-                    r.setting,
-                    r.burstiness_index,
-                    r.longest_burst,
-                    r.interarrival_stddev_us,
-                    r.interarrival_p99_us,
-                    r.cpu_ns_per_packet,
-                );
+                table.row(&[
+                    &format!("{} {}", r.sender.name(), r.setting),
+                    &format!("{:.3e}", r.burstiness_index),
+                    &format!("{:.0}", r.longest_burst),
+                    &format!("{:.1}", r.interarrival_stddev_us),
+                    &format!("{:.1}", r.interarrival_p99_us),
+                    &format!("{:.0}", r.cpu_ns_per_packet),
+                ]);
             }
+            md += &table.finish();
         }
         let _ = writeln!(md, "\n{PAPER_TABLE_II}\n");
         Ok(Rendered::section(md, &self.targets, Vec::new()))

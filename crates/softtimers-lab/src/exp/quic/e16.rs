@@ -11,6 +11,7 @@ use softtimers_tools::quic::Stack;
 use crate::harness::ExpOptions;
 use crate::plot::Series;
 use crate::report::{NoExtra, Rendered, Section, StepResult};
+use crate::table::Table;
 use crate::targets::TargetCheck;
 
 use super::{
@@ -178,7 +179,10 @@ impl Section for E16 {
             Ok(md) => md,
             Err(not_run) => return Ok(not_run),
         };
-        md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps; `no-tail-probe`: the defaults with the soft-timer driver's tail-loss probe off (a PING two smoothed RTTs after the last data or ACK while data is unacknowledged, which the peer acknowledges at once when it arrives after a gap, so that quinn's loss detection finds a lost last packet in about an RTT instead of after its probe timeout). `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. `quinn-async` is stock quinn, unchanged, on `softtimer-async`'s runtime instead of tokio (quinn's timers as soft events; quinn's own recovery, no tail probe). Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Tail probes are both sides', with those that found a loss (quinn declared a packet lost before it next sent data) in brackets; the others met a peer that was only delaying its ACK. Medians over rounds with [min, max].\n\n| config | stack | p50 (µs) | p99 (µs) | p99.9 (µs) | timers handled | timer late p50 (µs) | p99 (µs) | tail probes (finding a loss) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps; `no-tail-probe`: the defaults with the soft-timer driver's tail-loss probe off (a PING two smoothed RTTs after the last data or ACK while data is unacknowledged, which the peer acknowledges at once when it arrives after a gap, so that quinn's loss detection finds a lost last packet in about an RTT instead of after its probe timeout). `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. `quinn-async` is stock quinn, unchanged, on `softtimer-async`'s runtime instead of tokio (quinn's timers as soft events; quinn's own recovery, no tail probe). Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Tail probes are both sides', with those that found a loss (quinn declared a packet lost before it next sent data) in brackets; the others met a peer that was only delaying its ACK. Medians over rounds with [min, max].\n\n";
+        let mut table = Table::new(
+            "config | stack | p50 (µs): | p99 (µs): | p99.9 (µs): | timers handled: | timer late p50 (µs): | p99 (µs): | tail probes (finding a loss):",
+        );
         let keys = distinct(&self.rows, |r| (r.config.clone(), r.stack.clone()));
         for (config, stack) in &keys {
             let col = |g: fn(&E16Row) -> f64, digits: usize| {
@@ -191,35 +195,37 @@ impl Section for E16 {
                     digits,
                 )
             };
-            let _ = writeln!(
-                md,
-                "| {config} | {stack} | {} | {} | {} | {} | {} | {} | {} |",
-                col(|r| r.p50_us, 0),
-                col(|r| r.p99_us, 0),
-                col(|r| r.p999_us, 0),
-                col(|r| r.timeouts, 0),
-                col(|r| r.timer_late_p50_us, 1),
-                col(|r| r.timer_late_p99_us, 1),
-                if stack.starts_with("quinn-") {
-                    "-".to_string()
-                } else {
-                    let median_of = |g: fn(&E16Row) -> Option<u64>| {
-                        median(
-                            self.rows
-                                .iter()
-                                .filter(|r| &r.config == config && &r.stack == stack)
-                                .map(|r| g(r).map_or(f64::NAN, |n| n as f64))
-                                .collect(),
-                        )
-                    };
-                    format!(
-                        "{} ({})",
-                        num(median_of(|r| r.tail_probes), 0),
-                        num(median_of(|r| r.tail_probes_finding_loss), 0)
+            let probes = if stack.starts_with("quinn-") {
+                "-".to_string()
+            } else {
+                let median_of = |g: fn(&E16Row) -> Option<u64>| {
+                    median(
+                        self.rows
+                            .iter()
+                            .filter(|r| &r.config == config && &r.stack == stack)
+                            .map(|r| g(r).map_or(f64::NAN, |n| n as f64))
+                            .collect(),
                     )
-                }
-            );
+                };
+                format!(
+                    "{} ({})",
+                    num(median_of(|r| r.tail_probes), 0),
+                    num(median_of(|r| r.tail_probes_finding_loss), 0)
+                )
+            };
+            table.row(&[
+                config,
+                stack,
+                &col(|r| r.p50_us, 0),
+                &col(|r| r.p99_us, 0),
+                &col(|r| r.p999_us, 0),
+                &col(|r| r.timeouts, 0),
+                &col(|r| r.timer_late_p50_us, 1),
+                &col(|r| r.timer_late_p99_us, 1),
+                &probes,
+            ]);
         }
+        md += &table.finish();
         let plot = "e16_latency_cdf.png";
         let series: Vec<Series> = self
             .rows

@@ -11,6 +11,7 @@ use softtimers_tools::path::COMMAND_SPIN;
 use crate::exp::bottleneck::{self, BottleneckRow};
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{Rendered, Section};
+use crate::table::Table;
 
 use super::{
     BULK_50M_SMALL_QUEUE, LOOPBACK_RR, QuicResult, QuicRow, RR, cdf_series, distinct,
@@ -22,7 +23,10 @@ impl QuicResult {
     pub(super) fn pacing_variants_table(&self) -> String {
         let arms = variant_arms(&self.rows, &self.extra.pacing_variants);
         let mut md = format!(
-            "\n### What per-packet pacing costs\n\n{BULK_50M_SMALL_QUEUE}, both sides with the same settings: one `sendmsg` and one wake-up per datagram are what pacing every datagram costs in user space (the driver blocks until a departure rather than spinning before it, and spins only before quinn's own timers); `spin-0` never spins, not even before those, `2-per-departure` sends two datagrams (one GSO send) per departure time at twice the interval, as Linux's TCP sends at least two segments per paced burst. The variants run right after `soft-paced` in each round, their order rotating. Medians over rounds with [min, max]; the CPU ratio is per round; idle spin is the loops' clock time spent spinning.\n\n| arm | spin window (µs) | server sendmsg calls | CPU per MB, both sides (ms) | of which idle spin (ms) | CPU / quinn-tokio | sender gap stddev (µs) | receiver inter-arrival stddev (µs) | burstiness index | bottleneck drops | goodput (Mbit/s) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+            "\n### What per-packet pacing costs\n\n{BULK_50M_SMALL_QUEUE}, both sides with the same settings: one `sendmsg` and one wake-up per datagram are what pacing every datagram costs in user space (the driver blocks until a departure rather than spinning before it, and spins only before quinn's own timers); `spin-0` never spins, not even before those, `2-per-departure` sends two datagrams (one GSO send) per departure time at twice the interval, as Linux's TCP sends at least two segments per paced burst. The variants run right after `soft-paced` in each round, their order rotating. Medians over rounds with [min, max]; the CPU ratio is per round; idle spin is the loops' clock time spent spinning.\n\n"
+        );
+        let mut table = Table::new(
+            "arm | spin window (µs): | server sendmsg calls: | CPU per MB, both sides (ms): | of which idle spin (ms): | CPU / quinn-tokio: | sender gap stddev (µs): | receiver inter-arrival stddev (µs): | burstiness index: | bottleneck drops: | goodput (Mbit/s):",
         );
         for stack in distinct(&arms, |r| r.stack.clone()) {
             let col = cells(&arms, |r| r.stack == stack);
@@ -34,41 +38,45 @@ impl QuicResult {
                     2,
                 )
             };
-            let _ = writeln!(
-                md,
-                "| {stack} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} | {} |",
-                col(|r| r.spin_window_us, 1.0, 1),
-                col(|r| r.server_send_calls, 1.0, 0),
-                col(|r| r.cpu_ns_per_mb, 1e6, 1),
-                col(|r| r.idle_spin_ns_per_mb, 1e6, 1),
-                col(|r| r.sender_gap_stddev_us, 1.0, 0),
-                col(|r| r.interarrival_stddev_us, 1.0, 0),
-                col(|r| r.burstiness_index, 1.0, 3),
-                col(|r| r.bottleneck_drops as f64, 1.0, 0),
-                col(|r| r.goodput_bps, 1e6, 1),
-            );
+            table.row(&[
+                &stack,
+                &col(|r| r.spin_window_us, 1.0, 1),
+                &col(|r| r.server_send_calls, 1.0, 0),
+                &col(|r| r.cpu_ns_per_mb, 1e6, 1),
+                &col(|r| r.idle_spin_ns_per_mb, 1e6, 1),
+                &ratio,
+                &col(|r| r.sender_gap_stddev_us, 1.0, 0),
+                &col(|r| r.interarrival_stddev_us, 1.0, 0),
+                &col(|r| r.burstiness_index, 1.0, 3),
+                &col(|r| r.bottleneck_drops as f64, 1.0, 0),
+                &col(|r| r.goodput_bps, 1e6, 1),
+            ]);
         }
+        md += &table.finish();
         md
     }
 
     /// The loopback median: each stack's server, the same stock-quinn client.
     fn loopback_table(&self, keys: &[(String, String)]) -> String {
         let mut md = String::from(
-            "\n### The loopback median\n\n`loopback-rr-stock-client`: each stack's server answering the same stock-quinn client (the `quinn-tokio` stack's) on loopback, 2,000 requests of 10 KB one after another on one connection, server and client pinned to different CPUs; `quinn-plain` is stock quinn with quinn's defaults, the server a user of quinn writes. Medians over rounds, with [min, max].\n\n| server | p50 (µs) | p99 (µs) | p99.9 (µs) | server CPU per MB (ms) | server send calls | server quinn timeouts |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+            "\n### The loopback median\n\n`loopback-rr-stock-client`: each stack's server answering the same stock-quinn client (the `quinn-tokio` stack's) on loopback, 2,000 requests of 10 KB one after another on one connection, server and client pinned to different CPUs; `quinn-plain` is stock quinn with quinn's defaults, the server a user of quinn writes. Medians over rounds, with [min, max].\n\n",
+        );
+        let mut table = Table::new(
+            "server | p50 (µs): | p99 (µs): | p99.9 (µs): | server CPU per MB (ms): | server send calls: | server quinn timeouts:",
         );
         for (_, stack) in keys.iter().filter(|k| k.0 == LOOPBACK_RR) {
             let col = self.column(LOOPBACK_RR, stack);
-            let _ = writeln!(
-                md,
-                "| {stack} | {} | {} | {} | {} | {} | {} |",
-                col(|r| r.p50_us, 1.0, 0),
-                col(|r| r.p99_us, 1.0, 0),
-                col(|r| r.p999_us, 1.0, 0),
-                col(|r| r.server_cpu_ns_per_mb, 1e6, 1),
-                col(|r| r.server_send_calls, 1.0, 0),
-                col(|r| r.server_timeouts, 1.0, 0),
-            );
+            table.row(&[
+                stack,
+                &col(|r| r.p50_us, 1.0, 0),
+                &col(|r| r.p99_us, 1.0, 0),
+                &col(|r| r.p999_us, 1.0, 0),
+                &col(|r| r.server_cpu_ns_per_mb, 1e6, 1),
+                &col(|r| r.server_send_calls, 1.0, 0),
+                &col(|r| r.server_timeouts, 1.0, 0),
+            ]);
         }
+        md += &table.finish();
         md
     }
 
@@ -103,9 +111,12 @@ fn cells<'a>(
 
 pub(super) fn bottleneck_table(rows: &[BottleneckRow]) -> String {
     let mut md = format!(
-        "\n### The emulator's bottleneck beside the kernel's tbf\n\nA UDP sender offers 1.2 × the rate in 1500-byte packets; both bottlenecks hold a {} KB drop-tail queue. The emulator also delays every packet by 1 ms (tbf cannot delay); `emulator` spins up to {:?} before a packet is due (the `path` command's default), `emulator-calibrated` only the event loop's calibrated window (as in the QUIC runs above, where the emulator shares its CPU with the client). Delay error: when the emulator released each packet to the receiving side against when it was due. Received rate and inter-arrival spread at the receiving socket, after the first 100 ms; the ideal spread is 0. tbf counts the 14-byte Ethernet header in its rate and the receiver counts IP bytes, so tbf's −0.92 % is that header. Medians over rounds with [min, max].\n\n| rate (Mbit/s) | bottleneck | delivered (Mbit/s) | rate error (%) | inter-arrival stddev (µs) | inter-arrival p99 (µs) | drops | delay error p99 (µs) |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "\n### The emulator's bottleneck beside the kernel's tbf\n\nA UDP sender offers 1.2 × the rate in 1500-byte packets; both bottlenecks hold a {} KB drop-tail queue. The emulator also delays every packet by 1 ms (tbf cannot delay); `emulator` spins up to {:?} before a packet is due (the `path` command's default), `emulator-calibrated` only the event loop's calibrated window (as in the QUIC runs above, where the emulator shares its CPU with the client). Delay error: when the emulator released each packet to the receiving side against when it was due. Received rate and inter-arrival spread at the receiving socket, after the first 100 ms; the ideal spread is 0. tbf counts the 14-byte Ethernet header in its rate and the receiver counts IP bytes, so tbf's −0.92 % is that header. Medians over rounds with [min, max].\n\n",
         bottleneck::QUEUE_BYTES / 1000,
         COMMAND_SPIN
+    );
+    let mut table = Table::new(
+        "rate (Mbit/s): | bottleneck | delivered (Mbit/s): | rate error (%): | inter-arrival stddev (µs): | inter-arrival p99 (µs): | drops: | delay error p99 (µs):",
     );
     let mut keys = distinct(rows, |r| (r.rate_bps, r.bottleneck.clone()));
     keys.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -119,18 +130,18 @@ pub(super) fn bottleneck_table(rows: &[BottleneckRow]) -> String {
                 digits,
             )
         };
-        let _ = writeln!(
-            md,
-            "| {} | {which} | {} | {} | {} | {} | {} | {} |",
-            rate / 1e6,
-            col(|r| r.delivered_bps / 1e6, 2),
-            col(|r| r.rate_error_pct, 2),
-            col(|r| r.interarrival_stddev_us, 1),
-            col(|r| r.interarrival_p99_us, 1),
-            col(|r| r.drops, 0),
-            col(|r| r.delay_error_p99_us, 1),
-        );
+        table.row(&[
+            &(rate / 1e6),
+            &which,
+            &col(|r| r.delivered_bps / 1e6, 2),
+            &col(|r| r.rate_error_pct, 2),
+            &col(|r| r.interarrival_stddev_us, 1),
+            &col(|r| r.interarrival_p99_us, 1),
+            &col(|r| r.drops, 0),
+            &col(|r| r.delay_error_p99_us, 1),
+        ]);
     }
+    md += &table.finish();
     md
 }
 
@@ -178,31 +189,34 @@ impl Section for QuicResult {
             Err(not_run) => return Ok(not_run),
         };
         md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the start of the 50 ms interval in which the data direction's delivered bytes passed half their total (drops at the end of slow start fall in the first half).\n\n";
-        md += "| scenario | stack | goodput (Mbit/s) | data share of delivered bytes | bottleneck drops | of which in the second half | sender-declared losses (TCP: segments resent) | receiver inter-arrival stddev (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | CPU per MB, both sides (ms) | of which the server's (ms) | p50 (µs) | p99 (µs) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        let mut table = Table::new(
+            "scenario | stack | goodput (Mbit/s): | data share of delivered bytes: | bottleneck drops: | of which in the second half: | sender-declared losses (TCP: segments resent): | receiver inter-arrival stddev (µs): | sender gap stddev (µs): | burstiness index: | queue delay p99 (µs): | CPU per MB, both sides (ms): | of which the server's (ms): | p50 (µs): | p99 (µs):",
+        );
         let keys = distinct(&self.rows, |r| (r.scenario.clone(), r.stack.clone()));
         for (scenario, stack) in keys
             .iter()
             .filter(|k| !timer_driven(&k.0) && k.0 != LOOPBACK_RR)
         {
             let col = self.column(scenario, stack);
-            let _ = writeln!(
-                md,
-                "| {scenario} | {stack} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                col(|r| r.goodput_bps, 1e6, 1),
-                col(|r| r.data_share, 1.0, 3),
-                col(|r| r.bottleneck_drops as f64, 1.0, 0),
-                col(|r| r.bottleneck_drops_second_half, 1.0, 0),
-                col(|r| r.sender_lost_packets, 1.0, 0),
-                col(|r| r.interarrival_stddev_us, 1.0, 1),
-                col(|r| r.sender_gap_stddev_us, 1.0, 1),
-                col(|r| r.burstiness_index, 1.0, 3),
-                col(|r| r.queue_delay_p99_us, 1.0, 0),
-                col(|r| r.cpu_ns_per_mb, 1e6, 1),
-                col(|r| r.server_cpu_ns_per_mb, 1e6, 1),
-                col(|r| r.p50_us, 1.0, 0),
-                col(|r| r.p99_us, 1.0, 0),
-            );
+            table.row(&[
+                scenario,
+                stack,
+                &col(|r| r.goodput_bps, 1e6, 1),
+                &col(|r| r.data_share, 1.0, 3),
+                &col(|r| r.bottleneck_drops as f64, 1.0, 0),
+                &col(|r| r.bottleneck_drops_second_half, 1.0, 0),
+                &col(|r| r.sender_lost_packets, 1.0, 0),
+                &col(|r| r.interarrival_stddev_us, 1.0, 1),
+                &col(|r| r.sender_gap_stddev_us, 1.0, 1),
+                &col(|r| r.burstiness_index, 1.0, 3),
+                &col(|r| r.queue_delay_p99_us, 1.0, 0),
+                &col(|r| r.cpu_ns_per_mb, 1e6, 1),
+                &col(|r| r.server_cpu_ns_per_mb, 1e6, 1),
+                &col(|r| r.p50_us, 1.0, 0),
+                &col(|r| r.p99_us, 1.0, 0),
+            ]);
         }
+        md += &table.finish();
         if !self.extra.pacing_variants.is_empty() {
             md += &self.pacing_variants_table();
         }
@@ -210,7 +224,10 @@ impl Section for QuicResult {
             md += &self.loopback_table(&keys);
         }
         if keys.iter().any(|k| timer_driven(&k.0)) {
-            md += "\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension); `after-idle-100pkt`: the client downloads 2 MB, is idle for 1 s, then asks for 100 packets (120 KB), which leave behind the pacer with quinn's CUBIC as it is (p50 and p99 are that one response; the other columns cover the whole connection, the warm-up included). All through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n| scenario | stack | goodput (Mbit/s) | p50 (µs) | p99 (µs) | sender gap stddev (µs) | burstiness index | queue delay p99 (µs) | sent on packet / trigger state / backstop / app (%) | timer late p50 (µs) | p99 (µs) | ≤ 10 µs / ≤ 100 µs / ≤ 1 ms / > 1 ms (%) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n";
+            md += "\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension); `after-idle-100pkt`: the client downloads 2 MB, is idle for 1 s, then asks for 100 packets (120 KB), which leave behind the pacer with quinn's CUBIC as it is (p50 and p99 are that one response; the other columns cover the whole connection, the warm-up included). All through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n";
+            let mut table = Table::new(
+                "scenario | stack | goodput (Mbit/s): | p50 (µs): | p99 (µs): | sender gap stddev (µs): | burstiness index: | queue delay p99 (µs): | sent on packet / trigger state / backstop / app (%) | timer late p50 (µs): | p99 (µs): | ≤ 10 µs / ≤ 100 µs / ≤ 1 ms / > 1 ms (%)",
+            );
             for (scenario, stack) in keys.iter().filter(|k| timer_driven(&k.0)) {
                 let col = self.column(scenario, stack);
                 let first = self
@@ -218,21 +235,22 @@ impl Section for QuicResult {
                     .iter()
                     .find(|r| &r.scenario == scenario && &r.stack == stack)
                     .expect("a key comes from a row");
-                let _ = writeln!(
-                    md,
-                    "| {scenario} | {stack} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    col(|r| r.goodput_bps, 1e6, 1),
-                    col(|r| r.p50_us, 1.0, 0),
-                    col(|r| r.p99_us, 1.0, 0),
-                    col(|r| r.sender_gap_stddev_us, 1.0, 1),
-                    col(|r| r.burstiness_index, 1.0, 3),
-                    col(|r| r.queue_delay_p99_us, 1.0, 0),
-                    causes_cell(first.server_causes.as_ref()),
-                    col(|r| r.server_timer_late_p50_us, 1.0, 1),
-                    col(|r| r.server_timer_late_p99_us, 1.0, 1),
-                    lateness_cell(&first.server_timer_late_hist),
-                );
+                table.row(&[
+                    scenario,
+                    stack,
+                    &col(|r| r.goodput_bps, 1e6, 1),
+                    &col(|r| r.p50_us, 1.0, 0),
+                    &col(|r| r.p99_us, 1.0, 0),
+                    &col(|r| r.sender_gap_stddev_us, 1.0, 1),
+                    &col(|r| r.burstiness_index, 1.0, 3),
+                    &col(|r| r.queue_delay_p99_us, 1.0, 0),
+                    &causes_cell(first.server_causes.as_ref()),
+                    &col(|r| r.server_timer_late_p50_us, 1.0, 1),
+                    &col(|r| r.server_timer_late_p99_us, 1.0, 1),
+                    &lateness_cell(&first.server_timer_late_hist),
+                ]);
             }
+            md += &table.finish();
             md += "\nCauses and the lateness buckets are round 0's; the other columns medians over rounds.\n";
         }
         let mut plots = Vec::new();

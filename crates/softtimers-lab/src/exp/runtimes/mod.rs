@@ -34,6 +34,7 @@ use softtimers_tools::cpu::process_cpu_ns;
 
 use crate::harness::{Client, ExpOptions};
 use crate::report::{Rendered, Section, StepResult};
+use crate::table::Table;
 use crate::targets::TargetCheck;
 
 /// Where the baselines come from (the anchor: the same workload on tokio and smol).
@@ -523,25 +524,27 @@ impl Section for AsyncResult {
             Ok(md) => md,
             Err(not_run) => return Ok(not_run),
         };
-        md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n| workload | runtime | precision | threads | client | late p50 (µs) | late p99 (µs) | late max (µs) | CPU per op (ns) | ops/s | p99 (µs) | stddev (µs) |\n| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n";
+        let mut table = Table::new(
+            "workload | runtime | precision | threads: | client | late p50 (µs): | late p99 (µs): | late max (µs): | CPU per op (ns): | ops/s: | p99 (µs): | stddev (µs):",
+        );
         for r in &self.rows {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                r.workload.name(),
-                r.runtime.name(),
-                r.precision.as_deref().unwrap_or("-"),
-                r.threads.map_or_else(|| "-".into(), |t| t.to_string()),
-                r.client.map_or("-", Client::name),
-                cell(r.late_p50_us, 1),
-                cell(r.late_p99_us, 1),
-                cell(r.late_max_us, 1),
-                cell(r.cpu_ns_per_op, 0),
-                cell(r.ops_per_s, 0),
-                cell(r.p99_us, 1),
-                cell(r.stddev_us, 2),
-            );
+            table.row(&[
+                &r.workload.name(),
+                &r.runtime.name(),
+                &r.precision.as_deref().unwrap_or("-"),
+                &r.threads.map_or_else(|| "-".into(), |t| t.to_string()),
+                &r.client.map_or("-", Client::name),
+                &cell(r.late_p50_us, 1),
+                &cell(r.late_p99_us, 1),
+                &cell(r.late_max_us, 1),
+                &cell(r.cpu_ns_per_op, 0),
+                &cell(r.ops_per_s, 0),
+                &cell(r.p99_us, 1),
+                &cell(r.stddev_us, 2),
+            ]);
         }
+        md += &table.finish();
         md += "\nThe quinn rows here run on loopback with the loss made in each runtime's socket; the same unchanged quinn on this runtime runs through the path emulator (`softtimers path`) as stack `quinn-async` in E16 (request/response at 1 % loss, quinn's defaults and the 1 ms ACK delay) and in the QUIC matrix's first bulk scenario, each against `quinn-tokio`.\n\n";
         if let Some(floor) = self.extra.paced_udp_floor_stddev_us {
             let _ = writeln!(

@@ -13,6 +13,7 @@ use crate::frontier;
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{Rendered, Section};
 use crate::summary::{median, paired_ratios};
+use crate::table::Table;
 use crate::targets::TargetCheck;
 
 /// Marks each row's place on its link's frontier (CPU %, inter-arrival stddev), names the
@@ -173,34 +174,38 @@ impl Section for Senders {
         if let Some(why) = &self.extra.iperf3_missing {
             let _ = writeln!(md, "iperf3 rows missing: {why}.\n");
         }
-        md += "| link | sender | setting | Mbit/s | lost | CPU % | CPU per packet (µs) | inter-arrival mean (µs) | stddev (µs) [range] | p99 (µs) | gaps > 1 ms | longest burst | B | frontier |\n\
-               | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
+        let mut table = Table::new(
+            "link | sender | setting | Mbit/s: | lost: | CPU %: | CPU per packet (µs): | inter-arrival mean (µs): | stddev (µs) [range]: | p99 (µs): | gaps > 1 ms: | longest burst: | B: | frontier",
+        );
         for r in &self.rows {
             let place = match (&r.beaten_by, r.on_frontier) {
                 (Some(by), _) => format!("beaten by {by}"),
                 (None, true) => "on it".into(),
                 (None, false) => String::new(),
             };
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {:.2} | {} | {:.1} | {:.1} | {:.2} | {:.1} [{:.1}, {:.1}] | {:.1} | {} | {:.0} | {:.2e} | {place} |",
-                r.link.name(),
-                r.sender.name(),
-                r.setting,
-                r.rate_bps / 1e6,
-                r.lost,
-                r.cpu_pct,
-                r.cpu_ns_per_packet / 1000.0,
-                r.interarrival_mean_us,
-                r.interarrival_stddev_us,
-                r.interarrival_stddev_range.0,
-                r.interarrival_stddev_range.1,
-                r.interarrival_p99_us,
-                r.gaps_over_1ms,
-                r.longest_burst,
-                r.burstiness_index,
-            );
+            table.row(&[
+                &r.link.name(),
+                &r.sender.name(),
+                &r.setting,
+                &format!("{:.2}", r.rate_bps / 1e6),
+                &r.lost,
+                &format!("{:.1}", r.cpu_pct),
+                &format!("{:.1}", r.cpu_ns_per_packet / 1000.0),
+                &format!("{:.2}", r.interarrival_mean_us),
+                &format!(
+                    "{:.1} [{:.1}, {:.1}]",
+                    r.interarrival_stddev_us,
+                    r.interarrival_stddev_range.0,
+                    r.interarrival_stddev_range.1
+                ),
+                &format!("{:.1}", r.interarrival_p99_us),
+                &r.gaps_over_1ms,
+                &format!("{:.0}", r.longest_burst),
+                &format!("{:.2e}", r.burstiness_index),
+                &place,
+            ]);
         }
+        md += &table.finish();
         md += "\n";
         if self.extra.frontier_dominated.is_empty() {
             md += "Every iperf3 setting is beaten on both axes by a soft-timer `pace` setting.\n\n";
