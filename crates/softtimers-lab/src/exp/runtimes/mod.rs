@@ -37,7 +37,7 @@ use crate::report::{Rendered, Section, StepResult};
 use crate::table::Table;
 use crate::targets::TargetCheck;
 
-/// Where the baselines come from (the anchor: the same workload on tokio and smol).
+/// Where the baselines come from (the anchor: the same workload on tokio and smol).
 pub const ANCHOR: &str = "tokio 1.x current_thread and smol 2, same run, pinned alike";
 
 /// The workloads of `lab async`; in JSON by their kebab-case names.
@@ -397,7 +397,7 @@ const SOFT_VS_TOKIO: [SoftVsTokio; 4] = [
     },
 ];
 
-/// The targets, judged from the rows.
+/// The step's targets, judged from the rows.
 pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
     let mut out = Vec::new();
     let w = sleep::SLEEP_100US;
