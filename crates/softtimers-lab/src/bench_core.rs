@@ -61,9 +61,6 @@ pub struct CoreArgs {
     /// two (default: about 30 ns); for comparing widths.
     #[arg(long, value_name = "TICKS", value_parser = clap::value_parser!(u64).range(1..=(1u64 << 40)))]
     pub slot_ticks: Option<u64>,
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<std::path::PathBuf>,
 }
 
 impl Program for CoreArgs {
@@ -78,10 +75,6 @@ impl Program for CoreArgs {
         Ok(crate::harness::with_progress("bench core", |p| {
             run(&config, p)
         }))
-    }
-
-    fn json(&self) -> Option<&std::path::Path> {
-        self.json.as_deref()
     }
 }
 

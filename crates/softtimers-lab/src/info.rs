@@ -17,21 +17,13 @@ use crate::table::Table;
 
 /// `softtimers info` on the command line.
 #[derive(clap::Args, Debug, Clone)]
-pub struct InfoArgs {
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<std::path::PathBuf>,
-}
+pub struct InfoArgs {}
 
 impl Program for InfoArgs {
     type Output = Info;
 
     fn run(&self) -> anyhow::Result<Info> {
         Ok(run())
-    }
-
-    fn json(&self) -> Option<&std::path::Path> {
-        self.json.as_deref()
     }
 }
 

@@ -4,11 +4,13 @@
 //! and writes itself as JSON with `--json FILE`, and the lab reads that file back into the
 //! same type (serde both ways), so that a field the writer renamed or dropped is a parse
 //! error naming it, never a silent NaN. A program's command-line arguments are a [`Program`]:
-//! run it, get its report; [`execute`] is the whole of a command.
+//! run it, get its report. [`WithJson`] adds the `--json FILE` every command takes, and
+//! [`execute`] is the whole of a command.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+/// The result of a program's run.
+pub use anyhow::Result;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -23,16 +25,83 @@ pub trait Report: Serialize + DeserializeOwned {
     fn text(&self) -> String;
 }
 
-/// A program's arguments: what it needs to run, and where its JSON goes.
+/// A program's arguments: what it needs to run.
 pub trait Program {
     /// What it reports.
     type Output: Report;
 
     /// Runs it.
     fn run(&self) -> Result<Self::Output>;
+}
 
-    /// The `--json` file, if asked for.
-    fn json(&self) -> Option<&Path>;
+/// Implements [`Program`] for argument types whose run is one expression of `self`, named
+/// by the identifier given: `Args => Report, |args| expression;` for each.
+///
+/// ```
+/// use softtimers_tools::output::{Program, Report};
+///
+/// #[derive(clap::Args)]
+/// struct HelloArgs {
+///     #[arg(long)]
+///     name: String,
+/// }
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Hello {
+///     greeting: String,
+/// }
+///
+/// impl Report for Hello {
+///     fn text(&self) -> String {
+///         format!("{}\n", self.greeting)
+///     }
+/// }
+///
+/// softtimers_tools::program! {
+///     HelloArgs => Hello, |args| Ok(Hello { greeting: format!("hello, {}", args.name) });
+/// }
+///
+/// let args = HelloArgs { name: "loop".into() };
+/// assert_eq!(args.run().unwrap().text(), "hello, loop\n");
+/// ```
+#[macro_export]
+macro_rules! program {
+    ($($args:ty => $report:ty, |$a:ident| $run:expr;)+) => {$(
+        impl $crate::output::Program for $args {
+            type Output = $report;
+
+            fn run(&self) -> $crate::output::Result<$report> {
+                let $a = self;
+                $run
+            }
+        }
+    )+};
+}
+
+/// A command's arguments: the program's own, and the `--json FILE` every command takes.
+///
+/// ```
+/// use clap::Parser;
+/// use softtimers_tools::output::WithJson;
+/// use softtimers_tools::router::ComputeArgs;
+///
+/// #[derive(Parser)]
+/// struct Cli {
+///     #[command(flatten)]
+///     compute: WithJson<ComputeArgs>,
+/// }
+///
+/// let cli = Cli::parse_from(["compute", "--duration", "1ms", "--json", "out.json"]);
+/// assert_eq!(cli.compute.json.as_deref(), Some(std::path::Path::new("out.json")));
+/// ```
+#[derive(clap::Args, Clone, Debug)]
+pub struct WithJson<A: clap::Args> {
+    /// The program's arguments.
+    #[command(flatten)]
+    pub args: A,
+    /// Also write the result as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 /// Prints `report` and writes it as JSON to `json` if given.
@@ -45,7 +114,7 @@ pub fn emit<R: Report>(report: &R, json: Option<&Path>) -> Result<()> {
     json.map_or(Ok(()), |path| write_json(path, report))
 }
 
-/// Runs `program` and shows its report: a command from start to end.
-pub fn execute<P: Program>(program: &P) -> Result<()> {
-    emit(&program.run()?, program.json())
+/// Runs the command's program and shows its report: a command from start to end.
+pub fn execute<P: Program + clap::Args>(command: &WithJson<P>) -> Result<()> {
+    emit(&command.args.run()?, command.json.as_deref())
 }

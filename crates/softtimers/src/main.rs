@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use softtimer_rt::alloc_count::CountingAlloc;
 use softtimers_lab::{bench_core, bench_timers, info, lab};
-use softtimers_tools::output::{emit, execute};
+use softtimers_tools::output::{WithJson, emit, execute};
 use softtimers_tools::{netns, pace, path, quic, router};
 
 #[global_allocator]
@@ -29,7 +29,7 @@ struct Cli {
 enum Command {
     /// The measurement clock in use and why, its resolution, the backstop's, and the cost of
     /// one clock read.
-    Info(info::InfoArgs),
+    Info(WithJson<info::InfoArgs>),
     /// Micro-benchmarks.
     Bench {
         #[command(subcommand)]
@@ -39,18 +39,18 @@ enum Command {
     Lab(lab::LabArgs),
     /// Send UDP datagrams at a rate, paced by the timer chosen, and report the achieved rate,
     /// the CPU time per datagram and the send intervals.
-    Pace(pace::PaceArgs),
+    Pace(WithJson<pace::PaceArgs>),
     /// Receive UDP datagrams and report the rate, inter-arrival statistics (kernel
     /// timestamps), the longest burst and the burstiness index; works for any sender.
-    Sink(pace::SinkArgs),
+    Sink(WithJson<pace::SinkArgs>),
     /// Send minimum-size UDP datagrams at a rate (the livelock experiments' flood), in
     /// batches on a schedule; reports the rate reached.
-    Flood(router::FloodArgs),
+    Flood(WithJson<router::FloodArgs>),
     /// A user-space UDP router: forwards what arrives on --listen to --forward-to, in the
     /// livelock-free polling design or the 4.2BSD baseline.
-    Router(router::RouterArgs),
+    Router(WithJson<router::RouterArgs>),
     /// Spin for a duration (a compute-bound process) and report the share of a core it got.
-    Compute(router::ComputeArgs),
+    Compute(WithJson<router::ComputeArgs>),
     /// Rewrite DIR/report.md, DIR/summary.md and the plots from the JSON files a lab run
     /// left in DIR, without running anything (sections whose JSON is missing are skipped,
     /// with a note).
@@ -62,7 +62,7 @@ enum Command {
     ///
     /// Example: softtimers path --delay 10ms --rate 50mbit --queue 64kb -- sh -c
     /// 'ip netns exec $SOFTTIMERS_PATH_A ping -c 3 $SOFTTIMERS_PATH_ADDR_B'
-    Path(path::PathArgs),
+    Path(WithJson<path::PathArgs>),
     /// The QUIC performance protocol (draft-banks-quic-performance, ALPN `perf`) on soft
     /// timers, stock quinn on tokio, or the kernel's TCP.
     Quic {
@@ -75,10 +75,10 @@ enum Command {
 enum Bench {
     /// The facility's trigger, schedule, cancel and fire costs against a BinaryHeap, a
     /// BTreeMap and tokio's DelayQueue, at 1,000 and 1,000,000 pending events.
-    Core(bench_core::CoreArgs),
+    Core(WithJson<bench_core::CoreArgs>),
     /// Cost per event of soft timers, a periodic timerfd and a timer signal, from the
     /// slowdown of a workload that makes a system call every few microseconds.
-    Timers(bench_timers::TimersArgs),
+    Timers(WithJson<bench_timers::TimersArgs>),
 }
 
 fn main() -> ExitCode {
@@ -121,7 +121,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => execute(&args),
         Command::Path(args) => {
             // The report, then the command's own failure, if it failed.
-            let (code, report) = args.run()?;
+            let (code, report) = args.args.run()?;
             emit(&report, args.json.as_deref())?;
             anyhow::ensure!(code == 0, "the command exited with status {code}");
             Ok(())

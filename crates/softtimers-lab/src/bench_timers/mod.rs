@@ -69,17 +69,10 @@ pub struct TimersArgs {
     /// minute instead of about four).
     #[arg(long)]
     pub quick: bool,
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<std::path::PathBuf>,
 }
 
 impl Program for TimersArgs {
     type Output = TimersReport;
-
-    fn json(&self) -> Option<&std::path::Path> {
-        self.json.as_deref()
-    }
 
     /// Runs the benchmark with a progress bar.
     fn run(&self) -> Result<TimersReport> {
@@ -192,22 +185,22 @@ pub struct TimersReport {
     pub targets: Vec<TargetCheck>,
 }
 
-/// A random cyclic permutation: following `a[i]` visits every element, each step a likely
-/// cache miss.
-fn pointer_chase_array() -> Vec<u32> {
-    let mut order: Vec<u32> = (0..ARRAY_LEN as u32).collect();
-    // Sattolo's algorithm, with a fixed LCG so every run chases the same cycle.
+/// A random cyclic permutation of `len` elements, as `next[i]`: following it from any
+/// element visits every element once, each step a likely cache miss (Sattolo's
+/// algorithm, with a fixed LCG so that every run chases the same cycle). The saturated
+/// workload's memory access pattern.
+pub fn pointer_chase_array(len: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..len as u32).collect();
     let mut state = 0x2545_f491_4f6c_dd1du64;
-    for i in (1..ARRAY_LEN).rev() {
+    for i in (1..len).rev() {
         state = state
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        let j = (state >> 33) as usize % i;
-        order.swap(i, j);
+        order.swap(i, (state >> 33) as usize % i);
     }
-    let mut next = vec![0u32; ARRAY_LEN];
-    for w in 0..ARRAY_LEN {
-        next[order[w] as usize] = order[(w + 1) % ARRAY_LEN];
+    let mut next = vec![0u32; len];
+    for w in 0..len {
+        next[order[w] as usize] = order[(w + 1) % len];
     }
     next
 }
@@ -337,7 +330,7 @@ fn run_once(
 pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result<TimersReport> {
     let pin = pin_to_last_cpu();
     let pinned_cpu = pin.cpu;
-    let array = pointer_chase_array();
+    let array = pointer_chase_array(ARRAY_LEN);
     // The configurations: the baseline, soft at every trigger state, then each source at
     // each interval.
     let mut configs = vec![

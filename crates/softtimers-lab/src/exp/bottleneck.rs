@@ -247,7 +247,7 @@ fn through_emulator(
         offered,
         &got,
         d.queue_drops as f64,
-        d.delay_error_p99_us.unwrap_or(f64::NAN),
+        d.delay_error.p99_us.unwrap_or(f64::NAN),
     ))
 }
 

@@ -1,10 +1,8 @@
 //! `softtimers pace` and `softtimers sink` on the command line.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Result;
 use softtimer_net::Rate;
 use softtimer_rt::{IoBackend, SpinWindow};
 
@@ -12,7 +10,6 @@ use super::{
     BatchSend, MAX_PER_WAKEUP, PaceOptions, PaceReport, PaceTimer, Scheduler, SinkOptions,
     SinkReport, SinkTarget, pace, sink,
 };
-use crate::output::Program;
 use crate::parse::{parse_duration, parse_spin_window};
 
 /// `softtimers pace`: send UDP datagrams at a rate, paced by the timer chosen.
@@ -76,9 +73,6 @@ pub struct PaceArgs {
     /// system calls, but it costs a core).
     #[arg(long, default_value = "epoll")]
     pub io: IoBackend,
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
 }
 
 impl PaceArgs {
@@ -144,9 +138,6 @@ pub struct SinkArgs {
     /// counted as k datagrams at its time, as the receiving socket gets them.
     #[arg(long, requires = "observe")]
     pub gso_segment: Option<usize>,
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
 }
 
 impl SinkArgs {
@@ -173,26 +164,7 @@ impl SinkArgs {
     }
 }
 
-impl Program for PaceArgs {
-    type Output = PaceReport;
-
-    fn run(&self) -> Result<PaceReport> {
-        pace(&self.options())
-    }
-
-    fn json(&self) -> Option<&Path> {
-        self.json.as_deref()
-    }
-}
-
-impl Program for SinkArgs {
-    type Output = SinkReport;
-
-    fn run(&self) -> Result<SinkReport> {
-        sink(&self.options())
-    }
-
-    fn json(&self) -> Option<&Path> {
-        self.json.as_deref()
-    }
+crate::program! {
+    PaceArgs => PaceReport, |args| pace(&args.options());
+    SinkArgs => SinkReport, |args| sink(&args.options());
 }

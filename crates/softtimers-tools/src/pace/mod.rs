@@ -387,17 +387,17 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         .collect();
     let cpu_before = process_cpu_ns();
     let started = StdInstant::now();
+    let run = Run {
+        options,
+        plan: &plan,
+        sender: &sender,
+        flows,
+    };
     match options.timer {
-        PaceTimer::Soft if options.scheduler == Scheduler::Departure => {
-            run_departure(options, &plan, &sender, flows)?
-        }
-        PaceTimer::Soft if options.io != IoBackend::Epoll => {
-            ring::run_ring(options, &plan, &sender, flows)?
-        }
-        PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => {
-            run_loop(options, &plan, &sender, flows)?
-        }
-        PaceTimer::Spin => run_spin(options, &sender, flows, &clock),
+        PaceTimer::Soft if options.scheduler == Scheduler::Departure => run_departure(run)?,
+        PaceTimer::Soft if options.io != IoBackend::Epoll => ring::run_ring(run)?,
+        PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => run_loop(run)?,
+        PaceTimer::Spin => run_spin(options, &sender, run.flows, &clock),
         PaceTimer::None => run_unpaced(options, &sender),
     }
     let elapsed = started.elapsed();
@@ -440,6 +440,15 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         precision: plan.precision,
         backstop_hz: (options.timer == PaceTimer::Soft).then_some(options.backstop_hz),
     })
+}
+
+/// What a paced run starts from: the options, the plan resolved from them, the socket and
+/// its counters, and the flows.
+struct Run<'a> {
+    options: &'a PaceOptions,
+    plan: &'a Plan,
+    sender: &'a Arc<Sender>,
+    flows: Vec<Flow>,
 }
 
 /// What `pace` derives from its options, once, and hands to whichever sender runs.

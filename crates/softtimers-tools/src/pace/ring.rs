@@ -16,8 +16,8 @@ use softtimer::{Fired, SoftTimers, Span};
 use softtimer_net::udp::{PacketHeader, realtime_ns};
 use softtimer_rt::{EventLoop, LoopConfig, RingRecv, SendOptions};
 
+use super::Run;
 use super::sender::{BATCH, Flow, Sender, start_spread, stop_after};
-use super::{PaceOptions, Plan};
 
 /// A datagram the handler made due, for the loop to send: its header, and what the counters
 /// take when it leaves (its send time, and the gap since its flow's previous send).
@@ -30,12 +30,8 @@ struct DueDatagram {
 type Due = Mutex<Vec<DueDatagram>>;
 
 /// Soft timers with the sends through the ring of `options.io`.
-pub(super) fn run_ring(
-    options: &PaceOptions,
-    plan: &Plan,
-    sender: &Arc<Sender>,
-    flows: Vec<Flow>,
-) -> Result<()> {
+pub(super) fn run_ring(run: Run<'_>) -> Result<()> {
+    let (options, plan, sender, flows) = (run.options, run.plan, run.sender, run.flows);
     let due: Arc<Due> = Arc::new(Mutex::new(Vec::with_capacity(BATCH)));
     let (s, queue) = (Arc::clone(sender), Arc::clone(&due));
     let handler = move |timers: &mut SoftTimers<Flow>, fired: Fired<Flow>| {

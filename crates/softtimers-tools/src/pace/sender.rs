@@ -14,7 +14,7 @@ use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{PacketHeader, realtime_ns};
 use softtimer_rt::{EventLoop, LoopConfig, LoopCx, TimerMode, send_all};
 
-use super::{BatchSend, PaceOptions, PaceTimer, Plan, SendCounters};
+use super::{BatchSend, PaceOptions, PaceTimer, Run, SendCounters};
 
 /// One flow's state, carried as the payload of its one pending event: no state is shared
 /// between the loop and a signal handler but the counters.
@@ -222,12 +222,8 @@ pub(super) fn start_spread(
 }
 
 /// Soft timers, timerfd or signal: the event loop fires each flow's event; the handler sends.
-pub(super) fn run_loop(
-    options: &PaceOptions,
-    plan: &Plan,
-    sender: &Arc<Sender>,
-    flows: Vec<Flow>,
-) -> Result<()> {
+pub(super) fn run_loop(run: Run<'_>) -> Result<()> {
+    let (options, plan, sender, flows) = (run.options, run.plan, run.sender, run.flows);
     let hardware = options.timer != PaceTimer::Soft;
     // Flows due at one trigger state leave together (soft timers only).
     let merge_flows = options.batch && !hardware;
@@ -311,12 +307,8 @@ pub(super) fn run_loop(
 /// Soft timers over one departure queue: every flow's next datagram is stamped at its rate;
 /// one event at the queue's next departure sends all that is due (one `sendmmsg`) and
 /// stamps each of those flows' next datagram.
-pub(super) fn run_departure(
-    options: &PaceOptions,
-    plan: &Plan,
-    sender: &Arc<Sender>,
-    flows: Vec<Flow>,
-) -> Result<()> {
+pub(super) fn run_departure(run: Run<'_>) -> Result<()> {
+    let (options, plan, sender, flows) = (run.options, run.plan, run.sender, run.flows);
     use softtimer_net::departure::{DepartureQueue, FlowStamper};
     struct Departures {
         queue: DepartureQueue<u32>,

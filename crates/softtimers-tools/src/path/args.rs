@@ -1,6 +1,5 @@
 //! `softtimers path` on the command line.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
@@ -54,9 +53,6 @@ pub struct PathArgs {
     /// Seed of the random-loss generators.
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
-    /// Also write what the emulator measured as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

@@ -514,7 +514,7 @@ fn emulate(
     let (a, b) = (a.finish(), b.finish());
     let worst = [&a, &b]
         .iter()
-        .filter_map(|d| d.delay_error_p99_us)
+        .filter_map(|d| d.delay_error.p99_us)
         .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
     let rate = if a.back_to_back >= b.back_to_back {
         a.rate_error_pct

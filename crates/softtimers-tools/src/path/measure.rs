@@ -10,7 +10,7 @@ use softtimer::Instant;
 use softtimer_net::burstiness::{Bottleneck, BurstinessIndex};
 use softtimer_net::path::{Link, LinkConfig};
 
-use super::DirectionReport;
+use super::{DirectionReport, Quantiles};
 
 pub(super) const TIMELINE_BUCKET: Duration = Duration::from_millis(50);
 
@@ -103,16 +103,9 @@ impl Direction {
     }
 
     pub(super) fn finish(mut self) -> DirectionReport {
-        let us = |h: &Histogram<u64>, q: f64| {
-            (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1000.0)
-        };
         let r = &mut self.report;
-        r.delay_error_p50_us = us(&self.delay_error, 0.5);
-        r.delay_error_p99_us = us(&self.delay_error, 0.99);
-        r.delay_error_max_us = us(&self.delay_error, 1.0);
-        r.queue_delay_p50_us = us(&self.queue_delay, 0.5);
-        r.queue_delay_p99_us = us(&self.queue_delay, 0.99);
-        r.queue_delay_max_us = us(&self.queue_delay, 1.0);
+        r.delay_error = Quantiles::of_ns(&self.delay_error);
+        r.queue_delay = Quantiles::of_ns(&self.queue_delay);
         r.sender_gap_stddev_us = self.input_gaps.stddev();
         r.interarrival_stddev_us = self.output_gaps.stddev();
         r.burstiness_index = self.burstiness.as_ref().and_then(BurstinessIndex::index);

@@ -75,23 +75,15 @@ pub struct DirectionReport {
     /// them (its queue overran); `None` if it could not be read.
     pub device_drops: Option<u64>,
     /// How late packets were released (handed to the receiving side's device) past their
-    /// due time, µs.
-    pub delay_error_p50_us: Option<f64>,
-    /// 99th percentile.
-    pub delay_error_p99_us: Option<f64>,
-    /// Largest.
-    pub delay_error_max_us: Option<f64>,
+    /// due time.
+    pub delay_error: Quantiles,
     /// Back-to-back packets' measured rate against the configured rate, % (positive:
     /// faster); `None` without a bottleneck or without a standing queue.
     pub rate_error_pct: Option<f64>,
     /// Back-to-back pairs measured for `rate_error_pct`.
     pub back_to_back: u64,
-    /// Queueing delay at the bottleneck, µs.
-    pub queue_delay_p50_us: Option<f64>,
-    /// 99th percentile.
-    pub queue_delay_p99_us: Option<f64>,
-    /// Largest.
-    pub queue_delay_max_us: Option<f64>,
+    /// Queueing delay at the bottleneck.
+    pub queue_delay: Quantiles,
     /// Standard deviation of the gaps between packets as they arrived from the sender
     /// (its departure spacing, before the bottleneck), µs; gaps over 10 ms (idle) left out.
     pub sender_gap_stddev_us: Option<f64>,
@@ -104,6 +96,30 @@ pub struct DirectionReport {
     pub burstiness_index: Option<f64>,
     /// Over time, per 50 ms: (s since start, largest queueing delay in ms, Mbit/s delivered).
     pub timeline: Vec<(f64, f64, f64)>,
+}
+
+/// A delay's distribution over a direction's packets, µs; `None` where no packet was
+/// measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quantiles {
+    /// Median.
+    pub p50_us: Option<f64>,
+    /// 99th percentile.
+    pub p99_us: Option<f64>,
+    /// Largest.
+    pub max_us: Option<f64>,
+}
+
+impl Quantiles {
+    /// The median, 99th percentile and maximum of `h`, recorded in ns.
+    pub fn of_ns(h: &hdrhistogram::Histogram<u64>) -> Quantiles {
+        let us = |q: f64| (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1000.0);
+        Quantiles {
+            p50_us: us(0.5),
+            p99_us: us(0.99),
+            max_us: us(1.0),
+        }
+    }
 }
 
 /// What the emulator measured, both directions.
@@ -196,10 +212,10 @@ impl Report for PathReport {
                 d.queue_drops_second_half,
                 d.random_losses,
                 d.device_drops.map_or("-".to_string(), |n| n.to_string()),
-                f(d.delay_error_p50_us),
-                f(d.delay_error_p99_us),
-                f(d.delay_error_max_us),
-                f(d.queue_delay_p99_us),
+                f(d.delay_error.p50_us),
+                f(d.delay_error.p99_us),
+                f(d.delay_error.max_us),
+                f(d.queue_delay.p99_us),
                 f(d.rate_error_pct),
             );
         }

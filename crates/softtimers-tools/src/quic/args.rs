@@ -1,17 +1,16 @@
 //! `softtimers quic server|client` on the command line.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
 use softtimer_quic::perf::ClientPlan;
 use softtimer_rt::{IoBackend, SpinWindow};
 
 use super::{
     AfterIdleArg, ClientOptions, ClientRun, Common, ServerOptions, ServerRun, Stack, client, server,
 };
-use crate::output::Program;
+use crate::output::WithJson;
 use crate::parse::{parse_bytes, parse_duration, parse_spin_window};
 
 /// Options both QUIC sides take.
@@ -67,9 +66,6 @@ pub struct CommonArgs {
     /// exits after this long. Default: 30 s.
     #[arg(long, value_parser = parse_duration)]
     pub idle_timeout: Option<Duration>,
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
 }
 
 impl CommonArgs {
@@ -95,10 +91,10 @@ impl CommonArgs {
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum QuicCommand {
     /// Serve the perf protocol: answer each stream with the number of bytes it asks for.
-    Server(ServerArgs),
+    Server(WithJson<ServerArgs>),
     /// Ask a perf-protocol server for data and report goodput, handshake time, request
     /// latency and losses.
-    Client(ClientArgs),
+    Client(WithJson<ClientArgs>),
 }
 
 /// `softtimers quic server`.
@@ -117,20 +113,15 @@ pub struct ServerArgs {
     pub common: CommonArgs,
 }
 
-impl Program for ServerArgs {
-    type Output = ServerRun;
-
-    fn run(&self) -> Result<ServerRun> {
-        server(&ServerOptions {
+impl ServerArgs {
+    /// The server these arguments ask for.
+    pub fn options(&self) -> ServerOptions {
+        ServerOptions {
             listen: self.listen,
             common: self.common.common(),
             connections: self.connections,
             cert_out: self.cert_out.clone(),
-        })
-    }
-
-    fn json(&self) -> Option<&Path> {
-        self.common.json.as_deref()
+        }
     }
 }
 
@@ -177,11 +168,10 @@ pub struct ClientArgs {
     pub common: CommonArgs,
 }
 
-impl Program for ClientArgs {
-    type Output = ClientRun;
-
-    fn run(&self) -> Result<ClientRun> {
-        client(&ClientOptions {
+impl ClientArgs {
+    /// The client these arguments ask for.
+    pub fn options(&self) -> ClientOptions {
+        ClientOptions {
             to: self.to,
             server_name: self.server_name.clone(),
             common: self.common.common(),
@@ -196,12 +186,13 @@ impl Program for ClientArgs {
             },
             insecure: self.insecure,
             cert: self.cert.clone(),
-        })
+        }
     }
+}
 
-    fn json(&self) -> Option<&Path> {
-        self.common.json.as_deref()
-    }
+crate::program! {
+    ServerArgs => ServerRun, |args| server(&args.options());
+    ClientArgs => ClientRun, |args| client(&args.options());
 }
 
 #[cfg(test)]

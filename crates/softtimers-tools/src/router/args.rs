@@ -1,17 +1,14 @@
 //! `softtimers flood`, `router` and `compute` on the command line.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Result;
 use softtimer_net::livelock::Quota;
 
 use super::{
     ComputeReport, FloodOptions, FloodReport, RouterDesign, RouterOptions, RouterReport, compute,
     flood, router,
 };
-use crate::output::Program;
 use crate::parse::{parse_duration, parse_quota};
 
 /// `softtimers flood`.
@@ -29,9 +26,6 @@ pub struct FloodArgs {
     /// How long to send.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
 }
 
 /// `softtimers router`.
@@ -68,9 +62,6 @@ pub struct RouterArgs {
     /// How long to run.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
 }
 
 /// `softtimers compute`.
@@ -79,33 +70,24 @@ pub struct ComputeArgs {
     /// How long.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
 }
 
-impl Program for FloodArgs {
-    type Output = FloodReport;
-
-    fn run(&self) -> Result<FloodReport> {
-        flood(&FloodOptions {
+impl FloodArgs {
+    /// The flood these arguments ask for.
+    pub fn options(&self) -> FloodOptions {
+        FloodOptions {
             to: self.to,
             rate_pps: self.rate,
             size: self.size,
             duration: self.duration,
-        })
-    }
-
-    fn json(&self) -> Option<&Path> {
-        self.json.as_deref()
+        }
     }
 }
 
-impl Program for RouterArgs {
-    type Output = RouterReport;
-
-    fn run(&self) -> Result<RouterReport> {
-        router(&RouterOptions {
+impl RouterArgs {
+    /// The router these arguments ask for.
+    pub fn options(&self) -> RouterOptions {
+        RouterOptions {
             listen: self.listen,
             forward_to: self.forward_to,
             design: self.design,
@@ -116,22 +98,12 @@ impl Program for RouterArgs {
             cpu_budget: self.cpu_budget,
             realtime: self.realtime,
             duration: self.duration,
-        })
-    }
-
-    fn json(&self) -> Option<&Path> {
-        self.json.as_deref()
+        }
     }
 }
 
-impl Program for ComputeArgs {
-    type Output = ComputeReport;
-
-    fn run(&self) -> Result<ComputeReport> {
-        compute(self.duration)
-    }
-
-    fn json(&self) -> Option<&Path> {
-        self.json.as_deref()
-    }
+crate::program! {
+    FloodArgs => FloodReport, |args| flood(&args.options());
+    RouterArgs => RouterReport, |args| router(&args.options());
+    ComputeArgs => ComputeReport, |args| compute(args.duration);
 }

@@ -294,7 +294,7 @@ pub(super) fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> Q
         data_share: downloaded / data.delivered_bytes as f64,
         interarrival_stddev_us: data.interarrival_stddev_us.unwrap_or(f64::NAN),
         sender_gap_stddev_us: data.sender_gap_stddev_us.unwrap_or(f64::NAN),
-        queue_delay_p99_us: data.queue_delay_p99_us.unwrap_or(f64::NAN),
+        queue_delay_p99_us: data.queue_delay.p99_us.unwrap_or(f64::NAN),
         cpu_ns_per_mb: per_mb(server_cpu + client_cpu),
         server_cpu_ns_per_mb: per_mb(server_cpu),
         client_cpu_ns_per_mb: per_mb(client_cpu),

@@ -5,7 +5,7 @@
 //! machinery at all). It prints the loop's counters; run it under `strace -c -f`, `perf stat
 //! --per-thread` or `valgrind --tool=cachegrind` to see where the cost goes.
 //!
-//! `INTERVAL_US=10 CHUNKS=200000 CPU=1 cargo run --release -p softtimer-rt --example busy_cost`
+//! `INTERVAL_US=10 CHUNKS=200000 CPU=1 cargo run --release -p softtimers-lab --example busy_cost`
 //! (`ARRAY_MB` sets the chased array's size, 64 by default; `STEPS` the steps per chunk, 32).
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{EventfdFlags, eventfd};
 use softtimer::{Clock, Span, SystemClock};
 use softtimer_rt::{EventLoop, Interest, LoopConfig, TimerMode};
+use softtimers_lab::bench_timers::pointer_chase_array;
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -24,23 +25,6 @@ fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
 fn cpu_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// A random cyclic permutation of `len` elements (Sattolo's algorithm, fixed seed).
-fn chase_array(len: usize) -> Vec<u32> {
-    let mut order: Vec<u32> = (0..len as u32).collect();
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    for i in (1..len).rev() {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        order.swap(i, (state >> 33) as usize % i);
-    }
-    let mut next = vec![0u32; len];
-    for w in 0..len {
-        next[order[w] as usize] = order[(w + 1) % len];
-    }
-    next
 }
 
 /// Each thread of this process: name, voluntary and involuntary context switches.
@@ -80,7 +64,7 @@ fn main() {
         set.set(cpu);
         rustix::thread::sched_setaffinity(None, &set).expect("pinning to CPU");
     }
-    let array = chase_array((array_mb << 20) / 4);
+    let array = pointer_chase_array((array_mb << 20) / 4);
     let hz = SystemClock::new().resolution_hz();
     let (mode, every) = match interval.as_str() {
         "off" => (TimerMode::Off, None),
