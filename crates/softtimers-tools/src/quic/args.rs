@@ -5,87 +5,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use softtimer_quic::perf::ClientPlan;
-use softtimer_rt::{IoBackend, SpinWindow};
 
-use super::{
-    AfterIdleArg, ClientOptions, ClientRun, Common, ServerOptions, ServerRun, Stack, client, server,
-};
+use super::{ClientOptions, ClientRun, Common, ServerOptions, ServerRun, client, server};
 use crate::output::WithJson;
-use crate::parse::{parse_bytes, parse_duration, parse_spin_window};
-
-/// Options both QUIC sides take.
-#[derive(clap::Args, Debug, Clone)]
-pub struct CommonArgs {
-    /// The stack: quinn-proto on soft timers (`soft`, `soft-paced` with per-packet pacing,
-    /// `soft-1ms` with timers rounded up to 1 ms), stock quinn on tokio (`quinn-tokio` with
-    /// the lab's transport settings and its timers measured, `quinn-plain` with quinn's
-    /// defaults), the same unchanged quinn on `softtimer-async` (`quinn-async`: the settings
-    /// and measurement of `quinn-tokio`), or kernel TCP.
-    #[arg(long, value_enum, default_value = "soft")]
-    pub stack: Stack,
-    /// Flow-control windows (bytes; k, M suffixes): at least twice the path's BDP.
-    #[arg(long, default_value = "16M", value_parser = parse_bytes)]
-    pub window: u64,
-    /// What the congestion controller (CUBIC) does after an idle period.
-    #[arg(long, value_enum, default_value = "keep")]
-    pub after_idle: AfterIdleArg,
-    /// Ask the peer to acknowledge only every N ack-eliciting packets (ACK frequency).
-    #[arg(long, value_name = "N")]
-    pub ack_every: Option<u32>,
-    /// The largest ACK delay to ask the peer for (ACK frequency; alone or with --ack-every).
-    #[arg(long, value_parser = parse_duration)]
-    pub max_ack_delay: Option<Duration>,
-    /// How long the soft-timer loop spins before a due event instead of sleeping through
-    /// it (the soft stacks): a duration up to 1s, or `calibrated` (this machine's typical
-    /// wake-up lateness; the default). `0` never spins: cheaper, and events run a wake-up
-    /// late.
-    #[arg(long, value_parser = parse_spin_window)]
-    pub spin: Option<SpinWindow>,
-    /// How the soft stacks' loop does its I/O: `epoll` (quinn-udp's `sendmsg`/`recvmmsg`,
-    /// as stock quinn), `uring` (the same datagrams queued in an io_uring and submitted with
-    /// the loop's next wait, received by a multishot `recvmsg`) or `uring-sqpoll` (a kernel
-    /// thread polls the ring: fewer system calls, but it costs a core).
-    #[arg(long, default_value = "epoll")]
-    pub io: IoBackend,
-    /// With `--stack soft-paced`: datagrams that leave together (one GSO send) at each
-    /// departure time. 1 spaces every datagram; 2 halves the system calls and wake-ups.
-    #[arg(long, default_value_t = 1)]
-    pub per_departure: usize,
-    /// Turn off the soft-timer driver's tail-loss probe (a PING two smoothed RTTs, and an
-    /// allowance learned from the peer's late ACKs, after the last data or ACK while data is
-    /// unacknowledged, which finds a lost last packet in about an RTT instead of quinn's
-    /// probe timeout of 25 ms and more).
-    #[arg(long)]
-    pub no_tail_probe: bool,
-    /// Run path MTU discovery, as quinn does by default (the QUIC stacks but quinn-plain,
-    /// which always does; off: every datagram is 1200 bytes, as in the lab's path runs).
-    #[arg(long)]
-    pub mtu_discovery: bool,
-    /// Close a connection after this long without a packet from the peer (the QUIC stacks;
-    /// the smaller of the two sides' values applies). A server whose client's close was lost
-    /// exits after this long. Default: 30 s.
-    #[arg(long, value_parser = parse_duration)]
-    pub idle_timeout: Option<Duration>,
-}
-
-impl CommonArgs {
-    /// The settings these arguments stand for.
-    pub fn common(&self) -> Common {
-        Common {
-            stack: self.stack,
-            window: self.window,
-            after_idle: self.after_idle,
-            ack_every: self.ack_every,
-            max_ack_delay: self.max_ack_delay,
-            spin: self.spin,
-            io: self.io,
-            per_departure: self.per_departure,
-            tail_probe: !self.no_tail_probe,
-            idle_timeout: self.idle_timeout,
-            mtu_discovery: self.mtu_discovery,
-        }
-    }
-}
+use crate::parse::{parse_bytes, parse_duration};
 
 /// `softtimers quic`: the two sides.
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -110,7 +33,7 @@ pub struct ServerArgs {
     #[arg(long)]
     pub cert_out: Option<PathBuf>,
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub common: Common,
 }
 
 impl ServerArgs {
@@ -118,7 +41,7 @@ impl ServerArgs {
     pub fn options(&self) -> ServerOptions {
         ServerOptions {
             listen: self.listen,
-            common: self.common.common(),
+            common: self.common.clone(),
             connections: self.connections,
             cert_out: self.cert_out.clone(),
         }
@@ -165,7 +88,7 @@ pub struct ClientArgs {
     #[arg(long)]
     pub no_verify: bool,
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub common: Common,
 }
 
 impl ClientArgs {
@@ -174,7 +97,7 @@ impl ClientArgs {
         ClientOptions {
             to: self.to,
             server_name: self.server_name.clone(),
-            common: self.common.common(),
+            common: self.common.clone(),
             plan: ClientPlan {
                 download: self.download,
                 upload: self.upload,
@@ -203,14 +126,13 @@ mod tests {
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
-        common: CommonArgs,
+        common: Common,
     }
 
     fn common(args: &[&str]) -> Common {
         Cli::try_parse_from(std::iter::once("quic").chain(args.iter().copied()))
             .unwrap()
             .common
-            .common()
     }
 
     #[test]

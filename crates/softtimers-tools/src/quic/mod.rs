@@ -23,7 +23,7 @@ mod args;
 mod stock_quinn;
 mod tcp;
 
-pub use args::{ClientArgs, CommonArgs, QuicCommand, ServerArgs};
+pub use args::{ClientArgs, QuicCommand, ServerArgs};
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -43,6 +43,7 @@ use softtimer_rt::{IoBackend, LoopConfig, SpinWindow};
 
 use crate::cpu::process_cpu_ns;
 use crate::output::Report;
+use crate::parse::{parse_bytes, parse_duration, parse_spin_window};
 use tcp::{tcp_client, tcp_server};
 
 /// A stack of the comparison.
@@ -109,32 +110,59 @@ pub enum AfterIdleArg {
     RateBased,
 }
 
-/// Settings shared by server and client.
-#[derive(Clone, Debug)]
+/// Settings shared by server and client, and the options both QUIC commands take.
+#[derive(clap::Args, Clone, Debug)]
 pub struct Common {
-    /// The stack.
+    /// The stack: quinn-proto on soft timers (`soft`, `soft-paced` with per-packet pacing,
+    /// `soft-1ms` with timers rounded up to 1 ms), stock quinn on tokio (`quinn-tokio` with
+    /// the lab's transport settings and its timers measured, `quinn-plain` with quinn's
+    /// defaults), the same unchanged quinn on `softtimer-async` (`quinn-async`: the settings
+    /// and measurement of `quinn-tokio`), or kernel TCP.
+    #[arg(long, value_enum, default_value = "soft")]
     pub stack: Stack,
-    /// Flow-control windows, bytes.
+    /// Flow-control windows (bytes; k, M suffixes): at least twice the path's BDP.
+    #[arg(long, default_value = "16M", value_parser = parse_bytes)]
     pub window: u64,
-    /// What the congestion controller does after idle.
+    /// What the congestion controller (CUBIC) does after an idle period.
+    #[arg(long, value_enum, default_value = "keep")]
     pub after_idle: AfterIdleArg,
-    /// Ask the peer to acknowledge every this many packets.
+    /// Ask the peer to acknowledge only every N ack-eliciting packets (ACK frequency).
+    #[arg(long, value_name = "N")]
     pub ack_every: Option<u32>,
-    /// Largest ACK delay to ask the peer for.
+    /// The largest ACK delay to ask the peer for (ACK frequency; alone or with --ack-every).
+    #[arg(long, value_parser = parse_duration)]
     pub max_ack_delay: Option<Duration>,
-    /// The soft-timer loop's idle spin window (the soft stacks only; default: calibrated).
+    /// How long the soft-timer loop spins before a due event instead of sleeping through
+    /// it (the soft stacks): a duration up to 1s, or `calibrated` (this machine's typical
+    /// wake-up lateness; the default). `0` never spins: cheaper, and events run a wake-up
+    /// late.
+    #[arg(long, value_parser = parse_spin_window)]
     pub spin: Option<SpinWindow>,
-    /// The soft stacks' loop I/O: epoll (quinn-udp) or io_uring.
+    /// How the soft stacks' loop does its I/O: `epoll` (quinn-udp's `sendmsg`/`recvmmsg`,
+    /// as stock quinn), `uring` (the same datagrams queued in an io_uring and submitted with
+    /// the loop's next wait, received by a multishot `recvmsg`) or `uring-sqpoll` (a kernel
+    /// thread polls the ring: fewer system calls, but it costs a core).
+    #[arg(long, default_value = "epoll")]
     pub io: IoBackend,
-    /// Datagrams per paced departure (`soft-paced` only).
+    /// With `--stack soft-paced`: datagrams that leave together (one GSO send) at each
+    /// departure time. 1 spaces every datagram; 2 halves the system calls and wake-ups.
+    #[arg(long, default_value_t = 1)]
     pub per_departure: usize,
-    /// The soft-timer driver's tail-loss probe (the soft stacks; on by default).
+    /// The soft-timer driver's tail-loss probe (the soft stacks; on unless
+    /// `--no-tail-probe`): a PING two smoothed RTTs, and an allowance learned from the
+    /// peer's late ACKs, after the last data or ACK while data is unacknowledged, which finds
+    /// a lost last packet in about an RTT instead of quinn's probe timeout of 25 ms and more.
+    #[arg(long = "no-tail-probe", action = clap::ArgAction::SetFalse)]
     pub tail_probe: bool,
-    /// The connection's idle timeout (the QUIC stacks; default:
-    /// [`softtimer_quic::tls::DEFAULT_IDLE_TIMEOUT`], 30 s).
-    pub idle_timeout: Option<Duration>,
-    /// Path MTU discovery, as quinn runs it by default (off: every datagram 1200 bytes).
+    /// Run path MTU discovery, as quinn does by default (the QUIC stacks but quinn-plain,
+    /// which always does; off: every datagram is 1200 bytes, as in the lab's path runs).
+    #[arg(long)]
     pub mtu_discovery: bool,
+    /// Close a connection after this long without a packet from the peer (the QUIC stacks;
+    /// the smaller of the two sides' values applies). A server whose client's close was lost
+    /// exits after this long. Default: 30 s.
+    #[arg(long, value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Common {
