@@ -32,6 +32,10 @@ impl RunLength {
     fn pick<T>(self, quick: T, full: T) -> T {
         if self.quick { quick } else { full }
     }
+    /// `quick` or `full` milliseconds.
+    fn ms(self, quick: u64, full: u64) -> Duration {
+        Duration::from_millis(self.pick(quick, full))
+    }
     /// `quick` or `full`.
     pub fn mode(self) -> &'static str {
         self.pick("quick", "full")
@@ -40,7 +44,7 @@ impl RunLength {
     /// short: the host's drift between rounds, not a run's length, limits a ratio, and
     /// the ratios are paired within rounds. (`--client wrk` takes whole seconds: 1 s.)
     pub fn throughput_run(self) -> Duration {
-        Duration::from_millis(self.pick(400, 1_250))
+        self.ms(400, 1_250)
     }
     /// Interleaved rounds of a throughput comparison.
     pub fn rounds(self) -> usize {
@@ -48,7 +52,7 @@ impl RunLength {
     }
     /// One run that records trigger states (E3, and E5 on its own).
     pub fn trace_run(self) -> Duration {
-        Duration::from_millis(self.pick(500, 5_000))
+        self.ms(500, 5_000)
     }
     /// Trigger states recorded in a [`trace_run`](Self::trace_run).
     pub fn trace_capacity(self) -> usize {
@@ -56,7 +60,7 @@ impl RunLength {
     }
     /// E4's run, whose trace is cut into windows.
     pub fn timeline(self) -> Duration {
-        Duration::from_secs(self.pick(1, 10))
+        self.ms(1_000, 10_000)
     }
     /// Rounds of `bench timers`.
     pub fn timers_rounds(self) -> usize {
@@ -64,11 +68,11 @@ impl RunLength {
     }
     /// How long `bench timers` computes without system calls to measure the backstop.
     pub fn backstop_compute(self) -> Duration {
-        Duration::from_millis(self.pick(300, 2_000))
+        self.ms(300, 2_000)
     }
     /// How long each backstop wake-up state and idle-policy row of `bench timers` runs.
     pub fn state_time(self) -> Duration {
-        Duration::from_millis(self.pick(300, 2_000))
+        self.ms(300, 2_000)
     }
     /// Samples per operation in `bench core`.
     pub fn core_reps(self) -> usize {
