@@ -29,7 +29,7 @@ use softtimers_tools::output::{Program, Report};
 
 use crate::baselines::{self, TimerQueue};
 use crate::harness::{RunLength, pin_to_last_cpu};
-use crate::report::{Rendered, Section};
+use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, percentile};
 use crate::table::Table;
 use crate::targets::{TargetCheck, targets_table};
@@ -498,17 +498,19 @@ fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetChe
     checks
 }
 
+impl Outcome for CoreReport {}
+
 impl Section for CoreReport {
     const FILE: &'static str = "bench_core.json";
-    fn render(&self, _dir: &std::path::Path) -> anyhow::Result<Rendered> {
-        let mut md = String::from(
-            "## The facility's core operations (`softtimers bench core`)\n\n\
-             Median ns per operation (99th percentile of batch means in brackets). \
+    const TITLE: &'static str = "The facility's core operations (`softtimers bench core`)";
+    fn body(&self, page: &mut Page<'_>) -> anyhow::Result<()> {
+        page.text(
+            "Median ns per operation (99th percentile of batch means in brackets). \
              `schedule`, `cancel` and `schedule_fire` run on a simulated clock so that the \
              data structures are compared; `trigger` runs on the real clock.\n\n",
         );
-        md += &to_markdown(self);
-        Ok(Rendered::text(md))
+        page.text(&to_markdown(self));
+        Ok(())
     }
 }
 

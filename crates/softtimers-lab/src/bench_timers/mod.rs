@@ -32,7 +32,7 @@ use softtimers_tools::output::{Program, Report};
 use crate::harness::{
     RunLength, TimerSource, interleaved, interval_label, per_config, pin_to_last_cpu,
 };
-use crate::report::{Rendered, Section};
+use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, paired_ratios, range};
 use crate::targets::{TargetCheck, soft_vs_hardware_targets};
 use idle::*;
@@ -498,13 +498,14 @@ impl Report for TimersReport {
     }
 }
 
+impl Outcome for TimersReport {}
+
 impl Section for TimersReport {
     const FILE: &'static str = "bench_timers.json";
-    fn render(&self, _dir: &std::path::Path) -> Result<Rendered> {
-        let mut md = String::from(
-            "## Cost per timer event, synthetic workload (`softtimers bench timers`)\n\n",
-        );
-        md += &to_markdown(self);
-        Ok(Rendered::text(md))
+    const TITLE: &'static str =
+        "Cost per timer event, synthetic workload (`softtimers bench timers`)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
+        page.text(&to_markdown(self));
+        Ok(())
     }
 }

@@ -2,14 +2,13 @@
 //! server, by its minimum interval, against a hardware timer.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{Clocking, ExpOptions, RunResult};
 use crate::paper::PAPER_TABLES_VIII_IX;
-use crate::report::{Rendered, Section};
+use crate::report::{Page, Section};
 use crate::summary::median;
 use crate::table::Table;
 use crate::targets::TargetCheck;
@@ -93,11 +92,10 @@ pub fn e7(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
 
 impl Section for E7 {
     const FILE: &'static str = "e7.json";
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md =
-            String::from("## E7: the transmission process under load (Tables VIII–IX)\n\n");
+    const TITLE: &'static str = "E7: the transmission process under load (Tables VIII–IX)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "The saturated HTTP server (CPU {}, {} on CPU {}) paces a UDP flow of \
              {PACED_SIZE}-byte datagrams at a target interval with the adaptive soft-timer \
              pacer, allowed to catch up at the minimum interval; a periodic timerfd at the \
@@ -123,8 +121,9 @@ impl Section for E7 {
                 &format!("{:.0}", r.rps),
             ]);
         }
-        md += &table.finish();
-        let _ = writeln!(md, "\n{PAPER_TABLES_VIII_IX}\n");
-        Ok(Rendered::section(md, &self.targets, Vec::new()))
+        page.table(table);
+        page.paper(PAPER_TABLES_VIII_IX);
+        page.targets(&self.targets);
+        Ok(())
     }
 }

@@ -25,7 +25,6 @@ pub mod sleep;
 pub mod udp;
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -33,7 +32,7 @@ use softtimer_async::Precision;
 use softtimers_tools::cpu::process_cpu_ns;
 
 use crate::harness::{Client, ExpOptions};
-use crate::report::{Rendered, Section, StepResult};
+use crate::report::{Page, Section, StepResult};
 use crate::table::Table;
 use crate::targets::TargetCheck;
 
@@ -517,14 +516,9 @@ fn cell(x: Option<f64>, digits: usize) -> String {
 
 impl Section for AsyncResult {
     const FILE: &'static str = "async.json";
-
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md = match self.heading("async: the runtime on soft timers against tokio and smol")
-        {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
-        md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n";
+    const TITLE: &'static str = "async: the runtime on soft timers against tokio and smol";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
+        page.text("One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n");
         let mut table = Table::new(
             "workload | runtime | precision | threads: | client | late p50 (µs): | late p99 (µs): | late max (µs): | CPU per op (ns): | ops/s: | p99 (µs): | stddev (µs):",
         );
@@ -544,18 +538,19 @@ impl Section for AsyncResult {
                 &cell(r.stddev_us, 2),
             ]);
         }
-        md += &table.finish();
-        md += "\nThe quinn rows here run on loopback with the loss made in each runtime's socket; the same unchanged quinn on this runtime runs through the path emulator (`softtimers path`) as stack `quinn-async` in E16 (request/response at 1 % loss, quinn's defaults and the 1 ms ACK delay) and in the QUIC matrix's first bulk scenario, each against `quinn-tokio`.\n\n";
+        page.table(table);
+        page.text("\nThe quinn rows here run on loopback with the loss made in each runtime's socket; the same unchanged quinn on this runtime runs through the path emulator (`softtimers path`) as stack `quinn-async` in E16 (request/response at 1 % loss, quinn's defaults and the 1 ms ACK delay) and in the QUIC matrix's first bulk scenario, each against `quinn-tokio`.\n\n");
         if let Some(floor) = self.extra.paced_udp_floor_stddev_us {
             let _ = writeln!(
-                md,
+                page,
                 "Paced UDP's floor on this machine: a thread that spins on the clock and sends each datagram at its time, a whole core, has an inter-arrival stddev of {floor:.2} µs; a runtime's stddev is read against it (measured after the runtimes, not interleaved with them).\n"
             );
         }
         for note in &self.extra.notes {
-            let _ = writeln!(md, "Note: {note}.\n");
+            let _ = writeln!(page, "Note: {note}.\n");
         }
-        Ok(Rendered::section(md, &self.targets, Vec::new()))
+        page.targets(&self.targets);
+        Ok(())
     }
 }
 

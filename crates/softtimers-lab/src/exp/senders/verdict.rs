@@ -2,7 +2,6 @@
 //! section with its frontier plot.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 
@@ -10,8 +9,8 @@ use super::{
     CLIENT_CPU, NetPath, SENDER_CPU, SenderRow, SenderRun, Senders, Setting, Tool, Unbeaten,
 };
 use crate::frontier;
-use crate::plot::{Axis, LineChart, Series, largest, line_chart};
-use crate::report::{Rendered, Section};
+use crate::plot::{LineChart, Series, line_chart};
+use crate::report::{Page, Section};
 use crate::summary::{median, paired_ratios};
 use crate::table::Table;
 use crate::targets::TargetCheck;
@@ -151,13 +150,10 @@ fn frontier_series(rows: &[SenderRow]) -> Vec<Series> {
 
 impl Section for Senders {
     const FILE: &'static str = "senders.json";
-    fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md = match self.heading("Paced senders against iperf3 -u: the cost frontier") {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
+    const TITLE: &'static str = "Paced senders against iperf3 -u: the cost frontier";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "Each setting sends {:.0} Mbit/s of {} B datagrams for {} s, pinned to CPU {SENDER_CPU}; \
              its own receiver and a capture of the port (`softtimers sink --observe`, kernel \
              timestamps) on CPU {CLIENT_CPU}. CPU is the sender's whole CPU time \
@@ -170,9 +166,9 @@ impl Section for Senders {
             self.extra.seconds,
             self.extra.rounds,
         );
-        let _ = writeln!(md, "veth link: {}.\n", self.extra.veth);
+        let _ = writeln!(page, "veth link: {}.\n", self.extra.veth);
         if let Some(why) = &self.extra.iperf3_missing {
-            let _ = writeln!(md, "iperf3 rows missing: {why}.\n");
+            let _ = writeln!(page, "iperf3 rows missing: {why}.\n");
         }
         let mut table = Table::new(
             "link | sender | setting | Mbit/s: | lost: | CPU %: | CPU per packet (µs): | inter-arrival mean (µs): | stddev (µs) [range]: | p99 (µs): | gaps > 1 ms: | longest burst: | B: | frontier",
@@ -205,10 +201,12 @@ impl Section for Senders {
                 &place,
             ]);
         }
-        md += &table.finish();
-        md += "\n";
+        page.table(table);
+        page.text("\n");
         if self.extra.frontier_dominated.is_empty() {
-            md += "Every iperf3 setting is beaten on both axes by a soft-timer `pace` setting.\n\n";
+            page.text(
+                "Every iperf3 setting is beaten on both axes by a soft-timer `pace` setting.\n\n",
+            );
         } else {
             let names: Vec<String> = self
                 .extra
@@ -217,30 +215,27 @@ impl Section for Senders {
                 .map(|u| format!("{} ({})", u.setting, u.link.name()))
                 .collect();
             let _ = writeln!(
-                md,
+                page,
                 "iperf3 settings no soft-timer `pace` setting beats on both axes: {}.\n",
                 names.join(", ")
             );
         }
         let series = frontier_series(&self.rows);
-        let mut plots = Vec::new();
         if !series.is_empty() {
-            let plot = "senders_frontier.png";
-            line_chart(
-                &dir.join(plot),
-                &LineChart {
-                    title: "Sender CPU against inter-arrival stddev, 100 Mbit/s",
-                    x_label: "sender CPU (% of a core)",
-                    y_label: "inter-arrival stddev (µs)",
-                    x_range: (0.0, largest(&series, Axis::X, 1.0) * 1.05),
-                    y_range: (0.0, largest(&series, Axis::Y, 1.0) * 1.05),
-                    series,
-                },
-            )?;
-            let _ = writeln!(md, "![frontier]({plot})\n");
-            plots.push(plot.to_string());
+            let chart = LineChart::from_origin(
+                "Sender CPU against inter-arrival stddev, 100 Mbit/s",
+                ("sender CPU (% of a core)", "inter-arrival stddev (µs)"),
+                series,
+                1.0,
+                (1.05, 1.05),
+            );
+            let image = page.plot("senders_frontier.png", "frontier", |path| {
+                line_chart(path, &chart)
+            })?;
+            let _ = writeln!(page, "{image}\n");
         }
-        Ok(Rendered::section(md, &self.targets, plots))
+        page.targets(&self.targets);
+        Ok(())
     }
 }
 
