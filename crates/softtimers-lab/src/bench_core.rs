@@ -32,7 +32,7 @@ use crate::harness::{RunLength, pin_to_last_cpu};
 use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, percentile};
 use crate::table::Table;
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::{Goal, TargetCheck, targets_table};
 use softtimer_rt::alloc_count;
 
 /// How much to measure.
@@ -444,30 +444,27 @@ fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetChe
             report.row(OURS, n, "trigger"),
             report.row(CLOCK_READ, n, "clock_read"),
         ) {
-            checks.push(TargetCheck::at_most(
+            checks.push(TargetCheck::new(
                 format!("trigger / clock read, {n} pending"),
-                "<= 1.5",
-                1.5,
+                Goal::at_most(1.5, "<= 1.5"),
                 r.median_ns / read.median_ns,
                 ANCHOR_CLOCK_READ,
             ));
         }
         for op in ["schedule", "cancel"] {
             if let Some(r) = report.row(OURS, n, op) {
-                checks.push(TargetCheck::at_most(
+                checks.push(TargetCheck::new(
                     format!("{op} median ns, {n} pending"),
-                    "<= 30",
-                    30.0,
+                    Goal::at_most(30.0, "<= 30"),
                     r.median_ns,
                     ANCHOR_DESIGN,
                 ));
             }
         }
         if let Some(r) = report.row(OURS, n, "schedule_fire") {
-            checks.push(TargetCheck::at_most(
+            checks.push(TargetCheck::new(
                 format!("schedule_fire median ns, {n} pending"),
-                "<= 60",
-                60.0,
+                Goal::at_most(60.0, "<= 60"),
                 r.median_ns,
                 ANCHOR_DESIGN,
             ));
@@ -477,20 +474,18 @@ fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetChe
         if n == largest
             && let Some(r) = report.row(OURS, n, "schedule_cancel_reap")
         {
-            checks.push(TargetCheck::at_least(
+            checks.push(TargetCheck::new(
                 format!("a cancelled timer's whole life: best baseline / ours, {n} pending"),
-                ">= 3",
-                3.0,
+                Goal::at_least(3.0, ">= 3"),
                 report.best_baseline(n, "schedule_cancel_reap") / r.median_ns,
                 ANCHOR_HEAPS,
             ));
         }
     }
     for m in report.memory.iter().filter(|m| m.implementation == OURS) {
-        checks.push(TargetCheck::at_most(
+        checks.push(TargetCheck::new(
             format!("bytes per pending event, {} pending", m.pending),
-            "<= 64",
-            64.0,
+            Goal::at_most(64.0, "<= 64"),
             m.bytes_per_event,
             ANCHOR_DESIGN,
         ));

@@ -19,7 +19,7 @@ use crate::paper::{PAPER_TABLE_I, PAPER_TABLES_II_III};
 use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, median_ratio};
 use crate::table::Table;
-use crate::targets::{TargetCheck, soft_vs_hardware_targets};
+use crate::targets::{Goal, TargetCheck, soft_vs_hardware_targets};
 
 /// One timer configuration against the run without events (E1, E2).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -225,11 +225,10 @@ pub fn e1(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
         .iter()
         .find(|r| r.source == TimerSource::Soft && r.interval_us == 0)
     {
-        targets.push(TargetCheck::at_most(
+        targets.push(TargetCheck::new(
             "throughput loss, an event at every trigger state, against the loop with no timer \
              machinery, %",
-            "<= 2",
-            2.0,
+            Goal::at_most(2.0, "<= 2"),
             soft.slowdown_pct,
             crate::paper::ANCHOR_TABLE_I,
         ));

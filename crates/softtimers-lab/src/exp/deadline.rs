@@ -17,7 +17,7 @@ use crate::paper::PAPER_TABLE_XIII;
 use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, median_ratio, paired_ratios, range};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// The soft events' interval, µs.
 const INTERVAL_US: u64 = 20;
@@ -262,10 +262,9 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                 r.throughput_loss_pct,
             ),
         ] {
-            targets.push(TargetCheck::at_most(
+            targets.push(TargetCheck::new(
                 name(what),
-                &format!("<= {goal}"),
-                goal,
+                Goal::at_most(goal, &format!("<= {goal}")),
                 measured,
                 crate::paper::ANCHOR_TABLE_XIII,
             ));

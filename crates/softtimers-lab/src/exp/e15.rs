@@ -47,7 +47,7 @@ use softtimer_quic::{App, ClosedState, ConnId, Driver, DriverConfig, QuicEvent, 
 use crate::harness::{ExpOptions, RunLength};
 use crate::report::{NoExtra, Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// A row of `e15.json`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -598,35 +598,31 @@ fn e15_targets(rows: &[E15Row]) -> Vec<TargetCheck> {
         })
     };
     vec![
-        TargetCheck::at_most(
+        TargetCheck::new(
             format!(
                 "memory per closed connection held, compact (the larger of the RSS and heap slopes, {held} held), bytes"
             ),
-            "≤ 256",
-            256.0,
+            Goal::at_most(256.0, "≤ 256"),
             compact,
             crate::paper::ANCHOR_DESIGN,
         ),
-        TargetCheck::at_least(
+        TargetCheck::new(
             format!(
                 "memory per closed connection held (the larger of the RSS and heap slopes): full / compact{counts}"
             ),
-            "≥ 20",
-            20.0,
+            Goal::at_least(20.0, "≥ 20"),
             full / compact,
             ANCHOR_QUINN_CONNECTION,
         ),
-        TargetCheck::at_most(
+        TargetCheck::new(
             format!("server time per close and drain: compact / full{counts}"),
-            "≤ 0.5",
-            0.5,
+            Goal::at_most(0.5, "≤ 0.5"),
             get("compact", |r| r.cpu_ns_per_close) / get("full", |r| r.cpu_ns_per_close),
             ANCHOR_QUINN_CONNECTION,
         ),
-        TargetCheck::at_least(
+        TargetCheck::new(
             "late packets for a held closed connection answered, compact (share)",
-            "≥ 1.0",
-            1.0,
+            Goal::at_least(1.0, "≥ 1.0"),
             answered("compact"),
             crate::paper::ANCHOR_DESIGN,
         ),

@@ -17,7 +17,7 @@ use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, percentile};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// Points per CDF line.
 const CDF_POINTS: u32 = 400;
@@ -217,17 +217,15 @@ pub fn e3(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<(
         .find(|r| r.workload == Workload::HttpKeepAlive)
         .context("the HTTP row")?;
     let targets = vec![
-        TargetCheck::at_most(
+        TargetCheck::new(
             "trigger-interval median, HTTP (keep-alive)",
-            "<= 5 µs",
-            5.0,
+            Goal::at_most(5.0, "<= 5 µs"),
             http.median_us,
             crate::paper::ANCHOR_TABLE_IV,
         ),
-        TargetCheck::at_most(
+        TargetCheck::new(
             "share of intervals > 100 µs, HTTP (keep-alive)",
-            "<= 1 %",
-            1.0,
+            Goal::at_most(1.0, "<= 1 %"),
             http.pct_over_100us,
             crate::paper::ANCHOR_TABLE_IV,
         ),

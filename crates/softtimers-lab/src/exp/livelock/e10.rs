@@ -11,7 +11,7 @@ use crate::paper::PAPER_FIGS_6;
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::{TargetCheck, as_reported};
+use crate::targets::{Goal, TargetCheck, as_reported};
 
 use super::{Bench, Design, Flood, Point, RouterArgs, SCREEN_NS, WORK_NS, flood_seconds, runs};
 
@@ -217,10 +217,9 @@ pub fn e10(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             p.offered_multiple
         );
         targets.push(if p.offered_multiple >= 2.95 {
-            TargetCheck::at_least(
+            TargetCheck::new(
                 name,
-                ">= 0.95 (no livelock)",
-                0.95,
+                Goal::at_least(0.95, ">= 0.95 (no livelock)"),
                 held,
                 crate::paper::ANCHOR_FIGS_6_3_6_4,
             )
@@ -246,10 +245,9 @@ pub fn e10(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         ));
         // A router that forwarded nothing has no MLFRR to compare: NaN or infinity, not met.
         let ratio = p.mlfrr_pps / b.mlfrr_pps;
-        targets.push(TargetCheck::at_least(
+        targets.push(TargetCheck::new(
             format!("E10 MLFRR, {polling} / {baseline}"),
-            ">= 1.0",
-            1.0,
+            Goal::at_least(1.0, ">= 1.0"),
             if ratio.is_finite() { ratio } else { f64::NAN },
             crate::paper::ANCHOR_FIGS_6_3_6_4,
         ));

@@ -11,7 +11,7 @@ use crate::paper::PAPER_FIG_7_1;
 use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::{Bench, Design, Flood, RouterArgs, runs};
 
@@ -111,10 +111,9 @@ pub fn e12(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         .filter(|r| r.budget_pct == Some(50))
         .map(|r| r.compute_pct)
         .fold(f64::INFINITY, f64::min);
-    let targets = vec![TargetCheck::at_least(
+    let targets = vec![TargetCheck::new(
         "E12 CPU left to the compute process, 50 % budget, under flood (%, worst rate)",
-        ">= 40",
-        40.0,
+        Goal::at_least(40.0, ">= 40"),
         at_50,
         crate::paper::ANCHOR_FIG_7_1,
     )];

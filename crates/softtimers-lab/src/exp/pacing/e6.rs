@@ -11,7 +11,7 @@ use crate::paper::PAPER_TABLES_VI_VII;
 use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, paired_ratios, range};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::{PACED_SIZE, PacedConfig, run_all, with_hardware};
 
@@ -145,17 +145,15 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     let timerfd = overhead_of("timerfd", 20);
     let ratio = overhead_ratio(timerfd, soft);
     let targets = vec![
-        TargetCheck::at_most(
+        TargetCheck::new(
             "E6 overhead of soft-timer pacing at 20 µs, %",
-            "<= 2 (paper: 2-6)",
-            2.0,
+            Goal::at_most(2.0, "<= 2 (paper: 2-6)"),
             soft,
             crate::paper::ANCHOR_TABLES_VI_VII,
         ),
-        TargetCheck::at_least(
+        TargetCheck::new(
             "E6 timerfd overhead / soft overhead at 20 µs",
-            ">= 5",
-            5.0,
+            Goal::at_least(5.0, ">= 5"),
             ratio,
             crate::paper::ANCHOR_TABLES_VI_VII,
         ),

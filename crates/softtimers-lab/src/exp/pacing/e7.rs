@@ -11,7 +11,7 @@ use crate::paper::PAPER_TABLES_VIII_IX;
 use crate::report::{Page, Section};
 use crate::summary::median;
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::{PACED_SIZE, PacedRun, run_all, with_hardware};
 
@@ -78,10 +78,9 @@ pub fn e7(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
             .find(|r| r.target_interval_us == target && r.min_interval_us == Some(min))
         {
             let off = (r.mean_interval_us - target as f64).abs() / target as f64 * 100.0;
-            targets.push(TargetCheck::at_most(
+            targets.push(TargetCheck::new(
                 format!("E7 soft mean interval off its {target} µs target, minimum {min} µs, %"),
-                "<= 1 (the paper held it)",
-                1.0,
+                Goal::at_most(1.0, "<= 1 (the paper held it)"),
                 off,
                 crate::paper::ANCHOR_TABLES_VIII_IX,
             ));

@@ -34,7 +34,7 @@ use crate::paper::PAPER_TABLE_II;
 use crate::report::{Page, Section, StepResult};
 use crate::summary::{median, range};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 use softtimers_tools::pace::{SinkInput, SinkOptions, SinkReport, SinkTarget, bind_sink, sink_on};
 
 /// Arrivals closer than this are one back-to-back burst, µs.
@@ -418,18 +418,16 @@ pub fn e8(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     let soft = b_of(Release::Soft);
     let tick = b_of(Release::Tick1ms);
     let targets = vec![
-        TargetCheck::at_most(
+        TargetCheck::new(
             "E8 burstiness index with soft timers",
-            "<= 1.5e-7 (the paper's NIC pacing)",
-            1.5e-7,
+            Goal::at_most(1.5e-7, "<= 1.5e-7 (the paper's NIC pacing)"),
             soft,
             crate::paper::ANCHOR_KOBAYASHI_TABLE_II,
         ),
         // A soft index of zero makes the ratio unbounded, which meets the target.
-        TargetCheck::at_least(
+        TargetCheck::new(
             "E8 burstiness index, 1 ms tick / soft timers",
-            ">= 10",
-            10.0,
+            Goal::at_least(10.0, ">= 10"),
             if soft == 0.0 && tick > 0.0 {
                 f64::INFINITY
             } else {

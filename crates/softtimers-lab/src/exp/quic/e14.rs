@@ -14,7 +14,7 @@ use crate::paper::{PAPER_TABLE_X, PaperRow};
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
 use crate::report::{NoExtra, Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::{
     Run, begin, downloads, link, median, per_round_ratios, rotated, round_seed, rounds, run_once,
@@ -135,10 +135,9 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     }
     let _ = std::fs::remove_dir_all(&tmp);
     let ratio = median(e14_ratios(&rows, 100));
-    let targets = vec![TargetCheck::at_most(
+    let targets = vec![TargetCheck::new(
         "response time of a 100-packet transfer after idle, rate-based / slow start",
-        "≤ 0.5",
-        0.5,
+        Goal::at_most(0.5, "≤ 0.5"),
         ratio,
         crate::paper::ANCHOR_TABLE_X,
     )];

@@ -11,7 +11,7 @@ use crate::harness::ExpOptions;
 use crate::plot::Series;
 use crate::report::{NoExtra, Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::{
     Run, begin, cdf_series, distinct, latency_cdf_chart, median, num, per_round_ratios, rotated,
@@ -142,10 +142,9 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             |r| r.p99_us,
         );
         let m = median(r);
-        targets.push(TargetCheck::at_most(
+        targets.push(TargetCheck::new(
             format!("request/response p99 at 1 % loss, RTT 200 µs, {config}: soft / quinn-tokio"),
-            "≤ 0.5",
-            0.5,
+            Goal::at_most(0.5, "≤ 0.5"),
             m,
             crate::paper::ANCHOR_STOCK_QUINN,
         ));
@@ -159,13 +158,7 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         |r| r.stack == "quinn-tokio" && r.config == "ack-delay-1ms",
         |r| r.p99_us,
     );
-    targets.push(TargetCheck::at_most(
-        "unchanged quinn, request/response p99 at 1 % loss, RTT 200 µs, ack-delay-1ms, through `softtimers path`: quinn-async / quinn-tokio",
-        "≤ 0.8",
-        0.8,
-        median(r),
-        crate::paper::ANCHOR_STOCK_QUINN,
-    ));
+    targets.push(TargetCheck::new("unchanged quinn, request/response p99 at 1 % loss, RTT 200 µs, ack-delay-1ms, through `softtimers path`: quinn-async / quinn-tokio", Goal::at_most(0.8, "≤ 0.8"), median(r), crate::paper::ANCHOR_STOCK_QUINN));
     Ok(E16::ran(&mode, NoExtra {}, rows, targets))
 }
 

@@ -34,7 +34,7 @@ use softtimers_tools::cpu::process_cpu_ns;
 use crate::harness::{Client, ExpOptions};
 use crate::report::{Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// Where the baselines come from (the anchor: the same workload on tokio and smol).
 pub const ANCHOR: &str = "tokio 1.x current_thread and smol 2, same run, pinned alike";
@@ -341,18 +341,12 @@ impl SoftVsTokio {
         let soft = find(rows, self.workload, RuntimeKind::Soft)?;
         let tokio = find(rows, self.workload, RuntimeKind::TokioCt)?;
         let measured = ratio((self.figure)(soft), (self.figure)(tokio));
-        let check = if self.at_least {
-            TargetCheck::at_least
+        let goal = if self.at_least {
+            Goal::at_least(self.bound, self.goal)
         } else {
-            TargetCheck::at_most
+            Goal::at_most(self.bound, self.goal)
         };
-        Some(check(
-            self.name,
-            self.goal,
-            self.bound,
-            measured,
-            self.anchor,
-        ))
+        Some(TargetCheck::new(self.name, goal, measured, self.anchor))
     }
 }
 
@@ -430,24 +424,21 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
                 f64::NAN,
             ),
         };
-        out.push(TargetCheck::at_most(
+        out.push(TargetCheck::new(
             format!("sleep(100 µs) lateness p99, soft ({name}) / tokio-ct"),
-            "≤ 0.02 (1/50), at ≤ 1.2 × smol's CPU per sleep",
-            0.02,
+            Goal::at_most(0.02, "≤ 0.02 (1/50), at ≤ 1.2 × smol's CPU per sleep"),
             vs_tokio,
             ANCHOR,
         ));
-        out.push(TargetCheck::at_most(
+        out.push(TargetCheck::new(
             format!("sleep(100 µs) lateness p99, soft ({name}) / smol"),
-            "≤ 0.333 (1/3), at ≤ 1.2 × smol's CPU per sleep",
-            0.333,
+            Goal::at_most(0.333, "≤ 0.333 (1/3), at ≤ 1.2 × smol's CPU per sleep"),
             vs_smol,
             ANCHOR,
         ));
-        out.push(TargetCheck::at_most(
+        out.push(TargetCheck::new(
             format!("sleep(100 µs) CPU per sleep, soft ({name}) / smol"),
-            "≤ 1.2",
-            1.2,
+            Goal::at_most(1.2, "≤ 1.2"),
             cpu,
             ANCHOR,
         ));
@@ -458,20 +449,14 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
         {
             let p99 = ratio(d.late_p99_us, smol.late_p99_us);
             let cpu = ratio(d.cpu_ns_per_op, smol.cpu_ns_per_op);
-            out.push(TargetCheck::at_most(
-                format!(
+            out.push(TargetCheck::new(format!(
                     "sleep(100 µs), default precision ({default}): the larger of lateness p99 / smol's and CPU per sleep / smol's"
-                ),
-                "≤ 1.0 (each figure at most smol's)",
-                1.0,
-                // Unmeasured if either is: `f64::max` would pass over a NaN.
+                ), Goal::at_most(1.0, "≤ 1.0 (each figure at most smol's)"), // Unmeasured if either is: `f64::max` would pass over a NaN.
                 if p99.is_nan() || cpu.is_nan() {
                     f64::NAN
                 } else {
                     p99.max(cpu)
-                },
-                ANCHOR,
-            ));
+                }, ANCHOR));
         }
     }
     let w = udp::PACED_UDP;
@@ -482,23 +467,21 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
             .filter(|r| r.stddev_us.is_some())
             .min_by(|a, b| a.stddev_us.unwrap().total_cmp(&b.stddev_us.unwrap()));
         if let Some(base) = better {
-            out.push(TargetCheck::at_most(
+            out.push(TargetCheck::new(
                 format!(
                     "paced UDP 100 Mbit/s, inter-arrival stddev: soft / {} (the better baseline)",
                     base.runtime.name()
                 ),
-                "≤ 0.2 (1/5)",
-                0.2,
+                Goal::at_most(0.2, "≤ 0.2 (1/5)"),
                 ratio(soft.stddev_us, base.stddev_us),
                 ANCHOR,
             ));
-            out.push(TargetCheck::at_most(
+            out.push(TargetCheck::new(
                 format!(
                     "paced UDP 100 Mbit/s, sender CPU per datagram: soft / {}",
                     base.runtime.name()
                 ),
-                "≤ 1.0",
-                1.0,
+                Goal::at_most(1.0, "≤ 1.0"),
                 ratio(soft.cpu_ns_per_op, base.cpu_ns_per_op),
                 ANCHOR,
             ));

@@ -13,7 +13,7 @@ use crate::plot::{LineChart, Series, line_chart};
 use crate::report::{Page, Section};
 use crate::summary::{median, paired_ratios};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// Marks each row's place on its link's frontier (CPU %, inter-arrival stddev), names the
 /// cheapest soft-timer `pace` setting beating each iperf3 row (`pace --timer timerfd` is the
@@ -68,13 +68,12 @@ pub(super) fn checks(
             .collect();
         if !iperf3.is_empty() {
             let unbeaten = iperf3.iter().filter(|r| r.beaten_by.is_none()).count();
-            out.push(TargetCheck::at_most(
+            out.push(TargetCheck::new(
                 format!(
                     "iperf3 -u settings not beaten on CPU and stddev by a soft pace setting, {}",
                     path.name()
                 ),
-                &format!("0 of {}", iperf3.len()),
-                0.0,
+                Goal::at_most(0.0, &format!("0 of {}", iperf3.len())),
                 unbeaten as f64,
                 crate::paper::ANCHOR_IPERF3,
             ));
@@ -86,17 +85,15 @@ pub(super) fn checks(
             series(path, soft, &stddev),
             series(path, timerfd, &stddev),
         ) {
-            out.push(TargetCheck::at_least(
+            out.push(TargetCheck::new(
                 format!("CPU per paced packet, timerfd / soft, {}", path.name()),
-                ">= 1",
-                1.0,
+                Goal::at_least(1.0, ">= 1"),
                 median(&paired_ratios(&t, &s)),
                 crate::paper::ANCHOR_TIMERFD,
             ));
-            out.push(TargetCheck::at_most(
+            out.push(TargetCheck::new(
                 format!("inter-arrival stddev, soft / timerfd, {}", path.name()),
-                "<= 1",
-                1.0,
+                Goal::at_most(1.0, "<= 1"),
                 median(&paired_ratios(&s_sd, &t_sd)),
                 crate::paper::ANCHOR_TIMERFD,
             ));
