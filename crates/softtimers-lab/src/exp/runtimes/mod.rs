@@ -467,23 +467,23 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
             .filter(|r| r.stddev_us.is_some())
             .min_by(|a, b| a.stddev_us.unwrap().total_cmp(&b.stddev_us.unwrap()));
         if let Some(base) = better {
-            out.push(TargetCheck::new(
-                format!(
-                    "paced UDP 100 Mbit/s, inter-arrival stddev: soft / {} (the better baseline)",
-                    base.runtime.name()
-                ),
+            // `what` of soft's row over the better baseline's.
+            let against_base = |what: &str, note: &str, goal, of: fn(&AsyncRow) -> Option<f64>| {
+                let name = base.runtime.name();
+                let figure = format!("paced UDP 100 Mbit/s, {what}: soft / {name}{note}");
+                TargetCheck::new(figure, goal, ratio(of(soft), of(base)), ANCHOR)
+            };
+            out.push(against_base(
+                "inter-arrival stddev",
+                " (the better baseline)",
                 Goal::at_most(0.2, "≤ 0.2 (1/5)"),
-                ratio(soft.stddev_us, base.stddev_us),
-                ANCHOR,
+                |r| r.stddev_us,
             ));
-            out.push(TargetCheck::new(
-                format!(
-                    "paced UDP 100 Mbit/s, sender CPU per datagram: soft / {}",
-                    base.runtime.name()
-                ),
+            out.push(against_base(
+                "sender CPU per datagram",
+                "",
                 Goal::at_most(1.0, "≤ 1.0"),
-                ratio(soft.cpu_ns_per_op, base.cpu_ns_per_op),
-                ANCHOR,
+                |r| r.cpu_ns_per_op,
             ));
         }
     }
