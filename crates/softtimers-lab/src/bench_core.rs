@@ -29,10 +29,10 @@ use softtimers_tools::output::{Program, Report};
 
 use crate::baselines::{self, TimerQueue};
 use crate::harness::{RunLength, pin_to_last_cpu};
-use crate::report::{Rendered, Section};
+use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, percentile};
 use crate::table::Table;
-use crate::targets::{TargetCheck, targets_table};
+use crate::targets::{Goal, TargetCheck, targets_table};
 use softtimer_rt::alloc_count;
 
 /// How much to measure.
@@ -437,30 +437,27 @@ fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetChe
             report.row(OURS, n, "trigger"),
             report.row(CLOCK_READ, n, "clock_read"),
         ) {
-            checks.push(TargetCheck::at_most(
+            checks.push(TargetCheck::new(
                 format!("trigger / clock read, {n} pending"),
-                "<= 1.5",
-                1.5,
+                Goal::at_most(1.5, "<= 1.5"),
                 r.median_ns / read.median_ns,
                 ANCHOR_CLOCK_READ,
             ));
         }
         for op in ["schedule", "cancel"] {
             if let Some(r) = report.row(OURS, n, op) {
-                checks.push(TargetCheck::at_most(
+                checks.push(TargetCheck::new(
                     format!("{op} median ns, {n} pending"),
-                    "<= 30",
-                    30.0,
+                    Goal::at_most(30.0, "<= 30"),
                     r.median_ns,
                     ANCHOR_DESIGN,
                 ));
             }
         }
         if let Some(r) = report.row(OURS, n, "schedule_fire") {
-            checks.push(TargetCheck::at_most(
+            checks.push(TargetCheck::new(
                 format!("schedule_fire median ns, {n} pending"),
-                "<= 60",
-                60.0,
+                Goal::at_most(60.0, "<= 60"),
                 r.median_ns,
                 ANCHOR_DESIGN,
             ));
@@ -470,20 +467,18 @@ fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetChe
         if n == largest
             && let Some(r) = report.row(OURS, n, "schedule_cancel_reap")
         {
-            checks.push(TargetCheck::at_least(
+            checks.push(TargetCheck::new(
                 format!("a cancelled timer's whole life: best baseline / ours, {n} pending"),
-                ">= 3",
-                3.0,
+                Goal::at_least(3.0, ">= 3"),
                 report.best_baseline(n, "schedule_cancel_reap") / r.median_ns,
                 ANCHOR_HEAPS,
             ));
         }
     }
     for m in report.memory.iter().filter(|m| m.implementation == OURS) {
-        checks.push(TargetCheck::at_most(
+        checks.push(TargetCheck::new(
             format!("bytes per pending event, {} pending", m.pending),
-            "<= 64",
-            64.0,
+            Goal::at_most(64.0, "<= 64"),
             m.bytes_per_event,
             ANCHOR_DESIGN,
         ));
@@ -491,17 +486,19 @@ fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetChe
     checks
 }
 
+impl Outcome for CoreReport {}
+
 impl Section for CoreReport {
     const FILE: &'static str = "bench_core.json";
-    fn render(&self, _dir: &std::path::Path) -> anyhow::Result<Rendered> {
-        let mut md = String::from(
-            "## The facility's core operations (`softtimers bench core`)\n\n\
-             Median ns per operation (99th percentile of batch means in brackets). \
+    const TITLE: &'static str = "The facility's core operations (`softtimers bench core`)";
+    fn body(&self, page: &mut Page<'_>) -> anyhow::Result<()> {
+        page.text(
+            "Median ns per operation (99th percentile of batch means in brackets). \
              `schedule`, `cancel` and `schedule_fire` run on a simulated clock so that the \
              data structures are compared; `trigger` runs on the real clock.\n\n",
         );
-        md += &to_markdown(self);
-        Ok(Rendered::text(md))
+        page.text(&to_markdown(self));
+        Ok(())
     }
 }
 

@@ -157,12 +157,14 @@ pub fn run() -> Info {
     }
 }
 
+impl crate::report::Outcome for Info {}
+
 impl crate::report::Section for Info {
     const FILE: &'static str = "info.json";
-    fn render(&self, _dir: &std::path::Path) -> anyhow::Result<crate::report::Rendered> {
-        let mut md = String::from("## The measurement clock (`softtimers info`)\n\n");
-        md += &to_markdown(self);
-        Ok(crate::report::Rendered::text(md))
+    const TITLE: &'static str = "The measurement clock (`softtimers info`)";
+    fn body(&self, page: &mut crate::report::Page<'_>) -> anyhow::Result<()> {
+        page.text(&to_markdown(self));
+        Ok(())
     }
 }
 

@@ -478,10 +478,15 @@ mod tests {
     fn the_summary_block_is_rewritten_and_nothing_else() {
         use crate::exp::quic::E14;
         use crate::report::{NoExtra, save};
-        use crate::targets::TargetCheck;
+        use crate::targets::{Goal, TargetCheck};
         let dir = std::env::temp_dir().join(format!("softtimers-summary-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let target = TargetCheck::at_most("response time ratio", "≤ 0.5", 0.5, 0.25, "paper");
+        let target = TargetCheck::new(
+            "response time ratio",
+            Goal::at_most(0.5, "≤ 0.5"),
+            0.25,
+            "paper",
+        );
         save(
             &dir,
             &E14::ran("full", NoExtra {}, Vec::new(), vec![target]),

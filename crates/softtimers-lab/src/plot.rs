@@ -74,6 +74,35 @@ pub struct LineChart<'a> {
     pub series: Vec<Series>,
 }
 
+impl<'a> LineChart<'a> {
+    /// `series` with both axes from 0 to past its largest point: the largest x and y (each
+    /// at least `floor`, so that an empty plot still draws) times `room.0` and `room.1`.
+    ///
+    /// ```
+    /// use softtimers_lab::plot::{LineChart, Series};
+    ///
+    /// let s = vec![Series { label: "a".into(), points: vec![(1.0, 4.0), (2.0, 8.0)] }];
+    /// let chart = LineChart::from_origin("t", ("x", "y"), s, 1.0, (1.5, 1.25));
+    /// assert_eq!((chart.x_range, chart.y_range), ((0.0, 3.0), (0.0, 10.0)));
+    /// ```
+    pub fn from_origin(
+        title: &'a str,
+        (x_label, y_label): (&'a str, &'a str),
+        series: Vec<Series>,
+        floor: f64,
+        room: (f64, f64),
+    ) -> Self {
+        LineChart {
+            title,
+            x_label,
+            y_label,
+            x_range: (0.0, largest(&series, Axis::X, floor) * room.0),
+            y_range: (0.0, largest(&series, Axis::Y, floor) * room.1),
+            series,
+        }
+    }
+}
+
 const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),

@@ -2,11 +2,13 @@
 //!
 //! Every lab step writes `DIR/<name>.json` holding everything its report section needs: the
 //! rows, the targets, how the runs were made, and the data of its plots. The Markdown section
-//! and the PNG plots are rendered from that file alone ([`Section::render`]), so
+//! and the PNG plots are rendered from that file alone ([`Section::render`], which frames the
+//! body each step writes), so
 //! `softtimers report DIR` ([`crate::lab::rewrite`]) rebuilds `DIR/report.md` and the plots
 //! without running anything, and `softtimers lab` renders through the same path after every
 //! step. This module knows no step: the registry ([`crate::exp::Step`]) calls it.
 
+use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -15,6 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use softtimers_tools::json::{read_json, write_json};
 
+use crate::harness::RunResult;
+use crate::table::Table;
 use crate::targets::TargetCheck;
 
 /// A rendered report section: its Markdown (starting with a `## ` heading) and the plot files
@@ -28,14 +32,6 @@ pub struct Rendered {
 }
 
 impl Rendered {
-    /// A section: `markdown`, then the table of `targets`, with `plots`.
-    pub fn section(markdown: String, targets: &[TargetCheck], plots: Vec<String>) -> Self {
-        Rendered {
-            markdown: markdown + &crate::targets::targets_table(targets),
-            plots,
-        }
-    }
-
     /// A section without plots.
     pub fn text(markdown: String) -> Self {
         Rendered {
@@ -91,24 +87,142 @@ impl<Row, Extra> StepResult<Row, Extra> {
             targets: Vec::new(),
         }
     }
-
-    /// The section's heading; with the reason and nothing else where the step did not run
-    /// (`Err`: that section, complete).
-    pub fn heading(&self, heading: &str) -> std::result::Result<String, Rendered> {
-        let md = format!("## {heading}\n\n");
-        match &self.skipped {
-            Some(why) => Err(Rendered::text(format!("{md}Not run here: {why}.\n"))),
-            None => Ok(md),
-        }
-    }
 }
 
 /// A step's result as written to JSON, and how its section is rendered from it.
-pub trait Section: Serialize + DeserializeOwned {
+///
+/// A section is its heading (`## TITLE`), then either why the step did not run (a result
+/// whose [`Outcome`] says it was skipped) or the body the step writes into a [`Page`]:
+/// [`Section::render`] is that frame, written once here, and each step writes only its body.
+///
+/// ```
+/// use std::fmt::Write as _;
+///
+/// use serde::{Deserialize, Serialize};
+/// use softtimers_lab::report::{Outcome, Page, Section};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Ping {
+///     rtt_us: f64,
+///     skipped: Option<String>,
+/// }
+///
+/// impl Outcome for Ping {
+///     fn skipped(&self) -> Option<&str> {
+///         self.skipped.as_deref()
+///     }
+/// }
+///
+/// impl Section for Ping {
+///     const FILE: &'static str = "ping.json";
+///     const TITLE: &'static str = "Ping";
+///     fn body(&self, page: &mut Page<'_>) -> anyhow::Result<()> {
+///         let _ = writeln!(page, "RTT {:.1} µs.", self.rtt_us);
+///         Ok(())
+///     }
+/// }
+///
+/// let dir = std::path::Path::new(".");
+/// let ran = Ping { rtt_us: 12.34, skipped: None };
+/// assert_eq!(ran.render(dir).unwrap().markdown, "## Ping\n\nRTT 12.3 µs.\n");
+/// let not_run = Ping { rtt_us: 0.0, skipped: Some("no root".into()) };
+/// assert_eq!(not_run.render(dir).unwrap().markdown, "## Ping\n\nNot run here: no root.\n");
+/// ```
+pub trait Section: Outcome + Serialize + DeserializeOwned {
     /// The file in the output directory (`e1.json`, ...).
     const FILE: &'static str;
+    /// The section's heading, without its `## `.
+    const TITLE: &'static str;
+
+    /// Writes everything below the heading into `page`, the plots into its directory.
+    fn body(&self, page: &mut Page<'_>) -> Result<()>;
+
     /// The Markdown section, with the plots drawn into `dir`.
-    fn render(&self, dir: &Path) -> Result<Rendered>;
+    fn render(&self, dir: &Path) -> Result<Rendered> {
+        let heading = format!("## {}\n\n", Self::TITLE);
+        if let Some(why) = self.skipped() {
+            return Ok(Rendered::text(format!("{heading}Not run here: {why}.\n")));
+        }
+        let mut page = Page {
+            md: heading,
+            dir,
+            plots: Vec::new(),
+        };
+        self.body(&mut page)?;
+        Ok(Rendered {
+            markdown: page.md,
+            plots: page.plots,
+        })
+    }
+}
+
+/// Whether a result holds a run. A step that can be skipped here (not root, a tool missing)
+/// says why, and its section says only that; a step that always runs keeps the default.
+pub trait Outcome {
+    /// Why the step did not run here, if it did not.
+    fn skipped(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl<Row, Extra> Outcome for StepResult<Row, Extra> {
+    fn skipped(&self) -> Option<&str> {
+        self.skipped.as_deref()
+    }
+}
+
+impl<Row> Outcome for RunResult<Row> {}
+
+/// A section being written: its Markdown so far and the plots it drew. Drawing a plot through
+/// [`Page::plot`] is what lists it in the [`Rendered`] section, so that every plot a section
+/// links is one it wrote.
+pub struct Page<'a> {
+    md: String,
+    dir: &'a Path,
+    plots: Vec<String>,
+}
+
+impl Page<'_> {
+    /// Appends `text`.
+    pub fn text(&mut self, text: &str) {
+        self.md += text;
+    }
+
+    /// Appends a table.
+    pub fn table(&mut self, table: Table) {
+        self.md += &table.finish();
+    }
+
+    /// Appends the seed paper's figures that the table above is read against, as a paragraph
+    /// of its own.
+    pub fn paper(&mut self, text: &str) {
+        let _ = writeln!(self.md, "\n{text}\n");
+    }
+
+    /// Appends the table of `targets`.
+    pub fn targets(&mut self, targets: &[TargetCheck]) {
+        self.md += &crate::targets::targets_table(targets);
+    }
+
+    /// Draws the plot `file` into the output directory (`draw` is given its path) and
+    /// returns its Markdown image, `![alt](file)`, for the section to place.
+    pub fn plot(
+        &mut self,
+        file: &str,
+        alt: &str,
+        draw: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<String> {
+        draw(&self.dir.join(file))?;
+        self.plots.push(file.to_string());
+        Ok(format!("![{alt}]({file})"))
+    }
+}
+
+impl fmt::Write for Page<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.md.push_str(s);
+        Ok(())
+    }
 }
 
 /// What every step's JSON holds at its top level, whatever its type: the targets it checked,
@@ -224,7 +338,6 @@ mod tests {
             r#"{"mode": "full", "skipped": "no root", "rows": [], "targets": []}"#,
         )
         .unwrap();
-        let not_run = plain.heading("E0").unwrap_err();
-        assert_eq!(not_run.markdown, "## E0\n\nNot run here: no root.\n");
+        assert_eq!(plain.skipped(), Some("no root"));
     }
 }

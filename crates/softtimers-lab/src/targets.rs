@@ -67,29 +67,58 @@ impl TargetCheck {
         }
     }
 
-    /// `measured` must be at most `bound` (`target` says so in words, with its unit).
-    pub fn at_most(
-        figure: impl Into<String>,
-        target: &str,
-        bound: f64,
-        measured: f64,
-        anchor: &str,
-    ) -> Self {
+    /// `figure`, `measured` as reported, against `goal`.
+    pub fn new(figure: impl Into<String>, goal: Goal<'_>, measured: f64, anchor: &str) -> Self {
         let m = as_reported(measured);
-        Self::judged(figure, target, m, m <= bound, anchor)
+        let met = match goal.side {
+            Side::AtMost => m <= goal.bound,
+            Side::AtLeast => m >= goal.bound,
+        };
+        Self::judged(figure, goal.words, m, met, anchor)
+    }
+}
+
+/// A bound a figure must keep, and how the report writes it: the words are the caller's
+/// (">= 10", "≤ 0.2 (1/5)", "0 of 3"), as the report has always shown them, so they sit
+/// beside the bound they state.
+///
+/// ```
+/// use softtimers_lab::targets::{Goal, TargetCheck};
+///
+/// let t = TargetCheck::new("ratio", Goal::at_least(1.0, ">= 1.0"), 0.999_99, "design target");
+/// assert!(t.met, "a ratio that reads 1.00 meets >= 1.0");
+/// assert_eq!(t.target, ">= 1.0");
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Goal<'a> {
+    bound: f64,
+    side: Side,
+    words: &'a str,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Side {
+    AtMost,
+    AtLeast,
+}
+
+impl<'a> Goal<'a> {
+    /// At most `bound` (`words` say so, with the unit).
+    pub const fn at_most(bound: f64, words: &'a str) -> Self {
+        Goal {
+            bound,
+            side: Side::AtMost,
+            words,
+        }
     }
 
-    /// `measured` must be at least `bound`. An infinite ratio (a denominator of zero) meets
-    /// it; NaN never does.
-    pub fn at_least(
-        figure: impl Into<String>,
-        target: &str,
-        bound: f64,
-        measured: f64,
-        anchor: &str,
-    ) -> Self {
-        let m = as_reported(measured);
-        Self::judged(figure, target, m, m >= bound, anchor)
+    /// At least `bound`. An infinite ratio (a denominator of zero) meets it; NaN never does.
+    pub const fn at_least(bound: f64, words: &'a str) -> Self {
+        Goal {
+            bound,
+            side: Side::AtLeast,
+            words,
+        }
     }
 }
 
@@ -117,10 +146,9 @@ pub fn soft_vs_hardware_targets<R: TimerCost>(loss_figure: &str, rows: &[R]) -> 
     else {
         return Vec::new();
     };
-    let mut checks = vec![TargetCheck::at_most(
+    let mut checks = vec![TargetCheck::new(
         loss_figure,
-        "<= 1 %",
-        1.0,
+        Goal::at_most(1.0, "<= 1 %"),
         soft.slowdown_pct(),
         crate::paper::ANCHOR_TABLE_I,
     )];
@@ -131,14 +159,13 @@ pub fn soft_vs_hardware_targets<R: TimerCost>(loss_figure: &str, rows: &[R]) -> 
         } else {
             f64::INFINITY
         };
-        checks.push(TargetCheck::at_least(
+        checks.push(TargetCheck::new(
             format!(
                 "{} cost per event / soft cost per event, {} µs",
                 r.source().name(),
                 r.interval_us()
             ),
-            ">= 10",
-            10.0,
+            Goal::at_least(10.0, ">= 10"),
             ratio,
             crate::paper::ANCHOR_TABLE_I,
         ));
@@ -222,15 +249,15 @@ mod tests {
         assert_eq!(as_reported(1.573e-6), 1.57e-6);
         assert_eq!(as_reported(0.0), 0.0);
         assert!(as_reported(f64::NAN).is_nan());
-        let r = TargetCheck::at_least("ratio", ">= 1.0", 1.0, 0.999_993_45, "x");
+        let r = TargetCheck::new("ratio", Goal::at_least(1.0, ">= 1.0"), 0.999_993_45, "x");
         assert!(r.met, "a ratio that reads 1.00 meets >= 1.0");
         assert_eq!(r.measured, 1.0);
-        assert!(!TargetCheck::at_least("ratio", ">= 1.0", 1.0, 0.994, "x").met);
-        assert!(TargetCheck::at_most("B", "<= 1.5e-7", 1.5e-7, 0.0, "x").met);
-        assert!(!TargetCheck::at_most("B", "<= 1.5e-7", 1.5e-7, 1.6e-7, "x").met);
-        assert!(TargetCheck::at_least("r", ">= 10", 10.0, f64::INFINITY, "x").met);
-        assert!(!TargetCheck::at_least("r", ">= 10", 10.0, f64::NAN, "x").met);
-        assert!(!TargetCheck::at_most("r", "<= 1", 1.0, f64::NAN, "x").met);
+        assert!(!TargetCheck::new("ratio", Goal::at_least(1.0, ">= 1.0"), 0.994, "x").met);
+        assert!(TargetCheck::new("B", Goal::at_most(1.5e-7, "<= 1.5e-7"), 0.0, "x").met);
+        assert!(!TargetCheck::new("B", Goal::at_most(1.5e-7, "<= 1.5e-7"), 1.6e-7, "x").met);
+        assert!(TargetCheck::new("r", Goal::at_least(10.0, ">= 10"), f64::INFINITY, "x").met);
+        assert!(!TargetCheck::new("r", Goal::at_least(10.0, ">= 10"), f64::NAN, "x").met);
+        assert!(!TargetCheck::new("r", Goal::at_most(1.0, "<= 1"), f64::NAN, "x").met);
     }
 
     #[test]

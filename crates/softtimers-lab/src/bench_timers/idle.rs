@@ -15,7 +15,7 @@ use softtimer_rt::{EventLoop, Interest, LoopConfig, SpinWindow};
 use crate::frontier;
 use crate::harness::thread_cpu_ns;
 use crate::summary::{median, percentile};
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// What the loop is doing while its backstop's wake-ups are counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -309,10 +309,9 @@ pub(super) fn wakeup_and_idle_targets(
 ) -> Vec<TargetCheck> {
     let mut targets = Vec::new();
     if let Some(w) = wakeups.iter().find(|w| w.state == LoopState::Idle) {
-        targets.push(TargetCheck::at_most(
+        targets.push(TargetCheck::new(
             "backstop wake-ups per second, idle with nothing pending",
-            "0",
-            0.0,
+            Goal::at_most(0.0, "0"),
             w.backstop_wakeups_per_s,
             crate::paper::ANCHOR_DESIGN,
         ));
@@ -322,17 +321,15 @@ pub(super) fn wakeup_and_idle_targets(
             .iter()
             .find(|r| r.period_us == period && r.policy == IdlePolicyKind::Calibrated)
         {
-            targets.push(TargetCheck::at_most(
+            targets.push(TargetCheck::new(
                 format!("an event every {period} µs: lateness p99, µs (calibrated idle policy)"),
-                "<= 5",
-                5.0,
+                Goal::at_most(5.0, "<= 5"),
                 r.late_p99_us,
                 crate::paper::ANCHOR_DESIGN,
             ));
-            targets.push(TargetCheck::at_most(
+            targets.push(TargetCheck::new(
                 format!("an event every {period} µs: CPU of the loop, %"),
-                &format!("<= {cpu_goal}"),
-                cpu_goal,
+                Goal::at_most(cpu_goal, &format!("<= {cpu_goal}")),
                 r.cpu_pct,
                 crate::paper::ANCHOR_DESIGN,
             ));
@@ -351,13 +348,12 @@ pub(super) fn wakeup_and_idle_targets(
             .iter()
             .filter(|r| frontier::beats(r.point(), default.point()))
             .count();
-        targets.push(TargetCheck::at_most(
+        targets.push(TargetCheck::new(
             format!(
                 "an event every {period} µs: fixed spin windows with both a lower p99 and a lower \
                  CPU than the default"
             ),
-            "0",
-            0.0,
+            Goal::at_most(0.0, "0"),
             beaters as f64,
             crate::paper::ANCHOR_DESIGN,
         ));

@@ -32,9 +32,9 @@ use softtimers_tools::output::{Program, Report};
 use crate::harness::{
     RunLength, TimerSource, interleaved, interval_label, per_config, pin_to_last_cpu,
 };
-use crate::report::{Rendered, Section};
+use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, paired_ratios, range};
-use crate::targets::{TargetCheck, soft_vs_hardware_targets};
+use crate::targets::{Goal, TargetCheck, soft_vs_hardware_targets};
 use idle::*;
 
 /// Pointer-chasing steps per chunk (about 3 µs of cache misses on the project's VM).
@@ -474,10 +474,9 @@ fn check_targets(rows: &[TimerRow]) -> Vec<TargetCheck> {
         soft_vs_hardware_targets("slowdown, soft events at every trigger state", rows);
     if let Some(soft10) = row(rows, TimerSource::Soft, 10) {
         let share = soft10.events_delivered_per_s / soft10.events_asked_per_s * 100.0;
-        targets.push(TargetCheck::at_least(
+        targets.push(TargetCheck::new(
             "events delivered at 10 µs, soft",
-            ">= 95 % of asked",
-            95.0,
+            Goal::at_least(95.0, ">= 95 % of asked"),
             share,
             crate::paper::ANCHOR_DESIGN,
         ));
@@ -491,13 +490,14 @@ impl Report for TimersReport {
     }
 }
 
+impl Outcome for TimersReport {}
+
 impl Section for TimersReport {
     const FILE: &'static str = "bench_timers.json";
-    fn render(&self, _dir: &std::path::Path) -> Result<Rendered> {
-        let mut md = String::from(
-            "## Cost per timer event, synthetic workload (`softtimers bench timers`)\n\n",
-        );
-        md += &to_markdown(self);
-        Ok(Rendered::text(md))
+    const TITLE: &'static str =
+        "Cost per timer event, synthetic workload (`softtimers bench timers`)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
+        page.text(&to_markdown(self));
+        Ok(())
     }
 }

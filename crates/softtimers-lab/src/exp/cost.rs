@@ -16,10 +16,10 @@ use crate::harness::{
     per_config, run,
 };
 use crate::paper::{PAPER_TABLE_I, PAPER_TABLES_II_III};
-use crate::report::{Rendered, Section};
+use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, median_ratio};
 use crate::table::Table;
-use crate::targets::{TargetCheck, soft_vs_hardware_targets};
+use crate::targets::{Goal, TargetCheck, soft_vs_hardware_targets};
 
 /// One timer configuration against the run without events (E1, E2).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -225,11 +225,10 @@ pub fn e1(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
         .iter()
         .find(|r| r.source == TimerSource::Soft && r.interval_us == 0)
     {
-        targets.push(TargetCheck::at_most(
+        targets.push(TargetCheck::new(
             "throughput loss, an event at every trigger state, against the loop with no timer \
              machinery, %",
-            "<= 2",
-            2.0,
+            Goal::at_most(2.0, "<= 2"),
             soft.slowdown_pct,
             crate::paper::ANCHOR_TABLE_I,
         ));
@@ -242,20 +241,24 @@ pub fn e1(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     })
 }
 
+impl Outcome for E1 {}
+
 impl Section for E1 {
     const FILE: &'static str = "e1.json";
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md = String::from("## E1: cost per timer event, null handler (Table I)\n\n");
-        md += &setup_sentence(&self.run);
-        md += "\n\n";
-        md += &cost_markdown(self.baseline_rps, &self.rows);
-        md += "\nA timerfd is read only when the loop returns to `epoll_wait`, which on a \
-               saturated server is once per batch of requests, so at short intervals it \
-               delivers far fewer events than asked for; only the signal interrupts the \
-               server.\n\n";
-        md += PAPER_TABLE_I;
-        md += "\n\n";
-        Ok(Rendered::section(md, &self.targets, Vec::new()))
+    const TITLE: &'static str = "E1: cost per timer event, null handler (Table I)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
+        page.text(&setup_sentence(&self.run));
+        page.text("\n\n");
+        page.text(&cost_markdown(self.baseline_rps, &self.rows));
+        page.text(
+            "\nA timerfd is read only when the loop returns to `epoll_wait`, which on a \
+             saturated server is once per batch of requests, so at short intervals it \
+             delivers far fewer events than asked for; only the signal interrupts the \
+             server.\n",
+        );
+        page.paper(PAPER_TABLE_I);
+        page.targets(&self.targets);
+        Ok(())
     }
 }
 
@@ -277,24 +280,28 @@ pub fn e2(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     })
 }
 
+impl Outcome for E2 {}
+
 impl Section for E2 {
     const FILE: &'static str = "e2.json";
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md = String::from("## E2: cost per event, synthetic handler (Tables II–III)\n\n");
-        md += "The handler writes 50 cache lines, a different set each call, cycling over 4 \
-               pages (Section 5.1), then re-arms. ";
-        md += &setup_sentence(&self.run);
-        md += "\n\n";
-        md += &cost_markdown(self.baseline_rps, &self.rows);
-        md += if self.hardware_counters {
+    const TITLE: &'static str = "E2: cost per event, synthetic handler (Tables II–III)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
+        page.text(
+            "The handler writes 50 cache lines, a different set each call, cycling over 4 \
+             pages (Section 5.1), then re-arms. ",
+        );
+        page.text(&setup_sentence(&self.run));
+        page.text("\n\n");
+        page.text(&cost_markdown(self.baseline_rps, &self.rows));
+        page.text(if self.hardware_counters {
             "\nCache-miss counts: not collected (the lab does not read the hardware \
              performance counters this machine has).\n\n"
         } else {
             "\nCache-miss counts: unavailable on this machine (no hardware performance \
              counters).\n\n"
-        };
-        md += PAPER_TABLES_II_III;
-        md += "\n";
-        Ok(Rendered::text(md))
+        });
+        page.text(PAPER_TABLES_II_III);
+        page.text("\n");
+        Ok(())
     }
 }

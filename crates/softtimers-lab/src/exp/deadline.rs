@@ -5,7 +5,6 @@
 //! design's CPU on every core, the load generator's included.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -15,10 +14,10 @@ use crate::harness::{
     ExpOptions, RunInfo, Setup, TimerSource, Workload, interleaved, per_config, run,
 };
 use crate::paper::PAPER_TABLE_XIII;
-use crate::report::{Rendered, Section};
+use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, median_ratio, paired_ratios, range};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// The soft events' interval, µs.
 const INTERVAL_US: u64 = 20;
@@ -263,10 +262,9 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                 r.throughput_loss_pct,
             ),
         ] {
-            targets.push(TargetCheck::at_most(
+            targets.push(TargetCheck::new(
                 name(what),
-                &format!("<= {goal}"),
-                goal,
+                Goal::at_most(goal, &format!("<= {goal}")),
                 measured,
                 crate::paper::ANCHOR_TABLE_XIII,
             ));
@@ -317,12 +315,14 @@ fn core_rows(
     out
 }
 
+impl Outcome for E13 {}
+
 impl Section for E13 {
     const FILE: &'static str = "e13.json";
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md = String::from("## E13: deadlines (Table XIII)\n\n");
+    const TITLE: &'static str = "E13: deadlines (Table XIII)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "Soft events every {} µs on the saturated HTTP server (server on CPU {}, {} on CPU \
              {}), each with a deadline the given time past its due time; {} round(s) of {} s, \
              every design interleaved in each round. Extra cost is the busy CPU time on the \
@@ -362,11 +362,13 @@ impl Section for E13 {
                 &format!("{} / {}", r.fired_by_deadline, r.fired),
             ]);
         }
-        md += &table.finish();
+        page.table(table);
         if !self.cores.is_empty() {
-            md += "\nEvery core's busy time (`/proc/stat`: everything on it, the load generator's \
+            page.text(
+                "\nEvery core's busy time (`/proc/stat`: everything on it, the load generator's \
                    and the helpers' included), % of the run's wall time, and its difference \
-                   from plain soft timers' in points (median of per-round differences):\n\n";
+                   from plain soft timers' in points (median of per-round differences):\n\n",
+            );
             let mut table = Table::new(
                 "design | deadline: | core: | busy (%): | over plain soft timers (points):",
             );
@@ -379,10 +381,11 @@ impl Section for E13 {
                     &format!("{:+.2}", c.extra_points),
                 ]);
             }
-            md += &table.finish();
+            page.table(table);
         }
-        let _ = writeln!(md, "\n{PAPER_TABLE_XIII}\n");
-        Ok(Rendered::section(md, &self.targets, Vec::new()))
+        page.paper(PAPER_TABLE_XIII);
+        page.targets(&self.targets);
+        Ok(())
     }
 }
 

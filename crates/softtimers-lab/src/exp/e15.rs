@@ -34,7 +34,6 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant as WallInstant};
 
 use anyhow::{Context, Result, bail};
@@ -46,9 +45,9 @@ use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config}
 use softtimer_quic::{App, ClosedState, ConnId, Driver, DriverConfig, QuicEvent, VarInt};
 
 use crate::harness::{ExpOptions, RunLength};
-use crate::report::{NoExtra, Rendered, Section, StepResult};
+use crate::report::{NoExtra, Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// A row of `e15.json`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -599,35 +598,31 @@ fn e15_targets(rows: &[E15Row]) -> Vec<TargetCheck> {
         })
     };
     vec![
-        TargetCheck::at_most(
+        TargetCheck::new(
             format!(
                 "memory per closed connection held, compact (the larger of the RSS and heap slopes, {held} held), bytes"
             ),
-            "≤ 256",
-            256.0,
+            Goal::at_most(256.0, "≤ 256"),
             compact,
             crate::paper::ANCHOR_DESIGN,
         ),
-        TargetCheck::at_least(
+        TargetCheck::new(
             format!(
                 "memory per closed connection held (the larger of the RSS and heap slopes): full / compact{counts}"
             ),
-            "≥ 20",
-            20.0,
+            Goal::at_least(20.0, "≥ 20"),
             full / compact,
             ANCHOR_QUINN_CONNECTION,
         ),
-        TargetCheck::at_most(
+        TargetCheck::new(
             format!("server time per close and drain: compact / full{counts}"),
-            "≤ 0.5",
-            0.5,
+            Goal::at_most(0.5, "≤ 0.5"),
             get("compact", |r| r.cpu_ns_per_close) / get("full", |r| r.cpu_ns_per_close),
             ANCHOR_QUINN_CONNECTION,
         ),
-        TargetCheck::at_least(
+        TargetCheck::new(
             "late packets for a held closed connection answered, compact (share)",
-            "≥ 1.0",
-            1.0,
+            Goal::at_least(1.0, "≥ 1.0"),
             answered("compact"),
             crate::paper::ANCHOR_DESIGN,
         ),
@@ -639,13 +634,9 @@ const ANCHOR_QUINN_CONNECTION: &str = "quinn-proto's Connection kept until drain
 
 impl Section for E15 {
     const FILE: &'static str = "e15.json";
-
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md = match self.heading("E15: compact closed-connection state (TIME_WAIT)") {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
-        md += "A server (the sans-IO driver) accepting connections and closing each, the drain period raised to an hour so that the closed ones pile up: `compact` replaces a closed connection by the driver's record (its connection ID, the peer's address, the close datagram to repeat, one soft event), `full` keeps quinn-proto's `Connection` until the drain ends. In-process, no sockets: a client driver and the server joined by an in-memory link (50 µs each way) on a simulated clock, every connection a real TLS 1.3 handshake, in batches of 250 that the server closes once up. Memory is the process's RSS slope from the first batch at a tenth of the connections held to all of them and the live heap's slope beside it; the targets and the comparison below take the larger of the two (the allocator may place records in pages the handshakes freed, so that the RSS does not grow while the heap does); times are the server's calls on the one thread, by the monotonic clock: per close and drain (the close, its transmission, the compaction or quinn-proto's drain timers, the expiry at the drain's end), of which the expiry, and per connection up to its close (accept and handshake). Late packets: just after the server closed the last batch, 16 of the client's connections each send a byte on a new stream, a fresh 1-RTT packet that crosses the close; answered if the server sends anything back. By default the full run holds 10⁵ closed connections per design and the quick run 10⁴; `softtimers lab e15 --e15-held N` sets the compact design's count, and the full design holds as many where half the machine's available memory takes them at 32 KB each, fewer otherwise (the table's `held`).\n\n";
+    const TITLE: &'static str = "E15: compact closed-connection state (TIME_WAIT)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
+        page.text("A server (the sans-IO driver) accepting connections and closing each, the drain period raised to an hour so that the closed ones pile up: `compact` replaces a closed connection by the driver's record (its connection ID, the peer's address, the close datagram to repeat, one soft event), `full` keeps quinn-proto's `Connection` until the drain ends. In-process, no sockets: a client driver and the server joined by an in-memory link (50 µs each way) on a simulated clock, every connection a real TLS 1.3 handshake, in batches of 250 that the server closes once up. Memory is the process's RSS slope from the first batch at a tenth of the connections held to all of them and the live heap's slope beside it; the targets and the comparison below take the larger of the two (the allocator may place records in pages the handshakes freed, so that the RSS does not grow while the heap does); times are the server's calls on the one thread, by the monotonic clock: per close and drain (the close, its transmission, the compaction or quinn-proto's drain timers, the expiry at the drain's end), of which the expiry, and per connection up to its close (accept and handshake). Late packets: just after the server closed the last batch, 16 of the client's connections each send a byte on a new stream, a fresh 1-RTT packet that crosses the close; answered if the server sends anything back. By default the full run holds 10⁵ closed connections per design and the quick run 10⁴; `softtimers lab e15 --e15-held N` sets the compact design's count, and the full design holds as many where half the machine's available memory takes them at 32 KB each, fewer otherwise (the table's `held`).\n\n");
         let mut table = Table::new(
             "design | held: | bytes per closed (RSS): | heap bytes per closed: | server ns per close + drain: | of which expiry: | server ns per handshake: | accepts and closes per s: | late packets answered:",
         );
@@ -662,8 +653,8 @@ impl Section for E15 {
                 &format!("{} of {}", r.late_packets_answered, r.late_packets_sent),
             ]);
         }
-        md += &table.finish();
-        md += "\nThe TCP paper's TIME_WAIT figures beside ours (Aron & Druschel, *TCP implementation enhancements for improving webserver performance*): a busy Apache server held up to 48,048 connections in TIME_WAIT and 32 MB of kernel memory (Fig. 3); each connection kept about 600 bytes of kernel state (Fig. 8) until a 40-byte TIME_WAIT record replaced it, cutting the peak kernel memory by more than 6 × (Fig. 9; 17 MB to 4 MB on a real trace, Fig. 10); with TIME_WAIT connections kept in a list in expiry order the timers' CPU overhead fell from 25 % to 0.36 % (Fig. 7).\n\n";
+        page.table(table);
+        page.text("\nThe TCP paper's TIME_WAIT figures beside ours (Aron & Druschel, *TCP implementation enhancements for improving webserver performance*): a busy Apache server held up to 48,048 connections in TIME_WAIT and 32 MB of kernel memory (Fig. 3); each connection kept about 600 bytes of kernel state (Fig. 8) until a 40-byte TIME_WAIT record replaced it, cutting the peak kernel memory by more than 6 × (Fig. 9; 17 MB to 4 MB on a real trace, Fig. 10); with TIME_WAIT connections kept in a list in expiry order the timers' CPU overhead fell from 25 % to 0.36 % (Fig. 7).\n\n");
         let mut table = Table::new(
             " | TCP paper: BSD socket: | TCP paper: TIME_WAIT record: | ours: quinn-proto `Connection`: | ours: compact record:",
         );
@@ -683,9 +674,10 @@ impl Section for E15 {
             &get("full", |r| r.held as f64),
             &get("compact", |r| r.held as f64),
         ]);
-        md += &table.finish();
-        md += "\n";
-        Ok(Rendered::section(md, &self.targets, Vec::new()))
+        page.table(table);
+        page.text("\n");
+        page.targets(&self.targets);
+        Ok(())
     }
 }
 

@@ -6,7 +6,6 @@
 //! so that a waiting server runs the idle loop instead of sleeping.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -15,17 +14,27 @@ use softtimer::{Span, TriggerSource, TriggerStats};
 use crate::harness::{ExpOptions, RunInfo, Setup, TimerSource, Workload, run, trigger_source_name};
 use crate::paper::{PAPER_FIG_3, PAPER_TABLE_IV, PAPER_TABLE_V};
 use crate::plot::{LineChart, Series, line_chart};
-use crate::report::{Rendered, Section};
+use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, percentile};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// Points per CDF line.
 const CDF_POINTS: u32 = 400;
-/// E3's CDF axis, µs.
-const E3_CDF_MAX_US: f64 = 200.0;
-/// E5's CDF axis, µs.
-const E5_CDF_MAX_US: f64 = 40.0;
+/// E3's plot: the CDF by workload.
+const E3_CDF: CdfPlot = CdfPlot {
+    file: "e3_cdf.png",
+    alt: "trigger interval CDF",
+    title: "Trigger-state intervals (CDF), by workload",
+    x_max_us: 200.0,
+};
+/// E5's plot: the CDF with one source left out.
+const E5_CDF: CdfPlot = CdfPlot {
+    file: "e5_sources.png",
+    alt: "sources",
+    title: "Trigger-state intervals with one source left out (http-keepalive)",
+    x_max_us: 40.0,
+};
 
 /// A setup with a soft event at every trigger state.
 fn every_trigger_state(workload: Workload, options: &ExpOptions) -> Setup {
@@ -136,19 +145,32 @@ fn sorted_intervals_us(
     out
 }
 
-/// A CDF of trigger-state intervals from 0 to `x_max` µs.
-fn cdf_chart(path: &Path, title: &str, x_max: f64, series: Vec<Series>) -> Result<()> {
-    line_chart(
-        path,
-        &LineChart {
-            title,
-            x_label: "interval between trigger states (µs)",
-            y_label: "fraction of intervals ≤ x",
-            x_range: (0.0, x_max),
-            y_range: (0.0, 1.0),
-            series,
-        },
-    )
+/// A plot of the CDF of trigger-state intervals from 0 to `x_max_us`: the points are cut at
+/// that axis when recorded, the plot drawn from them.
+struct CdfPlot {
+    file: &'static str,
+    alt: &'static str,
+    title: &'static str,
+    x_max_us: f64,
+}
+
+impl CdfPlot {
+    /// Draws `series` into `page`'s directory; returns its image.
+    fn draw(&self, page: &mut Page<'_>, series: &[Series]) -> Result<String> {
+        page.plot(self.file, self.alt, |path| {
+            line_chart(
+                path,
+                &LineChart {
+                    title: self.title,
+                    x_label: "interval between trigger states (µs)",
+                    y_label: "fraction of intervals ≤ x",
+                    x_range: (0.0, self.x_max_us),
+                    y_range: (0.0, 1.0),
+                    series: series.to_vec(),
+                },
+            )
+        })
+    }
 }
 
 /// E3: each workload with statistics on; the keep-alive HTTP run also records a trace,
@@ -180,7 +202,7 @@ pub fn e3(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<(
         rows.push(interval_row(w, &stats));
         cdf.push(Series {
             label: w.name().into(),
-            points: cdf_points(&stats, E3_CDF_MAX_US),
+            points: cdf_points(&stats, E3_CDF.x_max_us),
         });
         if keep_trace {
             trace = Some(Trace {
@@ -195,17 +217,15 @@ pub fn e3(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<(
         .find(|r| r.workload == Workload::HttpKeepAlive)
         .context("the HTTP row")?;
     let targets = vec![
-        TargetCheck::at_most(
+        TargetCheck::new(
             "trigger-interval median, HTTP (keep-alive)",
-            "<= 5 µs",
-            5.0,
+            Goal::at_most(5.0, "<= 5 µs"),
             http.median_us,
             crate::paper::ANCHOR_TABLE_IV,
         ),
-        TargetCheck::at_most(
+        TargetCheck::new(
             "share of intervals > 100 µs, HTTP (keep-alive)",
-            "<= 1 %",
-            1.0,
+            Goal::at_most(1.0, "<= 1 %"),
             http.pct_over_100us,
             crate::paper::ANCHOR_TABLE_IV,
         ),
@@ -219,20 +239,14 @@ pub fn e3(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<(
     Ok((result, trace.context("the keep-alive run's trace")?))
 }
 
+impl Outcome for E3 {}
+
 impl Section for E3 {
     const FILE: &'static str = "e3.json";
-    fn render(&self, dir: &Path) -> Result<Rendered> {
-        let plot = "e3_cdf.png";
-        cdf_chart(
-            &dir.join(plot),
-            "Trigger-state intervals (CDF), by workload",
-            E3_CDF_MAX_US,
-            self.cdf.clone(),
-        )?;
-        let mut md =
-            String::from("## E3: trigger-state intervals by workload (Table IV, Fig. 2)\n\n");
+    const TITLE: &'static str = "E3: trigger-state intervals by workload (Table IV, Fig. 2)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "Each workload runs {} s on the server's loop (CPU {}), load from CPU {} ({}), \
              with a soft event pending at every trigger state (as in E1, so that the idle \
              loop runs when the server waits, as the paper's did). `http-compute` adds a \
@@ -259,12 +273,12 @@ impl Section for E3 {
                 &format!("{:.3}", r.pct_over_150us),
             ]);
         }
-        md += &table.finish();
-        let _ = writeln!(
-            md,
-            "\n{PAPER_TABLE_IV}\n\n![trigger interval CDF]({plot})\n"
-        );
-        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+        page.table(table);
+        let cdf = E3_CDF.draw(page, &self.cdf)?;
+        page.paper(PAPER_TABLE_IV);
+        let _ = writeln!(page, "{cdf}\n");
+        page.targets(&self.targets);
+        Ok(())
     }
 }
 
@@ -355,9 +369,12 @@ pub fn e4(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     })
 }
 
+impl Outcome for E4 {}
+
 impl Section for E4 {
     const FILE: &'static str = "e4.json";
-    fn render(&self, dir: &Path) -> Result<Rendered> {
+    const TITLE: &'static str = "E4: trigger-interval medians over time (Fig. 3)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         // The axis covers the bulk (3 × the largest p99 of the medians); rare windows above
         // it are drawn at the top edge, and the title gives the largest.
         let y_max = self
@@ -383,21 +400,21 @@ impl Section for E4 {
         let title = format!(
             "Median trigger interval per window, http-compute (axis to {y_max:.1} µs; largest {max_median:.0} µs)"
         );
-        let plot = "e4_medians.png";
-        line_chart(
-            &dir.join(plot),
-            &LineChart {
-                title: &title,
-                x_label: "time (s)",
-                y_label: "median interval in the window (µs)",
-                x_range: (0.0, self.run.run_s),
-                y_range: (0.0, y_max),
-                series,
-            },
-        )?;
-        let mut md = String::from("## E4: trigger-interval medians over time (Fig. 3)\n\n");
+        let medians = page.plot("e4_medians.png", "medians", |path| {
+            line_chart(
+                path,
+                &LineChart {
+                    title: &title,
+                    x_label: "time (s)",
+                    y_label: "median interval in the window (µs)",
+                    x_range: (0.0, self.run.run_s),
+                    y_range: (0.0, y_max),
+                    series,
+                },
+            )
+        })?;
         let _ = writeln!(
-            md,
+            page,
             "The `http-compute` workload for {} s ({} trigger states recorded).\n",
             self.run.run_s, self.trigger_states
         );
@@ -413,12 +430,10 @@ impl Section for E4 {
                 &format!("{:.2}", r.max_median_us),
             ]);
         }
-        md += &table.finish();
-        let _ = writeln!(md, "\n{PAPER_FIG_3}\n\n![medians]({plot})");
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        page.table(table);
+        page.paper(PAPER_FIG_3);
+        let _ = writeln!(page, "{medians}");
+        Ok(())
     }
 }
 
@@ -458,7 +473,10 @@ pub fn e5_from_trace(options: &ExpOptions, trace: &Trace, from_e3: bool) -> E5 {
     let mut rows = Vec::new();
     let mut cdf = vec![Series {
         label: "all".into(),
-        points: cdf_from_sorted(&sorted_intervals_us(points, trace.hz, None), E5_CDF_MAX_US),
+        points: cdf_from_sorted(
+            &sorted_intervals_us(points, trace.hz, None),
+            E5_CDF.x_max_us,
+        ),
     }];
     for source in TriggerSource::ALL {
         let count = points.iter().filter(|t| t.1 == source).count();
@@ -474,7 +492,7 @@ pub fn e5_from_trace(options: &ExpOptions, trace: &Trace, from_e3: bool) -> E5 {
             label: format!("no {}", source.name()),
             points: cdf_from_sorted(
                 &sorted_intervals_us(points, trace.hz, Some(source)),
-                E5_CDF_MAX_US,
+                E5_CDF.x_max_us,
             ),
         });
     }
@@ -506,19 +524,14 @@ pub fn e5(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     Ok(e5_from_trace(options, &trace, false))
 }
 
+impl Outcome for E5 {}
+
 impl Section for E5 {
     const FILE: &'static str = "e5.json";
-    fn render(&self, dir: &Path) -> Result<Rendered> {
-        let plot = "e5_sources.png";
-        cdf_chart(
-            &dir.join(plot),
-            "Trigger-state intervals with one source left out (http-keepalive)",
-            E5_CDF_MAX_US,
-            self.cdf.clone(),
-        )?;
-        let mut md = String::from("## E5: trigger states by source (Table V, Fig. 4)\n\n");
+    const TITLE: &'static str = "E5: trigger states by source (Table V, Fig. 4)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "From {} `http-keepalive` run of {} s ({} trigger states).\n",
             if self.from_e3 { "E3's" } else { "a" },
             self.run.run_s,
@@ -528,11 +541,10 @@ impl Section for E5 {
         for r in &self.rows {
             table.row(&[&r.source.name(), &r.count, &format!("{:.1}", r.pct)]);
         }
-        md += &table.finish();
-        let _ = writeln!(md, "\n{PAPER_TABLE_V}\n\n![sources]({plot})");
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        page.table(table);
+        let sources = E5_CDF.draw(page, &self.cdf)?;
+        page.paper(PAPER_TABLE_V);
+        let _ = writeln!(page, "{sources}");
+        Ok(())
     }
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::harness::{
     CLIENT_CPU, Client, ExpOptions, RunInfo, Setup, Workload, pin_process, pin_to, run, server_cpu,
 };
-use crate::report::{Rendered, Section};
+use crate::report::{Outcome, Page, Section};
 use crate::summary::median;
 use crate::table::Table;
 use softtimers_tools::http::{file_body, run_load};
@@ -210,19 +210,22 @@ pub fn compare(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Res
     }))
 }
 
+/// A run without nginx says so in its own words ("Not measured"), in its body.
+impl Outcome for Nginx {}
+
 impl Section for Nginx {
     const FILE: &'static str = "nginx.json";
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md = String::from("## The HTTP server against nginx (one worker)\n\n");
+    const TITLE: &'static str = "The HTTP server against nginx (one worker)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let c = match self {
             Nginx::Skipped { skipped } => {
-                let _ = writeln!(md, "Not measured: {skipped}.");
-                return Ok(Rendered::text(md));
+                let _ = writeln!(page, "Not measured: {skipped}.");
+                return Ok(());
             }
             Nginx::Measured(c) => c,
         };
         let _ = writeln!(
-            md,
+            page,
             "Same 6 KB file, keep-alive, the same load generator with 32 connections on CPU \
              {}, the server on CPU {}; {} round(s) of {} s.\n",
             c.run.client_cpu, c.run.server_cpu, c.run.rounds, c.run.run_s,
@@ -236,10 +239,10 @@ impl Section for Nginx {
             &format!("{} (1 worker)", c.nginx_version),
             &format!("{:.0}", c.nginx_rps),
         ]);
-        md += &table.finish();
-        let _ = writeln!(md, "\nOurs / nginx: {:.2}.\n", c.ratio);
+        page.table(table);
+        let _ = writeln!(page, "\nOurs / nginx: {:.2}.\n", c.ratio);
         let _ = writeln!(
-            md,
+            page,
             "nginx runs as one process (`master_process off`) pinned to the server's CPU, \
              configured as for a small static file, so that it serves the file from its \
              open-file cache with `sendfile` rather than opening it per request: {}.",
@@ -249,7 +252,7 @@ impl Section for Nginx {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        Ok(Rendered::text(md))
+        Ok(())
     }
 }
 

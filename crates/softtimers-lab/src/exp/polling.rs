@@ -11,7 +11,6 @@
 //! blocks (the paper: polling is turned off whenever the CPU enters the idle loop).
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -20,10 +19,10 @@ use crate::harness::{
     ExpOptions, Outcome, RunResult, Setup, TimerSource, Workload, interleaved, run,
 };
 use crate::plot::{LineChart, Series, line_chart};
-use crate::report::{Rendered, Section};
+use crate::report::{Page, Section};
 use crate::summary::{median, median_ratio, paired_ratios, range};
 use crate::table::Table;
-use crate::targets::{TargetCheck, as_reported, targets_table};
+use crate::targets::{TargetCheck, as_reported};
 
 /// The aggregation quotas of Table XII.
 pub const QUOTAS: [u32; 5] = [1, 2, 5, 10, 15];
@@ -207,12 +206,10 @@ const PAPER_TABLE_XII: &str = "The paper (Table XII, 333 MHz PII, FreeBSD, 6 KB 
 
 impl Section for E9 {
     const FILE: &'static str = "e9.json";
-
-    fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md =
-            String::from("## E9: soft-timer network polling, 6 KB HTTP throughput (Table XII)\n\n");
+    const TITLE: &'static str = "E9: soft-timer network polling, 6 KB HTTP throughput (Table XII)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "The same server, its sockets taken by epoll readiness (every socket registered, no \
              timer machinery) or by soft-timer polling at an aggregation quota (readiness of \
              the polled set only starts polling; readiness is armed again before the loop \
@@ -245,11 +242,10 @@ impl Section for E9 {
                 &format!("{:.2}", r.cpu_us_per_response),
             ]);
         }
-        md += &table.finish();
-        md += "\n";
-        md += &targets_table(&self.targets);
-        let _ = writeln!(md, "\n{PAPER_TABLE_XII}\n");
-        let plot = "e9_quota.png";
+        page.table(table);
+        page.text("\n");
+        page.targets(&self.targets);
+        page.paper(PAPER_TABLE_XII);
         let series: Vec<Series> = ["http", "p-http"]
             .iter()
             .map(|w| Series {
@@ -264,21 +260,20 @@ impl Section for E9 {
             .collect();
         let y_max = self.rows.iter().map(|r| r.ratio).fold(1.3f64, f64::max) * 1.05;
         let y_min = self.rows.iter().map(|r| r.ratio).fold(0.7f64, f64::min) * 0.95;
-        line_chart(
-            &dir.join(plot),
-            &LineChart {
-                title: "E9: throughput against the epoll-driven server",
-                x_label: "aggregation quota (packets per poll)",
-                y_label: "throughput ratio",
-                x_range: (0.0, 16.0),
-                y_range: (y_min, y_max),
-                series,
-            },
-        )?;
-        let _ = writeln!(md, "![quota]({plot})\n");
-        Ok(Rendered {
-            markdown: md,
-            plots: vec![plot.into()],
-        })
+        let quota = page.plot("e9_quota.png", "quota", |path| {
+            line_chart(
+                path,
+                &LineChart {
+                    title: "E9: throughput against the epoll-driven server",
+                    x_label: "aggregation quota (packets per poll)",
+                    y_label: "throughput ratio",
+                    x_range: (0.0, 16.0),
+                    y_range: (y_min, y_max),
+                    series,
+                },
+            )
+        })?;
+        let _ = writeln!(page, "{quota}\n");
+        Ok(())
     }
 }

@@ -2,17 +2,16 @@
 //! polling router, without and with a screening stage (Figs. 6-1, 6-3, 6-4).
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{CLIENT_CPU, ExpOptions};
 use crate::paper::PAPER_FIGS_6;
-use crate::plot::{Axis, LineChart, Series, largest, line_chart};
-use crate::report::{Rendered, Section, StepResult};
+use crate::plot::{LineChart, Series, line_chart};
+use crate::report::{Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::{TargetCheck, as_reported};
+use crate::targets::{Goal, TargetCheck, as_reported};
 
 use super::{Bench, Design, Flood, Point, RouterArgs, SCREEN_NS, WORK_NS, flood_seconds, runs};
 
@@ -218,10 +217,9 @@ pub fn e10(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             p.offered_multiple
         );
         targets.push(if p.offered_multiple >= 2.95 {
-            TargetCheck::at_least(
+            TargetCheck::new(
                 name,
-                ">= 0.95 (no livelock)",
-                0.95,
+                Goal::at_least(0.95, ">= 0.95 (no livelock)"),
                 held,
                 crate::paper::ANCHOR_FIGS_6_3_6_4,
             )
@@ -247,10 +245,9 @@ pub fn e10(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         ));
         // A router that forwarded nothing has no MLFRR to compare: NaN or infinity, not met.
         let ratio = p.mlfrr_pps / b.mlfrr_pps;
-        targets.push(TargetCheck::at_least(
+        targets.push(TargetCheck::new(
             format!("E10 MLFRR, {polling} / {baseline}"),
-            ">= 1.0",
-            1.0,
+            Goal::at_least(1.0, ">= 1.0"),
             if ratio.is_finite() { ratio } else { f64::NAN },
             crate::paper::ANCHOR_FIGS_6_3_6_4,
         ));
@@ -290,25 +287,20 @@ pub(super) fn forward_table(rows: &[ForwardRow]) -> String {
     table.finish()
 }
 
+/// Draws forwarded against offered rate as the plot `file` of `page` (its image `alt`);
+/// returns the image.
 pub(super) fn forward_chart(
-    dir: &Path,
-    file: &str,
+    page: &mut Page<'_>,
+    (file, alt): (&str, &str),
     title: &str,
     series: Vec<Series>,
-) -> Result<()> {
-    let x_max = largest(&series, Axis::X, 1.0);
-    let y_max = largest(&series, Axis::Y, 1.0);
-    line_chart(
-        &dir.join(file),
-        &LineChart {
-            title,
-            x_label: "offered (thousand datagrams/s)",
-            y_label: "forwarded (thousand datagrams/s)",
-            x_range: (0.0, x_max * 1.05),
-            y_range: (0.0, y_max * 1.1),
-            series,
-        },
-    )
+) -> Result<String> {
+    let axes = (
+        "offered (thousand datagrams/s)",
+        "forwarded (thousand datagrams/s)",
+    );
+    let chart = LineChart::from_origin(title, axes, series, 1.0, (1.05, 1.1));
+    page.plot(file, alt, |path| line_chart(path, &chart))
 }
 
 /// Lines of forwarded against offered (thousands), one per label, from rows in order.
@@ -335,14 +327,10 @@ pub(super) fn series_by<'a>(rows: impl Iterator<Item = (&'a ForwardRow, String)>
 
 impl Section for E10 {
     const FILE: &'static str = "e10.json";
-    fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md =
-            match self.heading("E10: forwarding under overload (livelock Figs. 6-1, 6-3, 6-4)") {
-                Ok(md) => md,
-                Err(not_run) => return Ok(not_run),
-            };
+    const TITLE: &'static str = "E10: forwarding under overload (livelock Figs. 6-1, 6-3, 6-4)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "A UDP router between network namespaces (source → router → phantom sink), flooded \
              with minimum-size datagrams for {:.1} s per run from CPU {CLIENT_CPU}; the router on \
              the other CPU does {} µs of work per packet ({} µs more with the screening stage). \
@@ -364,17 +352,18 @@ impl Section for E10 {
                 &format!("{:.0}", m.forwarded_at_3x_pps),
             ]);
         }
-        md += &table.finish();
-        md += "\n";
-        md += &forward_table(&self.rows);
-        let plot = "e10_forwarding.png";
-        forward_chart(
-            dir,
-            plot,
+        page.table(table);
+        page.text("\n");
+        page.text(&forward_table(&self.rows));
+        let forwarding = forward_chart(
+            page,
+            ("e10_forwarding.png", "forwarding"),
             "Forwarded against offered rate",
             series_by(self.rows.iter().map(|r| (r, r.design.clone()))),
         )?;
-        let _ = writeln!(md, "\n{PAPER_FIGS_6}\n\n![forwarding]({plot})\n");
-        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+        page.paper(PAPER_FIGS_6);
+        let _ = writeln!(page, "{forwarding}\n");
+        page.targets(&self.targets);
+        Ok(())
     }
 }

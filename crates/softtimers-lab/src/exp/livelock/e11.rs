@@ -1,13 +1,12 @@
 //! E11: the polling router's packet quota (Figs. 6-5, 6-6).
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 
 use crate::harness::ExpOptions;
 use crate::paper::PAPER_FIGS_6;
-use crate::report::{Rendered, Section, StepResult};
+use crate::report::{Page, Section, StepResult};
 
 use super::{
     Bench, Design, Flood, ForwardRow, RouterArgs, flood_seconds, forward_chart, forward_row,
@@ -80,20 +79,16 @@ pub fn e11(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E11 {
     const FILE: &'static str = "e11.json";
-    fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md = match self.heading("E11: the polling quota (livelock Figs. 6-5, 6-6)") {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
+    const TITLE: &'static str = "E11: the polling quota (livelock Figs. 6-5, 6-6)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "The polling router with each packet quota per turn, without and with the screening \
              stage (32-packet queue, feedback at 75 % / 25 %, 1 ms timeout); {:.1} s of flood \
              per run; source top rate {:.0} datagrams/s.\n",
             self.extra.flood_s, self.extra.source_max_pps
         );
-        md += &forward_table(&self.rows);
-        let mut plots = Vec::new();
+        page.text(&forward_table(&self.rows));
         for (screen, file, title) in [
             (false, "e11_quota.png", "Polling quota, no screening"),
             (
@@ -109,15 +104,11 @@ impl Section for E11 {
                     .map(|r| (r, format!("quota {}", r.quota))),
             );
             if series.iter().any(|s| s.points.len() > 1) {
-                forward_chart(dir, file, title, series)?;
-                let _ = writeln!(md, "\n![{title}]({file})");
-                plots.push(file.to_string());
+                let image = forward_chart(page, (file, title), title, series)?;
+                let _ = writeln!(page, "\n{image}");
             }
         }
-        let _ = writeln!(md, "\n{PAPER_FIGS_6}\n");
-        Ok(Rendered {
-            markdown: md,
-            plots,
-        })
+        page.paper(PAPER_FIGS_6);
+        Ok(())
     }
 }

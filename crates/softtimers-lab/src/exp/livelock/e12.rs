@@ -2,7 +2,6 @@
 //! budgets of 25–100 % (Fig. 7-1).
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -10,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::harness::ExpOptions;
 use crate::paper::PAPER_FIG_7_1;
 use crate::plot::{LineChart, Series, line_chart};
-use crate::report::{Rendered, Section, StepResult};
+use crate::report::{Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::{Bench, Design, Flood, RouterArgs, runs};
 
@@ -112,10 +111,9 @@ pub fn e12(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         .filter(|r| r.budget_pct == Some(50))
         .map(|r| r.compute_pct)
         .fold(f64::INFINITY, f64::min);
-    let targets = vec![TargetCheck::at_least(
+    let targets = vec![TargetCheck::new(
         "E12 CPU left to the compute process, 50 % budget, under flood (%, worst rate)",
-        ">= 40",
-        40.0,
+        Goal::at_least(40.0, ">= 40"),
         at_50,
         crate::paper::ANCHOR_FIG_7_1,
     )];
@@ -132,15 +130,11 @@ pub fn e12(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E12 {
     const FILE: &'static str = "e12.json";
-    fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md = match self
-            .heading("E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)")
-        {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
+    const TITLE: &'static str =
+        "E12: CPU left to a compute-bound process under flood (livelock Fig. 7-1)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "The polling router at real-time priority (above normal processes, as in-kernel \
              packet processing is) with a CPU budget per 10 ms period, and a compute-bound \
              process on the same core, for {:.1} s of flood per run; source top rate {:.0} \
@@ -160,7 +154,7 @@ impl Section for E12 {
                 &r.budget_stops,
             ]);
         }
-        md += &table.finish();
+        page.table(table);
         let mut series: Vec<Series> = Vec::new();
         for r in self.rows.iter().filter(|r| r.budget_pct.is_some()) {
             let label = format!("budget {} %", r.budget_pct.unwrap_or(0));
@@ -173,20 +167,23 @@ impl Section for E12 {
                 }),
             }
         }
-        let plot = "e12_budget.png";
         let x_max = self.extra.source_max_pps / 1000.0;
-        line_chart(
-            &dir.join(plot),
-            &LineChart {
-                title: "CPU left to a compute-bound process",
-                x_label: "offered (thousand datagrams/s)",
-                y_label: "compute process's share of the core (%)",
-                x_range: (0.0, x_max.max(1.0) * 1.05),
-                y_range: (0.0, 100.0),
-                series,
-            },
-        )?;
-        let _ = writeln!(md, "\n{PAPER_FIG_7_1}\n\n![budget]({plot})\n");
-        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+        let budget = page.plot("e12_budget.png", "budget", |path| {
+            line_chart(
+                path,
+                &LineChart {
+                    title: "CPU left to a compute-bound process",
+                    x_label: "offered (thousand datagrams/s)",
+                    y_label: "compute process's share of the core (%)",
+                    x_range: (0.0, x_max.max(1.0) * 1.05),
+                    y_range: (0.0, 100.0),
+                    series,
+                },
+            )
+        })?;
+        page.paper(PAPER_FIG_7_1);
+        let _ = writeln!(page, "{budget}\n");
+        page.targets(&self.targets);
+        Ok(())
     }
 }

@@ -2,17 +2,16 @@
 //! by each kind of timer, against the server alone.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{Clocking, ExpOptions, RunInfo, per_config};
 use crate::paper::PAPER_TABLES_VI_VII;
-use crate::report::{Rendered, Section};
+use crate::report::{Outcome, Page, Section};
 use crate::summary::{median, paired_ratios, range};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::{PACED_SIZE, PacedConfig, run_all, with_hardware};
 
@@ -146,17 +145,15 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     let timerfd = overhead_of("timerfd", 20);
     let ratio = overhead_ratio(timerfd, soft);
     let targets = vec![
-        TargetCheck::at_most(
+        TargetCheck::new(
             "E6 overhead of soft-timer pacing at 20 µs, %",
-            "<= 2 (paper: 2-6)",
-            2.0,
+            Goal::at_most(2.0, "<= 2 (paper: 2-6)"),
             soft,
             crate::paper::ANCHOR_TABLES_VI_VII,
         ),
-        TargetCheck::at_least(
+        TargetCheck::new(
             "E6 timerfd overhead / soft overhead at 20 µs",
-            ">= 5",
-            5.0,
+            Goal::at_least(5.0, ">= 5"),
             ratio,
             crate::paper::ANCHOR_TABLES_VI_VII,
         ),
@@ -184,12 +181,14 @@ pub(super) fn overhead_ratio(timerfd: f64, soft: f64) -> f64 {
     }
 }
 
+impl Outcome for E6 {}
+
 impl Section for E6 {
     const FILE: &'static str = "e6.json";
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md = String::from("## E6: overhead of rate-based clocking (Tables VI–VII)\n\n");
+    const TITLE: &'static str = "E6: overhead of rate-based clocking (Tables VI–VII)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "The HTTP server (CPU {}, {} on CPU {}) sends a UDP flow of {PACED_SIZE}-byte \
              datagrams from its event loop while it serves: paced by soft timers (the adaptive \
              pacer, burst interval half the target), by a periodic timerfd or a timer signal at \
@@ -235,18 +234,19 @@ impl Section for E6 {
                 &format!("{} / {}", r.sent, r.received),
             ]);
         }
-        md += &table.finish();
+        page.table(table);
         for r in self.rows.iter().filter(|r| r.starved_rounds > 0) {
             let _ = writeln!(
-                md,
+                page,
                 "\n{} at {} µs: in {} of {} round(s) the timer left the server no time to \
                  answer a single request (0 req/s, counted in its throughput loss; its figures \
                  per response leave those rounds out, n/a when all).",
                 r.clocking, r.target_interval_us, r.starved_rounds, self.run.rounds,
             );
         }
-        let _ = writeln!(md, "\n{PAPER_TABLES_VI_VII}\n");
-        Ok(Rendered::section(md, &self.targets, Vec::new()))
+        page.paper(PAPER_TABLES_VI_VII);
+        page.targets(&self.targets);
+        Ok(())
     }
 }
 

@@ -2,17 +2,16 @@
 //! server, by its minimum interval, against a hardware timer.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{Clocking, ExpOptions, RunResult};
 use crate::paper::PAPER_TABLES_VIII_IX;
-use crate::report::{Rendered, Section};
+use crate::report::{Page, Section};
 use crate::summary::median;
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::{PACED_SIZE, PacedRun, run_all, with_hardware};
 
@@ -79,10 +78,9 @@ pub fn e7(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
             .find(|r| r.target_interval_us == target && r.min_interval_us == Some(min))
         {
             let off = (r.mean_interval_us - target as f64).abs() / target as f64 * 100.0;
-            targets.push(TargetCheck::at_most(
+            targets.push(TargetCheck::new(
                 format!("E7 soft mean interval off its {target} µs target, minimum {min} µs, %"),
-                "<= 1 (the paper held it)",
-                1.0,
+                Goal::at_most(1.0, "<= 1 (the paper held it)"),
                 off,
                 crate::paper::ANCHOR_TABLES_VIII_IX,
             ));
@@ -93,11 +91,10 @@ pub fn e7(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
 
 impl Section for E7 {
     const FILE: &'static str = "e7.json";
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md =
-            String::from("## E7: the transmission process under load (Tables VIII–IX)\n\n");
+    const TITLE: &'static str = "E7: the transmission process under load (Tables VIII–IX)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "The saturated HTTP server (CPU {}, {} on CPU {}) paces a UDP flow of \
              {PACED_SIZE}-byte datagrams at a target interval with the adaptive soft-timer \
              pacer, allowed to catch up at the minimum interval; a periodic timerfd at the \
@@ -123,8 +120,9 @@ impl Section for E7 {
                 &format!("{:.0}", r.rps),
             ]);
         }
-        md += &table.finish();
-        let _ = writeln!(md, "\n{PAPER_TABLES_VIII_IX}\n");
-        Ok(Rendered::section(md, &self.targets, Vec::new()))
+        page.table(table);
+        page.paper(PAPER_TABLES_VIII_IX);
+        page.targets(&self.targets);
+        Ok(())
     }
 }

@@ -17,7 +17,6 @@
 
 use std::fmt::Write as _;
 use std::net::UdpSocket;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
@@ -32,10 +31,10 @@ use softtimer_rt::{EventLoop, LoopConfig};
 use crate::exp::senders::{SendSpec, SenderRow, constant_rate_rows};
 use crate::harness::{ExpOptions, interleaved};
 use crate::paper::PAPER_TABLE_II;
-use crate::report::{Rendered, Section, StepResult};
+use crate::report::{Page, Section, StepResult};
 use crate::summary::{median, range};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 use softtimers_tools::pace::{SinkInput, SinkOptions, SinkReport, SinkTarget, bind_sink, sink_on};
 
 /// Arrivals closer than this are one back-to-back burst, µs.
@@ -419,18 +418,16 @@ pub fn e8(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     let soft = b_of(Release::Soft);
     let tick = b_of(Release::Tick1ms);
     let targets = vec![
-        TargetCheck::at_most(
+        TargetCheck::new(
             "E8 burstiness index with soft timers",
-            "<= 1.5e-7 (the paper's NIC pacing)",
-            1.5e-7,
+            Goal::at_most(1.5e-7, "<= 1.5e-7 (the paper's NIC pacing)"),
             soft,
             crate::paper::ANCHOR_KOBAYASHI_TABLE_II,
         ),
         // A soft index of zero makes the ratio unbounded, which meets the target.
-        TargetCheck::at_least(
+        TargetCheck::new(
             "E8 burstiness index, 1 ms tick / soft timers",
-            ">= 10",
-            10.0,
+            Goal::at_least(10.0, ">= 10"),
             if soft == 0.0 && tick > 0.0 {
                 f64::INFINITY
             } else {
@@ -454,11 +451,10 @@ pub fn e8(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
 
 impl Section for E8 {
     const FILE: &'static str = "e8.json";
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md =
-            String::from("## E8: burstiness of a paced slow start (Kobayashi, Table II)\n\n");
+    const TITLE: &'static str = "E8: burstiness of a paced slow start (Kobayashi, Table II)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "A slow-start ramp (window 1, 2, 4, … {} packets of {} B, doubling every {} ms RTT, \
              {} rounds) stamped with departure times at g = RTT / cwnd and released by each \
              mechanism to a receiver on loopback that takes kernel timestamps; B against the \
@@ -487,17 +483,17 @@ impl Section for E8 {
                 &format!("{:.0}", r.cpu_ns_per_packet),
             ]);
         }
-        md += &table.finish();
+        page.table(table);
         if let Ok(rate) = self.extra.ramp.top_rate() {
             let _ = writeln!(
-                md,
+                page,
                 "\nAt the ramp's top rate, {rate}, constant (iperf3 cannot ramp): B against a \
                  constant bottleneck 10 % faster, the same RTT; bursts are datagrams closer \
                  than a quarter of the packet interval.\n"
             );
         }
         if let Some(why) = &self.extra.iperf3_missing {
-            let _ = writeln!(md, "Rows missing: {why}.\n");
+            let _ = writeln!(page, "Rows missing: {why}.\n");
         }
         if !self.extra.constant_rate.is_empty() {
             let mut table = Table::new(
@@ -513,9 +509,10 @@ impl Section for E8 {
                     &format!("{:.0}", r.cpu_ns_per_packet),
                 ]);
             }
-            md += &table.finish();
+            page.table(table);
         }
-        let _ = writeln!(md, "\n{PAPER_TABLE_II}\n");
-        Ok(Rendered::section(md, &self.targets, Vec::new()))
+        page.paper(PAPER_TABLE_II);
+        page.targets(&self.targets);
+        Ok(())
     }
 }

@@ -2,7 +2,6 @@
 //! soft-timers paper, Tables X–XI).
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -13,9 +12,9 @@ use softtimers_tools::quic::Stack;
 use crate::harness::ExpOptions;
 use crate::paper::{PAPER_TABLE_X, PaperRow};
 use crate::plot::{Axis, LineChart, Series, largest, line_chart};
-use crate::report::{NoExtra, Rendered, Section, StepResult};
+use crate::report::{NoExtra, Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::{
     Run, begin, downloads, link, median, per_round_ratios, rotated, round_seed, rounds, run_once,
@@ -136,10 +135,9 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     }
     let _ = std::fs::remove_dir_all(&tmp);
     let ratio = median(e14_ratios(&rows, 100));
-    let targets = vec![TargetCheck::at_most(
+    let targets = vec![TargetCheck::new(
         "response time of a 100-packet transfer after idle, rate-based / slow start",
-        "≤ 0.5",
-        0.5,
+        Goal::at_most(0.5, "≤ 0.5"),
         ratio,
         crate::paper::ANCHOR_TABLE_X,
     )];
@@ -148,13 +146,9 @@ pub fn e14(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
 
 impl Section for E14 {
     const FILE: &'static str = "e14.json";
-    fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md =
-            match self.heading("E14: response time after idle (soft-timers paper, Tables X–XI)") {
-                Ok(md) => md,
-                Err(not_run) => return Ok(not_run),
-            };
-        md += "50 Mbit/s, RTT 100 ms, queue of one BDP; the connection downloads 2 MB, is idle for 1 s, then downloads the transfer. QUIC arms: quinn-proto on soft timers with per-packet pacing and a CUBIC that restarts slow start after idle, or resumes at the rate measured before idle (rate-based clocking). The kernel's TCP restarts slow start (`tcp_slow_start_after_idle`). A packet is 1200 bytes of data; the 100,000-packet transfer (120 MB) runs in the first round only. The paper's columns are its Table X (the same path; FreeBSD 2.2.6, 1448-byte packets, regular TCP against rate-based clocking at the bottleneck rate).\n\n";
+    const TITLE: &'static str = "E14: response time after idle (soft-timers paper, Tables X–XI)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
+        page.text("50 Mbit/s, RTT 100 ms, queue of one BDP; the connection downloads 2 MB, is idle for 1 s, then downloads the transfer. QUIC arms: quinn-proto on soft timers with per-packet pacing and a CUBIC that restarts slow start after idle, or resumes at the rate measured before idle (rate-based clocking). The kernel's TCP restarts slow start (`tcp_slow_start_after_idle`). A packet is 1200 bytes of data; the 100,000-packet transfer (120 MB) runs in the first round only. The paper's columns are its Table X (the same path; FreeBSD 2.2.6, 1448-byte packets, regular TCP against rate-based clocking at the bottleneck rate).\n\n");
         let mut table = Table::new(
             "packets: | slow-start (ms): | rate-based (ms): | kernel-tcp (ms): | rate-based / slow-start: | paper: regular TCP (ms): | paper: rate-based (ms): | paper: ratio:",
         );
@@ -194,12 +188,17 @@ impl Section for E14 {
                 &ratio,
             ]);
         }
-        md += &table.finish();
-        md += "\nThe paper's regular TCP starts its slow start from a small window (typically two packets, its appendix says), and its 5 packets took 496 ms, about five RTTs; this slow-start arm restarts from quinn-proto's initial window of 10 packets, so its small transfers leave in one paced window. Table XI (100 Mbit/s, same RTT) shows the same shape: response time cut by 71–89 % up to 1000 packets, 11 % at 100,000.\n\n";
-        let plot = "e14_response_time.png";
-        line_chart(&dir.join(plot), &self.chart())?;
-        let _ = writeln!(md, "![E14 response time after idle]({plot})\n");
-        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+        page.table(table);
+        page.text("\nThe paper's regular TCP starts its slow start from a small window (typically two packets, its appendix says), and its 5 packets took 496 ms, about five RTTs; this slow-start arm restarts from quinn-proto's initial window of 10 packets, so its small transfers leave in one paced window. Table XI (100 Mbit/s, same RTT) shows the same shape: response time cut by 71–89 % up to 1000 packets, 11 % at 100,000.\n\n");
+        let chart = self.chart();
+        let image = page.plot(
+            "e14_response_time.png",
+            "E14 response time after idle",
+            |path| line_chart(path, &chart),
+        )?;
+        let _ = writeln!(page, "{image}\n");
+        page.targets(&self.targets);
+        Ok(())
     }
 }
 

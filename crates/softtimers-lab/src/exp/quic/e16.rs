@@ -2,7 +2,6 @@
 //! defaults, a 1 ms ACK delay, and the soft-timer driver's tail-loss probe off.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -10,9 +9,9 @@ use softtimers_tools::quic::Stack;
 
 use crate::harness::ExpOptions;
 use crate::plot::Series;
-use crate::report::{NoExtra, Rendered, Section, StepResult};
+use crate::report::{NoExtra, Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::{
     Run, begin, cdf_series, distinct, latency_cdf_chart, median, num, per_round_ratios, rotated,
@@ -143,10 +142,9 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             |r| r.p99_us,
         );
         let m = median(r);
-        targets.push(TargetCheck::at_most(
+        targets.push(TargetCheck::new(
             format!("request/response p99 at 1 % loss, RTT 200 µs, {config}: soft / quinn-tokio"),
-            "≤ 0.5",
-            0.5,
+            Goal::at_most(0.5, "≤ 0.5"),
             m,
             crate::paper::ANCHOR_STOCK_QUINN,
         ));
@@ -160,26 +158,16 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         |r| r.stack == "quinn-tokio" && r.config == "ack-delay-1ms",
         |r| r.p99_us,
     );
-    targets.push(TargetCheck::at_most(
-        "unchanged quinn, request/response p99 at 1 % loss, RTT 200 µs, ack-delay-1ms, through `softtimers path`: quinn-async / quinn-tokio",
-        "≤ 0.8",
-        0.8,
-        median(r),
-        crate::paper::ANCHOR_STOCK_QUINN,
-    ));
+    targets.push(TargetCheck::new("unchanged quinn, request/response p99 at 1 % loss, RTT 200 µs, ack-delay-1ms, through `softtimers path`: quinn-async / quinn-tokio", Goal::at_most(0.8, "≤ 0.8"), median(r), crate::paper::ANCHOR_STOCK_QUINN));
     Ok(E16::ran(&mode, NoExtra {}, rows, targets))
 }
 
 impl Section for E16 {
     const FILE: &'static str = "e16.json";
-    fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md = match self
-            .heading("E16: recovery timers under loss (request/response, 1 % loss, RTT 200 µs)")
-        {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
-        md += "1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps; `no-tail-probe`: the defaults with the soft-timer driver's tail-loss probe off (a PING two smoothed RTTs after the last data or ACK while data is unacknowledged, which the peer acknowledges at once when it arrives after a gap, so that quinn's loss detection finds a lost last packet in about an RTT instead of after its probe timeout). `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. `quinn-async` is stock quinn, unchanged, on `softtimer-async`'s runtime instead of tokio (quinn's timers as soft events; quinn's own recovery, no tail probe). Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Tail probes are both sides', with those that found a loss (quinn declared a packet lost before it next sent data) in brackets; the others met a peer that was only delaying its ACK. Medians over rounds with [min, max].\n\n";
+    const TITLE: &'static str =
+        "E16: recovery timers under loss (request/response, 1 % loss, RTT 200 µs)";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
+        page.text("1 KB requests, 10 KB responses, one connection, 1 % random loss each way, RTT 200 µs, no bottleneck. `default`: quinn's transport defaults (a peer may delay an ACK by up to 25 ms, which enters every probe timeout); `ack-delay-1ms`: each end asks its peer to ACK within 1 ms (quinn-proto's ACK-frequency extension), a promise only a runtime with fine timers keeps; `no-tail-probe`: the defaults with the soft-timer driver's tail-loss probe off (a PING two smoothed RTTs after the last data or ACK while data is unacknowledged, which the peer acknowledges at once when it arrives after a gap, so that quinn's loss detection finds a lost last packet in about an RTT instead of after its probe timeout). `soft-1ms` is the soft-timer loop with every quinn timer rounded up to 1 ms as tokio's wheel rounds. `quinn-async` is stock quinn, unchanged, on `softtimer-async`'s runtime instead of tokio (quinn's timers as soft events; quinn's own recovery, no tail probe). Timer lateness is the server runtime's: when it handled a quinn timer against the deadline quinn set (stock quinn's measured through a wrapper around its tokio timers). Tail probes are both sides', with those that found a loss (quinn declared a packet lost before it next sent data) in brackets; the others met a peer that was only delaying its ACK. Medians over rounds with [min, max].\n\n");
         let mut table = Table::new(
             "config | stack | p50 (µs): | p99 (µs): | p99.9 (µs): | timers handled: | timer late p50 (µs): | p99 (µs): | tail probes (finding a loss):",
         );
@@ -225,16 +213,18 @@ impl Section for E16 {
                 &probes,
             ]);
         }
-        md += &table.finish();
-        let plot = "e16_latency_cdf.png";
+        page.table(table);
         let series: Vec<Series> = self
             .rows
             .iter()
             .filter(|r| r.round == 0)
             .map(|r| cdf_series(format!("{}, {}", r.stack, r.config), &r.latencies_us))
             .collect();
-        latency_cdf_chart(&dir.join(plot), "Request latency CDF (round 0)", series)?;
-        let _ = writeln!(md, "\n![latency CDF]({plot})\n");
-        Ok(Rendered::section(md, &self.targets, vec![plot.into()]))
+        let image = page.plot("e16_latency_cdf.png", "latency CDF", |path| {
+            latency_cdf_chart(path, "Request latency CDF (round 0)", series)
+        })?;
+        let _ = writeln!(page, "\n{image}\n");
+        page.targets(&self.targets);
+        Ok(())
     }
 }

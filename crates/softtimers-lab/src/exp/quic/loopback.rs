@@ -13,7 +13,7 @@ use softtimers_tools::process as tools;
 use softtimers_tools::quic::{ClientRun, ServerRun, Stack};
 
 use crate::harness::{pin_process, read_json};
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::{
     QuicRow, SERVER_CPU, WAIT_LISTEN, finish_client_and_server, median, nan, per_round_ratios,
@@ -179,15 +179,9 @@ pub(super) fn loopback_targets(rows: &[QuicRow]) -> Vec<TargetCheck> {
                 |r| r.scenario == LOOPBACK_RR && r.stack == "quinn-plain",
                 |r| r.p50_us,
             ));
-            TargetCheck::at_most(
-                format!(
+            TargetCheck::new(format!(
                     "loopback request/response p50, 2,000 × 10 KB, stock-quinn client: {stack} / quinn-plain server"
-                ),
-                goal,
-                bound,
-                m,
-                crate::paper::ANCHOR_STOCK_QUINN,
-            )
+                ), Goal::at_most(bound, goal), m, crate::paper::ANCHOR_STOCK_QUINN)
         })
         .collect()
 }

@@ -11,7 +11,7 @@ use softtimers_tools::quic::Stack;
 use crate::exp::bottleneck::{self, BottleneckRow};
 use crate::harness::ExpOptions;
 use crate::report::StepResult;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 use super::loopback::{LOOPBACK_RR, LOOPBACK_STACKS, loopback_run, loopback_targets};
 use super::{
@@ -363,13 +363,12 @@ pub(super) fn emulator_target(rows: &[BottleneckRow]) -> TargetCheck {
         (Some(lo), Some(hi)) => format!("{}–{} Mbit/s", lo / 1e6, hi / 1e6),
         _ => "no rate".into(),
     };
-    TargetCheck::at_most(
+    TargetCheck::new(
         format!(
             "path emulator (spinning up to {:?}): delay error per packet, p99 (µs), worst rate of {span}",
             COMMAND_SPIN
         ),
-        "≤ 20",
-        20.0,
+        Goal::at_most(20.0, "≤ 20"),
         worst,
         crate::paper::ANCHOR_DESIGN,
     )
@@ -387,60 +386,53 @@ pub(super) fn quic_targets(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<Target
         .map(|r| r.goodput_bps / 50e6)
         .collect();
     let mut t = vec![
-        TargetCheck::at_most(
+        TargetCheck::new(
             "bulk 50 Mbit/s, RTT 20 ms, queue 0.25 BDP: bottleneck drops, soft-paced / quinn-tokio (median)",
-            "≤ 0.1",
-            0.1,
+            Goal::at_most(0.1, "≤ 0.1"),
             vs_quinn("soft-paced", |r| r.bottleneck_drops as f64),
             stock,
         ),
-        TargetCheck::at_least(
+        TargetCheck::new(
             "same: goodput, soft-paced / quinn-tokio",
-            "≥ 1.0",
-            1.0,
+            Goal::at_least(1.0, "≥ 1.0"),
             vs_quinn("soft-paced", |r| r.goodput_bps),
             stock,
         ),
-        TargetCheck::at_least(
+        TargetCheck::new(
             "same: soft-paced goodput / bottleneck rate",
-            "≥ 0.95",
-            0.95,
+            Goal::at_least(0.95, "≥ 0.95"),
             median(soft_paced_goodput),
             crate::paper::ANCHOR_PATH,
         ),
-        TargetCheck::at_most(
+        TargetCheck::new(
             "same: receiver inter-arrival stddev, soft-paced / quinn-tokio",
-            "≤ 0.1",
-            0.1,
+            Goal::at_most(0.1, "≤ 0.1"),
             vs_quinn("soft-paced", |r| r.interarrival_stddev_us),
             stock,
         ),
     ];
     for stack in ["soft", "soft-paced"] {
-        t.push(TargetCheck::at_most(
+        t.push(TargetCheck::new(
             format!("same: CPU per MB, {stack} / quinn-tokio"),
-            "≤ 1.0",
-            1.0,
+            Goal::at_most(1.0, "≤ 1.0"),
             vs_quinn(stack, |r| r.cpu_ns_per_mb),
             stock,
         ));
     }
     // Unchanged quinn on the async runtime against the same quinn on tokio, through the
     // emulated path (the async runtime's bulk target, read here as well as in `lab async`).
-    t.push(TargetCheck::at_most(
+    t.push(TargetCheck::new(
         "same: CPU per MB, quinn-async (unchanged quinn on softtimer-async) / quinn-tokio",
-        "≤ 1.05",
-        1.05,
+        Goal::at_most(1.05, "≤ 1.05"),
         vs_quinn("quinn-async", |r| r.cpu_ns_per_mb),
         stock,
     ));
     if !variants.is_empty() {
         t.push(pairs_cpu_target(rows, variants));
     }
-    t.push(TargetCheck::at_most(
+    t.push(TargetCheck::new(
         "request/response p99, 1 % loss, RTT 200 µs: soft / quinn-tokio",
-        "≤ 0.5",
-        0.5,
+        Goal::at_most(0.5, "≤ 0.5"),
         median(ratios(rows, RR, "soft", |r| r.p99_us)),
         stock,
     ));
@@ -477,10 +469,9 @@ pub(super) fn pairs_cpu_target(rows: &[QuicRow], variants: &[QuicRow]) -> Target
         "soft-paced/2-per-departure",
         |r| r.cpu_ns_per_mb,
     ));
-    TargetCheck::at_most(
+    TargetCheck::new(
         "same: CPU per MB, soft-paced with 2 datagrams per departure / quinn-tokio",
-        "≤ 1.0",
-        1.0,
+        Goal::at_most(1.0, "≤ 1.0"),
         c,
         crate::paper::ANCHOR_STOCK_QUINN,
     )

@@ -2,15 +2,14 @@
 //! the emulator's bottleneck beside `tbf`, and the charts.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 use softtimer_quic::TransmitCauses;
 use softtimers_tools::path::COMMAND_SPIN;
 
 use crate::exp::bottleneck::{self, BottleneckRow};
-use crate::plot::{Axis, LineChart, Series, largest, line_chart};
-use crate::report::{Rendered, Section};
+use crate::plot::{LineChart, Series, line_chart};
+use crate::report::{Page, Section};
 use crate::table::Table;
 
 use super::{
@@ -183,12 +182,9 @@ pub(super) fn lateness_cell(hist: &[(f64, u64)]) -> String {
 
 impl Section for QuicResult {
     const FILE: &'static str = "quic.json";
-    fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md = match self.heading("QUIC on soft timers against stock quinn and kernel TCP") {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
-        md += "Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the start of the 50 ms interval in which the data direction's delivered bytes passed half their total (drops at the end of slow start fall in the first half).\n\n";
+    const TITLE: &'static str = "QUIC on soft timers against stock quinn and kernel TCP";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
+        page.text("Through the path emulator (`softtimers path`; data from `b` to `a`, the bottleneck and its drop-tail queue on the data direction). Medians over rounds, with [min, max]. \"Of which in the second half\": the bottleneck drops from the start of the 50 ms interval in which the data direction's delivered bytes passed half their total (drops at the end of slow start fall in the first half).\n\n");
         let mut table = Table::new(
             "scenario | stack | goodput (Mbit/s): | data share of delivered bytes: | bottleneck drops: | of which in the second half: | sender-declared losses (TCP: segments resent): | receiver inter-arrival stddev (µs): | sender gap stddev (µs): | burstiness index: | queue delay p99 (µs): | CPU per MB, both sides (ms): | of which the server's (ms): | p50 (µs): | p99 (µs):",
         );
@@ -216,15 +212,15 @@ impl Section for QuicResult {
                 &col(|r| r.p99_us, 1.0, 0),
             ]);
         }
-        md += &table.finish();
+        page.table(table);
         if !self.extra.pacing_variants.is_empty() {
-            md += &self.pacing_variants_table();
+            page.text(&self.pacing_variants_table());
         }
         if keys.iter().any(|k| k.0 == LOOPBACK_RR) {
-            md += &self.loopback_table(&keys);
+            page.text(&self.loopback_table(&keys));
         }
         if keys.iter().any(|k| timer_driven(&k.0)) {
-            md += "\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension); `after-idle-100pkt`: the client downloads 2 MB, is idle for 1 s, then asks for 100 packets (120 KB), which leave behind the pacer with quinn's CUBIC as it is (p50 and p99 are that one response; the other columns cover the whole connection, the warm-up included). All through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n";
+            page.text("\n### Where only a timer wakes the sender\n\n`app-256k-50ms`: the client asks for 256 KB every 50 ms (an application-limited sender); `thin-acks-50M-20ms`: a bulk download with each end asking its peer to ACK only every 10th packet, within 10 ms (quinn-proto's ACK-frequency extension); `after-idle-100pkt`: the client downloads 2 MB, is idle for 1 s, then asks for 100 packets (120 KB), which leave behind the pacer with quinn's CUBIC as it is (p50 and p99 are that one response; the other columns cover the whole connection, the warm-up included). All through 50 Mbit/s, RTT 20 ms, a queue of one BDP. What made the server's datagrams leave (soft-timer stacks: a received packet, a soft event at a trigger state, one fired by the backstop, the application) and how late the server's runtime handled quinn's timers (every QUIC stack; stock quinn's through a wrapper around its tokio timers).\n\n");
             let mut table = Table::new(
                 "scenario | stack | goodput (Mbit/s): | p50 (µs): | p99 (µs): | sender gap stddev (µs): | burstiness index: | queue delay p99 (µs): | sent on packet / trigger state / backstop / app (%) | timer late p50 (µs): | p99 (µs): | ≤ 10 µs / ≤ 100 µs / ≤ 1 ms / > 1 ms (%)",
             );
@@ -250,10 +246,9 @@ impl Section for QuicResult {
                     &lateness_cell(&first.server_timer_late_hist),
                 ]);
             }
-            md += &table.finish();
-            md += "\nCauses and the lateness buckets are round 0's; the other columns medians over rounds.\n";
+            page.table(table);
+            page.text("\nCauses and the lateness buckets are round 0's; the other columns medians over rounds.\n");
         }
-        let mut plots = Vec::new();
         for (file, title, y_label, pick) in [
             (
                 "quic_queue_delay.png",
@@ -281,21 +276,10 @@ impl Section for QuicResult {
                         .collect(),
                 })
                 .collect();
-            let x_max = largest(&series, Axis::X, 0.1);
-            let y_max = largest(&series, Axis::Y, 0.1);
-            line_chart(
-                &dir.join(file),
-                &LineChart {
-                    title,
-                    x_label: "time (s)",
-                    y_label,
-                    x_range: (0.0, x_max),
-                    y_range: (0.0, y_max * 1.1),
-                    series,
-                },
-            )?;
-            let _ = writeln!(md, "\n![{title}]({file})");
-            plots.push(file.to_string());
+            let chart =
+                LineChart::from_origin(title, ("time (s)", y_label), series, 0.1, (1.0, 1.1));
+            let image = page.plot(file, title, |path| line_chart(path, &chart))?;
+            let _ = writeln!(page, "\n{image}");
         }
         let rr: Vec<Series> = self
             .rows
@@ -306,14 +290,14 @@ impl Section for QuicResult {
         if !rr.is_empty() {
             let file = "quic_rr_latency_cdf.png";
             let title = "Request/response latency CDF (1 % loss, RTT 200 µs, round 0)";
-            latency_cdf_chart(&dir.join(file), title, rr)?;
-            let _ = writeln!(md, "\n![{title}]({file})");
-            plots.push(file.to_string());
+            let image = page.plot(file, title, |path| latency_cdf_chart(path, title, rr))?;
+            let _ = writeln!(page, "\n{image}");
         }
         if !self.extra.bottleneck.is_empty() {
-            md += &bottleneck_table(&self.extra.bottleneck);
+            page.text(&bottleneck_table(&self.extra.bottleneck));
         }
-        md += "\n";
-        Ok(Rendered::section(md, &self.targets, plots))
+        page.text("\n");
+        page.targets(&self.targets);
+        Ok(())
     }
 }

@@ -30,7 +30,7 @@ use softtimers_tools::cpu::{pin_to, process_cpu_ns, server_cpu, thread_cpu_ns};
 use super::{ANCHOR, AsyncRow, AsyncWorkload, RuntimeKind, find, ratio};
 use crate::harness::{Client, ExpOptions, Workload, check_client, run_client};
 use crate::summary::{median, paired_ratios, range};
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// The workload's name.
 pub const HYPER_1CORE: AsyncWorkload = AsyncWorkload::Hyper1core;
@@ -408,8 +408,11 @@ pub fn one_core_target(rows: &[AsyncRow]) -> Option<TargetCheck> {
             ),
         )
     };
-    Some(TargetCheck::at_least(
-        name, "≥ 0.97", 0.97, measured, ANCHOR,
+    Some(TargetCheck::new(
+        name,
+        Goal::at_least(0.97, "≥ 0.97"),
+        measured,
+        ANCHOR,
     ))
 }
 
@@ -419,13 +422,12 @@ pub fn scale_target(rows: &[AsyncRow]) -> Option<TargetCheck> {
     let two = rows.iter().find(|r| {
         r.workload == HYPER_1CORE && r.runtime == RuntimeKind::Soft && r.threads == Some(2)
     })?;
-    Some(TargetCheck::at_least(
+    Some(TargetCheck::new(
         format!(
             "hyper requests/s, soft with 2 loops / 1 loop ({} CPUs online, the load generator on CPU 0 with loop 0)",
             softtimers_tools::cpu::cpus()
         ),
-        "≥ 1.7",
-        1.7,
+        Goal::at_least(1.7, "≥ 1.7"),
         ratio(two.ops_per_s, one.ops_per_s),
         "design target",
     ))

@@ -25,7 +25,6 @@ pub mod sleep;
 pub mod udp;
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -33,9 +32,9 @@ use softtimer_async::Precision;
 use softtimers_tools::cpu::process_cpu_ns;
 
 use crate::harness::{Client, ExpOptions};
-use crate::report::{Rendered, Section, StepResult};
+use crate::report::{Page, Section, StepResult};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// Where the baselines come from (the anchor: the same workload on tokio and smol).
 pub const ANCHOR: &str = "tokio 1.x current_thread and smol 2, same run, pinned alike";
@@ -342,18 +341,12 @@ impl SoftVsTokio {
         let soft = find(rows, self.workload, RuntimeKind::Soft)?;
         let tokio = find(rows, self.workload, RuntimeKind::TokioCt)?;
         let measured = ratio((self.figure)(soft), (self.figure)(tokio));
-        let check = if self.at_least {
-            TargetCheck::at_least
+        let goal = if self.at_least {
+            Goal::at_least(self.bound, self.goal)
         } else {
-            TargetCheck::at_most
+            Goal::at_most(self.bound, self.goal)
         };
-        Some(check(
-            self.name,
-            self.goal,
-            self.bound,
-            measured,
-            self.anchor,
-        ))
+        Some(TargetCheck::new(self.name, goal, measured, self.anchor))
     }
 }
 
@@ -431,24 +424,21 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
                 f64::NAN,
             ),
         };
-        out.push(TargetCheck::at_most(
+        out.push(TargetCheck::new(
             format!("sleep(100 µs) lateness p99, soft ({name}) / tokio-ct"),
-            "≤ 0.02 (1/50), at ≤ 1.2 × smol's CPU per sleep",
-            0.02,
+            Goal::at_most(0.02, "≤ 0.02 (1/50), at ≤ 1.2 × smol's CPU per sleep"),
             vs_tokio,
             ANCHOR,
         ));
-        out.push(TargetCheck::at_most(
+        out.push(TargetCheck::new(
             format!("sleep(100 µs) lateness p99, soft ({name}) / smol"),
-            "≤ 0.333 (1/3), at ≤ 1.2 × smol's CPU per sleep",
-            0.333,
+            Goal::at_most(0.333, "≤ 0.333 (1/3), at ≤ 1.2 × smol's CPU per sleep"),
             vs_smol,
             ANCHOR,
         ));
-        out.push(TargetCheck::at_most(
+        out.push(TargetCheck::new(
             format!("sleep(100 µs) CPU per sleep, soft ({name}) / smol"),
-            "≤ 1.2",
-            1.2,
+            Goal::at_most(1.2, "≤ 1.2"),
             cpu,
             ANCHOR,
         ));
@@ -459,20 +449,14 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
         {
             let p99 = ratio(d.late_p99_us, smol.late_p99_us);
             let cpu = ratio(d.cpu_ns_per_op, smol.cpu_ns_per_op);
-            out.push(TargetCheck::at_most(
-                format!(
+            out.push(TargetCheck::new(format!(
                     "sleep(100 µs), default precision ({default}): the larger of lateness p99 / smol's and CPU per sleep / smol's"
-                ),
-                "≤ 1.0 (each figure at most smol's)",
-                1.0,
-                // Unmeasured if either is: `f64::max` would pass over a NaN.
+                ), Goal::at_most(1.0, "≤ 1.0 (each figure at most smol's)"), // Unmeasured if either is: `f64::max` would pass over a NaN.
                 if p99.is_nan() || cpu.is_nan() {
                     f64::NAN
                 } else {
                     p99.max(cpu)
-                },
-                ANCHOR,
-            ));
+                }, ANCHOR));
         }
     }
     let w = udp::PACED_UDP;
@@ -483,25 +467,23 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
             .filter(|r| r.stddev_us.is_some())
             .min_by(|a, b| a.stddev_us.unwrap().total_cmp(&b.stddev_us.unwrap()));
         if let Some(base) = better {
-            out.push(TargetCheck::at_most(
-                format!(
-                    "paced UDP 100 Mbit/s, inter-arrival stddev: soft / {} (the better baseline)",
-                    base.runtime.name()
-                ),
-                "≤ 0.2 (1/5)",
-                0.2,
-                ratio(soft.stddev_us, base.stddev_us),
-                ANCHOR,
+            // `what` of soft's row over the better baseline's.
+            let against_base = |what: &str, note: &str, goal, of: fn(&AsyncRow) -> Option<f64>| {
+                let name = base.runtime.name();
+                let figure = format!("paced UDP 100 Mbit/s, {what}: soft / {name}{note}");
+                TargetCheck::new(figure, goal, ratio(of(soft), of(base)), ANCHOR)
+            };
+            out.push(against_base(
+                "inter-arrival stddev",
+                " (the better baseline)",
+                Goal::at_most(0.2, "≤ 0.2 (1/5)"),
+                |r| r.stddev_us,
             ));
-            out.push(TargetCheck::at_most(
-                format!(
-                    "paced UDP 100 Mbit/s, sender CPU per datagram: soft / {}",
-                    base.runtime.name()
-                ),
-                "≤ 1.0",
-                1.0,
-                ratio(soft.cpu_ns_per_op, base.cpu_ns_per_op),
-                ANCHOR,
+            out.push(against_base(
+                "sender CPU per datagram",
+                "",
+                Goal::at_most(1.0, "≤ 1.0"),
+                |r| r.cpu_ns_per_op,
             ));
         }
     }
@@ -517,14 +499,9 @@ fn cell(x: Option<f64>, digits: usize) -> String {
 
 impl Section for AsyncResult {
     const FILE: &'static str = "async.json";
-
-    fn render(&self, _dir: &Path) -> Result<Rendered> {
-        let mut md = match self.heading("async: the runtime on soft timers against tokio and smol")
-        {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
-        md += "One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n";
+    const TITLE: &'static str = "async: the runtime on soft timers against tokio and smol";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
+        page.text("One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n");
         let mut table = Table::new(
             "workload | runtime | precision | threads: | client | late p50 (µs): | late p99 (µs): | late max (µs): | CPU per op (ns): | ops/s: | p99 (µs): | stddev (µs):",
         );
@@ -544,18 +521,19 @@ impl Section for AsyncResult {
                 &cell(r.stddev_us, 2),
             ]);
         }
-        md += &table.finish();
-        md += "\nThe quinn rows here run on loopback with the loss made in each runtime's socket; the same unchanged quinn on this runtime runs through the path emulator (`softtimers path`) as stack `quinn-async` in E16 (request/response at 1 % loss, quinn's defaults and the 1 ms ACK delay) and in the QUIC matrix's first bulk scenario, each against `quinn-tokio`.\n\n";
+        page.table(table);
+        page.text("\nThe quinn rows here run on loopback with the loss made in each runtime's socket; the same unchanged quinn on this runtime runs through the path emulator (`softtimers path`) as stack `quinn-async` in E16 (request/response at 1 % loss, quinn's defaults and the 1 ms ACK delay) and in the QUIC matrix's first bulk scenario, each against `quinn-tokio`.\n\n");
         if let Some(floor) = self.extra.paced_udp_floor_stddev_us {
             let _ = writeln!(
-                md,
+                page,
                 "Paced UDP's floor on this machine: a thread that spins on the clock and sends each datagram at its time, a whole core, has an inter-arrival stddev of {floor:.2} µs; a runtime's stddev is read against it (measured after the runtimes, not interleaved with them).\n"
             );
         }
         for note in &self.extra.notes {
-            let _ = writeln!(md, "Note: {note}.\n");
+            let _ = writeln!(page, "Note: {note}.\n");
         }
-        Ok(Rendered::section(md, &self.targets, Vec::new()))
+        page.targets(&self.targets);
+        Ok(())
     }
 }
 

@@ -2,7 +2,6 @@
 //! section with its frontier plot.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 
@@ -10,11 +9,11 @@ use super::{
     CLIENT_CPU, NetPath, SENDER_CPU, SenderRow, SenderRun, Senders, Setting, Tool, Unbeaten,
 };
 use crate::frontier;
-use crate::plot::{Axis, LineChart, Series, largest, line_chart};
-use crate::report::{Rendered, Section};
+use crate::plot::{LineChart, Series, line_chart};
+use crate::report::{Page, Section};
 use crate::summary::{median, paired_ratios};
 use crate::table::Table;
-use crate::targets::TargetCheck;
+use crate::targets::{Goal, TargetCheck};
 
 /// Marks each row's place on its link's frontier (CPU %, inter-arrival stddev), names the
 /// cheapest soft-timer `pace` setting beating each iperf3 row (`pace --timer timerfd` is the
@@ -69,13 +68,12 @@ pub(super) fn checks(
             .collect();
         if !iperf3.is_empty() {
             let unbeaten = iperf3.iter().filter(|r| r.beaten_by.is_none()).count();
-            out.push(TargetCheck::at_most(
+            out.push(TargetCheck::new(
                 format!(
                     "iperf3 -u settings not beaten on CPU and stddev by a soft pace setting, {}",
                     path.name()
                 ),
-                &format!("0 of {}", iperf3.len()),
-                0.0,
+                Goal::at_most(0.0, &format!("0 of {}", iperf3.len())),
                 unbeaten as f64,
                 crate::paper::ANCHOR_IPERF3,
             ));
@@ -87,17 +85,15 @@ pub(super) fn checks(
             series(path, soft, &stddev),
             series(path, timerfd, &stddev),
         ) {
-            out.push(TargetCheck::at_least(
+            out.push(TargetCheck::new(
                 format!("CPU per paced packet, timerfd / soft, {}", path.name()),
-                ">= 1",
-                1.0,
+                Goal::at_least(1.0, ">= 1"),
                 median(&paired_ratios(&t, &s)),
                 crate::paper::ANCHOR_TIMERFD,
             ));
-            out.push(TargetCheck::at_most(
+            out.push(TargetCheck::new(
                 format!("inter-arrival stddev, soft / timerfd, {}", path.name()),
-                "<= 1",
-                1.0,
+                Goal::at_most(1.0, "<= 1"),
                 median(&paired_ratios(&s_sd, &t_sd)),
                 crate::paper::ANCHOR_TIMERFD,
             ));
@@ -151,13 +147,10 @@ fn frontier_series(rows: &[SenderRow]) -> Vec<Series> {
 
 impl Section for Senders {
     const FILE: &'static str = "senders.json";
-    fn render(&self, dir: &Path) -> Result<Rendered> {
-        let mut md = match self.heading("Paced senders against iperf3 -u: the cost frontier") {
-            Ok(md) => md,
-            Err(not_run) => return Ok(not_run),
-        };
+    const TITLE: &'static str = "Paced senders against iperf3 -u: the cost frontier";
+    fn body(&self, page: &mut Page<'_>) -> Result<()> {
         let _ = writeln!(
-            md,
+            page,
             "Each setting sends {:.0} Mbit/s of {} B datagrams for {} s, pinned to CPU {SENDER_CPU}; \
              its own receiver and a capture of the port (`softtimers sink --observe`, kernel \
              timestamps) on CPU {CLIENT_CPU}. CPU is the sender's whole CPU time \
@@ -170,9 +163,9 @@ impl Section for Senders {
             self.extra.seconds,
             self.extra.rounds,
         );
-        let _ = writeln!(md, "veth link: {}.\n", self.extra.veth);
+        let _ = writeln!(page, "veth link: {}.\n", self.extra.veth);
         if let Some(why) = &self.extra.iperf3_missing {
-            let _ = writeln!(md, "iperf3 rows missing: {why}.\n");
+            let _ = writeln!(page, "iperf3 rows missing: {why}.\n");
         }
         let mut table = Table::new(
             "link | sender | setting | Mbit/s: | lost: | CPU %: | CPU per packet (µs): | inter-arrival mean (µs): | stddev (µs) [range]: | p99 (µs): | gaps > 1 ms: | longest burst: | B: | frontier",
@@ -205,10 +198,12 @@ impl Section for Senders {
                 &place,
             ]);
         }
-        md += &table.finish();
-        md += "\n";
+        page.table(table);
+        page.text("\n");
         if self.extra.frontier_dominated.is_empty() {
-            md += "Every iperf3 setting is beaten on both axes by a soft-timer `pace` setting.\n\n";
+            page.text(
+                "Every iperf3 setting is beaten on both axes by a soft-timer `pace` setting.\n\n",
+            );
         } else {
             let names: Vec<String> = self
                 .extra
@@ -217,30 +212,27 @@ impl Section for Senders {
                 .map(|u| format!("{} ({})", u.setting, u.link.name()))
                 .collect();
             let _ = writeln!(
-                md,
+                page,
                 "iperf3 settings no soft-timer `pace` setting beats on both axes: {}.\n",
                 names.join(", ")
             );
         }
         let series = frontier_series(&self.rows);
-        let mut plots = Vec::new();
         if !series.is_empty() {
-            let plot = "senders_frontier.png";
-            line_chart(
-                &dir.join(plot),
-                &LineChart {
-                    title: "Sender CPU against inter-arrival stddev, 100 Mbit/s",
-                    x_label: "sender CPU (% of a core)",
-                    y_label: "inter-arrival stddev (µs)",
-                    x_range: (0.0, largest(&series, Axis::X, 1.0) * 1.05),
-                    y_range: (0.0, largest(&series, Axis::Y, 1.0) * 1.05),
-                    series,
-                },
-            )?;
-            let _ = writeln!(md, "![frontier]({plot})\n");
-            plots.push(plot.to_string());
+            let chart = LineChart::from_origin(
+                "Sender CPU against inter-arrival stddev, 100 Mbit/s",
+                ("sender CPU (% of a core)", "inter-arrival stddev (µs)"),
+                series,
+                1.0,
+                (1.05, 1.05),
+            );
+            let image = page.plot("senders_frontier.png", "frontier", |path| {
+                line_chart(path, &chart)
+            })?;
+            let _ = writeln!(page, "{image}\n");
         }
-        Ok(Rendered::section(md, &self.targets, plots))
+        page.targets(&self.targets);
+        Ok(())
     }
 }
 
