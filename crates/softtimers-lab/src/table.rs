@@ -70,6 +70,75 @@ impl Table {
     }
 }
 
+/// A table under construction from rows of one type: each column is added with its header,
+/// read as [`Table::new`] reads a column's name (a trailing `:` right-aligns it), beside how
+/// it shows a row, so that a table's header cannot drift from its cells.
+///
+/// ```
+/// use softtimers_lab::table::Table;
+///
+/// struct Run {
+///     source: &'static str,
+///     rate: f64,
+/// }
+///
+/// let runs = [Run { source: "soft", rate: 2.0 }];
+/// let table = Table::of(&runs)
+///     .text("source", |r| r.source)
+///     .fixed("rate:", 1, |r| r.rate)
+///     .table();
+/// assert_eq!(table.to_string(), "| source | rate |\n| --- | ---: |\n| soft | 2.0 |\n");
+/// ```
+pub struct Columns<'a, R> {
+    rows: Vec<&'a R>,
+    headers: Vec<&'a str>,
+    cells: Vec<Box<dyn Fn(&'a R) -> String + 'a>>,
+}
+
+impl<'a, R> Columns<'a, R> {
+    /// A column showing `value(row)` as it displays.
+    pub fn text<D: Display>(mut self, header: &'a str, value: impl Fn(&'a R) -> D + 'a) -> Self {
+        self.headers.push(header);
+        self.cells.push(Box::new(move |r| value(r).to_string()));
+        self
+    }
+
+    /// A column showing the number `value(row)` with `decimals` digits after the point.
+    pub fn fixed(
+        mut self,
+        header: &'a str,
+        decimals: usize,
+        value: impl Fn(&'a R) -> f64 + 'a,
+    ) -> Self {
+        self.headers.push(header);
+        self.cells
+            .push(Box::new(move |r| format!("{:.decimals$}", value(r))));
+        self
+    }
+
+    /// The table: the header, then a row for each row.
+    pub fn table(self) -> Table {
+        let mut table = Table::new(&self.headers.join(" | "));
+        for row in self.rows {
+            let cells: Vec<String> = self.cells.iter().map(|cell| cell(row)).collect();
+            let shown: Vec<&dyn Display> = cells.iter().map(|c| c as &dyn Display).collect();
+            table.row(&shown);
+        }
+        table
+    }
+}
+
+impl Table {
+    /// A table of `rows`, its columns added to the [`Columns`] this returns.
+    pub fn of<'a, R>(rows: impl IntoIterator<Item = &'a R>) -> Columns<'a, R> {
+        Columns {
+            rows: rows.into_iter().collect(),
+            headers: Vec::new(),
+            cells: Vec::new(),
+        }
+    }
+}
+
 impl Display for Table {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.md)

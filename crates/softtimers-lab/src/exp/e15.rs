@@ -637,23 +637,21 @@ impl Section for E15 {
     const TITLE: &'static str = "E15: compact closed-connection state (TIME_WAIT)";
     fn body(&self, page: &mut Page<'_>) -> Result<()> {
         page.text("A server (the sans-IO driver) accepting connections and closing each, the drain period raised to an hour so that the closed ones pile up: `compact` replaces a closed connection by the driver's record (its connection ID, the peer's address, the close datagram to repeat, one soft event), `full` keeps quinn-proto's `Connection` until the drain ends. In-process, no sockets: a client driver and the server joined by an in-memory link (50 µs each way) on a simulated clock, every connection a real TLS 1.3 handshake, in batches of 250 that the server closes once up. Memory is the process's RSS slope from the first batch at a tenth of the connections held to all of them and the live heap's slope beside it; the targets and the comparison below take the larger of the two (the allocator may place records in pages the handshakes freed, so that the RSS does not grow while the heap does); times are the server's calls on the one thread, by the monotonic clock: per close and drain (the close, its transmission, the compaction or quinn-proto's drain timers, the expiry at the drain's end), of which the expiry, and per connection up to its close (accept and handshake). Late packets: just after the server closed the last batch, 16 of the client's connections each send a byte on a new stream, a fresh 1-RTT packet that crosses the close; answered if the server sends anything back. By default the full run holds 10⁵ closed connections per design and the quick run 10⁴; `softtimers lab e15 --e15-held N` sets the compact design's count, and the full design holds as many where half the machine's available memory takes them at 32 KB each, fewer otherwise (the table's `held`).\n\n");
-        let mut table = Table::new(
-            "design | held: | bytes per closed (RSS): | heap bytes per closed: | server ns per close + drain: | of which expiry: | server ns per handshake: | accepts and closes per s: | late packets answered:",
+        page.table(
+            Table::of(&self.rows)
+                .text("design", |r| &r.design)
+                .text("held:", |r| r.held)
+                .fixed("bytes per closed (RSS):", 0, |r| r.bytes_per_closed)
+                .fixed("heap bytes per closed:", 0, |r| r.heap_bytes_per_closed)
+                .fixed("server ns per close + drain:", 0, |r| r.cpu_ns_per_close)
+                .fixed("of which expiry:", 0, |r| r.cpu_ns_per_expiry)
+                .fixed("server ns per handshake:", 0, |r| r.cpu_ns_per_handshake)
+                .fixed("accepts and closes per s:", 0, |r| r.closes_per_s)
+                .text("late packets answered:", |r| {
+                    format!("{} of {}", r.late_packets_answered, r.late_packets_sent)
+                })
+                .table(),
         );
-        for r in &self.rows {
-            table.row(&[
-                &r.design,
-                &r.held,
-                &format!("{:.0}", r.bytes_per_closed),
-                &format!("{:.0}", r.heap_bytes_per_closed),
-                &format!("{:.0}", r.cpu_ns_per_close),
-                &format!("{:.0}", r.cpu_ns_per_expiry),
-                &format!("{:.0}", r.cpu_ns_per_handshake),
-                &format!("{:.0}", r.closes_per_s),
-                &format!("{} of {}", r.late_packets_answered, r.late_packets_sent),
-            ]);
-        }
-        page.table(table);
         page.text("\nThe TCP paper's TIME_WAIT figures beside ours (Aron & Druschel, *TCP implementation enhancements for improving webserver performance*): a busy Apache server held up to 48,048 connections in TIME_WAIT and 32 MB of kernel memory (Fig. 3); each connection kept about 600 bytes of kernel state (Fig. 8) until a 40-byte TIME_WAIT record replaced it, cutting the peak kernel memory by more than 6 × (Fig. 9; 17 MB to 4 MB on a real trace, Fig. 10); with TIME_WAIT connections kept in a list in expiry order the timers' CPU overhead fell from 25 % to 0.36 % (Fig. 7).\n\n");
         let mut table = Table::new(
             " | TCP paper: BSD socket: | TCP paper: TIME_WAIT record: | ours: quinn-proto `Connection`: | ours: compact record:",
