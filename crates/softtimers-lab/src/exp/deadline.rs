@@ -344,44 +344,46 @@ impl Section for E13 {
             self.plain_rps,
             self.default_design.name(),
         );
-        let mut table = Table::new(
-            "design | deadline: | extra cost on the loop's core (%) [range]: | throughput loss (%): | fired by the deadline service (%): | helper CPU on the loop's core (%): | watcher CPU on another core (%): | events fired by it / all:",
+        page.table(
+            Table::of(&self.rows)
+                .text("design", |r| r.design.name())
+                .text("deadline:", |r| format!("{} µs", r.deadline_us))
+                .text("extra cost on the loop's core (%) [range]:", |r| {
+                    format!(
+                        "{:.2} [{:.1}, {:.1}]",
+                        r.extra_cost_pct, r.extra_cost_range_pct.0, r.extra_cost_range_pct.1
+                    )
+                })
+                .fixed("throughput loss (%):", 2, |r| r.throughput_loss_pct)
+                .fixed("fired by the deadline service (%):", 3, |r| r.fired_pct)
+                .fixed("helper CPU on the loop's core (%):", 2, |r| r.loop_cpu_pct)
+                .fixed("watcher CPU on another core (%):", 1, |r| r.other_cpu_pct)
+                .text("events fired by it / all:", |r| {
+                    format!("{} / {}", r.fired_by_deadline, r.fired)
+                })
+                .table(),
         );
-        for r in &self.rows {
-            table.row(&[
-                &r.design.name(),
-                &format!("{} µs", r.deadline_us),
-                &format!(
-                    "{:.2} [{:.1}, {:.1}]",
-                    r.extra_cost_pct, r.extra_cost_range_pct.0, r.extra_cost_range_pct.1
-                ),
-                &format!("{:.2}", r.throughput_loss_pct),
-                &format!("{:.3}", r.fired_pct),
-                &format!("{:.2}", r.loop_cpu_pct),
-                &format!("{:.1}", r.other_cpu_pct),
-                &format!("{} / {}", r.fired_by_deadline, r.fired),
-            ]);
-        }
-        page.table(table);
         if !self.cores.is_empty() {
             page.text(
                 "\nEvery core's busy time (`/proc/stat`: everything on it, the load generator's \
                    and the helpers' included), % of the run's wall time, and its difference \
                    from plain soft timers' in points (median of per-round differences):\n\n",
             );
-            let mut table = Table::new(
-                "design | deadline: | core: | busy (%): | over plain soft timers (points):",
+            page.table(
+                Table::of(&self.cores)
+                    .text("design", |c| {
+                        c.design.map_or("plain soft timers", |d| d.name())
+                    })
+                    .text("deadline:", |c| {
+                        c.deadline_us.map_or("—".into(), |us| format!("{us} µs"))
+                    })
+                    .text("core:", |c| c.core)
+                    .fixed("busy (%):", 1, |c| c.busy_pct)
+                    .text("over plain soft timers (points):", |c| {
+                        format!("{:+.2}", c.extra_points)
+                    })
+                    .table(),
             );
-            for c in &self.cores {
-                table.row(&[
-                    &c.design.map_or("plain soft timers", |d| d.name()),
-                    &c.deadline_us.map_or("—".into(), |us| format!("{us} µs")),
-                    &c.core,
-                    &format!("{:.1}", c.busy_pct),
-                    &format!("{:+.2}", c.extra_points),
-                ]);
-            }
-            page.table(table);
         }
         page.paper(PAPER_TABLE_XIII);
         page.targets(&self.targets);

@@ -258,22 +258,18 @@ impl Section for E3 {
             self.run.client_cpu,
             self.run.client_name()
         );
-        let mut table = Table::new(
-            "workload | samples: | max (µs): | mean (µs): | median (µs): | stddev (µs): | > 100 µs (%): | > 150 µs (%):",
+        page.table(
+            Table::of(&self.rows)
+                .text("workload", |r| r.workload.name())
+                .text("samples:", |r| r.samples)
+                .fixed("max (µs):", 0, |r| r.max_us)
+                .fixed("mean (µs):", 2, |r| r.mean_us)
+                .fixed("median (µs):", 2, |r| r.median_us)
+                .fixed("stddev (µs):", 2, |r| r.stddev_us)
+                .fixed("> 100 µs (%):", 3, |r| r.pct_over_100us)
+                .fixed("> 150 µs (%):", 3, |r| r.pct_over_150us)
+                .table(),
         );
-        for r in &self.rows {
-            table.row(&[
-                &r.workload.name(),
-                &r.samples,
-                &format!("{:.0}", r.max_us),
-                &format!("{:.2}", r.mean_us),
-                &format!("{:.2}", r.median_us),
-                &format!("{:.2}", r.stddev_us),
-                &format!("{:.3}", r.pct_over_100us),
-                &format!("{:.3}", r.pct_over_150us),
-            ]);
-        }
-        page.table(table);
         let cdf = E3_CDF.draw(page, &self.cdf)?;
         page.paper(PAPER_TABLE_IV);
         let _ = writeln!(page, "{cdf}\n");
@@ -418,19 +414,15 @@ impl Section for E4 {
             "The `http-compute` workload for {} s ({} trigger states recorded).\n",
             self.run.run_s, self.trigger_states
         );
-        let mut table = Table::new(
-            "window: | windows: | median of medians (µs): | p99 of medians (µs): | max median (µs):",
+        page.table(
+            Table::of(&self.rows)
+                .text("window:", |r| format!("{} ms", r.window_ms))
+                .text("windows:", |r| r.windows)
+                .fixed("median of medians (µs):", 2, |r| r.median_of_medians_us)
+                .fixed("p99 of medians (µs):", 2, |r| r.p99_median_us)
+                .fixed("max median (µs):", 2, |r| r.max_median_us)
+                .table(),
         );
-        for r in &self.rows {
-            table.row(&[
-                &format!("{} ms", r.window_ms),
-                &r.windows,
-                &format!("{:.2}", r.median_of_medians_us),
-                &format!("{:.2}", r.p99_median_us),
-                &format!("{:.2}", r.max_median_us),
-            ]);
-        }
-        page.table(table);
         page.paper(PAPER_FIG_3);
         let _ = writeln!(page, "{medians}");
         Ok(())

@@ -341,18 +341,18 @@ impl Section for E10 {
             self.extra.work_ns.1 / 1000,
             self.extra.flood.source_max_pps,
         );
-        let mut table = Table::new(
-            "design | MLFRR (datagrams/s): | offered for the overload run (× MLFRR): | forwarded there (datagrams/s):",
+        page.table(
+            Table::of(&self.extra.mlfrr)
+                .text("design", |m| &m.design)
+                .fixed("MLFRR (datagrams/s):", 0, |m| m.mlfrr_pps)
+                .fixed("offered for the overload run (× MLFRR):", 2, |m| {
+                    m.offered_multiple
+                })
+                .fixed("forwarded there (datagrams/s):", 0, |m| {
+                    m.forwarded_at_3x_pps
+                })
+                .table(),
         );
-        for m in &self.extra.mlfrr {
-            table.row(&[
-                &m.design,
-                &format!("{:.0}", m.mlfrr_pps),
-                &format!("{:.2}", m.offered_multiple),
-                &format!("{:.0}", m.forwarded_at_3x_pps),
-            ]);
-        }
-        page.table(table);
         page.text("\n");
         page.text(&forward_table(&self.rows));
         let forwarding = forward_chart(

@@ -141,20 +141,18 @@ impl Section for E12 {
              datagrams/s.\n",
             self.extra.flood_s, self.extra.source_max_pps
         );
-        let mut table = Table::new(
-            "budget | offered (datagrams/s): | forwarded (datagrams/s): | compute process's share (%): | periods the budget ran out:",
+        page.table(
+            Table::of(&self.rows)
+                .text("budget", |r| {
+                    r.budget_pct
+                        .map_or_else(|| "no flood".to_string(), |b| format!("{b} %"))
+                })
+                .fixed("offered (datagrams/s):", 0, |r| r.offered_pps)
+                .fixed("forwarded (datagrams/s):", 0, |r| r.forwarded_pps)
+                .fixed("compute process's share (%):", 1, |r| r.compute_pct)
+                .text("periods the budget ran out:", |r| r.budget_stops)
+                .table(),
         );
-        for r in &self.rows {
-            table.row(&[
-                &r.budget_pct
-                    .map_or_else(|| "no flood".to_string(), |b| format!("{b} %")),
-                &format!("{:.0}", r.offered_pps),
-                &format!("{:.0}", r.forwarded_pps),
-                &format!("{:.1}", r.compute_pct),
-                &r.budget_stops,
-            ]);
-        }
-        page.table(table);
         let mut series: Vec<Series> = Vec::new();
         for r in self.rows.iter().filter(|r| r.budget_pct.is_some()) {
             let label = format!("budget {} %", r.budget_pct.unwrap_or(0));

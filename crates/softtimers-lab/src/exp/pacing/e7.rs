@@ -106,21 +106,19 @@ impl Section for E7 {
             self.run.rounds,
             self.run.run_s,
         );
-        let mut table = Table::new(
-            "target: | clocking | minimum interval: | mean interval (µs): | stddev (µs): | req/s:",
+        page.table(
+            Table::of(&self.rows)
+                .text("target:", |r| format!("{} µs", r.target_interval_us))
+                .text("clocking", |r| &r.clocking)
+                .text("minimum interval:", |r| {
+                    r.min_interval_us
+                        .map_or_else(|| "—".to_string(), |m| format!("{m} µs"))
+                })
+                .fixed("mean interval (µs):", 1, |r| r.mean_interval_us)
+                .fixed("stddev (µs):", 1, |r| r.stddev_interval_us)
+                .fixed("req/s:", 0, |r| r.rps)
+                .table(),
         );
-        for r in &self.rows {
-            table.row(&[
-                &format!("{} µs", r.target_interval_us),
-                &r.clocking,
-                &r.min_interval_us
-                    .map_or_else(|| "—".to_string(), |m| format!("{m} µs")),
-                &format!("{:.1}", r.mean_interval_us),
-                &format!("{:.1}", r.stddev_interval_us),
-                &format!("{:.0}", r.rps),
-            ]);
-        }
-        page.table(table);
         page.paper(PAPER_TABLES_VIII_IX);
         page.targets(&self.targets);
         Ok(())

@@ -466,24 +466,22 @@ impl Section for E8 {
             self.extra.ramp.rounds,
             self.extra.rounds,
         );
-        let mut table = Table::new(
-            "release | burstiness index B [range]: | packets: | lost: | longest burst: | inter-arrival p99 (µs): | sender CPU per packet (ns):",
+        page.table(
+            Table::of(&self.rows)
+                .text("release", |r| r.release.name())
+                .text("burstiness index B [range]:", |r| {
+                    format!(
+                        "{:.3e} [{:.2e}, {:.2e}]",
+                        r.burstiness_index, r.burstiness_range.0, r.burstiness_range.1
+                    )
+                })
+                .text("packets:", |r| r.packets)
+                .text("lost:", |r| r.lost)
+                .fixed("longest burst:", 0, |r| r.longest_burst)
+                .fixed("inter-arrival p99 (µs):", 1, |r| r.interarrival_p99_us)
+                .fixed("sender CPU per packet (ns):", 0, |r| r.cpu_ns_per_packet)
+                .table(),
         );
-        for r in &self.rows {
-            table.row(&[
-                &r.release.name(),
-                &format!(
-                    "{:.3e} [{:.2e}, {:.2e}]",
-                    r.burstiness_index, r.burstiness_range.0, r.burstiness_range.1
-                ),
-                &r.packets,
-                &r.lost,
-                &format!("{:.0}", r.longest_burst),
-                &format!("{:.1}", r.interarrival_p99_us),
-                &format!("{:.0}", r.cpu_ns_per_packet),
-            ]);
-        }
-        page.table(table);
         if let Ok(rate) = self.extra.ramp.top_rate() {
             let _ = writeln!(
                 page,
@@ -496,20 +494,18 @@ impl Section for E8 {
             let _ = writeln!(page, "Rows missing: {why}.\n");
         }
         if !self.extra.constant_rate.is_empty() {
-            let mut table = Table::new(
-                "sender | B: | longest burst: | inter-arrival stddev (µs): | p99 (µs): | sender CPU per packet (ns):",
+            page.table(
+                Table::of(&self.extra.constant_rate)
+                    .text("sender", |r| format!("{} {}", r.sender.name(), r.setting))
+                    .text("B:", |r| format!("{:.3e}", r.burstiness_index))
+                    .fixed("longest burst:", 0, |r| r.longest_burst)
+                    .fixed("inter-arrival stddev (µs):", 1, |r| {
+                        r.interarrival_stddev_us
+                    })
+                    .fixed("p99 (µs):", 1, |r| r.interarrival_p99_us)
+                    .fixed("sender CPU per packet (ns):", 0, |r| r.cpu_ns_per_packet)
+                    .table(),
             );
-            for r in &self.extra.constant_rate {
-                table.row(&[
-                    &format!("{} {}", r.sender.name(), r.setting),
-                    &format!("{:.3e}", r.burstiness_index),
-                    &format!("{:.0}", r.longest_burst),
-                    &format!("{:.1}", r.interarrival_stddev_us),
-                    &format!("{:.1}", r.interarrival_p99_us),
-                    &format!("{:.0}", r.cpu_ns_per_packet),
-                ]);
-            }
-            page.table(table);
         }
         page.paper(PAPER_TABLE_II);
         page.targets(&self.targets);

@@ -502,26 +502,24 @@ impl Section for AsyncResult {
     const TITLE: &'static str = "async: the runtime on soft timers against tokio and smol";
     fn body(&self, page: &mut Page<'_>) -> Result<()> {
         page.text("One run, every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload.\n\n");
-        let mut table = Table::new(
-            "workload | runtime | precision | threads: | client | late p50 (µs): | late p99 (µs): | late max (µs): | CPU per op (ns): | ops/s: | p99 (µs): | stddev (µs):",
+        page.table(
+            Table::of(&self.rows)
+                .text("workload", |r| r.workload.name())
+                .text("runtime", |r| r.runtime.name())
+                .text("precision", |r| r.precision.as_deref().unwrap_or("-"))
+                .text("threads:", |r| {
+                    r.threads.map_or_else(|| "-".into(), |t| t.to_string())
+                })
+                .text("client", |r| r.client.map_or("-", Client::name))
+                .text("late p50 (µs):", |r| cell(r.late_p50_us, 1))
+                .text("late p99 (µs):", |r| cell(r.late_p99_us, 1))
+                .text("late max (µs):", |r| cell(r.late_max_us, 1))
+                .text("CPU per op (ns):", |r| cell(r.cpu_ns_per_op, 0))
+                .text("ops/s:", |r| cell(r.ops_per_s, 0))
+                .text("p99 (µs):", |r| cell(r.p99_us, 1))
+                .text("stddev (µs):", |r| cell(r.stddev_us, 2))
+                .table(),
         );
-        for r in &self.rows {
-            table.row(&[
-                &r.workload.name(),
-                &r.runtime.name(),
-                &r.precision.as_deref().unwrap_or("-"),
-                &r.threads.map_or_else(|| "-".into(), |t| t.to_string()),
-                &r.client.map_or("-", Client::name),
-                &cell(r.late_p50_us, 1),
-                &cell(r.late_p99_us, 1),
-                &cell(r.late_max_us, 1),
-                &cell(r.cpu_ns_per_op, 0),
-                &cell(r.ops_per_s, 0),
-                &cell(r.p99_us, 1),
-                &cell(r.stddev_us, 2),
-            ]);
-        }
-        page.table(table);
         page.text("\nThe quinn rows here run on loopback with the loss made in each runtime's socket; the same unchanged quinn on this runtime runs through the path emulator (`softtimers path`) as stack `quinn-async` in E16 (request/response at 1 % loss, quinn's defaults and the 1 ms ACK delay) and in the QUIC matrix's first bulk scenario, each against `quinn-tokio`.\n\n");
         if let Some(floor) = self.extra.paced_udp_floor_stddev_us {
             let _ = writeln!(
