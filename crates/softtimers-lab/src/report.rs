@@ -171,7 +171,7 @@ impl<Row, Extra> Outcome for StepResult<Row, Extra> {
     }
 }
 
-impl<Row> Outcome for RunResult<Row> {}
+impl<Row, Extra> Outcome for RunResult<Row, Extra> {}
 
 /// A section being written: its Markdown so far and the plots it drew. Drawing a plot through
 /// [`Page::plot`] is what lists it in the [`Rendered`] section, so that every plot a section

@@ -12,11 +12,11 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{
-    ExpOptions, HandlerKind, RunInfo, Setup, TimerSource, Workload, interleaved, interval_label,
-    per_config, run,
+    ExpOptions, HandlerKind, RunInfo, RunResult, Setup, TimerSource, Workload, interleaved,
+    interval_label, per_config, run,
 };
 use crate::paper::{PAPER_TABLE_I, PAPER_TABLES_II_III};
-use crate::report::{Outcome, Page, Section};
+use crate::report::{Page, Section};
 use crate::summary::{median, median_ratio};
 use crate::table::Table;
 use crate::targets::{Goal, TargetCheck, soft_vs_hardware_targets};
@@ -51,29 +51,25 @@ pub struct CostRow {
 crate::timer_cost_row!(CostRow);
 
 /// E1's result (`e1.json`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E1 {
-    /// How the runs were made.
-    pub run: RunInfo,
-    /// Throughput without events, req/s (median of rounds).
-    #[serde(deserialize_with = "crate::summary::num")]
-    pub baseline_rps: f64,
-    /// One row per (source, interval).
-    pub rows: Vec<CostRow>,
-    /// The targets against this run.
-    pub targets: Vec<TargetCheck>,
-}
+pub type E1 = RunResult<CostRow, Baseline>;
 
 /// E2's result (`e2.json`).
+pub type E2 = RunResult<CostRow, E2Extra>;
+
+/// What E1 records beside its rows: the run without events.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E2 {
-    /// How the runs were made.
-    pub run: RunInfo,
+pub struct Baseline {
     /// Throughput without events, req/s (median of rounds).
     #[serde(deserialize_with = "crate::summary::num")]
     pub baseline_rps: f64,
-    /// One row per (source, interval).
-    pub rows: Vec<CostRow>,
+}
+
+/// What E2 records beside its rows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct E2Extra {
+    /// Throughput without events, req/s (median of rounds).
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub baseline_rps: f64,
     /// Whether the kernel exposes hardware cache-miss counters on this machine.
     pub hardware_counters: bool,
 }
@@ -235,13 +231,11 @@ pub fn e1(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     }
     Ok(E1 {
         run,
-        baseline_rps,
+        extra: Baseline { baseline_rps },
         rows,
         targets,
     })
 }
-
-impl Outcome for E1 {}
 
 impl Section for E1 {
     const FILE: &'static str = "e1.json";
@@ -249,7 +243,7 @@ impl Section for E1 {
     fn body(&self, page: &mut Page<'_>) -> Result<()> {
         page.text(&setup_sentence(&self.run));
         page.text("\n\n");
-        page.text(&cost_markdown(self.baseline_rps, &self.rows));
+        page.text(&cost_markdown(self.extra.baseline_rps, &self.rows));
         page.text(
             "\nA timerfd is read only when the loop returns to `epoll_wait`, which on a \
              saturated server is once per batch of requests, so at short intervals it \
@@ -274,13 +268,14 @@ pub fn e2(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
         cost_table(options, HandlerKind::Synthetic, &configs, progress)?;
     Ok(E2 {
         run,
-        baseline_rps,
+        extra: E2Extra {
+            baseline_rps,
+            hardware_counters: hardware_counters(),
+        },
         rows,
-        hardware_counters: hardware_counters(),
+        targets: Vec::new(),
     })
 }
-
-impl Outcome for E2 {}
 
 impl Section for E2 {
     const FILE: &'static str = "e2.json";
@@ -292,8 +287,8 @@ impl Section for E2 {
         );
         page.text(&setup_sentence(&self.run));
         page.text("\n\n");
-        page.text(&cost_markdown(self.baseline_rps, &self.rows));
-        page.text(if self.hardware_counters {
+        page.text(&cost_markdown(self.extra.baseline_rps, &self.rows));
+        page.text(if self.extra.hardware_counters {
             "\nCache-miss counts: not collected (the lab does not read the hardware \
              performance counters this machine has).\n\n"
         } else {

@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 use softtimer_rt::DeadlineDesign;
 
 use crate::harness::{
-    ExpOptions, RunInfo, Setup, TimerSource, Workload, interleaved, per_config, run,
+    ExpOptions, RunInfo, RunResult, Setup, TimerSource, Workload, interleaved, per_config, run,
 };
 use crate::paper::PAPER_TABLE_XIII;
-use crate::report::{Outcome, Page, Section};
+use crate::report::{Page, Section};
 use crate::summary::{median, median_ratio, paired_ratios, range};
 use crate::table::Table;
 use crate::targets::{Goal, TargetCheck};
@@ -83,10 +83,11 @@ pub struct CoreRow {
 }
 
 /// E13's result (`e13.json`).
+pub type E13 = RunResult<DeadlineRow, E13Extra>;
+
+/// What E13 records beside its rows.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E13 {
-    /// How the runs were made.
-    pub run: RunInfo,
+pub struct E13Extra {
     /// Soft events' interval, µs.
     pub interval_us: u64,
     /// The runtime's default design (the one the targets are checked on).
@@ -94,14 +95,10 @@ pub struct E13 {
     /// Throughput with plain soft timers (no deadline), req/s (median of rounds).
     #[serde(deserialize_with = "crate::summary::num")]
     pub plain_rps: f64,
-    /// One row per (design, deadline).
-    pub rows: Vec<DeadlineRow>,
     /// Every configuration's busy time on every core, a row per core (absent in older
     /// reports).
     #[serde(default)]
     pub cores: Vec<CoreRow>,
-    /// The targets against this run.
-    pub targets: Vec<TargetCheck>,
 }
 
 /// What one E13 run measured.
@@ -272,11 +269,13 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
     }
     Ok(E13 {
         run: RunInfo::throughput(options),
-        interval_us: INTERVAL_US,
-        default_design,
-        plain_rps: median(&rates[0]),
+        extra: E13Extra {
+            interval_us: INTERVAL_US,
+            default_design,
+            plain_rps: median(&rates[0]),
+            cores,
+        },
         rows,
-        cores,
         targets,
     })
 }
@@ -315,8 +314,6 @@ fn core_rows(
     out
 }
 
-impl Outcome for E13 {}
-
 impl Section for E13 {
     const FILE: &'static str = "e13.json";
     const TITLE: &'static str = "E13: deadlines (Table XIII)";
@@ -335,14 +332,14 @@ impl Section for E13 {
              the earliest published deadline; `watcher-spin` spins there instead; \
              `lazy-timerfd` is a one-shot kernel timer on the loop's CPU, re-armed lazily. The \
              default is `{}`.\n",
-            self.interval_us,
+            self.extra.interval_us,
             self.run.server_cpu,
             self.run.client_name(),
             self.run.client_cpu,
             self.run.rounds,
             self.run.run_s,
-            self.plain_rps,
-            self.default_design.name(),
+            self.extra.plain_rps,
+            self.extra.default_design.name(),
         );
         page.table(
             Table::of(&self.rows)
@@ -363,14 +360,14 @@ impl Section for E13 {
                 })
                 .table(),
         );
-        if !self.cores.is_empty() {
+        if !self.extra.cores.is_empty() {
             page.text(
                 "\nEvery core's busy time (`/proc/stat`: everything on it, the load generator's \
                    and the helpers' included), % of the run's wall time, and its difference \
                    from plain soft timers' in points (median of per-round differences):\n\n",
             );
             page.table(
-                Table::of(&self.cores)
+                Table::of(&self.extra.cores)
                     .text("design", |c| {
                         c.design.map_or("plain soft timers", |d| d.name())
                     })

@@ -11,10 +11,12 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use softtimer::{Span, TriggerSource, TriggerStats};
 
-use crate::harness::{ExpOptions, RunInfo, Setup, TimerSource, Workload, run, trigger_source_name};
+use crate::harness::{
+    ExpOptions, RunInfo, RunResult, Setup, TimerSource, Workload, run, trigger_source_name,
+};
 use crate::paper::{PAPER_FIG_3, PAPER_TABLE_IV, PAPER_TABLE_V};
 use crate::plot::{LineChart, Series, line_chart};
-use crate::report::{Outcome, Page, Section};
+use crate::report::{Page, Section};
 use crate::summary::{median, percentile};
 use crate::table::Table;
 use crate::targets::{Goal, TargetCheck};
@@ -79,15 +81,12 @@ pub struct IntervalRow {
 }
 
 /// E3's result (`e3.json`).
+pub type E3 = RunResult<IntervalRow, Cdf>;
+
+/// What E3 records beside its rows: the interval CDF of each workload (the plot).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E3 {
-    /// How the runs were made.
-    pub run: RunInfo,
-    /// One row per workload.
-    pub rows: Vec<IntervalRow>,
-    /// The targets against this run.
-    pub targets: Vec<TargetCheck>,
-    /// The CDF of each workload's intervals (the plot).
+pub struct Cdf {
+    /// The CDF of each workload's intervals.
     pub cdf: Vec<Series>,
 }
 
@@ -232,14 +231,12 @@ pub fn e3(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<(
     ];
     let result = E3 {
         run: RunInfo::new(options, options.length.trace_run(), 1),
+        extra: Cdf { cdf },
         rows,
         targets,
-        cdf,
     };
     Ok((result, trace.context("the keep-alive run's trace")?))
 }
-
-impl Outcome for E3 {}
 
 impl Section for E3 {
     const FILE: &'static str = "e3.json";
@@ -270,7 +267,7 @@ impl Section for E3 {
                 .fixed("> 150 µs (%):", 3, |r| r.pct_over_150us)
                 .table(),
         );
-        let cdf = E3_CDF.draw(page, &self.cdf)?;
+        let cdf = E3_CDF.draw(page, &self.extra.cdf)?;
         page.paper(PAPER_TABLE_IV);
         let _ = writeln!(page, "{cdf}\n");
         page.targets(&self.targets);
@@ -297,14 +294,13 @@ pub struct WindowRow {
 }
 
 /// E4's result (`e4.json`).
+pub type E4 = RunResult<WindowRow, E4Extra>;
+
+/// What E4 records beside its rows.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E4 {
-    /// How the run was made.
-    pub run: RunInfo,
+pub struct E4Extra {
     /// Trigger states recorded.
     pub trigger_states: usize,
-    /// One row per window length.
-    pub rows: Vec<WindowRow>,
     /// (time s, median µs) of every window, one line per window length (the plot).
     pub medians: Vec<Series>,
 }
@@ -359,13 +355,14 @@ pub fn e4(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     }
     Ok(E4 {
         run: RunInfo::new(options, duration, 1),
-        trigger_states: trace.len(),
+        extra: E4Extra {
+            trigger_states: trace.len(),
+            medians,
+        },
         rows,
-        medians,
+        targets: Vec::new(),
     })
 }
-
-impl Outcome for E4 {}
 
 impl Section for E4 {
     const FILE: &'static str = "e4.json";
@@ -386,6 +383,7 @@ impl Section for E4 {
             .map(|r| r.max_median_us)
             .fold(0.0, f64::max);
         let series = self
+            .extra
             .medians
             .iter()
             .map(|s| Series {
@@ -412,7 +410,7 @@ impl Section for E4 {
         let _ = writeln!(
             page,
             "The `http-compute` workload for {} s ({} trigger states recorded).\n",
-            self.run.run_s, self.trigger_states
+            self.run.run_s, self.extra.trigger_states
         );
         page.table(
             Table::of(&self.rows)
@@ -443,16 +441,15 @@ pub struct SourceRow {
 }
 
 /// E5's result (`e5.json`).
+pub type E5 = RunResult<SourceRow, E5Extra>;
+
+/// What E5 records beside its rows.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E5 {
-    /// How the run was made.
-    pub run: RunInfo,
+pub struct E5Extra {
     /// Whether the trace is E3's keep-alive run (else E5 made its own).
     pub from_e3: bool,
     /// Trigger states in the trace.
     pub samples: usize,
-    /// One row per source seen.
-    pub rows: Vec<SourceRow>,
     /// The interval CDF with all sources and with each left out (the plot).
     pub cdf: Vec<Series>,
 }
@@ -493,10 +490,13 @@ pub fn e5_from_trace(options: &ExpOptions, trace: &Trace, from_e3: bool) -> E5 {
             run_s: trace.run_s,
             ..RunInfo::new(options, options.length.trace_run(), 1)
         },
-        from_e3,
-        samples: points.len(),
+        extra: E5Extra {
+            from_e3,
+            samples: points.len(),
+            cdf,
+        },
         rows,
-        cdf,
+        targets: Vec::new(),
     }
 }
 
@@ -516,8 +516,6 @@ pub fn e5(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     Ok(e5_from_trace(options, &trace, false))
 }
 
-impl Outcome for E5 {}
-
 impl Section for E5 {
     const FILE: &'static str = "e5.json";
     const TITLE: &'static str = "E5: trigger states by source (Table V, Fig. 4)";
@@ -525,16 +523,16 @@ impl Section for E5 {
         let _ = writeln!(
             page,
             "From {} `http-keepalive` run of {} s ({} trigger states).\n",
-            if self.from_e3 { "E3's" } else { "a" },
+            if self.extra.from_e3 { "E3's" } else { "a" },
             self.run.run_s,
-            self.samples
+            self.extra.samples
         );
         let mut table = Table::new("source | trigger states: | share (%):");
         for r in &self.rows {
             table.row(&[&r.source.name(), &r.count, &format!("{:.1}", r.pct)]);
         }
         page.table(table);
-        let sources = E5_CDF.draw(page, &self.cdf)?;
+        let sources = E5_CDF.draw(page, &self.extra.cdf)?;
         page.paper(PAPER_TABLE_V);
         let _ = writeln!(page, "{sources}");
         Ok(())

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use softtimers_tools::cpu::{CLIENT_CPU, server_cpu};
 
 use super::{Client, RunLength};
+use crate::report::NoExtra;
 use crate::targets::TargetCheck;
 
 /// What an experiment needs to know about the lab run it is part of.
@@ -38,15 +39,20 @@ pub struct RunInfo {
     pub client: Client,
 }
 
-/// The result of an experiment made of server runs: how they were made, its rows and the
-/// targets checked against them.
+/// The result of an experiment made of server runs: how they were made, its rows, the
+/// targets checked against them, and whatever else the experiment records (`Extra`, written
+/// into the same JSON object).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunResult<Row> {
+pub struct RunResult<Row, Extra = NoExtra> {
     /// How the runs were made.
     pub run: RunInfo,
+    /// What else the experiment records.
+    #[serde(flatten)]
+    pub extra: Extra,
     /// One row per measured configuration.
     pub rows: Vec<Row>,
-    /// The targets against this run.
+    /// The targets against this run (none for an experiment that only reports).
+    #[serde(default)]
     pub targets: Vec<TargetCheck>,
 }
 
@@ -55,6 +61,7 @@ impl<Row> RunResult<Row> {
     pub fn throughput(options: &ExpOptions, rows: Vec<Row>, targets: Vec<TargetCheck>) -> Self {
         RunResult {
             run: RunInfo::throughput(options),
+            extra: NoExtra {},
             rows,
             targets,
         }

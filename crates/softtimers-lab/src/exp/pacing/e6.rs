@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::harness::{Clocking, ExpOptions, RunInfo, per_config};
+use crate::harness::{Clocking, ExpOptions, RunInfo, RunResult, per_config};
 use crate::paper::PAPER_TABLES_VI_VII;
-use crate::report::{Outcome, Page, Section};
+use crate::report::{Page, Section};
 use crate::summary::{median, paired_ratios, range};
 use crate::table::Table;
 use crate::targets::{Goal, TargetCheck};
@@ -61,17 +61,14 @@ pub struct PacingOverheadRow {
 }
 
 /// E6's result (`e6.json`).
+pub type E6 = RunResult<PacingOverheadRow, NoFlow>;
+
+/// What E6 records beside its rows: the server's throughput without a flow.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct E6 {
-    /// How the runs were made.
-    pub run: RunInfo,
+pub struct NoFlow {
     /// Throughput with no flow, req/s (median of rounds).
     #[serde(deserialize_with = "crate::summary::num")]
     pub no_flow_rps: f64,
-    /// One row per (clocking, interval).
-    pub rows: Vec<PacingOverheadRow>,
-    /// The targets against this run.
-    pub targets: Vec<TargetCheck>,
 }
 
 /// E6 (Tables VI–VII): the HTTP server's throughput while it paces a UDP flow.
@@ -160,7 +157,9 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     ];
     Ok(E6 {
         run: RunInfo::throughput(options),
-        no_flow_rps: median(&rates[0]),
+        extra: NoFlow {
+            no_flow_rps: median(&rates[0]),
+        },
         rows,
         targets,
     })
@@ -180,8 +179,6 @@ pub(super) fn overhead_ratio(timerfd: f64, soft: f64) -> f64 {
         f64::NAN
     }
 }
-
-impl Outcome for E6 {}
 
 impl Section for E6 {
     const FILE: &'static str = "e6.json";
@@ -203,7 +200,7 @@ impl Section for E6 {
             self.run.client_cpu,
             self.run.rounds,
             self.run.run_s,
-            self.no_flow_rps,
+            self.extra.no_flow_rps,
         );
         let mut table = Table::new(
             "clocking | target interval: | overhead (%) [range]: | cost vs no flow (%): | throughput loss (%): | req/s: | achieved mean interval (µs): | interval stddev (µs): | sent / received:",
