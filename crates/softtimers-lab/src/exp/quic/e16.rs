@@ -7,6 +7,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use softtimers_tools::quic::Stack;
 
+use super::Latency;
 use crate::harness::ExpOptions;
 use crate::plot::Series;
 use crate::report::{NoExtra, Page, Section, StepResult};
@@ -31,15 +32,9 @@ pub struct E16Row {
     pub config: String,
     /// Round.
     pub round: usize,
-    /// Latency percentiles, µs.
-    #[serde(deserialize_with = "crate::summary::num")]
-    pub p50_us: f64,
-    /// p99.
-    #[serde(deserialize_with = "crate::summary::num")]
-    pub p99_us: f64,
-    /// p99.9.
-    #[serde(deserialize_with = "crate::summary::num")]
-    pub p999_us: f64,
+    /// Request latency.
+    #[serde(flatten)]
+    pub latency: Latency,
     /// quinn timeouts the server's driver handled (soft stacks).
     #[serde(deserialize_with = "crate::summary::num")]
     pub timeouts: f64,
@@ -116,9 +111,7 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
                 stack: stack.name().into(),
                 config: config.into(),
                 round,
-                p50_us: m.client.report.p50_us,
-                p99_us: m.client.report.p99_us,
-                p999_us: m.client.report.p999_us,
+                latency: Latency::of(&m.client.report),
                 timeouts: m.server_driver(|d| Some(d.timeouts as f64)),
                 timer_late_p50_us: m.server_driver(|d| Some(d.timer_late_p50_us)),
                 timer_late_p99_us: m.server_driver(|d| Some(d.timer_late_p99_us)),
@@ -139,7 +132,7 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
             |r| r.round,
             |r| r.stack == "soft" && r.config == config,
             |r| r.stack == "quinn-tokio" && r.config == config,
-            |r| r.p99_us,
+            |r| r.latency.p99_us,
         );
         let m = median(r);
         targets.push(TargetCheck::new(
@@ -156,7 +149,7 @@ pub fn e16(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         |r| r.round,
         |r| r.stack == "quinn-async" && r.config == "ack-delay-1ms",
         |r| r.stack == "quinn-tokio" && r.config == "ack-delay-1ms",
-        |r| r.p99_us,
+        |r| r.latency.p99_us,
     );
     targets.push(TargetCheck::new("unchanged quinn, request/response p99 at 1 % loss, RTT 200 µs, ack-delay-1ms, through `softtimers path`: quinn-async / quinn-tokio", Goal::at_most(0.8, "≤ 0.8"), median(r), crate::paper::ANCHOR_STOCK_QUINN));
     Ok(E16::ran(&mode, NoExtra {}, rows, targets))
@@ -204,9 +197,9 @@ impl Section for E16 {
             table.row(&[
                 config,
                 stack,
-                &col(|r| r.p50_us, 0),
-                &col(|r| r.p99_us, 0),
-                &col(|r| r.p999_us, 0),
+                &col(|r| r.latency.p50_us, 0),
+                &col(|r| r.latency.p99_us, 0),
+                &col(|r| r.latency.p999_us, 0),
                 &col(|r| r.timeouts, 0),
                 &col(|r| r.timer_late_p50_us, 1),
                 &col(|r| r.timer_late_p99_us, 1),

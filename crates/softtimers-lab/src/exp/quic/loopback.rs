@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use softtimers_tools::process as tools;
 use softtimers_tools::quic::{ClientRun, ServerRun, Stack};
 
+use super::Latency;
 use crate::harness::{pin_process, read_json};
 use crate::targets::{Goal, TargetCheck};
 
@@ -149,9 +150,7 @@ fn loopback_row(stack: Stack, round: usize, client: &ClientRun, server: &ServerR
         cpu_ns_per_mb: per_mb((server.cpu_ns + client.cpu_ns) as f64),
         server_cpu_ns_per_mb: per_mb(server.cpu_ns as f64),
         client_cpu_ns_per_mb: per_mb(client.cpu_ns as f64),
-        p50_us: r.p50_us,
-        p99_us: r.p99_us,
-        p999_us: r.p999_us,
+        latency: Latency::of(r),
         burstiness_index: nan(),
         server_timeouts: side.map_or(nan(), |d| d.timeouts as f64),
         server_timer_late_p50_us: side.map_or(nan(), |d| d.timer_late_p50_us),
@@ -177,7 +176,7 @@ pub(super) fn loopback_targets(rows: &[QuicRow]) -> Vec<TargetCheck> {
                 |r| r.round,
                 |r| r.scenario == LOOPBACK_RR && r.stack == stack,
                 |r| r.scenario == LOOPBACK_RR && r.stack == "quinn-plain",
-                |r| r.p50_us,
+                |r| r.latency.p50_us,
             ));
             TargetCheck::new(format!(
                     "loopback request/response p50, 2,000 × 10 KB, stock-quinn client: {stack} / quinn-plain server"

@@ -8,6 +8,7 @@ use softtimer_quic::TransmitCauses;
 use softtimers_tools::path::{COMMAND_SPIN, PathSpec};
 use softtimers_tools::quic::Stack;
 
+use super::Latency;
 use crate::exp::bottleneck::{self, BottleneckRow};
 use crate::harness::ExpOptions;
 use crate::report::StepResult;
@@ -71,15 +72,9 @@ pub struct QuicRow {
     /// And the client's.
     #[serde(default = "nan", deserialize_with = "crate::summary::num")]
     pub client_cpu_ns_per_mb: f64,
-    /// Request latency p50, µs.
-    #[serde(deserialize_with = "crate::summary::num")]
-    pub p50_us: f64,
-    /// p99.
-    #[serde(deserialize_with = "crate::summary::num")]
-    pub p99_us: f64,
-    /// p99.9.
-    #[serde(deserialize_with = "crate::summary::num")]
-    pub p999_us: f64,
+    /// Request latency.
+    #[serde(flatten)]
+    pub latency: Latency,
     /// Kobayashi's burstiness index of the sender's packets against the bottleneck
     /// (`null` without one).
     #[serde(default = "nan", deserialize_with = "crate::summary::num")]
@@ -298,9 +293,7 @@ pub(super) fn row(stack: Stack, scenario: &str, round: usize, m: &Measured) -> Q
         cpu_ns_per_mb: per_mb(server_cpu + client_cpu),
         server_cpu_ns_per_mb: per_mb(server_cpu),
         client_cpu_ns_per_mb: per_mb(client_cpu),
-        p50_us: client.p50_us,
-        p99_us: client.p99_us,
-        p999_us: client.p999_us,
+        latency: Latency::of(client),
         burstiness_index: data.burstiness_index.unwrap_or(f64::NAN),
         server_timeouts: m.server_driver(|d| Some(d.timeouts as f64)),
         server_timer_late_p50_us: m.server_driver(|d| Some(d.timer_late_p50_us)),
@@ -433,7 +426,7 @@ pub(super) fn quic_targets(rows: &[QuicRow], variants: &[QuicRow]) -> Vec<Target
     t.push(TargetCheck::new(
         "request/response p99, 1 % loss, RTT 200 µs: soft / quinn-tokio",
         Goal::at_most(0.5, "≤ 0.5"),
-        median(ratios(rows, RR, "soft", |r| r.p99_us)),
+        median(ratios(rows, RR, "soft", |r| r.latency.p99_us)),
         stock,
     ));
     t.extend(loopback_targets(rows));

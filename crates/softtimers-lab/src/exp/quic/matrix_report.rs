@@ -67,9 +67,9 @@ impl QuicResult {
             let col = self.column(LOOPBACK_RR, stack);
             table.row(&[
                 stack,
-                &col(|r| r.p50_us, 1.0, 0),
-                &col(|r| r.p99_us, 1.0, 0),
-                &col(|r| r.p999_us, 1.0, 0),
+                &col(|r| r.latency.p50_us, 1.0, 0),
+                &col(|r| r.latency.p99_us, 1.0, 0),
+                &col(|r| r.latency.p999_us, 1.0, 0),
                 &col(|r| r.server_cpu_ns_per_mb, 1e6, 1),
                 &col(|r| r.server_send_calls, 1.0, 0),
                 &col(|r| r.server_timeouts, 1.0, 0),
@@ -208,8 +208,8 @@ impl Section for QuicResult {
                 &col(|r| r.queue_delay_p99_us, 1.0, 0),
                 &col(|r| r.cpu_ns_per_mb, 1e6, 1),
                 &col(|r| r.server_cpu_ns_per_mb, 1e6, 1),
-                &col(|r| r.p50_us, 1.0, 0),
-                &col(|r| r.p99_us, 1.0, 0),
+                &col(|r| r.latency.p50_us, 1.0, 0),
+                &col(|r| r.latency.p99_us, 1.0, 0),
             ]);
         }
         page.table(table);
@@ -235,8 +235,8 @@ impl Section for QuicResult {
                     scenario,
                     stack,
                     &col(|r| r.goodput_bps, 1e6, 1),
-                    &col(|r| r.p50_us, 1.0, 0),
-                    &col(|r| r.p99_us, 1.0, 0),
+                    &col(|r| r.latency.p50_us, 1.0, 0),
+                    &col(|r| r.latency.p99_us, 1.0, 0),
                     &col(|r| r.sender_gap_stddev_us, 1.0, 1),
                     &col(|r| r.burstiness_index, 1.0, 3),
                     &col(|r| r.queue_delay_p99_us, 1.0, 0),

@@ -19,6 +19,9 @@ pub use e16::{E16, E16Row, e16};
 pub use loopback::LOOPBACK_RR;
 pub use matrix::{QuicResult, QuicRow, quic};
 
+use serde::{Deserialize, Serialize};
+use softtimer_quic::perf::ClientReport;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -329,6 +332,32 @@ fn latency_cdf_chart(path: &Path, title: &str, series: Vec<Series>) -> Result<()
 }
 
 /// Runs, for the progress estimate: (quic, e14, e16) seconds.
+/// A request's latency, µs, as the perf client measured it (each `null` in JSON where it
+/// measured nothing).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Latency {
+    /// Median.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub p50_us: f64,
+    /// 99th percentile.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    #[serde(deserialize_with = "crate::summary::num")]
+    pub p999_us: f64,
+}
+
+impl Latency {
+    /// The client's latency percentiles.
+    pub fn of(client: &ClientReport) -> Latency {
+        Latency {
+            p50_us: client.p50_us,
+            p99_us: client.p99_us,
+            p999_us: client.p999_us,
+        }
+    }
+}
+
 pub fn expected_seconds(step: &str, quick: bool) -> f64 {
     // Making the path, starting the server, the handshake, stopping.
     let per_run = 1.2;
