@@ -45,10 +45,10 @@ enum Command {
     Sink(WithJson<pace::SinkArgs>),
     /// Send minimum-size UDP datagrams at a rate (the livelock experiments' flood), in
     /// batches on a schedule; reports the rate reached.
-    Flood(WithJson<router::FloodArgs>),
+    Flood(WithJson<router::FloodOptions>),
     /// A user-space UDP router: forwards what arrives on --listen to --forward-to, in the
     /// livelock-free polling design or the 4.2BSD baseline.
-    Router(WithJson<router::RouterArgs>),
+    Router(WithJson<router::RouterOptions>),
     /// Spin for a duration (a compute-bound process) and report the share of a core it got.
     Compute(WithJson<router::ComputeArgs>),
     /// Rewrite DIR/report.md, DIR/summary.md and the plots from the JSON files a lab run

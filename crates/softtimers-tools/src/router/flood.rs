@@ -12,16 +12,20 @@ use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Span, SystemClock};
 use softtimer_rt::send_all;
 
-/// How `flood` runs.
-#[derive(Clone, Debug)]
+/// How `flood` runs: `softtimers flood`'s options.
+#[derive(clap::Args, Clone, Debug)]
 pub struct FloodOptions {
-    /// Where to send.
+    /// Where to send (`host:port`).
+    #[arg(long)]
     pub to: SocketAddr,
     /// Datagrams per second asked for.
+    #[arg(long = "rate", value_name = "RATE")]
     pub rate_pps: u64,
     /// UDP payload bytes (18: a minimum-size Ethernet frame).
+    #[arg(long, default_value_t = 18)]
     pub size: usize,
-    /// How long.
+    /// How long to send.
+    #[arg(long, default_value = "5s", value_parser = crate::parse::parse_duration)]
     pub duration: Duration,
 }
 

@@ -26,7 +26,7 @@ mod args;
 pub mod compute;
 pub mod flood;
 
-pub use args::{ComputeArgs, FloodArgs, RouterArgs};
+pub use args::ComputeArgs;
 pub use compute::{ComputeReport, compute};
 pub use flood::{FloodOptions, FloodReport, flood};
 
@@ -56,30 +56,40 @@ pub enum RouterDesign {
     Baseline,
 }
 
-/// How the router runs.
-#[derive(Clone, Debug)]
+/// How the router runs: `softtimers router`'s options.
+#[derive(clap::Args, Clone, Debug)]
 pub struct RouterOptions {
-    /// Where datagrams arrive.
+    /// Where datagrams arrive (`host:port`).
+    #[arg(long)]
     pub listen: SocketAddr,
-    /// Where they go.
+    /// Where they go (`host:port`).
+    #[arg(long)]
     pub forward_to: SocketAddr,
-    /// Which design.
+    /// The design.
+    #[arg(long, value_enum, default_value = "polling")]
     pub design: RouterDesign,
-    /// With a screening stage behind a queue.
+    /// A screening stage on the same core behind a 32-packet queue.
+    #[arg(long)]
     pub screen: bool,
-    /// Packets per turn (polling design).
+    /// Packets per polling turn (a number, or `unlimited`).
+    #[arg(long, default_value = "10", value_parser = crate::parse::parse_quota)]
     pub quota: Quota,
-    /// Per-packet forwarding work, ns.
+    /// Per-packet forwarding work, ns of busy work.
+    #[arg(long, default_value_t = 0)]
     pub work_ns: u64,
-    /// Per-packet screening work, ns (with `screen`).
+    /// Per-packet screening work, ns (with --screen).
+    #[arg(long, default_value_t = 0)]
     pub screen_ns: u64,
     /// The share of each 10 ms period packet work may use, % (polling design).
+    #[arg(long)]
     pub cpu_budget: Option<u32>,
-    /// Polling design: run the polling thread at real-time priority (`SCHED_FIFO`), above
-    /// every normal process on its core, as in-kernel packet processing is; only the CPU
-    /// budget then leaves the core's other work its share.
+    /// Polling design: run the polling thread at real-time priority (SCHED_FIFO, root),
+    /// above every normal process on its core, as in-kernel packet processing is; only the
+    /// CPU budget then leaves the core's other work its share.
+    #[arg(long)]
     pub realtime: bool,
     /// How long to run.
+    #[arg(long, default_value = "10s", value_parser = crate::parse::parse_duration)]
     pub duration: Duration,
 }
 
