@@ -297,21 +297,22 @@ fn core_rows(
         .map(|m| m.core_busy_pct.len())
         .max()
         .unwrap_or(0);
-    let mut out = Vec::new();
-    for (config, runs) in configs.iter().zip(outcomes) {
-        for core in 0..cores {
-            let (this, plain) = (busy(runs, core), busy(&outcomes[0], core));
-            let differences: Vec<f64> = this.iter().zip(&plain).map(|(a, b)| a - b).collect();
-            out.push(CoreRow {
-                design: config.map(|(d, _)| d),
-                deadline_us: config.map(|(_, us)| us),
-                core,
-                busy_pct: median(&this),
-                extra_points: median(&differences),
-            });
+    let row = |config: &Option<(DeadlineDesign, u64)>, runs: &[Measured], core: usize| {
+        let (this, plain) = (busy(runs, core), busy(&outcomes[0], core));
+        let differences: Vec<f64> = this.iter().zip(&plain).map(|(a, b)| a - b).collect();
+        CoreRow {
+            design: config.map(|(d, _)| d),
+            deadline_us: config.map(|(_, us)| us),
+            core,
+            busy_pct: median(&this),
+            extra_points: median(&differences),
         }
-    }
-    out
+    };
+    configs
+        .iter()
+        .zip(outcomes)
+        .flat_map(|(config, runs)| (0..cores).map(move |core| row(config, runs, core)))
+        .collect()
 }
 
 impl Section for E13 {
