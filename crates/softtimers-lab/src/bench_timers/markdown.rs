@@ -110,24 +110,19 @@ pub fn to_markdown(report: &TimersReport) -> String {
     }
     out += &table.finish();
     out += "\nA loop whose only work is one periodic event, by idle policy (dominated by: the cheapest policy of the same period with both a lower p99 and a lower CPU; blank: on the frontier):\n\n";
-    let mut table = Table::new(
-        "period: | policy | spin window (µs): | lateness p50 (µs): | p99 (µs): | max (µs): | loop CPU (%): | events: | backstop wake-ups: | dominated by",
-    );
-    for r in &report.idle_policy {
-        table.row(&[
-            &format!("{} µs", r.period_us),
-            &r.label(),
-            &format!("{:.1}", r.spin_window_us),
-            &format!("{:.2}", r.late_p50_us),
-            &format!("{:.1}", r.late_p99_us),
-            &format!("{:.1}", r.late_max_us),
-            &format!("{:.1}", r.cpu_pct),
-            &r.events,
-            &r.backstop_wakeups,
-            &r.dominated_by.as_deref().unwrap_or(""),
-        ]);
-    }
-    out += &table.finish();
+    out += &Table::of(&report.idle_policy)
+        .text("period:", |r| format!("{} µs", r.period_us))
+        .text("policy", |r| r.label())
+        .fixed("spin window (µs):", 1, |r| r.spin_window_us)
+        .fixed("lateness p50 (µs):", 2, |r| r.late_p50_us)
+        .fixed("p99 (µs):", 1, |r| r.late_p99_us)
+        .fixed("max (µs):", 1, |r| r.late_max_us)
+        .fixed("loop CPU (%):", 1, |r| r.cpu_pct)
+        .text("events:", |r| &r.events)
+        .text("backstop wake-ups:", |r| &r.backstop_wakeups)
+        .text("dominated by", |r| r.dominated_by.as_deref().unwrap_or(""))
+        .table()
+        .finish();
     out += "\n";
     out += &targets_table(&report.targets);
     out
