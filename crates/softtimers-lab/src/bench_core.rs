@@ -29,7 +29,7 @@ use softtimers_tools::output::{Program, Report};
 
 use crate::baselines::{self, TimerQueue};
 use crate::harness::{RunLength, pin_to_last_cpu};
-use crate::report::{Outcome, Page, Section};
+use crate::report::{Page, Section, Skippable};
 use crate::summary::{median, percentile};
 use crate::table::Table;
 use crate::targets::{Goal, TargetCheck, targets_table};
@@ -486,7 +486,7 @@ fn check_targets(report: &CoreReport, config: &CoreBenchConfig) -> Vec<TargetChe
     checks
 }
 
-impl Outcome for CoreReport {}
+impl Skippable for CoreReport {}
 
 impl Section for CoreReport {
     const FILE: &'static str = "bench_core.json";

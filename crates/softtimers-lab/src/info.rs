@@ -157,7 +157,7 @@ pub fn run() -> Info {
     }
 }
 
-impl crate::report::Outcome for Info {}
+impl crate::report::Skippable for Info {}
 
 impl crate::report::Section for Info {
     const FILE: &'static str = "info.json";

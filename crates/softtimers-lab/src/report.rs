@@ -17,7 +17,6 @@ use serde::{Deserialize, Serialize};
 
 use softtimers_tools::json::{read_json, write_json};
 
-use crate::harness::RunResult;
 use crate::table::Table;
 use crate::targets::TargetCheck;
 
@@ -92,14 +91,14 @@ impl<Row, Extra> StepResult<Row, Extra> {
 /// A step's result as written to JSON, and how its section is rendered from it.
 ///
 /// A section is its heading (`## TITLE`), then either why the step did not run (a result
-/// whose [`Outcome`] says it was skipped) or the body the step writes into a [`Page`]:
+/// that says it was skipped ([`Skippable`])) or the body the step writes into a [`Page`]:
 /// [`Section::render`] is that frame, written once here, and each step writes only its body.
 ///
 /// ```
 /// use std::fmt::Write as _;
 ///
 /// use serde::{Deserialize, Serialize};
-/// use softtimers_lab::report::{Outcome, Page, Section};
+/// use softtimers_lab::report::{Page, Section, Skippable};
 ///
 /// #[derive(Serialize, Deserialize)]
 /// struct Ping {
@@ -107,8 +106,8 @@ impl<Row, Extra> StepResult<Row, Extra> {
 ///     skipped: Option<String>,
 /// }
 ///
-/// impl Outcome for Ping {
-///     fn skipped(&self) -> Option<&str> {
+/// impl Skippable for Ping {
+///     fn not_run_because(&self) -> Option<&str> {
 ///         self.skipped.as_deref()
 ///     }
 /// }
@@ -128,7 +127,7 @@ impl<Row, Extra> StepResult<Row, Extra> {
 /// let not_run = Ping { rtt_us: 0.0, skipped: Some("no root".into()) };
 /// assert_eq!(not_run.render(dir).unwrap().markdown, "## Ping\n\nNot run here: no root.\n");
 /// ```
-pub trait Section: Outcome + Serialize + DeserializeOwned {
+pub trait Section: Skippable + Serialize + DeserializeOwned {
     /// The file in the output directory (`e1.json`, ...).
     const FILE: &'static str;
     /// The section's heading, without its `## `.
@@ -140,7 +139,7 @@ pub trait Section: Outcome + Serialize + DeserializeOwned {
     /// The Markdown section, with the plots drawn into `dir`.
     fn render(&self, dir: &Path) -> Result<Rendered> {
         let heading = format!("## {}\n\n", Self::TITLE);
-        if let Some(why) = self.skipped() {
+        if let Some(why) = self.not_run_because() {
             return Ok(Rendered::text(format!("{heading}Not run here: {why}.\n")));
         }
         let mut page = Page {
@@ -158,24 +157,22 @@ pub trait Section: Outcome + Serialize + DeserializeOwned {
 
 /// Whether a result holds a run. A step that can be skipped here (not root, a tool missing)
 /// says why, and its section says only that; a step that always runs keeps the default.
-pub trait Outcome {
+pub trait Skippable {
     /// Why the step did not run here, if it did not.
-    fn skipped(&self) -> Option<&str> {
+    fn not_run_because(&self) -> Option<&str> {
         None
     }
 }
 
-impl<Row, Extra> Outcome for StepResult<Row, Extra> {
-    fn skipped(&self) -> Option<&str> {
+impl<Row, Extra> Skippable for StepResult<Row, Extra> {
+    fn not_run_because(&self) -> Option<&str> {
         self.skipped.as_deref()
     }
 }
 
-impl<Row, Extra> Outcome for RunResult<Row, Extra> {}
-
 /// A section being written: its Markdown so far and the plots it drew. Drawing a plot through
-/// [`Page::plot`] is what lists it in the [`Rendered`] section, so that every plot a section
-/// links is one it wrote.
+/// [`Page::plot`] is what lists it in the [`Rendered`] section, whose plots are checked to
+/// exist once the section is rendered.
 pub struct Page<'a> {
     md: String,
     dir: &'a Path,
@@ -338,6 +335,6 @@ mod tests {
             r#"{"mode": "full", "skipped": "no root", "rows": [], "targets": []}"#,
         )
         .unwrap();
-        assert_eq!(plain.skipped(), Some("no root"));
+        assert_eq!(plain.not_run_because(), Some("no root"));
     }
 }

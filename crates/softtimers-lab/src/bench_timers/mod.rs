@@ -32,7 +32,7 @@ use softtimers_tools::output::{Program, Report};
 use crate::harness::{
     RunLength, TimerSource, interleaved, interval_label, per_config, pin_to_last_cpu,
 };
-use crate::report::{Outcome, Page, Section};
+use crate::report::{Page, Section, Skippable};
 use crate::summary::{median, paired_ratios, range};
 use crate::targets::{Goal, TargetCheck, soft_vs_hardware_targets};
 use idle::*;
@@ -490,7 +490,7 @@ impl Report for TimersReport {
     }
 }
 
-impl Outcome for TimersReport {}
+impl Skippable for TimersReport {}
 
 impl Section for TimersReport {
     const FILE: &'static str = "bench_timers.json";

@@ -51,14 +51,14 @@ pub struct CostRow {
 crate::timer_cost_row!(CostRow);
 
 /// E1's result (`e1.json`).
-pub type E1 = RunResult<CostRow, Baseline>;
+pub type E1 = RunResult<CostRow, E1Extra>;
 
 /// E2's result (`e2.json`).
 pub type E2 = RunResult<CostRow, E2Extra>;
 
 /// What E1 records beside its rows: the run without events.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Baseline {
+pub struct E1Extra {
     /// Throughput without events, req/s (median of rounds).
     #[serde(deserialize_with = "crate::summary::num")]
     pub baseline_rps: f64,
@@ -231,7 +231,7 @@ pub fn e1(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     }
     Ok(E1 {
         run,
-        extra: Baseline { baseline_rps },
+        extra: E1Extra { baseline_rps },
         rows,
         targets,
     })

@@ -81,11 +81,11 @@ pub struct IntervalRow {
 }
 
 /// E3's result (`e3.json`).
-pub type E3 = RunResult<IntervalRow, Cdf>;
+pub type E3 = RunResult<IntervalRow, E3Extra>;
 
 /// What E3 records beside its rows: the interval CDF of each workload (the plot).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Cdf {
+pub struct E3Extra {
     /// The CDF of each workload's intervals.
     pub cdf: Vec<Series>,
 }
@@ -231,7 +231,7 @@ pub fn e3(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<(
     ];
     let result = E3 {
         run: RunInfo::new(options, options.length.trace_run(), 1),
-        extra: Cdf { cdf },
+        extra: E3Extra { cdf },
         rows,
         targets,
     };

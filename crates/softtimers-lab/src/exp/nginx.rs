@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::harness::{
     CLIENT_CPU, Client, ExpOptions, RunInfo, Setup, Workload, pin_process, pin_to, run, server_cpu,
 };
-use crate::report::{Outcome, Page, Section};
+use crate::report::{Page, Section, Skippable};
 use crate::summary::median;
 use crate::table::Table;
 use softtimers_tools::http::{file_body, run_load};
@@ -211,7 +211,7 @@ pub fn compare(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Res
 }
 
 /// A run without nginx says so in its own words ("Not measured"), in its body.
-impl Outcome for Nginx {}
+impl Skippable for Nginx {}
 
 impl Section for Nginx {
     const FILE: &'static str = "nginx.json";

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use softtimers_tools::cpu::{CLIENT_CPU, server_cpu};
 
 use super::{Client, RunLength};
-use crate::report::NoExtra;
+use crate::report::{NoExtra, Skippable};
 use crate::targets::TargetCheck;
 
 /// What an experiment needs to know about the lab run it is part of.
@@ -51,10 +51,14 @@ pub struct RunResult<Row, Extra = NoExtra> {
     pub extra: Extra,
     /// One row per measured configuration.
     pub rows: Vec<Row>,
-    /// The targets against this run (none for an experiment that only reports).
-    #[serde(default)]
+    /// The targets against this run (none, and no `targets` in the JSON, for an experiment
+    /// that only reports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<TargetCheck>,
 }
+
+/// A result made of server runs always ran.
+impl<Row, Extra> Skippable for RunResult<Row, Extra> {}
 
 impl<Row> RunResult<Row> {
     /// The result of throughput runs made in the lab run `options`.

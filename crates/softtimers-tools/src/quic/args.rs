@@ -138,6 +138,8 @@ mod tests {
     #[test]
     fn quinn_plain_takes_quinns_defaults_and_refuses_the_lab_s_tuning() {
         assert_eq!(common(&[]).window, super::super::DEFAULT_WINDOW);
+        assert!(common(&[]).tail_probe, "on unless --no-tail-probe");
+        assert!(!common(&["--no-tail-probe"]).tail_probe);
         assert!(common(&["--stack", "quinn-plain"]).tuning().is_ok());
         for flags in [
             &["--window", "1M"][..],

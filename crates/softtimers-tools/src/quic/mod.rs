@@ -152,7 +152,12 @@ pub struct Common {
     /// `--no-tail-probe`): a PING two smoothed RTTs, and an allowance learned from the
     /// peer's late ACKs, after the last data or ACK while data is unacknowledged, which finds
     /// a lost last packet in about an RTT instead of quinn's probe timeout of 25 ms and more.
-    #[arg(long = "no-tail-probe", action = clap::ArgAction::SetFalse)]
+    #[arg(
+        long = "no-tail-probe",
+        action = clap::ArgAction::SetFalse,
+        help = "Turn off the soft-timer driver's tail-loss probe (a PING two smoothed RTTs, and an allowance learned from the peer's late ACKs, after the last data or ACK while data is unacknowledged, which finds a lost last packet in about an RTT instead of quinn's probe timeout of 25 ms and more)",
+        long_help = None
+    )]
     pub tail_probe: bool,
     /// Run path MTU discovery, as quinn does by default (the QUIC stacks but quinn-plain,
     /// which always does; off: every datagram is 1200 bytes, as in the lab's path runs).

@@ -61,11 +61,11 @@ pub struct PacingOverheadRow {
 }
 
 /// E6's result (`e6.json`).
-pub type E6 = RunResult<PacingOverheadRow, NoFlow>;
+pub type E6 = RunResult<PacingOverheadRow, E6Extra>;
 
 /// What E6 records beside its rows: the server's throughput without a flow.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NoFlow {
+pub struct E6Extra {
     /// Throughput with no flow, req/s (median of rounds).
     #[serde(deserialize_with = "crate::summary::num")]
     pub no_flow_rps: f64,
@@ -157,7 +157,7 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
     ];
     Ok(E6 {
         run: RunInfo::throughput(options),
-        extra: NoFlow {
+        extra: E6Extra {
             no_flow_rps: median(&rates[0]),
         },
         rows,

@@ -178,9 +178,12 @@ pub(super) fn loopback_targets(rows: &[QuicRow]) -> Vec<TargetCheck> {
                 |r| r.scenario == LOOPBACK_RR && r.stack == "quinn-plain",
                 |r| r.latency.p50_us,
             ));
-            TargetCheck::new(format!(
-                    "loopback request/response p50, 2,000 × 10 KB, stock-quinn client: {stack} / quinn-plain server"
-                ), Goal::at_most(bound, goal), m, crate::paper::ANCHOR_STOCK_QUINN)
+            let name = format!(
+                "loopback request/response p50, 2,000 × 10 KB, stock-quinn client: \
+                 {stack} / quinn-plain server"
+            );
+            let goal = Goal::at_most(bound, goal);
+            TargetCheck::new(name, goal, m, crate::paper::ANCHOR_STOCK_QUINN)
         })
         .collect()
 }

@@ -331,7 +331,6 @@ fn latency_cdf_chart(path: &Path, title: &str, series: Vec<Series>) -> Result<()
     )
 }
 
-/// Runs, for the progress estimate: (quic, e14, e16) seconds.
 /// A request's latency, µs, as the perf client measured it (each `null` in JSON where it
 /// measured nothing).
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -358,6 +357,7 @@ impl Latency {
     }
 }
 
+/// Runs, for the progress estimate: (quic, e14, e16) seconds.
 pub fn expected_seconds(step: &str, quick: bool) -> f64 {
     // Making the path, starting the server, the handshake, stopping.
     let per_run = 1.2;

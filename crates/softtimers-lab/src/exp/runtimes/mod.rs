@@ -449,14 +449,17 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
         {
             let p99 = ratio(d.late_p99_us, smol.late_p99_us);
             let cpu = ratio(d.cpu_ns_per_op, smol.cpu_ns_per_op);
-            out.push(TargetCheck::new(format!(
-                    "sleep(100 µs), default precision ({default}): the larger of lateness p99 / smol's and CPU per sleep / smol's"
-                ), Goal::at_most(1.0, "≤ 1.0 (each figure at most smol's)"), // Unmeasured if either is: `f64::max` would pass over a NaN.
-                if p99.is_nan() || cpu.is_nan() {
-                    f64::NAN
-                } else {
-                    p99.max(cpu)
-                }, ANCHOR));
+            let name = format!(
+                "sleep(100 µs), default precision ({default}): the larger of lateness p99 / smol's and CPU per sleep / smol's"
+            );
+            // Unmeasured if either is: `f64::max` would pass over a NaN.
+            let larger = if p99.is_nan() || cpu.is_nan() {
+                f64::NAN
+            } else {
+                p99.max(cpu)
+            };
+            let goal = Goal::at_most(1.0, "≤ 1.0 (each figure at most smol's)");
+            out.push(TargetCheck::new(name, goal, larger, ANCHOR));
         }
     }
     let w = udp::PACED_UDP;
