@@ -163,11 +163,9 @@ pub struct TimersReport {
     /// Runs per configuration (rounds).
     pub runs: usize,
     /// A run slower than this was cut short, s (absent in older reports).
-    #[serde(default)]
     pub max_run_s: Option<f64>,
     /// After this many runs cut short a configuration was not run again (absent in older
     /// reports).
-    #[serde(default)]
     pub cut_runs_enough: Option<usize>,
     /// The CPU the loop thread was pinned to.
     pub pinned_cpu: Option<usize>,
