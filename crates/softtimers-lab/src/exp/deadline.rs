@@ -308,6 +308,7 @@ fn core_rows(
             extra_points: median(&differences),
         }
     };
+    let row = &row;
     configs
         .iter()
         .zip(outcomes)
