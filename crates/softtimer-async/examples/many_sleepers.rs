@@ -1,11 +1,14 @@
-//! Many tasks each sleeping a random 100 µs–10 ms in a loop on one runtime thread: how many
-//! timers fired and the CPU per fire.
+//! Many tasks each sleeping in a loop on one runtime thread: how many timers fired, the CPU
+//! per fire and the lateness.
 //!
 //! ```sh
 //! cargo run --release -p softtimer-async --example many_sleepers -- 10000 2
+//! cargo run --release -p softtimer-async --example many_sleepers -- 4000 3 10000
 //! ```
 //!
-//! Arguments (optional): tasks (default 10,000), seconds (default 2).
+//! Arguments (optional): tasks (default 10,000), seconds (default 2), and a period in µs. Without
+//! a period each task sleeps a random 100 µs–10 ms at a time; with one, every task sleeps
+//! until the same next multiple of the period, so that all their timers fall due together.
 
 use std::time::{Duration, Instant};
 
@@ -16,41 +19,54 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let tasks: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let seconds: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2.0);
+    let period: Option<Duration> = args
+        .get(2)
+        .and_then(|a| a.parse().ok())
+        .map(Duration::from_micros);
     let rt = Runtime::new().expect("a runtime");
     let cpu_before = process_cpu();
-    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(seconds);
     let handles: Vec<_> = (0..tasks)
         .map(|i| {
             rt.spawn_local(async move {
                 // A small xorshift: the sleeps differ per task and per round.
                 let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-                let mut fires = 0u64;
-                loop {
+                let mut late = Vec::new();
+                for round in 1u32.. {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    let deadline = Instant::now() + Duration::from_micros(100 + x % 9_901);
+                    let deadline = match period {
+                        Some(p) => start + p * round,
+                        None => Instant::now() + Duration::from_micros(100 + x % 9_901),
+                    };
                     if deadline > end {
-                        return fires;
+                        break;
                     }
                     sleep_until(deadline).await;
-                    fires += 1;
+                    late.push(Instant::now() - deadline);
                 }
+                late
             })
         })
         .collect();
-    let fires: u64 = rt.block_on(async move {
-        let mut sum = 0;
+    let mut late: Vec<Duration> = rt.block_on(async move {
+        let mut all = Vec::new();
         for h in handles {
-            sum += h.await.unwrap();
+            all.extend(h.await.unwrap());
         }
-        sum
+        all
     });
     let cpu = process_cpu() - cpu_before;
     let stats = rt.stats();
+    let fires = late.len().max(1);
+    late.sort_unstable();
     println!(
-        "{tasks} tasks, {fires} fires in {seconds} s: CPU {:.0} ns per fire; {:.3} polls, {:.4} parks, {:.4} blocked parks per fire",
+        "{tasks} tasks, {fires} fires in {seconds} s: CPU {:.0} ns per fire; late p50 {:?}, p99 {:?}; {:.3} polls, {:.4} parks, {:.4} blocked parks per fire",
         cpu.as_nanos() as f64 / fires as f64,
+        late.get(fires / 2).copied().unwrap_or_default(),
+        late.get(fires * 99 / 100).copied().unwrap_or_default(),
         stats.polls as f64 / fires as f64,
         stats.parks as f64 / fires as f64,
         stats.blocked_parks as f64 / fires as f64,

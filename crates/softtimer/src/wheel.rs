@@ -19,7 +19,9 @@
 //! about 30 ns on a 2 GHz TSC) and new events are usually the latest. A higher slot is
 //! "cascaded" (its events re-inserted relative to the new `elapsed`, landing at lower
 //! levels) when the time reaches its start. Each event cascades at most ten times in its
-//! life, so expiry is amortised O(1).
+//! life, so expiry is amortised O(1). A cascade that would walk far to keep a level-0 slot
+//! in order (thousands of events due within one slot, arriving in random order) appends
+//! instead and sorts the slot once, so a crowd costs O(n log n), not O(n²).
 //!
 //! Nodes live in a slab owned by the caller and carry two sets of links, so that two wheels
 //! (due times and deadlines) can index the same nodes without allocating. Slot lists are
@@ -36,6 +38,9 @@ const SLOTS: usize = 1 << BITS;
 const SLOT_MASK: u64 = SLOTS as u64 - 1;
 /// 11 × 6 bits ≥ 64 bits: the wheel spans every u64 time.
 pub(crate) const LEVELS: usize = 11;
+/// The longest walk from a level-0 slot's tail a cascade makes to insert a node in order;
+/// past it, the node is appended and the slot sorted when the cascade ends.
+const CASCADE_WALK: usize = 8;
 
 /// One wheel's intrusive links in a node: the node's time in that wheel and its neighbours
 /// in a doubly linked slot list (`NIL` at the ends).
@@ -101,6 +106,8 @@ pub(crate) struct Wheel {
     shift: u32,
     nonempty_levels: u16,
     occupied: [u64; LEVELS],
+    /// A cascade's sort buffer (kept, so that sorting allocates only while it grows).
+    scratch: Vec<(u64, u32, u32)>,
 }
 
 /// The level at which an event due at wheel tick `when` sits when the wheel's time is
@@ -141,6 +148,7 @@ impl Wheel {
             shift: shift.min(32),
             nonempty_levels: 0,
             occupied: [0; LEVELS],
+            scratch: Vec::new(),
         }
     }
 
@@ -313,31 +321,109 @@ impl Wheel {
 
     /// Re-inserts every node of a slot relative to the (just advanced) wheel time, in list
     /// (schedule) order, so that events due at the same tick keep their order. Only called
-    /// when every lower level is empty.
+    /// when every lower level is empty, so the level-0 slots it fills hold only its nodes.
+    ///
+    /// A node bound for level 0 is inserted in order if its place is a few nodes from the
+    /// slot's tail (the usual case), and otherwise appended, the slot then sorted once at
+    /// the end. Many events due within a few nanoseconds of each other (deadlines computed
+    /// alike, mapped from slightly different clock readings) reach one slot in random order:
+    /// an ordered insert each would walk the slot, O(n²) for the cascade, where the sort is
+    /// O(n log n).
     fn cascade<E>(&mut self, nodes: &mut [Node<E>], level: usize, slot: usize) {
+        let w = self.link;
         let mut cur = self.slots[level][slot].head;
         self.slots[level][slot].head = NIL;
         self.slots[level][slot].tail = NIL;
         self.clear_bit(level, slot);
+        let now_w = self.elapsed >> self.shift;
+        // Level-0 slots that received a node due before their tail.
+        let mut unsorted = 0u64;
         while cur != NIL {
-            let next = nodes[cur as usize].links[self.link].next;
+            let next = nodes[cur as usize].links[w].next;
             self.len -= 1;
-            self.insert(nodes, cur);
+            let when = nodes[cur as usize].links[w].when;
+            let when_w = when.max(self.elapsed) >> self.shift;
+            let to = level_for(now_w, when_w);
+            let to_slot = slot_for(when_w, to);
+            if to > 0 {
+                self.push_back(nodes, to, to_slot, cur);
+            } else if unsorted & (1 << to_slot) != 0
+                || !self.insert_ordered_within(nodes, to_slot, cur, when, CASCADE_WALK)
+            {
+                self.push_back(nodes, 0, to_slot, cur);
+                unsorted |= 1 << to_slot;
+            }
             cur = next;
         }
+        while unsorted != 0 {
+            self.sort_slot(nodes, unsorted.trailing_zeros() as usize);
+            unsorted &= unsorted - 1;
+        }
+    }
+
+    /// Relinks level-0 `slot` in due-time order (ties in list order).
+    fn sort_slot<E>(&mut self, nodes: &mut [Node<E>], slot: usize) {
+        let w = self.link;
+        let mut order = std::mem::take(&mut self.scratch);
+        order.clear();
+        let mut cur = self.slots[0][slot].head;
+        while cur != NIL {
+            let link = &nodes[cur as usize].links[w];
+            // The list position breaks ties, so the unstable sort keeps their order.
+            order.push((link.when, order.len() as u32, cur));
+            cur = link.next;
+        }
+        order.sort_unstable();
+        let mut prev = NIL;
+        for &(_, _, idx) in &order {
+            {
+                let link = &mut nodes[idx as usize].links[w];
+                link.prev = prev;
+                link.next = NIL;
+            }
+            if prev == NIL {
+                self.slots[0][slot].head = idx;
+            } else {
+                nodes[prev as usize].links[w].next = idx;
+            }
+            prev = idx;
+        }
+        self.slots[0][slot].tail = prev;
+        self.scratch = order;
     }
 
     /// Inserts into a level-0 slot keeping due-time order (ties in insertion order). New
     /// events usually go last, so the walk from the tail is short.
     #[inline(always)]
     fn insert_ordered<E>(&mut self, nodes: &mut [Node<E>], slot: usize, idx: u32, when: u64) {
+        let inserted = self.insert_ordered_within(nodes, slot, idx, when, usize::MAX);
+        debug_assert!(inserted);
+    }
+
+    /// [`Wheel::insert_ordered`] if its place is at most `max_walk` nodes from the tail;
+    /// otherwise inserts nothing and returns false.
+    #[inline(always)]
+    fn insert_ordered_within<E>(
+        &mut self,
+        nodes: &mut [Node<E>],
+        slot: usize,
+        idx: u32,
+        when: u64,
+        max_walk: usize,
+    ) -> bool {
         let w = self.link;
         let mut after = self.slots[0][slot].tail;
+        let mut walked = 0;
         while after != NIL && nodes[after as usize].links[w].when > when {
+            if walked == max_walk {
+                return false;
+            }
+            walked += 1;
             after = nodes[after as usize].links[w].prev;
         }
         if after == self.slots[0][slot].tail {
-            return self.push_back(nodes, 0, slot, idx);
+            self.push_back(nodes, 0, slot, idx);
+            return true;
         }
         // `after` is NIL (new head) or a node with a successor.
         let next = if after == NIL {
@@ -358,6 +444,7 @@ impl Wheel {
         }
         nodes[idx as usize].loc[w] = slot as u16;
         self.len += 1;
+        true
     }
 
     #[inline(always)]
@@ -508,6 +595,30 @@ mod tests {
             busy.pop_due_or_next(&mut more, 300_000),
             Ok((1, Some(u64::MAX)))
         );
+    }
+
+    #[test]
+    fn a_crowded_slot_cascades_into_exact_order() {
+        // 5,000 events due within 61 ticks of 1 << 20, one level-0 slot of 64 ticks,
+        // scheduled in scrambled order, with ties: they sit in one higher slot, and cascade
+        // into level 0 in exact order, ties in schedule order.
+        let base = 1u64 << 20;
+        let whens: Vec<u64> = (0..5_000u64).map(|i| base + (i * 7_919) % 61).collect();
+        let mut nodes: Vec<Node<()>> = whens.iter().map(|&w| node(w)).collect();
+        let mut wheel = Wheel::new(0, 6, 0);
+        for i in 0..nodes.len() as u32 {
+            wheel.insert(&mut nodes, i);
+        }
+        assert_ne!(nodes[0].loc[0] >> BITS, 0, "scheduled above level 0");
+        assert_eq!(wheel.pop_due(&mut nodes, base - 1), None);
+        let mut popped = vec![];
+        while let Some(i) = wheel.pop_due(&mut nodes, base + 64) {
+            popped.push(i);
+        }
+        let mut expected: Vec<u32> = (0..5_000).collect();
+        expected.sort_by_key(|&i| whens[i as usize]); // stable: ties by index
+        assert_eq!(popped, expected);
+        assert_eq!(wheel.len(), 0);
     }
 
     #[test]
