@@ -6,9 +6,10 @@
 //! cargo run --release -p softtimer-async --example many_sleepers -- 4000 3 10000
 //! ```
 //!
-//! Arguments (optional): tasks (default 10,000), seconds (default 2), and a period in µs. Without
-//! a period each task sleeps a random 100 µs–10 ms at a time; with one, every task sleeps
-//! until the same next multiple of the period, so that all their timers fall due together.
+//! Arguments (optional): tasks (default 10,000), seconds (default 2), and a period in µs (more
+//! than 0). Without a period each task sleeps a random 100 µs–10 ms at a time; with one, every
+//! task sleeps until `start + k × period` for k = 1, 2, …, so that all their timers fall due
+//! together (a task that falls behind takes the deadlines it missed at once).
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,7 @@ fn main() {
     let period: Option<Duration> = args
         .get(2)
         .and_then(|a| a.parse().ok())
+        .filter(|&us: &u64| us > 0)
         .map(Duration::from_micros);
     let rt = Runtime::new().expect("a runtime");
     let cpu_before = process_cpu();
@@ -30,7 +32,7 @@ fn main() {
     let handles: Vec<_> = (0..tasks)
         .map(|i| {
             rt.spawn_local(async move {
-                // A small xorshift: the sleeps differ per task and per round.
+                // A small xorshift: without a period, the sleeps differ per task and round.
                 let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
                 let mut late = Vec::new();
                 for round in 1u32.. {
@@ -60,16 +62,17 @@ fn main() {
     });
     let cpu = process_cpu() - cpu_before;
     let stats = rt.stats();
-    let fires = late.len().max(1);
+    let fires = late.len();
+    let per_fire = fires.max(1) as f64;
     late.sort_unstable();
     println!(
         "{tasks} tasks, {fires} fires in {seconds} s: CPU {:.0} ns per fire; late p50 {:?}, p99 {:?}; {:.3} polls, {:.4} parks, {:.4} blocked parks per fire",
-        cpu.as_nanos() as f64 / fires as f64,
+        cpu.as_nanos() as f64 / per_fire,
         late.get(fires / 2).copied().unwrap_or_default(),
         late.get(fires * 99 / 100).copied().unwrap_or_default(),
-        stats.polls as f64 / fires as f64,
-        stats.parks as f64 / fires as f64,
-        stats.blocked_parks as f64 / fires as f64,
+        stats.polls as f64 / per_fire,
+        stats.parks as f64 / per_fire,
+        stats.blocked_parks as f64 / per_fire,
     );
 }
 

@@ -1,7 +1,7 @@
 //! A hierarchical timing wheel (Varghese & Lauck, scheme 7) over an external slab of nodes.
 //!
-//! The wheel counts in *wheel ticks* of `2^shift` clock ticks (about half a microsecond by
-//! default). Level `l` has 64 slots of 64^l wheel ticks each; eleven levels cover every
+//! The wheel counts in *wheel ticks* of `2^shift` clock ticks (about 30 ns by default, the
+//! facility's choice). Level `l` has 64 slots of 64^l wheel ticks each; eleven levels cover every
 //! 64-bit time, so no event is ever "beyond the span" and none has to be clamped (and so
 //! fired early). An event sits at the level of the highest bit in which its due time differs
 //! from the wheel's current time (`elapsed`), in wheel ticks, which gives the invariant the
@@ -106,8 +106,6 @@ pub(crate) struct Wheel {
     shift: u32,
     nonempty_levels: u16,
     occupied: [u64; LEVELS],
-    /// A cascade's sort buffer (kept, so that sorting allocates only while it grows).
-    scratch: Vec<(u64, u32, u32)>,
 }
 
 /// The level at which an event due at wheel tick `when` sits when the wheel's time is
@@ -148,7 +146,6 @@ impl Wheel {
             shift: shift.min(32),
             nonempty_levels: 0,
             occupied: [0; LEVELS],
-            scratch: Vec::new(),
         }
     }
 
@@ -336,7 +333,8 @@ impl Wheel {
         self.slots[level][slot].tail = NIL;
         self.clear_bit(level, slot);
         let now_w = self.elapsed >> self.shift;
-        // Level-0 slots that received a node due before their tail.
+        // Level-0 slots where an ordered insert gave up (a walk past `CASCADE_WALK`): appended
+        // to from then on, and sorted at the end.
         let mut unsorted = 0u64;
         while cur != NIL {
             let next = nodes[cur as usize].links[w].next;
@@ -361,11 +359,12 @@ impl Wheel {
         }
     }
 
-    /// Relinks level-0 `slot` in due-time order (ties in list order).
+    /// Relinks level-0 `slot` in due-time order (ties in list order). It allocates its
+    /// buffer: only a crowd (a walk past `CASCADE_WALK`) comes here, and the wheel stays the
+    /// size its callers lay out around.
     fn sort_slot<E>(&mut self, nodes: &mut [Node<E>], slot: usize) {
         let w = self.link;
-        let mut order = std::mem::take(&mut self.scratch);
-        order.clear();
+        let mut order: Vec<(u64, u32, u32)> = Vec::with_capacity(2 * CASCADE_WALK);
         let mut cur = self.slots[0][slot].head;
         while cur != NIL {
             let link = &nodes[cur as usize].links[w];
@@ -389,7 +388,6 @@ impl Wheel {
             prev = idx;
         }
         self.slots[0][slot].tail = prev;
-        self.scratch = order;
     }
 
     /// Inserts into a level-0 slot keeping due-time order (ties in insertion order). New
@@ -600,13 +598,15 @@ mod tests {
     #[test]
     fn a_crowded_slot_cascades_into_exact_order() {
         // 5,000 events due within 61 ticks of 1 << 20, one level-0 slot of 64 ticks,
-        // scheduled in scrambled order, with ties: they sit in one higher slot, and cascade
-        // into level 0 in exact order, ties in schedule order.
+        // scheduled in scrambled order (and not in slab order), with ties: they sit in one
+        // higher slot, and cascade into level 0 in exact order, ties in schedule order.
         let base = 1u64 << 20;
-        let whens: Vec<u64> = (0..5_000u64).map(|i| base + (i * 7_919) % 61).collect();
+        let n = 5_000u32;
+        let whens: Vec<u64> = (0..u64::from(n)).map(|i| base + (i * 7_919) % 61).collect();
         let mut nodes: Vec<Node<()>> = whens.iter().map(|&w| node(w)).collect();
         let mut wheel = Wheel::new(0, 6, 0);
-        for i in 0..nodes.len() as u32 {
+        let schedule: Vec<u32> = (0..n).map(|i| (i * 3_001) % n).collect();
+        for &i in &schedule {
             wheel.insert(&mut nodes, i);
         }
         assert_ne!(nodes[0].loc[0] >> BITS, 0, "scheduled above level 0");
@@ -615,8 +615,8 @@ mod tests {
         while let Some(i) = wheel.pop_due(&mut nodes, base + 64) {
             popped.push(i);
         }
-        let mut expected: Vec<u32> = (0..5_000).collect();
-        expected.sort_by_key(|&i| whens[i as usize]); // stable: ties by index
+        let mut expected = schedule.clone();
+        expected.sort_by_key(|&i| whens[i as usize]); // stable: ties in schedule order
         assert_eq!(popped, expected);
         assert_eq!(wheel.len(), 0);
     }
