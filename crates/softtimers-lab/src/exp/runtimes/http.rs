@@ -27,9 +27,9 @@ use hyper::Response;
 use softtimer_async::{Precision, Runtime, TcpListener};
 use softtimers_tools::cpu::{pin_to, process_cpu_ns, server_cpu, thread_cpu_ns};
 
-use super::{ANCHOR, AsyncRow, AsyncWorkload, RuntimeKind, find, ratio};
+use super::{ANCHOR, AsyncRow, AsyncWorkload, RuntimeKind, find, over_rounds, ratio};
 use crate::harness::{Client, ExpOptions, Workload, check_client, run_client};
-use crate::summary::{median, paired_ratios, range};
+use crate::summary::{median, paired_ratios};
 use crate::targets::{Goal, TargetCheck};
 
 /// The workload's name.
@@ -392,22 +392,10 @@ pub fn one_core_target(rows: &[AsyncRow]) -> Option<TargetCheck> {
     let soft = find(rows, HYPER_1CORE, RuntimeKind::Soft)?;
     let tokio = find(rows, HYPER_1CORE, RuntimeKind::TokioCt)?;
     let ratios = paired_ratios(&soft.ops_per_s_rounds, &tokio.ops_per_s_rounds);
-    let (measured, name) = if ratios.is_empty() {
-        // A report from before the rounds: its one run each.
-        (
-            ratio(soft.ops_per_s, tokio.ops_per_s),
-            "hyper HTTP/1.1 keep-alive requests/s on one core: soft / tokio-ct".to_string(),
-        )
-    } else {
-        let (lo, hi) = range(&ratios);
-        (
-            median(&ratios),
-            format!(
-                "hyper HTTP/1.1 keep-alive requests/s on one core: soft / tokio-ct (median of {} interleaved rounds, per-round range {lo:.2}-{hi:.2})",
-                ratios.len()
-            ),
-        )
-    };
+    let name = "hyper HTTP/1.1 keep-alive requests/s on one core: soft / tokio-ct";
+    // A report from before the rounds: its one run each.
+    let (measured, name) = over_rounds(name, &ratios)
+        .unwrap_or_else(|| (ratio(soft.ops_per_s, tokio.ops_per_s), name.to_string()));
     Some(TargetCheck::new(
         name,
         Goal::at_least(0.97, "≥ 0.97"),

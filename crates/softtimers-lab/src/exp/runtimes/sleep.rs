@@ -1,7 +1,7 @@
 //! Timer lateness: one task sleeping 20 µs, 100 µs or 1 ms in a loop (the test of tokio's
 //! timer-precision report),
 //! one task ticking an `interval` at 100 µs or 1 ms, and 10,000 tasks each sleeping
-//! 100 µs–10 ms at random in a loop.
+//! 100 µs–10 ms at random in a loop (the runtimes interleaved in rounds).
 
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -13,6 +13,7 @@ use softtimer_async::{Precision, Runtime};
 use softtimers_tools::cpu::{pin_to, server_cpu};
 
 use super::{AsyncRow, AsyncWorkload, RuntimeKind, precisions, with_cpu};
+use crate::summary::median;
 
 /// The one-task workload the targets read.
 pub const SLEEP_100US: AsyncWorkload = AsyncWorkload::Sleep100us;
@@ -64,8 +65,14 @@ fn timers(workload: AsyncWorkload, quick: bool) -> usize {
     if workload == SLEEP_100US { 3 * n } else { n }
 }
 
+/// One runtime's run in a round of the many-task workload.
 fn tasks_run(quick: bool) -> Duration {
-    Duration::from_millis(if quick { 1_000 } else { 5_000 })
+    Duration::from_millis(if quick { 600 } else { 1_600 })
+}
+
+/// Rounds of the many-task workload: every runtime runs once in each.
+fn tasks_rounds(quick: bool) -> usize {
+    if quick { 2 } else { 3 }
 }
 
 /// About how long the one-task rows take, s: each runtime's timers at their period, tokio's
@@ -85,7 +92,8 @@ pub fn sleep_seconds(quick: bool) -> f64 {
 
 /// About how long the many-task rows take, s.
 pub fn tasks_seconds(quick: bool) -> f64 {
-    3.0 * (tasks_run(quick).as_secs_f64() + 0.3)
+    let runs = tasks_rounds(quick) * TASK_RUNTIMES.len();
+    runs as f64 * (tasks_run(quick).as_secs_f64() + 0.3)
 }
 
 /// About how long both take, s.
@@ -269,72 +277,107 @@ fn tasks_row(
     row
 }
 
-/// `sleep-10k-tasks`: soft at its default precision, tokio current_thread, smol.
+/// The runtimes of the many-task workload, in the order of its first round.
+const TASK_RUNTIMES: [RuntimeKind; 3] =
+    [RuntimeKind::Soft, RuntimeKind::TokioCt, RuntimeKind::Smol];
+
+/// `sleep-10k-tasks`: soft at its default precision, tokio current_thread and smol, each once
+/// a round, the order rotating from round to round so that a host's drift falls on every
+/// runtime alike. A runtime's row holds the medians over its rounds (the largest lateness
+/// over all), and each round's CPU per fire and lateness p99, round by round.
 pub fn sleep_10k_tasks(quick: bool) -> Result<Vec<AsyncRow>> {
     let run = tasks_run(quick);
     let _pin = pin_to(server_cpu());
-    let mut rows = Vec::new();
+    let mut per_runtime: [Vec<AsyncRow>; 3] = Default::default();
+    for round in 0..tasks_rounds(quick) {
+        for k in 0..TASK_RUNTIMES.len() {
+            let i = (round + k) % TASK_RUNTIMES.len();
+            per_runtime[i].push(tasks_once(TASK_RUNTIMES[i], run)?);
+        }
+    }
+    Ok(per_runtime.into_iter().filter_map(median_row).collect())
+}
 
-    let precision = Precision::default();
-    let rt = soft_runtime(precision)?;
-    rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
-    let (lates, cpu) = with_cpu(|| {
-        let end = Instant::now() + run;
-        let handles: Vec<_> = (0..TASKS as u64)
-            .map(|i| rt.spawn_local(sleeper(i, end, |at| softtimer_async::time::sleep_until(at))))
-            .collect();
-        rt.block_on(async move {
-            let mut out = Vec::with_capacity(handles.len());
-            for h in handles {
-                out.push(h.await.expect("a sleeper does not panic"));
-            }
-            out
-        })
-    });
-    rows.push(tasks_row(
-        RuntimeKind::Soft,
-        Some(precision),
-        lates,
-        cpu,
-        run,
-    ));
-    drop(rt);
-
-    let rt = tokio_ct()?;
-    let (lates, cpu) = with_cpu(|| {
-        rt.block_on(async {
-            let end = Instant::now() + run;
-            let handles: Vec<_> = (0..TASKS as u64)
-                .map(|i| tokio::spawn(sleeper(i, end, |at| tokio::time::sleep_until(at.into()))))
-                .collect();
-            let mut out = Vec::with_capacity(handles.len());
-            for h in handles {
-                out.push(h.await.expect("a sleeper does not panic"));
-            }
-            out
-        })
-    });
-    rows.push(tasks_row(RuntimeKind::TokioCt, None, lates, cpu, run));
-    drop(rt);
-
-    let ex = smol::LocalExecutor::new();
-    let (lates, cpu) = with_cpu(|| {
-        smol::block_on(ex.run(async {
-            let end = Instant::now() + run;
-            let handles: Vec<_> = (0..TASKS as u64)
-                .map(|i| {
-                    ex.spawn(sleeper(i, end, |at| async move {
-                        smol::Timer::at(at).await;
-                    }))
+/// One run of the many-task workload on `runtime`, as its users write it.
+fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
+    let (lates, cpu) = match runtime {
+        RuntimeKind::Soft => {
+            let rt = soft_runtime(Precision::default())?;
+            rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
+            with_cpu(|| {
+                let end = Instant::now() + run;
+                let handles: Vec<_> = (0..TASKS as u64)
+                    .map(|i| {
+                        rt.spawn_local(sleeper(i, end, |at| softtimer_async::time::sleep_until(at)))
+                    })
+                    .collect();
+                rt.block_on(async move {
+                    let mut out = Vec::with_capacity(handles.len());
+                    for h in handles {
+                        out.push(h.await.expect("a sleeper does not panic"));
+                    }
+                    out
                 })
-                .collect();
-            let mut out = Vec::with_capacity(handles.len());
-            for h in handles {
-                out.push(h.await);
-            }
-            out
-        }))
-    });
-    rows.push(tasks_row(RuntimeKind::Smol, None, lates, cpu, run));
-    Ok(rows)
+            })
+        }
+        RuntimeKind::TokioCt => {
+            let rt = tokio_ct()?;
+            with_cpu(|| {
+                rt.block_on(async {
+                    let end = Instant::now() + run;
+                    let handles: Vec<_> = (0..TASKS as u64)
+                        .map(|i| {
+                            tokio::spawn(sleeper(i, end, |at| tokio::time::sleep_until(at.into())))
+                        })
+                        .collect();
+                    let mut out = Vec::with_capacity(handles.len());
+                    for h in handles {
+                        out.push(h.await.expect("a sleeper does not panic"));
+                    }
+                    out
+                })
+            })
+        }
+        RuntimeKind::Smol => {
+            let ex = smol::LocalExecutor::new();
+            with_cpu(|| {
+                smol::block_on(ex.run(async {
+                    let end = Instant::now() + run;
+                    let handles: Vec<_> = (0..TASKS as u64)
+                        .map(|i| {
+                            ex.spawn(sleeper(i, end, |at| async move {
+                                smol::Timer::at(at).await;
+                            }))
+                        })
+                        .collect();
+                    let mut out = Vec::with_capacity(handles.len());
+                    for h in handles {
+                        out.push(h.await);
+                    }
+                    out
+                }))
+            })
+        }
+        RuntimeKind::TokioMt => anyhow::bail!("the many-task workload runs on one thread"),
+    };
+    let precision = (runtime == RuntimeKind::Soft).then(Precision::default);
+    Ok(tasks_row(runtime, precision, lates, cpu, run))
+}
+
+/// A runtime's row over its rounds: each figure the median of the rounds' (the lateness
+/// maximum, the largest), with each round's CPU per fire and lateness p99 kept.
+fn median_row(rounds: Vec<AsyncRow>) -> Option<AsyncRow> {
+    let of = |figure: fn(&AsyncRow) -> Option<f64>| -> Vec<f64> {
+        rounds.iter().filter_map(figure).collect()
+    };
+    let median_of = |figure| Some(median(&of(figure))).filter(|m| !m.is_nan());
+    let mut row = rounds.first()?.clone();
+    row.late_p50_us = median_of(|r| r.late_p50_us);
+    row.late_p99_us = median_of(|r| r.late_p99_us);
+    row.late_max_us = of(|r| r.late_max_us).into_iter().reduce(f64::max);
+    row.cpu_ns_per_op = median_of(|r| r.cpu_ns_per_op);
+    row.ops_per_s = median_of(|r| r.ops_per_s);
+    row.cpu_ns_per_op_rounds = of(|r| r.cpu_ns_per_op);
+    row.late_p99_us_rounds = of(|r| r.late_p99_us);
+    Some(row)
 }
