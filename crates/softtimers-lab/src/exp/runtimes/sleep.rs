@@ -79,13 +79,14 @@ fn tasks_rounds(quick: bool) -> usize {
 /// about a millisecond late.
 pub fn sleep_seconds(quick: bool) -> f64 {
     let runtimes = (precisions().len() + 2) as f64;
+    let rounds = ONE_TASK_ROUNDS as f64;
     PATTERNS
         .iter()
         .map(|&(w, p)| {
             let d = match p {
                 Pattern::Sleep(d) | Pattern::Interval(d) => d.as_secs_f64(),
             };
-            timers(w, quick) as f64 * (runtimes * d + 1.0e-3) + 0.1 * runtimes
+            timers(w, quick) as f64 * (runtimes * d + 1.0e-3) + 0.1 * runtimes * rounds
         })
         .sum()
 }
@@ -204,40 +205,79 @@ fn lateness_row(
     row
 }
 
+/// A runtime of the one-task rows: the soft runtime at a precision, tokio, smol.
+#[derive(Clone, Copy)]
+enum OneTask {
+    Soft(Precision),
+    Tokio,
+    Smol,
+}
+
+impl OneTask {
+    fn all() -> Vec<OneTask> {
+        let mut all: Vec<OneTask> = precisions().into_iter().map(OneTask::Soft).collect();
+        all.extend([OneTask::Tokio, OneTask::Smol]);
+        all
+    }
+
+    /// `n` timers of `pattern` on a fresh runtime, warmed up first (its lazy parts,
+    /// calibration and the backstop, start outside the measurement, as they would in a
+    /// long-running program): their lateness, ns, and the CPU they took.
+    fn run(self, pattern: Pattern, n: usize) -> Result<(Vec<u64>, u64)> {
+        Ok(match self {
+            OneTask::Soft(precision) => {
+                let rt = soft_runtime(precision)?;
+                rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
+                with_cpu(|| rt.block_on(soft_timers(pattern, n)))
+            }
+            OneTask::Tokio => {
+                let rt = tokio_ct()?;
+                rt.block_on(async { tokio::time::sleep(WARM_UP).await });
+                with_cpu(|| rt.block_on(tokio_timers(pattern, n)))
+            }
+            OneTask::Smol => {
+                smol::block_on(smol::Timer::after(WARM_UP));
+                with_cpu(|| smol::block_on(smol_timers(pattern, n)))
+            }
+        })
+    }
+
+    fn row(self, workload: AsyncWorkload, late: Vec<u64>, cpu: u64) -> AsyncRow {
+        let (runtime, precision) = match self {
+            OneTask::Soft(precision) => (RuntimeKind::Soft, Some(precision)),
+            OneTask::Tokio => (RuntimeKind::TokioCt, None),
+            OneTask::Smol => (RuntimeKind::Smol, None),
+        };
+        lateness_row(workload, runtime, precision, late, cpu)
+    }
+}
+
+/// Rounds of each one-task row: every runtime takes its share of the timers in each, the
+/// order rotating from round to round, so that a stretch of host noise falls on all of them
+/// alike rather than on whichever ran then.
+const ONE_TASK_ROUNDS: usize = 3;
+
 /// The one-task workloads (`sleep-20us`, `sleep-100us`, `sleep-1ms`, `interval-100us`,
-/// `interval-1ms`): soft at each precision, tokio current_thread, smol.
+/// `interval-1ms`): soft at each precision, tokio current_thread, smol, interleaved in
+/// rounds; a row's lateness quantiles are over the timers of all its rounds.
 pub fn one_task(quick: bool) -> Result<Vec<AsyncRow>> {
     let _pin = pin_to(server_cpu());
+    let runtimes = OneTask::all();
     let mut rows = Vec::new();
     for (workload, pattern) in PATTERNS {
-        let n = timers(workload, quick);
-        for precision in precisions() {
-            let rt = soft_runtime(precision)?;
-            // One sleep first: the runtime's lazy parts (calibration, the backstop) start
-            // outside the measurement, as they would in a long-running program.
-            rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
-            let (late, cpu) = with_cpu(|| rt.block_on(soft_timers(pattern, n)));
-            rows.push(lateness_row(
-                workload,
-                RuntimeKind::Soft,
-                Some(precision),
-                late,
-                cpu,
-            ));
+        let per_round = timers(workload, quick).div_ceil(ONE_TASK_ROUNDS);
+        let mut pooled: Vec<(Vec<u64>, u64)> = vec![(Vec::new(), 0); runtimes.len()];
+        for round in 0..ONE_TASK_ROUNDS {
+            for k in 0..runtimes.len() {
+                let i = (round + k) % runtimes.len();
+                let (late, cpu) = runtimes[i].run(pattern, per_round)?;
+                pooled[i].0.extend(late);
+                pooled[i].1 += cpu;
+            }
         }
-        let rt = tokio_ct()?;
-        rt.block_on(async { tokio::time::sleep(WARM_UP).await });
-        let (late, cpu) = with_cpu(|| rt.block_on(tokio_timers(pattern, n)));
-        rows.push(lateness_row(
-            workload,
-            RuntimeKind::TokioCt,
-            None,
-            late,
-            cpu,
-        ));
-        smol::block_on(smol::Timer::after(WARM_UP));
-        let (late, cpu) = with_cpu(|| smol::block_on(smol_timers(pattern, n)));
-        rows.push(lateness_row(workload, RuntimeKind::Smol, None, late, cpu));
+        for (runtime, (late, cpu)) in runtimes.iter().zip(pooled) {
+            rows.push(runtime.row(workload, late, cpu));
+        }
     }
     Ok(rows)
 }
