@@ -205,47 +205,47 @@ fn lateness_row(
     row
 }
 
-/// A runtime of the one-task rows: the soft runtime at a precision, tokio, smol.
-#[derive(Clone, Copy)]
+/// A runtime of the one-task rows: the soft runtime at a precision, tokio, smol. Built once
+/// for a row and kept across its rounds, as a long-running program keeps its runtime (a soft
+/// runtime's calibrated spin windows learn from its own wake-ups).
 enum OneTask {
-    Soft(Precision),
-    Tokio,
+    Soft(Precision, Runtime),
+    Tokio(tokio::runtime::Runtime),
     Smol,
 }
 
 impl OneTask {
-    fn all() -> Vec<OneTask> {
-        let mut all: Vec<OneTask> = precisions().into_iter().map(OneTask::Soft).collect();
-        all.extend([OneTask::Tokio, OneTask::Smol]);
-        all
+    /// Every runtime of a row, each warmed up with one sleep: its lazy parts (calibration,
+    /// the backstop) start outside the measurement.
+    fn all() -> Result<Vec<OneTask>> {
+        let mut all = Vec::new();
+        for precision in precisions() {
+            let rt = soft_runtime(precision)?;
+            rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
+            all.push(OneTask::Soft(precision, rt));
+        }
+        let rt = tokio_ct()?;
+        rt.block_on(async { tokio::time::sleep(WARM_UP).await });
+        all.push(OneTask::Tokio(rt));
+        smol::block_on(smol::Timer::after(WARM_UP));
+        all.push(OneTask::Smol);
+        Ok(all)
     }
 
-    /// `n` timers of `pattern` on a fresh runtime, warmed up first (its lazy parts,
-    /// calibration and the backstop, start outside the measurement, as they would in a
-    /// long-running program): their lateness, ns, and the CPU they took.
-    fn run(self, pattern: Pattern, n: usize) -> Result<(Vec<u64>, u64)> {
-        Ok(match self {
-            OneTask::Soft(precision) => {
-                let rt = soft_runtime(precision)?;
-                rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
-                with_cpu(|| rt.block_on(soft_timers(pattern, n)))
-            }
-            OneTask::Tokio => {
-                let rt = tokio_ct()?;
-                rt.block_on(async { tokio::time::sleep(WARM_UP).await });
-                with_cpu(|| rt.block_on(tokio_timers(pattern, n)))
-            }
-            OneTask::Smol => {
-                smol::block_on(smol::Timer::after(WARM_UP));
-                with_cpu(|| smol::block_on(smol_timers(pattern, n)))
-            }
-        })
+    /// `n` timers of `pattern`: their lateness, ns, and the CPU they took.
+    fn run(&self, pattern: Pattern, n: usize) -> (Vec<u64>, u64) {
+        match self {
+            OneTask::Soft(_, rt) => with_cpu(|| rt.block_on(soft_timers(pattern, n))),
+            OneTask::Tokio(rt) => with_cpu(|| rt.block_on(tokio_timers(pattern, n))),
+            OneTask::Smol => with_cpu(|| smol::block_on(smol_timers(pattern, n))),
+        }
     }
 
-    fn row(self, workload: AsyncWorkload, late: Vec<u64>, cpu: u64) -> AsyncRow {
+    /// The row of `late` and `cpu`, pooled over the rounds.
+    fn row(&self, workload: AsyncWorkload, late: Vec<u64>, cpu: u64) -> AsyncRow {
         let (runtime, precision) = match self {
-            OneTask::Soft(precision) => (RuntimeKind::Soft, Some(precision)),
-            OneTask::Tokio => (RuntimeKind::TokioCt, None),
+            OneTask::Soft(precision, _) => (RuntimeKind::Soft, Some(*precision)),
+            OneTask::Tokio(_) => (RuntimeKind::TokioCt, None),
             OneTask::Smol => (RuntimeKind::Smol, None),
         };
         lateness_row(workload, runtime, precision, late, cpu)
@@ -262,15 +262,15 @@ const ONE_TASK_ROUNDS: usize = 3;
 /// rounds; a row's lateness quantiles are over the timers of all its rounds.
 pub fn one_task(quick: bool) -> Result<Vec<AsyncRow>> {
     let _pin = pin_to(server_cpu());
-    let runtimes = OneTask::all();
     let mut rows = Vec::new();
     for (workload, pattern) in PATTERNS {
+        let runtimes = OneTask::all()?;
         let per_round = timers(workload, quick).div_ceil(ONE_TASK_ROUNDS);
         let mut pooled: Vec<(Vec<u64>, u64)> = vec![(Vec::new(), 0); runtimes.len()];
         for round in 0..ONE_TASK_ROUNDS {
             for k in 0..runtimes.len() {
                 let i = (round + k) % runtimes.len();
-                let (late, cpu) = runtimes[i].run(pattern, per_round)?;
+                let (late, cpu) = runtimes[i].run(pattern, per_round);
                 pooled[i].0.extend(late);
                 pooled[i].1 += cpu;
             }
@@ -417,6 +417,8 @@ fn median_row(rounds: Vec<AsyncRow>) -> Option<AsyncRow> {
     row.late_max_us = of(|r| r.late_max_us).into_iter().reduce(f64::max);
     row.cpu_ns_per_op = median_of(|r| r.cpu_ns_per_op);
     row.ops_per_s = median_of(|r| r.ops_per_s);
+    // Every round of 10,000 tasks has both figures, so these stay round by round, in step
+    // with the other runtimes' (the targets pair them by index).
     row.cpu_ns_per_op_rounds = of(|r| r.cpu_ns_per_op);
     row.late_p99_us_rounds = of(|r| r.late_p99_us);
     Some(row)
