@@ -158,21 +158,25 @@ impl Wheel {
     #[inline]
     pub(crate) fn insert<E>(&mut self, nodes: &mut [Node<E>], idx: u32) -> u64 {
         let when = nodes[idx as usize].links[self.link].when;
-        // A time in the past (the caller's contract forbids it, but be safe) is placed in the
-        // current slot, where the next poll finds it due.
-        let (now_w, when_w) = (
-            self.elapsed >> self.shift,
-            when.max(self.elapsed) >> self.shift,
-        );
-        let level = level_for(now_w, when_w);
-        let slot = slot_for(when_w, level);
+        let (level, slot) = self.place(when);
         if level == 0 {
             self.insert_ordered(nodes, slot, idx, when);
             when
         } else {
             self.push_back(nodes, level, slot, idx);
-            slot_start(now_w, level, slot) << self.shift
+            slot_start(self.elapsed >> self.shift, level, slot) << self.shift
         }
+    }
+
+    /// Where an event due at clock time `when` goes now: `(level, slot)`. A time in the past
+    /// (the caller's contract forbids it, but be safe) is placed in the current slot, where
+    /// the next poll finds it due.
+    #[inline(always)]
+    fn place(&self, when: u64) -> (usize, usize) {
+        let now_w = self.elapsed >> self.shift;
+        let when_w = when.max(self.elapsed) >> self.shift;
+        let level = level_for(now_w, when_w);
+        (level, slot_for(when_w, level))
     }
 
     /// Removes node `idx`, which must be in this wheel.
@@ -332,7 +336,6 @@ impl Wheel {
         self.slots[level][slot].head = NIL;
         self.slots[level][slot].tail = NIL;
         self.clear_bit(level, slot);
-        let now_w = self.elapsed >> self.shift;
         // Level-0 slots where an ordered insert gave up (a walk past `CASCADE_WALK`): appended
         // to from then on, and sorted at the end.
         let mut unsorted = 0u64;
@@ -340,9 +343,7 @@ impl Wheel {
             let next = nodes[cur as usize].links[w].next;
             self.len -= 1;
             let when = nodes[cur as usize].links[w].when;
-            let when_w = when.max(self.elapsed) >> self.shift;
-            let to = level_for(now_w, when_w);
-            let to_slot = slot_for(when_w, to);
+            let (to, to_slot) = self.place(when);
             if to > 0 {
                 self.push_back(nodes, to, to_slot, cur);
             } else if unsorted & (1 << to_slot) != 0

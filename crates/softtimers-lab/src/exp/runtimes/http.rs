@@ -29,7 +29,7 @@ use softtimers_tools::cpu::{pin_to, process_cpu_ns, server_cpu, thread_cpu_ns};
 
 use super::{ANCHOR, AsyncRow, AsyncWorkload, RuntimeKind, find, over_rounds, ratio};
 use crate::harness::{Client, ExpOptions, Workload, check_client, run_client};
-use crate::summary::{median, paired_ratios};
+use crate::summary::paired_ratios;
 use crate::targets::{Goal, TargetCheck};
 
 /// The workload's name.
@@ -374,15 +374,7 @@ fn interleaved(rounds: usize, pair: impl Fn() -> [Run; 2]) -> Result<Vec<AsyncRo
     }
     Ok(per_run
         .into_iter()
-        .filter_map(|rounds| {
-            let ops: Vec<f64> = rounds.iter().filter_map(|r| r.ops_per_s).collect();
-            let cpu: Vec<f64> = rounds.iter().filter_map(|r| r.cpu_ns_per_op).collect();
-            let mut row = rounds.into_iter().next()?;
-            row.ops_per_s = Some(median(&ops));
-            row.cpu_ns_per_op = (!cpu.is_empty()).then(|| median(&cpu));
-            row.ops_per_s_rounds = ops;
-            Some(row)
-        })
+        .filter_map(AsyncRow::over_rounds)
         .collect())
 }
 

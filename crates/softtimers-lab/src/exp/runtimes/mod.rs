@@ -174,11 +174,11 @@ pub struct AsyncRow {
     #[serde(default)]
     pub client: Option<Client>,
     /// Operations per second in each round, where the row is the median of interleaved
-    /// rounds (`hyper-1core` on one core); empty elsewhere and in older reports.
+    /// rounds (`hyper-1core` on one core, `sleep-10k-tasks`); empty elsewhere and in older
+    /// reports.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ops_per_s_rounds: Vec<f64>,
-    /// CPU per operation in each round, where the row is the median of interleaved rounds
-    /// (`sleep-10k-tasks`); empty elsewhere and in older reports.
+    /// CPU per operation in each round, as `ops_per_s_rounds`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpu_ns_per_op_rounds: Vec<f64>,
     /// Lateness p99 in each round, µs, as `cpu_ns_per_op_rounds`.
@@ -210,6 +210,27 @@ impl AsyncRow {
             cpu_ns_per_op_rounds: Vec::new(),
             late_p99_us_rounds: Vec::new(),
         }
+    }
+
+    /// One runtime's row over interleaved rounds: each figure the median of the rounds'
+    /// (the lateness maximum, the largest), with each round's operations per second, CPU per
+    /// operation and lateness p99 kept round by round where every round has them (the
+    /// targets pair them with the other runtime's by index). `None` for no rounds.
+    pub fn over_rounds(rounds: Vec<AsyncRow>) -> Option<AsyncRow> {
+        let of = |figure: fn(&AsyncRow) -> Option<f64>| -> Vec<f64> {
+            rounds.iter().filter_map(figure).collect()
+        };
+        let median_of = |figure| Some(median(&of(figure))).filter(|m| !m.is_nan());
+        let mut row = rounds.first()?.clone();
+        row.late_p50_us = median_of(|r| r.late_p50_us);
+        row.late_p99_us = median_of(|r| r.late_p99_us);
+        row.late_max_us = of(|r| r.late_max_us).into_iter().reduce(f64::max);
+        row.cpu_ns_per_op = median_of(|r| r.cpu_ns_per_op);
+        row.ops_per_s = median_of(|r| r.ops_per_s);
+        row.ops_per_s_rounds = of(|r| r.ops_per_s);
+        row.cpu_ns_per_op_rounds = of(|r| r.cpu_ns_per_op);
+        row.late_p99_us_rounds = of(|r| r.late_p99_us);
+        Some(row)
     }
 
     /// Fills the lateness columns from `late_ns` (sorted here).
@@ -681,6 +702,30 @@ mod tests {
         assert!(json.get("cpu_ns_per_op_rounds").is_none(), "{json}");
         let cpu = targets_named(&old, "10,000 sleeping tasks, CPU per fire: soft / tokio-ct");
         assert_eq!(cpu, Some(1.2)); // 600 / 500
+    }
+
+    #[test]
+    fn a_row_over_rounds_holds_their_medians_and_each_round() {
+        let round = |cpu: f64, p99: f64, max: f64| {
+            let mut r = AsyncRow::new(sleep::SLEEP_10K, RuntimeKind::TokioCt, None);
+            (r.cpu_ns_per_op, r.ops_per_s) = (Some(cpu), Some(1e9 / cpu));
+            (r.late_p99_us, r.late_max_us) = (Some(p99), Some(max));
+            r
+        };
+        let row = AsyncRow::over_rounds(vec![
+            round(500.0, 30.0, 90.0),
+            round(700.0, 10.0, 400.0),
+            round(600.0, 20.0, 50.0),
+        ])
+        .unwrap();
+        assert_eq!(row.cpu_ns_per_op, Some(600.0));
+        assert_eq!(row.late_p99_us, Some(20.0));
+        assert_eq!(row.late_max_us, Some(400.0), "the largest, not a median");
+        assert_eq!(row.late_p50_us, None, "no round measured it");
+        assert_eq!(row.cpu_ns_per_op_rounds, [500.0, 700.0, 600.0]);
+        assert_eq!(row.late_p99_us_rounds, [30.0, 10.0, 20.0]);
+        assert_eq!(row.ops_per_s_rounds.len(), 3);
+        assert!(AsyncRow::over_rounds(Vec::new()).is_none());
     }
 
     /// The measured value of the target called exactly `name`.

@@ -13,7 +13,6 @@ use softtimer_async::{Precision, Runtime};
 use softtimers_tools::cpu::{pin_to, server_cpu};
 
 use super::{AsyncRow, AsyncWorkload, RuntimeKind, precisions, with_cpu};
-use crate::summary::median;
 
 /// The one-task workload the targets read.
 pub const SLEEP_100US: AsyncWorkload = AsyncWorkload::Sleep100us;
@@ -335,7 +334,10 @@ pub fn sleep_10k_tasks(quick: bool) -> Result<Vec<AsyncRow>> {
             per_runtime[i].push(tasks_once(TASK_RUNTIMES[i], run)?);
         }
     }
-    Ok(per_runtime.into_iter().filter_map(median_row).collect())
+    Ok(per_runtime
+        .into_iter()
+        .filter_map(AsyncRow::over_rounds)
+        .collect())
 }
 
 /// One run of the many-task workload on `runtime`, as its users write it.
@@ -402,24 +404,4 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
     };
     let precision = (runtime == RuntimeKind::Soft).then(Precision::default);
     Ok(tasks_row(runtime, precision, lates, cpu, run))
-}
-
-/// A runtime's row over its rounds: each figure the median of the rounds' (the lateness
-/// maximum, the largest), with each round's CPU per fire and lateness p99 kept.
-fn median_row(rounds: Vec<AsyncRow>) -> Option<AsyncRow> {
-    let of = |figure: fn(&AsyncRow) -> Option<f64>| -> Vec<f64> {
-        rounds.iter().filter_map(figure).collect()
-    };
-    let median_of = |figure| Some(median(&of(figure))).filter(|m| !m.is_nan());
-    let mut row = rounds.first()?.clone();
-    row.late_p50_us = median_of(|r| r.late_p50_us);
-    row.late_p99_us = median_of(|r| r.late_p99_us);
-    row.late_max_us = of(|r| r.late_max_us).into_iter().reduce(f64::max);
-    row.cpu_ns_per_op = median_of(|r| r.cpu_ns_per_op);
-    row.ops_per_s = median_of(|r| r.ops_per_s);
-    // Every round of 10,000 tasks has both figures, so these stay round by round, in step
-    // with the other runtimes' (the targets pair them by index).
-    row.cpu_ns_per_op_rounds = of(|r| r.cpu_ns_per_op);
-    row.late_p99_us_rounds = of(|r| r.late_p99_us);
-    Some(row)
 }
