@@ -166,6 +166,8 @@ pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static
     /// The due time the last timed block was for, when it ended by its timeout: until then
     /// the idle policy spins for an event due by it rather than blocking a second time.
     spin_through: Option<Instant>,
+    /// The thread's timer slack at its minimum while the loop lives (soft timers only).
+    _precise_timeouts: Option<sys::PreciseTimeouts>,
     /// A loop belongs to the thread that made it (its timer signal is addressed to that
     /// thread), so it is neither `Send` nor `Sync`.
     _thread_bound: PhantomData<*const ()>,
@@ -182,6 +184,11 @@ struct BlockPlan {
 
 impl<E: Send + 'static> EventLoop<E, SystemClock> {
     /// A loop on the system clock whose soft events are handled by `handler`.
+    ///
+    /// While a soft-timer loop lives, its thread's timer slack is 1 ns, so that the kernel
+    /// adds nothing (50 µs by default) to the loop's precise timeouts; the slack the thread
+    /// had comes back when the last loop on it is dropped, so threads and processes the
+    /// thread starts afterwards get the usual slack.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -320,10 +327,9 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             }
             signal_timer = Some(timer);
         }
-        // The loop's own blocking timeouts carry due times: no slack on top of them.
-        if soft {
-            let _ = sys::minimal_timer_slack();
-        }
+        // The loop's own blocking timeouts carry due times: no slack on top of them, while
+        // the loop lives.
+        let precise_timeouts = soft.then(sys::PreciseTimeouts::begin);
         let loop_cpus = sys::allowed_cpus();
         let helper = spawn_helper(
             &shared,
@@ -383,6 +389,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             idle_spin_total: Span::ZERO,
             block_plan: None,
             spin_through: None,
+            _precise_timeouts: precise_timeouts,
             _thread_bound: PhantomData,
         })
     }

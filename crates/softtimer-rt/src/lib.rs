@@ -25,7 +25,8 @@
 //! Around that it provides what the kernel provided to the paper's facility:
 //!
 //! * **the idle policy** ([`IdlePolicy`], Section 5.1 made cheap): with no descriptor ready,
-//!   block in `epoll_pwait2` with a precise timeout (timer slack at its minimum) until a short
+//!   block in `epoll_pwait2` with a precise timeout (the thread's timer slack at its minimum
+//!   while a loop lives on it, given back when the last is dropped) until a short
 //!   window before the next due time, then spin on trigger checks for the rest. The window is
 //!   this machine's measured wake-up lateness, so one loop is both precise and cheap; a
 //!   program that names the precision it needs gets the cheapest window (and batch) that

@@ -509,9 +509,57 @@ pub(crate) fn read_counter(fd: BorrowedFd<'_>) -> io::Result<u64> {
 }
 
 /// Sets the calling thread's timer slack to its minimum (1 ns). Linux adds the slack (50 µs
-/// by default) to every blocking timeout, which would make a precise timeout that late.
+/// by default) to every blocking timeout, which would make a precise timeout that late. For
+/// a thread of the crate's own (the helper, a probe); a loop on a caller's thread takes a
+/// [`PreciseTimeouts`] instead, which gives the slack back.
 pub(crate) fn minimal_timer_slack() -> io::Result<()> {
     rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1)).map_err(io::Error::from)
+}
+
+thread_local! {
+    /// The loops alive on this thread that asked for precise timeouts, and the timer slack
+    /// the thread had before the first of them (0: unknown, left as it is).
+    static PRECISE_TIMEOUTS: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// The calling thread's timer slack at its minimum for as long as any of these lives on it;
+/// the slack it had before comes back when the last is dropped, in whatever order they are.
+/// A loop made on a caller's thread holds one, so that the thread (and every thread and
+/// process it starts later) does not keep a 1 ns slack once the loop is gone.
+pub(crate) struct PreciseTimeouts {
+    _thread_bound: std::marker::PhantomData<*const ()>,
+}
+
+impl PreciseTimeouts {
+    pub(crate) fn begin() -> PreciseTimeouts {
+        PRECISE_TIMEOUTS.with(|state| {
+            let (holders, before) = state.get();
+            if holders == 0 {
+                let before = rustix::thread::current_timer_slack().unwrap_or(0);
+                let _ = minimal_timer_slack();
+                state.set((1, before));
+            } else {
+                state.set((holders + 1, before));
+            }
+        });
+        PreciseTimeouts {
+            _thread_bound: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for PreciseTimeouts {
+    fn drop(&mut self) {
+        // `try_with`: a loop dropped while the thread's locals are torn down leaves the
+        // slack to the dying thread.
+        let _ = PRECISE_TIMEOUTS.try_with(|state| {
+            let (holders, before) = state.get();
+            state.set((holders.saturating_sub(1), before));
+            if holders == 1 && before > 0 {
+                let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(before));
+            }
+        });
+    }
 }
 
 /// Pins the calling thread to `cpu`; whether it is now pinned there (not when the CPU does not

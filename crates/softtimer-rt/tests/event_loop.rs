@@ -547,3 +547,46 @@ fn a_signal_loop_swamped_by_a_slow_handler_still_stops() {
         asked.elapsed()
     );
 }
+
+/// The calling thread's timer slack, ns.
+fn timer_slack_ns() -> u64 {
+    rustix::thread::current_timer_slack().expect("PR_GET_TIMERSLACK")
+}
+
+/// A soft-timer loop sets its thread's timer slack to 1 ns while it lives, and the thread gets
+/// its own back when the last loop on it is dropped, whatever the order; a loop that does
+/// not block on precise timeouts (timerfd mode) leaves the slack alone.
+#[test]
+fn a_loop_gives_its_thread_its_timer_slack_back() {
+    std::thread::spawn(|| {
+        let stock = std::num::NonZeroU64::new(50_000);
+        rustix::thread::set_current_timer_slack(stock).unwrap();
+        let timerfd: EventLoop<()> = EventLoop::new(
+            LoopConfig {
+                mode: TimerMode::timerfd(Duration::from_millis(1)).unwrap(),
+                ..config()
+            },
+            |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(timer_slack_ns(), 50_000, "a timerfd loop leaves the slack");
+        let first: EventLoop<()> = EventLoop::new(config(), |_, _| {}).unwrap();
+        assert_eq!(timer_slack_ns(), 1);
+        let second: EventLoop<()> = EventLoop::new(config(), |_, _| {}).unwrap();
+        drop(first);
+        assert_eq!(
+            timer_slack_ns(),
+            1,
+            "the second loop still blocks on precise timeouts"
+        );
+        drop(second);
+        assert_eq!(timer_slack_ns(), 50_000, "the thread's own slack is back");
+        drop(timerfd);
+        assert_eq!(timer_slack_ns(), 50_000);
+        // A thread started now inherits the usual slack, not the loops'.
+        let child = std::thread::spawn(timer_slack_ns).join().unwrap();
+        assert_eq!(child, 50_000);
+    })
+    .join()
+    .unwrap();
+}

@@ -51,6 +51,47 @@ fn one_cpu(cpu: usize) -> rustix::thread::CpuSet {
     set
 }
 
+/// The kernel's timer slack for a normal thread, ns: what a program gets unless it asks
+/// otherwise, so what a baseline runs with.
+pub const STOCK_TIMER_SLACK_NS: u64 = 50_000;
+
+/// The calling thread at the kernel's stock timer slack until this is dropped, when the slack
+/// it had comes back. A soft-timer loop sets its thread's slack to 1 ns while it lives, and
+/// threads and processes inherit the slack of the thread that starts them: a baseline
+/// (tokio, smol, iperf3, nginx) run from such a thread would otherwise block with a precision
+/// its own users do not get.
+pub struct StockTimerSlack {
+    previous: Option<u64>,
+}
+
+impl Drop for StockTimerSlack {
+    fn drop(&mut self) {
+        if let Some(ns) = self.previous.and_then(std::num::NonZeroU64::new) {
+            let _ = rustix::thread::set_current_timer_slack(Some(ns));
+        }
+    }
+}
+
+/// Puts the calling thread at [`STOCK_TIMER_SLACK_NS`] until the returned guard is dropped.
+///
+/// ```
+/// let before = rustix::thread::current_timer_slack().unwrap();
+/// {
+///     let _stock = softtimers_tools::cpu::stock_timer_slack();
+///     assert_eq!(
+///         rustix::thread::current_timer_slack().unwrap(),
+///         softtimers_tools::cpu::STOCK_TIMER_SLACK_NS
+///     );
+/// }
+/// assert_eq!(rustix::thread::current_timer_slack().unwrap(), before);
+/// ```
+pub fn stock_timer_slack() -> StockTimerSlack {
+    let previous = rustix::thread::current_timer_slack().ok();
+    let _ =
+        rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(STOCK_TIMER_SLACK_NS));
+    StockTimerSlack { previous }
+}
+
 /// Pins the calling thread to `cpu` until the returned guard is dropped.
 pub fn pin_to(cpu: usize) -> Pinned {
     let previous = rustix::thread::sched_getaffinity(None).ok();

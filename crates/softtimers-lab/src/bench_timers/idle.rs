@@ -276,16 +276,16 @@ pub(super) fn measure_idle_policy(
             let _ = t.schedule_at(f.due + period, ());
         },
     )?;
-    if policy == IdlePolicyKind::BlockDefaultSlack {
-        // The kernel's default slack (50 µs), as the loop had before it set its own.
-        let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(50_000));
-    }
+    // The kernel's default slack (50 µs) for this run, as the loop's thread had before the
+    // loop set its own; the loop's 1 ns comes back when the guard is dropped.
+    let stock_slack = (policy == IdlePolicyKind::BlockDefaultSlack)
+        .then(softtimers_tools::cpu::stock_timer_slack);
     ev.cx().schedule_soft_event(period, ())?;
     stop_after(&ev, time);
     let (cpu0, start) = (thread_cpu_ns(), Instant::now());
     ev.run(|_, _| {})?;
     let cpu_pct = (thread_cpu_ns() - cpu0) as f64 / start.elapsed().as_nanos() as f64 * 100.0;
-    let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
+    drop(stock_slack);
     let v = late.lock().map(|v| v.clone()).unwrap_or_default();
     Ok(IdlePolicyRow {
         period_us,

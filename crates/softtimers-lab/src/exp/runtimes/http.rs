@@ -175,6 +175,7 @@ fn soft_server(threads: usize, body: &'static [u8], stop: Arc<AtomicBool>) -> Re
 /// users run it.
 fn tokio_server(workers: usize, body: &'static [u8], stop: Arc<AtomicBool>) -> Result<Started> {
     start_server("tokio", workers == 0, move |tx| {
+        let _stock = softtimers_tools::cpu::stock_timer_slack();
         let rt = if workers == 0 {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()

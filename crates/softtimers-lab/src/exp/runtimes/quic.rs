@@ -205,6 +205,7 @@ impl Kind {
                 })
             }
             Kind::Tokio => {
+                let _stock = softtimers_tools::cpu::stock_timer_slack();
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;

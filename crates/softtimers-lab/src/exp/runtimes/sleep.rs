@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use softtimer_async::{Precision, Runtime};
-use softtimers_tools::cpu::{pin_to, server_cpu};
+use softtimers_tools::cpu::{pin_to, server_cpu, stock_timer_slack};
 
 use super::{AsyncRow, AsyncWorkload, RuntimeKind, precisions, with_cpu};
 
@@ -223,11 +223,16 @@ impl OneTask {
             rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
             all.push(OneTask::Soft(precision, rt));
         }
+        // The baselines run as their users run them: at the kernel's stock timer slack, not
+        // the 1 ns the soft runtimes alive on this thread set for their loops. smol's reactor
+        // thread starts here, and keeps the slack it starts with.
+        let stock = stock_timer_slack();
         let rt = tokio_ct()?;
         rt.block_on(async { tokio::time::sleep(WARM_UP).await });
         all.push(OneTask::Tokio(rt));
         smol::block_on(smol::Timer::after(WARM_UP));
         all.push(OneTask::Smol);
+        drop(stock);
         Ok(all)
     }
 
@@ -235,8 +240,14 @@ impl OneTask {
     fn run(&self, pattern: Pattern, n: usize) -> (Vec<u64>, u64) {
         match self {
             OneTask::Soft(_, rt) => with_cpu(|| rt.block_on(soft_timers(pattern, n))),
-            OneTask::Tokio(rt) => with_cpu(|| rt.block_on(tokio_timers(pattern, n))),
-            OneTask::Smol => with_cpu(|| smol::block_on(smol_timers(pattern, n))),
+            OneTask::Tokio(rt) => {
+                let _stock = stock_timer_slack();
+                with_cpu(|| rt.block_on(tokio_timers(pattern, n)))
+            }
+            OneTask::Smol => {
+                let _stock = stock_timer_slack();
+                with_cpu(|| smol::block_on(smol_timers(pattern, n)))
+            }
         }
     }
 
@@ -364,6 +375,7 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
         }
         RuntimeKind::TokioCt => {
             let rt = tokio_ct()?;
+            let _stock = stock_timer_slack();
             with_cpu(|| {
                 rt.block_on(async {
                     let end = Instant::now() + run;
@@ -382,6 +394,7 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
         }
         RuntimeKind::Smol => {
             let ex = smol::LocalExecutor::new();
+            let _stock = stock_timer_slack();
             with_cpu(|| {
                 smol::block_on(ex.run(async {
                     let end = Instant::now() + run;

@@ -165,6 +165,7 @@ pub fn paced_udp(quick: bool) -> Result<(Vec<AsyncRow>, f64)> {
         .build()
         .context("tokio current_thread runtime")?;
     let by_tokio = measure("tokio-ct", count, |to| {
+        let _stock = softtimers_tools::cpu::stock_timer_slack();
         rt.block_on(async {
             let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
             let mut ticks = tokio::time::interval(gap());
@@ -180,6 +181,7 @@ pub fn paced_udp(quick: bool) -> Result<(Vec<AsyncRow>, f64)> {
     drop(rt);
 
     let by_smol = measure("smol", count, |to| {
+        let _stock = softtimers_tools::cpu::stock_timer_slack();
         smol::block_on(async {
             use smol::stream::StreamExt as _;
             let socket = smol::net::UdpSocket::bind("127.0.0.1:0").await?;
