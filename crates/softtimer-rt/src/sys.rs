@@ -531,16 +531,18 @@ pub(crate) struct PreciseTimeouts {
 }
 
 impl PreciseTimeouts {
+    #[must_use = "the slack is given back when this is dropped"]
     pub(crate) fn begin() -> PreciseTimeouts {
         PRECISE_TIMEOUTS.with(|state| {
             let (holders, before) = state.get();
-            if holders == 0 {
-                let before = rustix::thread::current_timer_slack().unwrap_or(0);
-                let _ = minimal_timer_slack();
-                state.set((1, before));
+            let before = if holders == 0 {
+                rustix::thread::current_timer_slack().unwrap_or(0)
             } else {
-                state.set((holders + 1, before));
-            }
+                before
+            };
+            // Set even when another loop holds it: something may have changed it since.
+            let _ = minimal_timer_slack();
+            state.set((holders + 1, before));
         });
         PreciseTimeouts {
             _thread_bound: std::marker::PhantomData,
@@ -550,9 +552,7 @@ impl PreciseTimeouts {
 
 impl Drop for PreciseTimeouts {
     fn drop(&mut self) {
-        // `try_with`: a loop dropped while the thread's locals are torn down leaves the
-        // slack to the dying thread.
-        let _ = PRECISE_TIMEOUTS.try_with(|state| {
+        PRECISE_TIMEOUTS.with(|state| {
             let (holders, before) = state.get();
             state.set((holders.saturating_sub(1), before));
             if holders == 1 && before > 0 {

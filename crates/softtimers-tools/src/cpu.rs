@@ -59,9 +59,11 @@ pub const STOCK_TIMER_SLACK_NS: u64 = 50_000;
 /// it had comes back. A soft-timer loop sets its thread's slack to 1 ns while it lives, and
 /// threads and processes inherit the slack of the thread that starts them: a baseline
 /// (tokio, smol, iperf3, nginx) run from such a thread would otherwise block with a precision
-/// its own users do not get.
+/// its own users do not get. Drop it on the thread that made it, before any loop made under
+/// it (the slack it gives back is the one it found).
 pub struct StockTimerSlack {
     previous: Option<u64>,
+    _thread_bound: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for StockTimerSlack {
@@ -85,11 +87,15 @@ impl Drop for StockTimerSlack {
 /// }
 /// assert_eq!(rustix::thread::current_timer_slack().unwrap(), before);
 /// ```
+#[must_use = "the thread's slack comes back when the guard is dropped"]
 pub fn stock_timer_slack() -> StockTimerSlack {
     let previous = rustix::thread::current_timer_slack().ok();
     let _ =
         rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(STOCK_TIMER_SLACK_NS));
-    StockTimerSlack { previous }
+    StockTimerSlack {
+        previous,
+        _thread_bound: std::marker::PhantomData,
+    }
 }
 
 /// Pins the calling thread to `cpu` until the returned guard is dropped.

@@ -276,8 +276,8 @@ pub(super) fn measure_idle_policy(
             let _ = t.schedule_at(f.due + period, ());
         },
     )?;
-    // The kernel's default slack (50 µs) for this run, as the loop's thread had before the
-    // loop set its own; the loop's 1 ns comes back when the guard is dropped.
+    // The kernel's stock slack (50 µs) for this run; the loop's 1 ns comes back when the
+    // guard is dropped.
     let stock_slack = (policy == IdlePolicyKind::BlockDefaultSlack)
         .then(softtimers_tools::cpu::stock_timer_slack);
     ev.cx().schedule_soft_event(period, ())?;

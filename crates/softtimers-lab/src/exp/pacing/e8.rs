@@ -301,6 +301,8 @@ pub(super) fn run_ticks(
     tick: Option<Duration>,
     total: u64,
 ) -> Result<u64> {
+    // A sleeping sender as its users run it: at the kernel's stock timer slack.
+    let _stock_slack = softtimers_tools::cpu::stock_timer_slack();
     let hz = clock.resolution_hz();
     let mut next_tick = start;
     while sender.sent < total && clock.now().is_before(end) {

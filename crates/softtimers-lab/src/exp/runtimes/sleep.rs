@@ -225,7 +225,8 @@ impl OneTask {
         }
         // The baselines run as their users run them: at the kernel's stock timer slack, not
         // the 1 ns the soft runtimes alive on this thread set for their loops. smol's reactor
-        // thread starts here, and keeps the slack it starts with.
+        // thread keeps the slack it starts with; every smol use in the lab is under this
+        // guard, so it starts with the stock one.
         let stock = stock_timer_slack();
         let rt = tokio_ct()?;
         rt.block_on(async { tokio::time::sleep(WARM_UP).await });
