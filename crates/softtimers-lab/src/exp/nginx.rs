@@ -112,8 +112,7 @@ fn config(dir: &Path, root: &Path, port: u16) -> String {
 
 /// Starts nginx (one process, pinned to `cpu`) serving the same 6 KB file on a free port.
 fn start_nginx(binary: &Path, dir: &Path, cpu: usize) -> Result<(NginxProcess, SocketAddr)> {
-    // Every child starts at the kernel's stock timer slack, as its users run it (ours set
-    // their own).
+    // Children start at the stock timer slack (see `StockTimerSlack`).
     let _stock_slack = softtimers_tools::cpu::stock_timer_slack();
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let root = dir.join("root");

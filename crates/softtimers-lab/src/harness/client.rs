@@ -37,8 +37,7 @@ impl Client {
 /// Runs `wrk` (one thread, 32 connections) against `addr` for `duration` on the client CPU
 /// and returns its requests per second and how long it ran.
 fn run_wrk(addr: SocketAddr, keep_alive: bool, duration: Duration) -> Result<(f64, Duration)> {
-    // Every child starts at the kernel's stock timer slack, as its users run it (ours set
-    // their own).
+    // Children start at the stock timer slack (see `StockTimerSlack`).
     let _stock_slack = softtimers_tools::cpu::stock_timer_slack();
     let binary = tools::require(tools::WRK, "wrk").context("--client wrk")?;
     let secs = duration.as_secs().max(1);

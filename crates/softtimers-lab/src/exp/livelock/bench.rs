@@ -100,7 +100,7 @@ impl Bench {
     }
 
     pub(super) fn spawn(&self, host: Host, cpu: usize, args: &[String]) -> Result<Child> {
-        // Every child starts at the kernel's stock timer slack (ours set their own).
+        // Children start at the stock timer slack (see `StockTimerSlack`).
         let _stock_slack = softtimers_tools::cpu::stock_timer_slack();
         self.path
             .command(host, "taskset")

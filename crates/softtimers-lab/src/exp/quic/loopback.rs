@@ -43,8 +43,7 @@ pub(super) const LOOPBACK_RUN_S: f64 = 0.8;
 
 /// One run: `stack`'s server, the stock-quinn client, both on loopback.
 pub(super) fn loopback_run(stack: Stack, round: usize, tmp: &Path) -> Result<QuicRow> {
-    // Every child starts at the kernel's stock timer slack, as its users run it (ours set
-    // their own).
+    // Children start at the stock timer slack (see `StockTimerSlack`).
     let _stock_slack = softtimers_tools::cpu::stock_timer_slack();
     let exe = std::env::current_exe().context("finding the softtimers binary")?;
     let server_json = tmp.join("loopback-server.json");

@@ -90,8 +90,7 @@ impl Measured {
 }
 
 fn run_once(run: &Run<'_>, tmp: &Path) -> Result<Measured> {
-    // Every child starts at the kernel's stock timer slack, as its users run it (ours set
-    // their own).
+    // Children start at the stock timer slack (see `StockTimerSlack`).
     let _stock_slack = softtimers_tools::cpu::stock_timer_slack();
     let exe = std::env::current_exe().context("finding the softtimers binary")?;
     let path = RunningPath::start_with(

@@ -152,8 +152,7 @@ fn run_sender(
     port: u16,
     dir: &Path,
 ) -> Result<SenderRun> {
-    // Every child starts at the kernel's stock timer slack, as its users run it (ours set
-    // their own).
+    // Children start at the stock timer slack (see `StockTimerSlack`).
     let _stock_slack = softtimers_tools::cpu::stock_timer_slack();
     let interval_ns = spec.rate.ticks_for_bytes(spec.size as u64, 1_000_000_000);
     let bottleneck = (spec.rate.bits_per_sec() as f64 * BOTTLENECK_HEADROOM) as u64;
