@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Arguments (all optional): how many timers per row (default 1000), one precision
-//! (`coarse`, `calibrated`, `busy`, or a window in µs such as `20`), one duration in µs.
+//! (`coarse`, `calibrated`, `busy`, a window in µs such as `20`, or a p99 to keep within
+//! such as `within-5`), one duration in µs.
 //! Pin it (`taskset -c 1 ...`) for numbers worth comparing. The CPU is the process's (the
 //! loop thread and the backstop's), divided by the timers.
 
@@ -23,10 +24,21 @@ fn main() {
         Some("coarse") => vec![Precision::Coarse],
         Some("calibrated") => vec![Precision::Calibrated],
         Some("busy") => vec![Precision::Busy],
+        Some(within) if within.starts_with("within-") => {
+            match within.trim_start_matches("within-").parse() {
+                Ok(us) => vec![Precision::Within(Duration::from_micros(us))],
+                Err(_) => {
+                    eprintln!("precision: within-N takes N in µs, not {within:?}");
+                    std::process::exit(2);
+                }
+            }
+        }
         Some(us) => match us.parse() {
             Ok(us) => vec![Precision::Window(Duration::from_micros(us))],
             Err(_) => {
-                eprintln!("precision: coarse, calibrated, busy or a window in µs, not {us:?}");
+                eprintln!(
+                    "precision: coarse, calibrated, busy, a window in µs or within-N (µs), not {us:?}"
+                );
                 std::process::exit(2);
             }
         },
@@ -34,6 +46,7 @@ fn main() {
             Precision::Coarse,
             Precision::Calibrated,
             Precision::Window(Duration::from_micros(20)),
+            Precision::Within(Duration::from_micros(5)),
             Precision::Busy,
         ],
     };

@@ -29,6 +29,7 @@ use crate::task::{JoinHandle, spawn_local_onto, spawn_onto};
 /// | [`Coarse`](Precision::Coarse) | never | one wake-up | one wake-up: the cheapest |
 /// | [`Calibrated`](Precision::Calibrated) (default) | this machine's measured wake-up lateness, for a wait as long as this one | a few µs | one wake-up and the window |
 /// | [`Window(d)`](Precision::Window) | `d` | as `Calibrated` when `d` covers the wake-up lateness | one wake-up and `d` |
+/// | [`Within(d)`](Precision::Within) | what keeps 99 % of wake-ups within `d` of their due time, learnt from the loop's own | p99 about `d`, unless the host takes the CPU away | one wake-up and that window |
 /// | [`Busy`](Precision::Busy) | through the whole backstop interval (1 ms) | the trigger check's | a core while a timer is due within 1 ms |
 ///
 /// The default keeps `sleep(100 µs)`'s lateness p99 within the bound measured in
@@ -47,17 +48,36 @@ pub enum Precision {
     Calibrated,
     /// Spin this long before each due time.
     Window(Duration),
+    /// Keep timers' lateness within this at the 99th percentile, at the least spin that
+    /// does it on this machine: the loop keeps a window per wait length and widens it when
+    /// more than one wake-up in a hundred comes later than the window and `d`, and narrows
+    /// it otherwise (`softtimer_rt::SpinWindow::Precision`). Lateness the host causes by
+    /// descheduling the thread, spinning or not, no window removes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use softtimer_async::{Precision, Runtime, time::sleep};
+    ///
+    /// let rt = Runtime::builder()
+    ///     .precision(Precision::Within(Duration::from_micros(5)))
+    ///     .build()
+    ///     .unwrap();
+    /// rt.block_on(async { sleep(Duration::from_micros(200)).await });
+    /// assert_eq!(Precision::Within(Duration::from_micros(5)).name(), "within-5us");
+    /// ```
+    Within(Duration),
     /// Spin whenever a timer is due within the backstop interval: the paper's idle loop.
     Busy,
 }
 
 impl Precision {
-    /// A short lower-case name (`coarse`, `calibrated`, `window-20us`, `busy`).
+    /// A short lower-case name (`coarse`, `calibrated`, `window-20us`, `within-5us`, `busy`).
     pub fn name(&self) -> String {
         match self {
             Precision::Coarse => "coarse".into(),
             Precision::Calibrated => "calibrated".into(),
             Precision::Window(d) => format!("window-{}us", d.as_micros()),
+            Precision::Within(d) => format!("within-{}us", d.as_micros()),
             Precision::Busy => "busy".into(),
         }
     }
@@ -67,6 +87,7 @@ impl Precision {
             Precision::Coarse => SpinWindow::Fixed(Duration::ZERO),
             Precision::Calibrated => SpinWindow::Calibrated,
             Precision::Window(d) => SpinWindow::Fixed(d),
+            Precision::Within(d) => SpinWindow::Precision(d),
             Precision::Busy => {
                 SpinWindow::Fixed(Duration::from_nanos(1_000_000_000 / interrupt_hz.max(1)))
             }

@@ -115,7 +115,46 @@ pub fn wakeup_probe() -> WakeupProbe {
 /// for waits up to [`SHORT_WAIT`], [`long_wait_window`] from [`LONG_WAIT`] on, and a
 /// straight line between; the loop then keeps them current from its own wake-ups.
 pub(crate) fn wakeup_windows<C: Clock>(clock: &C) -> crate::policy::WakeupWindows {
+    windows_from(
+        clock,
+        Duration::ZERO,
+        clock.span(Duration::from_micros(1)),
+        MIN_WINDOW,
+    )
+}
+
+/// The windows of a named precision ([`SpinWindow::Precision`](crate::SpinWindow::Precision)):
+/// the calibrated ones less the precision to start from, then each following the loop's own
+/// wake-ups towards the width that leaves one wake in a hundred more than `precision` late.
+/// They learn rather than trust the probe's 99th percentile, which 128 sleeps estimate
+/// badly (one preemption of the host sets it) and which a spin cannot help anyway when the
+/// host takes the CPU away from a spinning thread as well.
+pub(crate) fn precision_windows<C: Clock>(
+    clock: &C,
+    precision: Duration,
+) -> crate::policy::WakeupWindows {
+    windows_from(
+        clock,
+        precision,
+        softtimer::Span::ZERO,
+        PRECISION_MIN_WINDOW,
+    )
+    .aiming_at(100, clock.span(precision))
+}
+
+/// The narrowest window of a named precision: a wake-up precise enough on its own spins
+/// this little (a window can only widen from a width above zero).
+const PRECISION_MIN_WINDOW: Duration = Duration::from_micros(1);
+
+/// Windows starting at the calibrated ones less `less` (within `min ..= MAX_WINDOW`).
+fn windows_from<C: Clock>(
+    clock: &C,
+    less: Duration,
+    margin: softtimer::Span,
+    min: Duration,
+) -> crate::policy::WakeupWindows {
     let (short, long) = (wakeup_lateness(), long_wait_window());
+    let (short, long) = (short.saturating_sub(less), long.saturating_sub(less));
     let initial = |wait: softtimer::Span| {
         let wait = clock.duration(wait);
         if wait <= SHORT_WAIT {
@@ -130,8 +169,8 @@ pub(crate) fn wakeup_windows<C: Clock>(clock: &C) -> crate::policy::WakeupWindow
     crate::policy::WakeupWindows::new(
         clock.span(Duration::from_micros(64)),
         initial,
-        clock.span(Duration::from_micros(1)),
-        clock.span(MIN_WINDOW),
+        margin,
+        clock.span(min),
         clock.span(MAX_WINDOW),
     )
 }

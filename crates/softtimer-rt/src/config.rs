@@ -169,9 +169,14 @@ pub enum SpinWindow {
     /// latency), a window of `X` or more spins whenever an event is due before the next
     /// backstop tick (the paper's idle loop: most precise, a whole core while waiting).
     Fixed(Duration),
-    /// The narrowest window that keeps the p99 lateness of events within this precision,
-    /// given this machine's measured wake-up lateness ([`plan_precision`](crate::plan_precision)
-    /// without a batch): no spin at all when a plain wake-up is precise enough.
+    /// The narrowest window that keeps the p99 lateness of events within this precision.
+    /// The soft loop starts from the calibrated windows less the precision and keeps one
+    /// per wait length, learnt from its own wake-ups, that leaves one wake-up in a hundred
+    /// more than the precision late ([`WakeupWindows::aiming_at`](crate::WakeupWindows::aiming_at)):
+    /// 1 µs of spin when a plain wake-up is precise enough. A short probe's 99th percentile
+    /// is not trusted for this: one preemption of the host sets it. [`resolve`](Self::resolve)
+    /// gives the up-front plan from the probe ([`plan_precision`](crate::plan_precision)
+    /// without a batch), which the other timer modes use.
     Precision(Duration),
 }
 

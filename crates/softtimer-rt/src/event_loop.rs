@@ -344,15 +344,20 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 realtime: config.realtime_backstop,
             },
         )?;
-        let spin_window = match config.spin_window {
-            SpinWindow::Calibrated if !soft => Duration::ZERO,
-            window => window.resolve(),
-        };
-        // The calibrated window is kept per wait length and follows the loop's own wake-ups
-        // (a longer sleep wakes later, and the lateness drifts with the host's load).
+        // The calibrated window and a named precision's are kept per wait length and follow
+        // the loop's own wake-ups (a longer sleep wakes later, and the lateness drifts with
+        // the host's load); a named precision has no floor under its learnt windows.
         let windows = match config.spin_window {
             SpinWindow::Calibrated if soft => Some(crate::calibrate::wakeup_windows(&clock)),
+            SpinWindow::Precision(precision) if soft => {
+                Some(crate::calibrate::precision_windows(&clock, precision))
+            }
             _ => None,
+        };
+        let spin_window = match config.spin_window {
+            SpinWindow::Calibrated if !soft => Duration::ZERO,
+            SpinWindow::Precision(_) if soft => Duration::ZERO,
+            window => window.resolve(),
         };
         let idle = IdlePolicy {
             spin_window: clock.span(spin_window),

@@ -590,3 +590,66 @@ fn a_loop_gives_its_thread_its_timer_slack_back() {
     .join()
     .unwrap();
 }
+
+/// A named precision gives the soft loop windows of its own, per wait length, that start
+/// from the calibrated ones less the precision and learn from the loop's wake-ups (never the
+/// probe's 99th percentile as a fixed window); the other timer modes keep the up-front plan.
+#[test]
+fn a_named_precision_learns_its_windows_from_the_loops_own_wake_ups() {
+    let with = |spin_window, mode| {
+        let ev: EventLoop<()> = EventLoop::new(
+            LoopConfig {
+                spin_window,
+                mode,
+                ..config()
+            },
+            |_, _| {},
+        )
+        .unwrap();
+        let clock = *ev.clock();
+        (ev.idle_policy(), clock)
+    };
+    let (calibrated, clock) = with(SpinWindow::Calibrated, TimerMode::Soft);
+    let (within, _) = with(
+        SpinWindow::Precision(Duration::from_micros(3)),
+        TimerMode::Soft,
+    );
+    let (coarse, _) = with(
+        SpinWindow::Precision(Duration::from_secs(1)),
+        TimerMode::Soft,
+    );
+    assert_eq!(
+        within.spin_window,
+        Span::ZERO,
+        "no floor under the learnt windows"
+    );
+    let windows = within.windows.expect("a named precision keeps windows");
+    let us = |n: u64| clock.span(Duration::from_micros(n));
+    for wait in [us(100), us(1_000), us(20_000)] {
+        let calibrated = calibrated.window_for(wait);
+        let start = windows.window_for(wait);
+        // (A tick or two of rounding between the conversions.)
+        assert!(
+            start.ticks() <= calibrated.saturating_sub(us(3)).max(us(1)).ticks() + 2,
+            "{wait:?}: {start:?} against calibrated {calibrated:?}"
+        );
+        assert!(
+            start + us(4) >= calibrated,
+            "{wait:?}: {start:?} against {calibrated:?}"
+        );
+        assert_eq!(
+            coarse.window_for(wait),
+            us(1),
+            "a coarse precision spins 1 µs at most"
+        );
+    }
+    let (timerfd, _) = with(
+        SpinWindow::Precision(Duration::from_micros(3)),
+        TimerMode::timerfd(Duration::from_millis(1)).unwrap(),
+    );
+    assert!(timerfd.windows.is_none());
+    assert_eq!(
+        clock.duration(timerfd.spin_window),
+        SpinWindow::Precision(Duration::from_micros(3)).resolve()
+    );
+}

@@ -746,7 +746,10 @@ fn the_async_step_writes_what_the_checks_read() {
         .iter()
         .filter_map(|r| r["precision"].as_str())
         .collect();
-    assert_eq!(precisions, ["coarse", "calibrated", "window-20us", "busy"]);
+    assert_eq!(
+        precisions,
+        ["coarse", "calibrated", "window-20us", "within-5us", "busy"]
+    );
     for r in of("hyper-1core") {
         assert!(
             r["late_p99_us"].is_null() && r["stddev_us"].is_null(),

@@ -150,7 +150,8 @@ pub struct AsyncRow {
     pub workload: AsyncWorkload,
     /// Which runtime ran it.
     pub runtime: RuntimeKind,
-    /// The soft runtime's [`Precision`] (`coarse`, `calibrated`, `window-20us`, `busy`).
+    /// The soft runtime's [`Precision`] (`coarse`, `calibrated`, `window-20us`, `within-5us`,
+    /// `busy`).
     pub precision: Option<String>,
     /// Timer lateness past the deadline, µs.
     pub late_p50_us: Option<f64>,
@@ -274,11 +275,12 @@ pub fn with_cpu<T>(work: impl FnOnce() -> T) -> (T, u64) {
 }
 
 /// The soft runtime's precision settings the lab measures.
-pub fn precisions() -> [Precision; 4] {
+pub fn precisions() -> [Precision; 5] {
     [
         Precision::Coarse,
         Precision::Calibrated,
         Precision::Window(std::time::Duration::from_micros(20)),
+        Precision::Within(std::time::Duration::from_micros(5)),
         Precision::Busy,
     ]
 }
