@@ -29,7 +29,7 @@ use crate::task::{JoinHandle, spawn_local_onto, spawn_onto};
 /// | [`Coarse`](Precision::Coarse) | never | one wake-up | one wake-up: the cheapest |
 /// | [`Calibrated`](Precision::Calibrated) (default) | this machine's measured wake-up lateness, for a wait as long as this one | a few µs | one wake-up and the window |
 /// | [`Window(d)`](Precision::Window) | `d` | as `Calibrated` when `d` covers the wake-up lateness | one wake-up and `d` |
-/// | [`Within(d)`](Precision::Within) | what keeps 99 % of wake-ups within `d` of their due time, learnt from the loop's own | p99 about `d`, unless the host takes the CPU away | one wake-up and that window |
+/// | [`Within(d)`](Precision::Within) | what keeps 99 % of wake-ups within `d` of their due time, learnt from the loop's own | aims at a p99 of `d`; no better than `Busy`'s, which is the host's floor | one wake-up and that window, more after a late stretch |
 /// | [`Busy`](Precision::Busy) | through the whole backstop interval (1 ms) | the trigger check's | a core while a timer is due within 1 ms |
 ///
 /// The default keeps `sleep(100 µs)`'s lateness p99 within the bound measured in

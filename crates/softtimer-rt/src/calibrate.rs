@@ -27,7 +27,7 @@ const SAMPLES: usize = 128;
 /// Each sleep's timeout: long enough to go idle, short enough that the probe takes ~20 ms.
 const WAIT: Duration = Duration::from_micros(100);
 /// The wait the default spin window is measured at.
-const SHORT_WAIT: Duration = WAIT;
+pub(crate) const SHORT_WAIT: Duration = WAIT;
 /// The long wait the probe also measures (fewer samples: it takes longer).
 pub const LONG_WAIT: Duration = Duration::from_millis(1);
 /// Sleeps of [`LONG_WAIT`] the probe takes.
@@ -143,7 +143,8 @@ pub(crate) fn precision_windows<C: Clock>(
 }
 
 /// The narrowest window of a named precision: a wake-up precise enough on its own spins
-/// this little (a window can only widen from a width above zero).
+/// this little, and a window widens from it in steps of a sixteenth (from zero it would
+/// take a tick at a time).
 const PRECISION_MIN_WINDOW: Duration = Duration::from_micros(1);
 
 /// Windows starting at the calibrated ones less `less` (within `min ..= MAX_WINDOW`).

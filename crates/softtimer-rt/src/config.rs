@@ -181,10 +181,12 @@ pub enum SpinWindow {
 }
 
 impl SpinWindow {
-    /// The window as a length: the calibration (measured once per process, on the
-    /// facility's clock) or the fixed one. A program resolves its window once, gives the
-    /// loop [`SpinWindow::Fixed`] of it, and reports what it resolved, rather than reading
-    /// the loop's policy back.
+    /// The window as a length, up front: the calibration (measured once per process, on the
+    /// facility's clock), the fixed one, or a named precision's plan from the probe. A
+    /// program that fixes its window resolves it once, gives the loop [`SpinWindow::Fixed`]
+    /// of it, and reports what it resolved, rather than reading the loop's policy back. A
+    /// soft loop given `Calibrated` or `Precision` itself does better: it learns its windows
+    /// from its own wake-ups (with a named precision, spinning at least 1 µs).
     ///
     /// ```
     /// use softtimer_rt::SpinWindow;
@@ -192,7 +194,7 @@ impl SpinWindow {
     /// let fixed = SpinWindow::Fixed(Duration::from_micros(20));
     /// assert_eq!(fixed.resolve(), Duration::from_micros(20));
     /// assert!(SpinWindow::Calibrated.resolve() >= Duration::from_micros(2));
-    /// // A precision coarser than any wake-up's lateness needs no spin.
+    /// // In the plan, a precision coarser than any wake-up's lateness needs no spin.
     /// assert_eq!(SpinWindow::Precision(Duration::from_secs(1)).resolve(), Duration::ZERO);
     /// ```
     pub fn resolve(self) -> Duration {

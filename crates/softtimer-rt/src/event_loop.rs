@@ -346,7 +346,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         )?;
         // The calibrated window and a named precision's are kept per wait length and follow
         // the loop's own wake-ups (a longer sleep wakes later, and the lateness drifts with
-        // the host's load); a named precision has no floor under its learnt windows.
+        // the host's load).
         let windows = match config.spin_window {
             SpinWindow::Calibrated if soft => Some(crate::calibrate::wakeup_windows(&clock)),
             SpinWindow::Precision(precision) if soft => {
@@ -356,7 +356,11 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         };
         let spin_window = match config.spin_window {
             SpinWindow::Calibrated if !soft => Duration::ZERO,
-            SpinWindow::Precision(_) if soft => Duration::ZERO,
+            // A named precision's starting window for a short wait (what the driver above
+            // reads as its wake-up lateness), not the probe's plan.
+            SpinWindow::Precision(_) if soft => windows.map_or(Duration::ZERO, |w| {
+                clock.duration(w.window_for(clock.span(crate::calibrate::SHORT_WAIT)))
+            }),
             window => window.resolve(),
         };
         let idle = IdlePolicy {

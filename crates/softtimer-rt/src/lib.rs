@@ -28,9 +28,10 @@
 //!   block in `epoll_pwait2` with a precise timeout (the thread's timer slack at its minimum
 //!   while a loop lives on it, given back when the last is dropped) until a short
 //!   window before the next due time, then spin on trigger checks for the rest. The window is
-//!   this machine's measured wake-up lateness, so one loop is both precise and cheap; a
-//!   program that names the precision it needs gets the cheapest window (and batch) that
-//!   meets it ([`plan_precision`], [`SpinWindow::Precision`]);
+//!   this machine's measured wake-up lateness, kept per wait length from the loop's own
+//!   wake-ups, so one loop is both precise and cheap; a program that names the precision
+//!   it needs gets windows learnt the same way towards it ([`SpinWindow::Precision`]), or
+//!   an up-front plan of window and batch from the probe ([`plan_precision`]);
 //! * **the backstop** (the interrupt clock), kept off the loop's core: a helper thread on
 //!   another CPU (its [`BackstopWatch`]) reads the earliest due time the loop publishes anyway
 //!   for its own fast path, sleeps until `X` past it, and fires only what the loop really left

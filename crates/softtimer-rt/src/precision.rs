@@ -18,9 +18,12 @@
 //! A datagram's error is then at most the larger of the lateness left after spinning and the
 //! batch's earliness, so the two choices do not constrain each other, and each is the
 //! cheapest on its own: the spin's CPU grows with the window, and the CPU per datagram of the
-//! wake-ups shrinks with the batch. The pure function is what a program calls with a probe;
-//! [`SpinWindow::Precision`](crate::SpinWindow::Precision) is the loop's side of it (no
-//! batch: the loop does not know the application's interval).
+//! wake-ups shrinks with the batch. The pure function is what a program calls with a probe
+//! (`pace --precision` does); a soft loop given
+//! [`SpinWindow::Precision`](crate::SpinWindow::Precision) instead learns its windows
+//! towards the precision from its own wake-ups (no batch: the loop does not know the
+//! application's interval), since a short probe's 99th percentile is one preemption away
+//! from anything.
 
 use std::time::Duration;
 
