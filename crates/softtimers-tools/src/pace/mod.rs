@@ -9,8 +9,10 @@
 //! What precision costs is a choice: how long before a send the soft loop stops blocking and
 //! spins (`--spin-window`), and how many datagrams leave back to back per wake-up
 //! (`--per-wakeup N`, every `N` intervals, as one GSO send or one `sendmmsg`: fewer wake-ups,
-//! a burst of `N`). `--precision` names the p99 departure error wanted and gets the cheapest
-//! pair that meets it on this machine ([`softtimer_rt::plan_precision`]). The default blocks
+//! a burst of `N`). `--precision` names the p99 departure error wanted: the batch is the
+//! largest that error allows ([`softtimer_rt::plan_precision`]), and the soft loop learns the
+//! narrowest spin windows that keep one wake-up in a hundred within it from its own
+//! wake-ups (`SpinWindow::Precision`), rather than trusting a short probe. The default blocks
 //! until each send and spins not at all: the cheapest one-datagram setting, a wake-up per
 //! datagram like a timerfd sender's, at the datagram's own time rather than a period's.
 //!
@@ -37,11 +39,11 @@ use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::{Result, bail, ensure};
 use serde::{Deserialize, Serialize};
-use softtimer::{Clock, SystemClock};
+use softtimer::{Clock, Span, SystemClock};
 use softtimer_net::Rate;
 use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader};
-use softtimer_rt::{IoBackend, LoopConfig, PrecisionPlan, SpinWindow, plan_precision};
+use softtimer_rt::{IdlePolicy, IoBackend, LoopConfig, PrecisionPlan, SpinWindow, plan_precision};
 
 use crate::cpu::process_cpu_ns;
 use crate::output::Report;
@@ -112,8 +114,9 @@ pub struct PaceOptions {
     pub per_wakeup: u32,
     /// How several datagrams leave at once: a burst, or flows due together.
     pub batch_send: BatchSend,
-    /// The p99 departure error wanted: when given, the spin window and the datagrams per
-    /// wake-up are the cheapest that meet it ([`plan_precision`]), not the two above.
+    /// The p99 departure error wanted: when given, the datagrams per wake-up are the most it
+    /// allows ([`plan_precision`]) and the soft loop learns its spin window towards it
+    /// (`SpinWindow::Precision`), in place of the two above.
     pub precision: Option<Duration>,
     /// With soft timers: the backstop's frequency, `1 / X` ([`DEFAULT_BACKSTOP_HZ`]).
     pub backstop_hz: u64,
@@ -226,7 +229,8 @@ pub struct PaceReport {
     /// The longest, µs.
     #[serde(deserialize_with = "crate::json::num")]
     pub send_interval_max_us: f64,
-    /// The soft loop's spin window, µs (`null` for the other timers).
+    /// The soft loop's spin window, µs (`null` for the other timers); with `--precision`,
+    /// the one its loop had learnt by the end for the wait between its wake-ups.
     pub spin_window_us: Option<f64>,
     /// Send system calls made (`sendmmsg` counts once however many datagrams it carried);
     /// with io_uring, the ring's `io_uring_enter` calls, which carry the waits too.
@@ -240,7 +244,9 @@ pub struct PaceReport {
     /// How datagrams that left at once were sent.
     #[serde(default = "gso")]
     pub batch_send: BatchSend,
-    /// What `--precision` picked, and what it expected, when it was given.
+    /// What `--precision` planned from the wake-up probe, and what it expected, when it was
+    /// given: its batch is used; its spin window is where the probe put it, and the loop's
+    /// learnt one is `spin_window_us`.
     #[serde(default)]
     pub precision: Option<PrecisionPlan>,
     /// The soft loop's backstop frequency, Hz (`null` for the other timers).
@@ -393,13 +399,19 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         sender: &sender,
         flows,
     };
-    match options.timer {
-        PaceTimer::Soft if options.scheduler == Scheduler::Departure => run_departure(run)?,
-        PaceTimer::Soft if options.io != IoBackend::Epoll => ring::run_ring(run)?,
-        PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => run_loop(run)?,
-        PaceTimer::Spin => run_spin(options, &sender, run.flows, &clock),
-        PaceTimer::None => run_unpaced(options, &sender),
-    }
+    let policy = match options.timer {
+        PaceTimer::Soft if options.scheduler == Scheduler::Departure => Some(run_departure(run)?),
+        PaceTimer::Soft if options.io != IoBackend::Epoll => Some(ring::run_ring(run)?),
+        PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => Some(run_loop(run)?),
+        PaceTimer::Spin => {
+            run_spin(options, &sender, run.flows, &clock);
+            None
+        }
+        PaceTimer::None => {
+            run_unpaced(options, &sender);
+            None
+        }
+    };
     let elapsed = started.elapsed();
     let cpu_ns = process_cpu_ns().saturating_sub(cpu_before);
     let c = sender.counters.summary();
@@ -432,7 +444,7 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         send_interval_stddev_us: c.gap_stddev_us,
         send_interval_max_us: c.gap_max_us,
         spin_window_us: (options.timer == PaceTimer::Soft)
-            .then_some(plan.spin_window.as_secs_f64() * 1e6),
+            .then(|| plan.final_window(policy, sender.hz).as_secs_f64() * 1e6),
         send_calls: c.calls,
         io: options.io,
         per_wakeup: plan.per_wakeup,
@@ -460,8 +472,12 @@ pub(super) struct Plan {
     /// The interval between datagrams of all flows together, at least 1 µs (a hardware
     /// timer's period).
     period: Duration,
-    /// The soft loop's spin window, resolved (zero for the other timers, which do not spin).
+    /// The soft loop's spin window, resolved (zero for the other timers, which do not spin);
+    /// with `--precision`, the probe's plan, which the loop's learnt windows replace.
     spin_window: Duration,
+    /// What the soft loop is given: the resolved window, or with `--precision` the named
+    /// precision, whose windows the loop learns from its own wake-ups.
+    loop_spin: SpinWindow,
     /// Datagrams per flow per wake-up.
     per_wakeup: u32,
     /// What `--precision` picked, when it was given.
@@ -474,8 +490,21 @@ impl Plan {
     fn loop_config(&self, events: u32) -> LoopConfig {
         LoopConfig {
             capacity: events as usize + 1,
-            spin_window: SpinWindow::Fixed(self.spin_window),
+            spin_window: self.loop_spin,
             ..LoopConfig::default()
+        }
+    }
+
+    /// The soft loop's spin window before a wake-up's wait at the end of the run: the
+    /// plan's, or the one a named precision's loop learnt for its waits (a departure
+    /// interval per wake-up).
+    fn final_window(&self, policy: Option<IdlePolicy>, hz: u64) -> Duration {
+        match (self.loop_spin, policy) {
+            (SpinWindow::Precision(_), Some(policy)) => {
+                let wait = Span::from_duration(self.period * self.per_wakeup, hz);
+                Duration::from_nanos(policy.window_for(wait).as_nanos(hz))
+            }
+            _ => self.spin_window,
         }
     }
 
@@ -499,14 +528,20 @@ impl Plan {
             Some(plan) => (plan.spin_window, plan.per_wakeup),
             None => (options.spin_window.resolve(), options.per_wakeup),
         };
+        let spin_window = match options.timer {
+            PaceTimer::Soft => spin_window,
+            _ => Duration::ZERO,
+        };
+        let loop_spin = match (options.timer, options.precision) {
+            (PaceTimer::Soft, Some(p)) => SpinWindow::Precision(p),
+            _ => SpinWindow::Fixed(spin_window),
+        };
         Ok(Plan {
             per_flow,
             burst: Rate::from_bits_per_sec(burst)?,
             period,
-            spin_window: match options.timer {
-                PaceTimer::Soft => spin_window,
-                _ => Duration::ZERO,
-            },
+            spin_window,
+            loop_spin,
             per_wakeup,
             precision,
         })
@@ -561,9 +596,10 @@ fn batching(r: &PaceReport) -> String {
     }
     if let Some(p) = &r.precision {
         out += &format!(
-            "precision {:.1} µs (p99 departure error): spin window {:.1} µs and {} per wake-up \
-             expected late by {:.1} µs at p99 and the last of a batch {:.1} µs early, for {:.1} µs \
-             of waiting CPU per datagram\n",
+            "precision {:.1} µs (p99 departure error), planned from the wake-up probe: spin \
+             window {:.1} µs (the loop learns its own) and {} per wake-up expected late by {:.1} \
+             µs at p99 and the last of a batch {:.1} µs early, for {:.1} µs of waiting CPU per \
+             datagram\n",
             p.precision_us,
             p.spin_window.as_secs_f64() * 1e6,
             p.per_wakeup,
