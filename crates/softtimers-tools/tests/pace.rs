@@ -291,7 +291,11 @@ fn a_named_precision_picks_its_plan_and_reports_it() {
     let learnt = sent
         .spin_window_us
         .expect("a soft sender reports its window");
-    assert!(learnt < 5.0, "a 500 µs precision spins {learnt} µs");
+    // The learnt window has a 1 µs floor (the probe's plan would say 0 here).
+    assert!(
+        (0.99..5.0).contains(&learnt),
+        "a 500 µs precision spins {learnt} µs"
+    );
     let (sent, _) =
         pace_options_into_sink("50M", Duration::from_micros(50), |to, rate| PaceOptions {
             duration: Duration::from_millis(300),
@@ -309,7 +313,7 @@ fn a_named_precision_picks_its_plan_and_reports_it() {
     let learnt = sent
         .spin_window_us
         .expect("a soft sender reports its window");
-    assert!((1.0..=200.0).contains(&learnt), "{learnt} µs");
+    assert!((0.99..=200.0).contains(&learnt), "{learnt} µs");
     // Batches and precisions a signal handler or the spinning loop cannot keep are refused.
     for timer in [PaceTimer::Signal, PaceTimer::Spin] {
         let options = PaceOptions {

@@ -50,9 +50,10 @@ pub struct PaceArgs {
     /// How datagrams that leave at once are sent: one GSO send (`gso`) or one `sendmmsg`.
     #[arg(long, value_enum, default_value = "gso")]
     pub batch_send: BatchSend,
-    /// The p99 departure error wanted (such as `50us`): the cheapest spin window and
-    /// datagrams per wake-up that meet it on this machine, from its measured wake-up
-    /// lateness, instead of --spin-window and --per-wakeup.
+    /// The p99 departure error wanted (such as `50us`): as many datagrams per wake-up as it
+    /// allows, and with soft timers the narrowest spin window that keeps one wake-up in a
+    /// hundred within it, learnt from the loop's own wake-ups; instead of --spin-window and
+    /// --per-wakeup.
     #[arg(long, value_parser = parse_duration, conflicts_with_all = ["spin_window", "per_wakeup"])]
     pub precision: Option<Duration>,
     /// With `--timer soft`: the backstop's frequency (1 / X), Hz. The backstop fires a send

@@ -39,11 +39,11 @@ use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::{Result, bail, ensure};
 use serde::{Deserialize, Serialize};
-use softtimer::{Clock, Span, SystemClock};
+use softtimer::{Clock, SystemClock};
 use softtimer_net::Rate;
 use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader};
-use softtimer_rt::{IdlePolicy, IoBackend, LoopConfig, PrecisionPlan, SpinWindow, plan_precision};
+use softtimer_rt::{IoBackend, LoopConfig, PrecisionPlan, SpinWindow, plan_precision};
 
 use crate::cpu::process_cpu_ns;
 use crate::output::Report;
@@ -115,8 +115,8 @@ pub struct PaceOptions {
     /// How several datagrams leave at once: a burst, or flows due together.
     pub batch_send: BatchSend,
     /// The p99 departure error wanted: when given, the datagrams per wake-up are the most it
-    /// allows ([`plan_precision`]) and the soft loop learns its spin window towards it
-    /// (`SpinWindow::Precision`), in place of the two above.
+    /// allows ([`plan_precision`]) and a soft loop learns its spin window towards it
+    /// (`SpinWindow::Precision`), in place of `spin_window` and `per_wakeup`.
     pub precision: Option<Duration>,
     /// With soft timers: the backstop's frequency, `1 / X` ([`DEFAULT_BACKSTOP_HZ`]).
     pub backstop_hz: u64,
@@ -245,8 +245,8 @@ pub struct PaceReport {
     #[serde(default = "gso")]
     pub batch_send: BatchSend,
     /// What `--precision` planned from the wake-up probe, and what it expected, when it was
-    /// given: its batch is used; its spin window is where the probe put it, and the loop's
-    /// learnt one is `spin_window_us`.
+    /// given: its batch is used; its spin window is where the probe put it, and a soft
+    /// loop's learnt one is `spin_window_us` (a timerfd sender does not spin).
     #[serde(default)]
     pub precision: Option<PrecisionPlan>,
     /// The soft loop's backstop frequency, Hz (`null` for the other timers).
@@ -399,10 +399,10 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         sender: &sender,
         flows,
     };
-    let policy = match options.timer {
-        PaceTimer::Soft if options.scheduler == Scheduler::Departure => Some(run_departure(run)?),
-        PaceTimer::Soft if options.io != IoBackend::Epoll => Some(ring::run_ring(run)?),
-        PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => Some(run_loop(run)?),
+    let learnt = match options.timer {
+        PaceTimer::Soft if options.scheduler == Scheduler::Departure => run_departure(run)?,
+        PaceTimer::Soft if options.io != IoBackend::Epoll => ring::run_ring(run)?,
+        PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => run_loop(run)?,
         PaceTimer::Spin => {
             run_spin(options, &sender, run.flows, &clock);
             None
@@ -444,7 +444,7 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         send_interval_stddev_us: c.gap_stddev_us,
         send_interval_max_us: c.gap_max_us,
         spin_window_us: (options.timer == PaceTimer::Soft)
-            .then(|| plan.final_window(policy, sender.hz).as_secs_f64() * 1e6),
+            .then(|| plan.final_window(learnt).as_secs_f64() * 1e6),
         send_calls: c.calls,
         io: options.io,
         per_wakeup: plan.per_wakeup,
@@ -495,15 +495,12 @@ impl Plan {
         }
     }
 
-    /// The soft loop's spin window before a wake-up's wait at the end of the run: the
-    /// plan's, or the one a named precision's loop learnt for its waits (a departure
-    /// interval per wake-up).
-    fn final_window(&self, policy: Option<IdlePolicy>, hz: u64) -> Duration {
-        match (self.loop_spin, policy) {
-            (SpinWindow::Precision(_), Some(policy)) => {
-                let wait = Span::from_duration(self.period * self.per_wakeup, hz);
-                Duration::from_nanos(policy.window_for(wait).as_nanos(hz))
-            }
+    /// The soft loop's spin window at the end of the run: the plan's, or the one a named
+    /// precision's loop left before its last timed block (`learnt`, what it learnt for the
+    /// waits it actually had).
+    fn final_window(&self, learnt: Option<Duration>) -> Duration {
+        match (self.loop_spin, learnt) {
+            (SpinWindow::Precision(_), Some(learnt)) => learnt,
             _ => self.spin_window,
         }
     }
@@ -597,9 +594,9 @@ fn batching(r: &PaceReport) -> String {
     if let Some(p) = &r.precision {
         out += &format!(
             "precision {:.1} µs (p99 departure error), planned from the wake-up probe: spin \
-             window {:.1} µs (the loop learns its own) and {} per wake-up expected late by {:.1} \
-             µs at p99 and the last of a batch {:.1} µs early, for {:.1} µs of waiting CPU per \
-             datagram\n",
+             window {:.1} µs (a soft loop learns its own) and {} per wake-up expected late by \
+             {:.1} µs at p99 and the last of a batch {:.1} µs early, for {:.1} µs of waiting CPU \
+             per datagram\n",
             p.precision_us,
             p.spin_window.as_secs_f64() * 1e6,
             p.per_wakeup,

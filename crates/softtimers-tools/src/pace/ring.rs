@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use softtimer::{Fired, SoftTimers, Span};
 use softtimer_net::udp::{PacketHeader, realtime_ns};
-use softtimer_rt::{EventLoop, IdlePolicy, LoopConfig, RingRecv, SendOptions};
+use softtimer_rt::{EventLoop, LoopConfig, RingRecv, SendOptions};
 
 use super::Run;
 use super::sender::{BATCH, Flow, Sender, start_spread, stop_after};
@@ -30,7 +30,7 @@ struct DueDatagram {
 type Due = Mutex<Vec<DueDatagram>>;
 
 /// Soft timers with the sends through the ring of `options.io`.
-pub(super) fn run_ring(run: Run<'_>) -> Result<IdlePolicy> {
+pub(super) fn run_ring(run: Run<'_>) -> Result<Option<Duration>> {
     let (options, plan, sender, flows) = (run.options, run.plan, run.sender, run.flows);
     let due: Arc<Due> = Arc::new(Mutex::new(Vec::with_capacity(BATCH)));
     let (s, queue) = (Arc::clone(sender), Arc::clone(&due));
@@ -119,5 +119,5 @@ pub(super) fn run_ring(run: Run<'_>) -> Result<IdlePolicy> {
     // The ring's system calls carry the sends and the waits alike: all count.
     let enters = ev.ring_stats().map_or(0, |s| s.enters);
     sender.counters.calls(enters);
-    Ok(ev.idle_policy())
+    Ok(ev.last_spin_window())
 }

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use softtimer::{Clock, Fired, Instant, SoftTimers, Span, SystemClock};
 use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{PacketHeader, realtime_ns};
-use softtimer_rt::{EventLoop, IdlePolicy, LoopConfig, LoopCx, TimerMode, send_all};
+use softtimer_rt::{EventLoop, LoopConfig, LoopCx, TimerMode, send_all};
 
 use super::{BatchSend, PaceOptions, PaceTimer, Run, SendCounters};
 
@@ -197,12 +197,15 @@ pub(super) fn stop_after<E: Send + 'static>(
     })
 }
 
-/// Runs `ev` for `duration`, then stops it; its idle policy as it ended.
-fn run_for<E: Send + 'static>(mut ev: EventLoop<E>, duration: Duration) -> Result<IdlePolicy> {
+/// Runs `ev` for `duration`, then stops it; the spin window of its last timed block.
+fn run_for<E: Send + 'static>(
+    mut ev: EventLoop<E>,
+    duration: Duration,
+) -> Result<Option<Duration>> {
     let stopper = stop_after(&mut ev, duration);
     ev.run(|_, _| {})?;
     let _ = stopper.join();
-    Ok(ev.idle_policy())
+    Ok(ev.last_spin_window())
 }
 
 /// Schedules each flow's first event: the flows start spread over one per-flow interval,
@@ -222,7 +225,7 @@ pub(super) fn start_spread(
 }
 
 /// Soft timers, timerfd or signal: the event loop fires each flow's event; the handler sends.
-pub(super) fn run_loop(run: Run<'_>) -> Result<IdlePolicy> {
+pub(super) fn run_loop(run: Run<'_>) -> Result<Option<Duration>> {
     let (options, plan, sender, flows) = (run.options, run.plan, run.sender, run.flows);
     let hardware = options.timer != PaceTimer::Soft;
     // Flows due at one trigger state leave together (soft timers only).
@@ -307,7 +310,7 @@ pub(super) fn run_loop(run: Run<'_>) -> Result<IdlePolicy> {
 /// Soft timers over one departure queue: every flow's next datagram is stamped at its rate;
 /// one event at the queue's next departure sends all that is due (one `sendmmsg`) and
 /// stamps each of those flows' next datagram.
-pub(super) fn run_departure(run: Run<'_>) -> Result<IdlePolicy> {
+pub(super) fn run_departure(run: Run<'_>) -> Result<Option<Duration>> {
     let (options, plan, sender, flows) = (run.options, run.plan, run.sender, run.flows);
     use softtimer_net::departure::{DepartureQueue, FlowStamper};
     struct Departures {
