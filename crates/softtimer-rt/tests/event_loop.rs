@@ -654,3 +654,29 @@ fn a_named_precision_learns_its_windows_from_the_loops_own_wake_ups() {
     assert!(timerfd.windows.is_none());
     assert_eq!(clock.duration(timerfd.spin_window), precision.resolve());
 }
+
+/// `last_spin_window` says what the idle policy left before the last timed block: nothing
+/// before the loop has blocked for an event, then the window (here a fixed one).
+#[test]
+fn the_last_timed_block_reports_the_window_it_left() {
+    let mut ev: EventLoop<()> = EventLoop::new(
+        LoopConfig {
+            spin_window: SpinWindow::Fixed(Duration::from_micros(30)),
+            ..config()
+        },
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(ev.last_spin_window(), None);
+    let t = ev.span(Duration::from_millis(2));
+    ev.cx().schedule_soft_event(t, ()).unwrap();
+    let mut fired = 0;
+    while fired == 0 {
+        fired += ev.park(|_, _| {}).unwrap().fired;
+    }
+    let window = ev
+        .last_spin_window()
+        .expect("the loop blocked for its event");
+    let off = window.abs_diff(Duration::from_micros(30));
+    assert!(off <= Duration::from_nanos(10), "{window:?}");
+}
