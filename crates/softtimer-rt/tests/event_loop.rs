@@ -668,11 +668,15 @@ fn the_last_timed_block_reports_the_window_it_left() {
     )
     .unwrap();
     assert_eq!(ev.last_spin_window(), None);
-    let t = ev.span(Duration::from_millis(2));
-    ev.cx().schedule_soft_event(t, ()).unwrap();
-    let mut fired = 0;
-    while fired == 0 {
-        fired += ev.park(|_, _| {}).unwrap().fired;
+    // Two events, so that a park never blocks without a timeout: the loop blocks for the
+    // first (after at most a few parks that spin or cascade the wheel).
+    for ms in [20, 10_000] {
+        let t = ev.span(Duration::from_millis(ms));
+        ev.cx().schedule_soft_event(t, ()).unwrap();
+    }
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while ev.last_spin_window().is_none() && Instant::now() < give_up {
+        ev.park(|_, _| {}).unwrap();
     }
     let window = ev
         .last_spin_window()
