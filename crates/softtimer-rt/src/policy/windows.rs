@@ -42,6 +42,7 @@ pub struct WakeupWindows {
     first_edge: u64,
     /// Each bucket's window, ticks.
     windows: [u64; WAIT_BUCKETS],
+    /// Added to each wake's lateness before it is compared with the window.
     margin: u64,
     /// How late past its window a wake may come and still count as on time.
     allowance: u64,
@@ -162,6 +163,23 @@ mod tests {
         Span::from_ticks(t)
     }
 
+    /// Feeds `w` `rounds` wakes of 5 ms blocks, each late by 0..100 µs spread evenly (a
+    /// fixed shuffle from `seed`, which it advances), and returns the median window over the
+    /// second half, in ticks of a 1 GHz clock.
+    fn settled_on_uniform_lateness(w: &mut WakeupWindows, seed: &mut u64, rounds: usize) -> u64 {
+        let wait = span(5_000_000);
+        let mut seen = Vec::with_capacity(rounds / 2 + 1);
+        for i in 0..rounds {
+            *seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            w.observe(wait, span((*seed >> 33) % 100_000));
+            if i >= rounds / 2 {
+                seen.push(w.window_for(wait).ticks());
+            }
+        }
+        seen.sort_unstable();
+        seen[seen.len() / 2]
+    }
+
     #[test]
     fn the_windows_follow_each_wait_lengths_ninetieth_percentile_of_lateness() {
         // A 1 GHz clock: 64 µs is 64,000 ticks.
@@ -174,17 +192,7 @@ mod tests {
         assert_eq!(w.bucket(us(1_000_000)), WAIT_BUCKETS - 1);
         // Lateness spread evenly over 0..100 µs (a fixed shuffle): the window settles near
         // the 90th percentile plus the margin, 91 µs, not at either end.
-        let mut x = 1u64;
-        let mut seen = Vec::new();
-        for i in 0..40_000 {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            w.observe(us(5_000), span((x >> 33) % 100_000));
-            if i >= 20_000 {
-                seen.push(w.window_for(us(5_000)).ticks());
-            }
-        }
-        seen.sort_unstable();
-        let median = seen[seen.len() / 2];
+        let median = settled_on_uniform_lateness(&mut w, &mut 1, 40_000);
         assert!((84_000..=98_000).contains(&median), "{median}");
         // Always 50 µs late: the window follows to about 51; other buckets keep theirs.
         for _ in 0..2_000 {
@@ -214,17 +222,8 @@ mod tests {
         // Lateness spread evenly over 0..100 µs: the window settles near the 99th
         // percentile less the allowance and plus the margin, 70 µs, well away from where the
         // calibrated aim (one in ten) settles, 91 µs.
-        let mut x = 7u64;
-        let mut seen = Vec::new();
-        for i in 0..200_000 {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            within.observe(us(5_000), span((x >> 33) % 100_000));
-            if i >= 100_000 {
-                seen.push(within.window_for(us(5_000)).ticks());
-            }
-        }
-        seen.sort_unstable();
-        let median = seen[seen.len() / 2];
+        let mut seed = 7;
+        let median = settled_on_uniform_lateness(&mut within, &mut seed, 200_000);
         assert!((66_000..=74_000).contains(&median), "{median}");
         // A wake-up precise enough on its own: the window shrinks to the floor and stays.
         for _ in 0..20_000 {
@@ -234,16 +233,7 @@ mod tests {
         // Aiming at fewer than one in two is taken as one in two: the median.
         let mut half = calibrated.aiming_at(0, Span::ZERO);
         assert_eq!(half, calibrated.aiming_at(2, Span::ZERO));
-        let mut seen = Vec::new();
-        for i in 0..20_000 {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            half.observe(us(5_000), span((x >> 33) % 100_000));
-            if i >= 10_000 {
-                seen.push(half.window_for(us(5_000)).ticks());
-            }
-        }
-        seen.sort_unstable();
-        let median = seen[seen.len() / 2];
+        let median = settled_on_uniform_lateness(&mut half, &mut seed, 20_000);
         assert!((40_000..=60_000).contains(&median), "{median}");
     }
 }

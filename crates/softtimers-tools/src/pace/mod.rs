@@ -230,7 +230,7 @@ pub struct PaceReport {
     #[serde(deserialize_with = "crate::json::num")]
     pub send_interval_max_us: f64,
     /// The soft loop's spin window, µs (`null` for the other timers); with `--precision`,
-    /// the one its loop had learnt by the end for the wait between its wake-ups.
+    /// the one its loop had learnt by the end (what its last timed block left).
     pub spin_window_us: Option<f64>,
     /// Send system calls made (`sendmmsg` counts once however many datagrams it carried);
     /// with io_uring, the ring's `io_uring_enter` calls, which carry the waits too.
