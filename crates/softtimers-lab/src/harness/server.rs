@@ -166,9 +166,9 @@ pub struct Setup {
     /// Serve by soft-timer polling with this aggregation quota (HTTP workloads; the loop's
     /// soft events are then the polls, and `source` must be [`TimerSource::Soft`]).
     pub poll_quota: Option<u32>,
-    /// A timer signal may leave the server no time to answer (E6 at 10 µs on a slow
-    /// machine): a run whose load generator got no response at all is then a measured rate
-    /// of 0, not an error. Off everywhere else.
+    /// A timer signal may leave the server no time to answer (E1, E2 and E6 at 10 µs on a
+    /// slow or loaded machine): a run whose load generator got no response at all is then a
+    /// measured rate of 0, not an error. Off everywhere else.
     pub starving_measured: bool,
 }
 
