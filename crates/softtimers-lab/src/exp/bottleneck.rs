@@ -297,5 +297,5 @@ pub fn measure(
 
 /// Seconds `measure` takes, for the progress estimate.
 pub fn expected_seconds(quick: bool, rounds: usize) -> f64 {
-    (rates(quick).len() * (EMULATOR_ARMS.len() + 1) * rounds) as f64 * (offer_seconds(quick) + 0.8)
+    (rates(quick).len() * (EMULATOR_ARMS.len() + 1) * rounds) as f64 * (offer_seconds(quick) + 0.25)
 }
