@@ -56,6 +56,17 @@
 //! | [`PacedSender`], [`UdpSocket::send_at`] | departures from soft-event handlers (`softtimer-net`'s departure-time scheduler) |
 //! | [`quinn`], [`hyper`] | quinn's `Runtime`, hyper's `rt` traits (cargo features, on by default) |
 //!
+//! ## Cargo features
+//!
+//! All three are on by default; `default-features = false` gives the runtime, its timers,
+//! sockets and paced sends alone.
+//!
+//! | feature | what it adds | what it pulls in |
+//! | --- | --- | --- |
+//! | `quinn` | [`quinn::SoftRuntime`] | quinn 0.11 without its default features: no crypto provider and no tokio (a quinn program names its own, e.g. quinn's `rustls-ring`) |
+//! | `hyper` | [`hyper`]'s executor, timer and I/O traits | hyper 1.x |
+//! | `tokio-io` | tokio's `AsyncRead`/`AsyncWrite` on [`TcpStream`], for tokio codecs | tokio without its runtime |
+//!
 //! ## Where to start
 //!
 //! [`Runtime::block_on`] and [`time::sleep`]; then [`Precision`] for what a timer costs;

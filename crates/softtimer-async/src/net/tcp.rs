@@ -319,6 +319,7 @@ macro_rules! write_trait {
         }
     };
 }
+#[cfg(feature = "hyper")]
 pub(crate) use write_trait;
 
 /// `futures-io`'s traits for a stream and for a shared reference to one (so that one task

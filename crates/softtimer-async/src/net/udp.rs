@@ -311,6 +311,7 @@ impl UdpSocket {
     }
 
     /// Sends a transmit if the socket may be writable, without waiting: `WouldBlock` if not.
+    #[cfg_attr(not(feature = "quinn"), allow(dead_code))] // used by the quinn runtime only
     pub(crate) fn try_send_transmit(&self, transmit: &Transmit<'_>) -> io::Result<()> {
         let state = self.offload()?;
         let socket = &self.inner.socket;
@@ -321,6 +322,7 @@ impl UdpSocket {
         })
     }
 
+    #[cfg_attr(not(feature = "quinn"), allow(dead_code))] // used by the quinn runtime only
     pub(crate) fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let ready = self.inner.reg.poll_ready(Direction::Write, cx);
         if ready.is_pending() {
@@ -329,6 +331,7 @@ impl UdpSocket {
         ready
     }
 
+    #[cfg_attr(not(feature = "quinn"), allow(dead_code))] // used by the quinn runtime only
     pub(crate) fn may_fragment(&self) -> bool {
         self.inner
             .offload
