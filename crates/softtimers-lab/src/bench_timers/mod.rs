@@ -306,7 +306,7 @@ fn run_once(
             position = array[position as usize];
         }
         remaining -= 1;
-        if remaining == 0 || (remaining % 1024 == 0 && start.elapsed() > MAX_RUN) {
+        if remaining == 0 || (remaining.is_multiple_of(1024) && start.elapsed() > MAX_RUN) {
             cx.stop();
         }
     })?;

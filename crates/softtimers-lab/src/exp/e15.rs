@@ -121,7 +121,7 @@ pub fn parse_held(arg: &str) -> Result<usize, String> {
     let n: usize = arg
         .parse()
         .map_err(|_| format!("{arg:?} is not a whole number of connections"))?;
-    if !(10 * BATCH..=MAX_HELD).contains(&n) || n % BATCH != 0 {
+    if !(10 * BATCH..=MAX_HELD).contains(&n) || !n.is_multiple_of(BATCH) {
         return Err(format!(
             "{n} connections: E15 holds a multiple of {BATCH} from {} to {MAX_HELD}",
             10 * BATCH

@@ -402,7 +402,7 @@ pub(super) fn run_spin(
             }
         }
         pass = pass.wrapping_add(1);
-        if pass % 1024 == 0 && StdInstant::now() >= end {
+        if pass.is_multiple_of(1024) && StdInstant::now() >= end {
             return;
         }
     }

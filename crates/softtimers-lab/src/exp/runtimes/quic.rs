@@ -90,7 +90,7 @@ impl LossySocket {
         x ^= x >> 7;
         x ^= x << 17;
         self.rng.store(x, Ordering::Relaxed);
-        x % self.loss_one_in == 0
+        x.is_multiple_of(self.loss_one_in)
     }
 }
 
