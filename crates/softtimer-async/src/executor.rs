@@ -102,6 +102,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl LoopShared {
+    /// Whether the loop has shut down (its runtime was dropped): nothing fires here any more.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// Queues a task woken on another thread and wakes the loop.
     fn inject(&self, runnable: Runnable) {
         let mut remote = lock(&self.remote);
@@ -131,7 +136,38 @@ impl LoopShared {
     }
 }
 
+/// Operations a task may complete in one poll before a socket or timer that is ready makes
+/// it yield anyway (tokio's co-operative budget has the same size): a task that loops over
+/// a socket that always has data, or over timers that have passed, cannot keep the others
+/// on its loop, and the loop's own I/O poll, from running.
+const POLL_BUDGET: u32 = 128;
+
+/// Takes one unit of the running poll's budget; with none left, wakes the task to run again
+/// after the others and says no (the caller returns `Pending`).
+#[inline]
+pub(crate) fn consume_budget(cx: &Context<'_>) -> bool {
+    BUDGET.with(|budget| match budget.get() {
+        0 => {
+            cx.waker().wake_by_ref();
+            false
+        }
+        left => {
+            budget.set(left - 1);
+            true
+        }
+    })
+}
+
+/// A fresh budget for the poll about to run.
+#[inline]
+fn reset_budget() {
+    BUDGET.with(|budget| budget.set(POLL_BUDGET));
+}
+
 thread_local! {
+    /// What is left of the running poll's budget ([`POLL_BUDGET`]); unlimited outside a
+    /// runtime's polls.
+    static BUDGET: Cell<u32> = const { Cell::new(u32::MAX) };
     /// The loop this thread runs now (null: none). Compared, never dereferenced.
     static CURRENT: Cell<*const LoopShared> = const { Cell::new(std::ptr::null()) };
     /// Tasks woken on this thread, ready to run.
@@ -312,6 +348,7 @@ impl LocalLoop {
         let mut since_io = 0;
         loop {
             if main.woken.load(Ordering::Relaxed) && main.woken.swap(false, Ordering::Acquire) {
+                reset_budget();
                 if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
                     return Some(out);
                 }
@@ -357,6 +394,7 @@ impl LocalLoop {
             let Some(runnable) = QUEUE.with(|queue| queue.borrow_mut().pop_front()) else {
                 break;
             };
+            reset_budget();
             runnable.run();
             self.trigger(TriggerSource::Loop);
             ran += 1;

@@ -78,6 +78,13 @@
 //! The source reads in this order: `executor.rs` (the loop thread's run, wake paths and
 //! shutdown), `time.rs`, `reactor.rs`, `net/`, `pace.rs`.
 //!
+//! ## Fairness
+//!
+//! Tasks run in the order they were woken. A task that finds its socket ready or its timer
+//! passed 128 times in one poll yields anyway, as under tokio's co-operative budget, so that
+//! a loop over a flooded socket cannot starve the other tasks of its loop; [`yield_now`]
+//! yields at once.
+//!
 //! ## Time
 //!
 //! The API speaks `std::time::Instant` and `Duration`, as quinn and hyper do. A deadline
@@ -107,7 +114,7 @@ pub use net::tcp::{TcpListener, TcpStream};
 pub use net::udp::UdpSocket;
 pub use pace::{Departure, PacedSender};
 pub use runtime::{Builder, Handle, Precision, Runtime, RuntimeStats};
-pub use task::{JoinError, JoinHandle, spawn, spawn_local};
+pub use task::{JoinError, JoinHandle, spawn, spawn_local, yield_now};
 
 /// Re-exported for [`UdpSocket::send_transmit`] and [`UdpSocket::recv_segments`].
 pub use quinn_udp::{EcnCodepoint, RecvMeta, Transmit};

@@ -147,6 +147,9 @@ impl Departures {
             if let Some(e) = st.error.take() {
                 return Poll::Ready(Err(e));
             }
+            if self.shared.is_closed() {
+                return Poll::Ready(Err(runtime_gone()));
+            }
             if st.queue.len() >= st.capacity {
                 st.room = Some(cx.waker().clone());
                 return Poll::Pending;
@@ -167,7 +170,15 @@ impl Departures {
         if let Some(at) = arm {
             // Outside the queue's lock (see the lock order).
             let event = TimerEvent::Depart(Arc::clone(self));
-            let _ = self.shared.timers.schedule_at(at, event);
+            if let Err(e) = self.shared.timers.schedule_at(at, event) {
+                // The datagram stays queued and the next send arms again; until one does,
+                // a flush reports that nothing is armed rather than wait for ever.
+                let mut st = lock(&self.state);
+                if st.armed == Some(at) {
+                    st.armed = None;
+                }
+                return Err(io::Error::other(e));
+            }
         }
         Ok(())
     }
@@ -181,6 +192,14 @@ impl Departures {
             }
             if st.queue.is_empty() {
                 return Poll::Ready(Ok(()));
+            }
+            if self.shared.is_closed() {
+                return Poll::Ready(Err(runtime_gone()));
+            }
+            if st.armed.is_none() {
+                return Poll::Ready(Err(io::Error::other(
+                    "paced datagrams are queued but no departure could be scheduled",
+                )));
             }
             st.empty = Some(cx.waker().clone());
             Poll::Pending
@@ -240,11 +259,13 @@ impl Departures {
         };
         if let Some(next) = next
             && st.armed.is_none_or(|armed| next < armed)
-            && timers
-                .schedule_at(next, TimerEvent::Depart(Arc::clone(&self)))
-                .is_ok()
         {
-            st.armed = Some(next);
+            match timers.schedule_at(next, TimerEvent::Depart(Arc::clone(&self))) {
+                Ok(_) => st.armed = Some(next),
+                Err(e) => {
+                    st.error.get_or_insert(io::Error::other(e));
+                }
+            }
         }
         let room = (st.queue.len() <= st.capacity / 2)
             .then(|| st.room.take())
@@ -255,6 +276,11 @@ impl Departures {
         drop(st);
         room.into_iter().chain(empty).for_each(Waker::wake);
     }
+}
+
+/// The error of a paced send or flush after the runtime was dropped.
+fn runtime_gone() -> io::Error {
+    io::Error::other("the runtime this paced sender belongs to has shut down")
 }
 
 /// Sends datagrams from a [`UdpSocket`] at a rate: each leaves `bytes / rate` after the one

@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 
 use softtimer_rt::{Interest, Ready};
 
-use crate::executor::{LoopShared, lock};
+use crate::executor::{self, LoopShared, lock};
 
 /// A direction of readiness.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,6 +279,9 @@ impl Registration {
         mut op: impl FnMut() -> io::Result<R>,
         exhausted: impl Fn(&R) -> bool,
     ) -> Poll<io::Result<R>> {
+        if !executor::consume_budget(cx) {
+            return Poll::Pending;
+        }
         loop {
             let Poll::Ready(tick) = self.source.poll_ready(dir, cx) else {
                 return Poll::Pending;

@@ -124,20 +124,29 @@ impl Default for Builder {
             precision: Precision::default(),
             pin: true,
             sim: None,
-            config: LoopConfig {
-                // The runtime schedules no deadlines: serve them (never) from the backstop
-                // thread rather than keep a watcher thread per loop.
-                deadlines: DeadlineDesign::LazyTimerfd,
-                ..LoopConfig::default()
-            },
+            config: Builder::default_loop_config(),
         }
     }
 }
 
 impl Builder {
+    /// The loops' configuration a builder starts from (see [`Builder::loop_config`]).
+    pub fn default_loop_config() -> LoopConfig {
+        LoopConfig {
+            // The runtime schedules no deadlines: serve them (never) from the backstop
+            // thread rather than keep a watcher thread per loop.
+            deadlines: DeadlineDesign::LazyTimerfd,
+            ..LoopConfig::default()
+        }
+    }
+
     /// Runs `n` independent loops (at least 1; default 1), each with its own facility: loop
     /// 0 on the thread that calls [`Runtime::block_on`], loops 1.. on worker threads named
-    /// `softtimer-async-N`. A task stays on the loop it was spawned onto.
+    /// `softtimer-async-N`. A task stays on the loop it was spawned onto, and so do the
+    /// sockets and timers it makes; tasks spawned from outside the loops go to the workers
+    /// ([`Handle::spawn`]). Nothing moves work between loops: spread it yourself, with
+    /// [`Handle::spawn_on`] and a listener per loop
+    /// ([`TcpListener::bind_reuse_port`](crate::TcpListener::bind_reuse_port)).
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = n;
         self
@@ -151,7 +160,8 @@ impl Builder {
 
     /// With more than one loop, pin loop `i` to the `i`-th CPU this process may use, when it
     /// may use that many (default on). Loop 0's thread is the one that builds the runtime:
-    /// it is pinned from `build` on.
+    /// it is pinned from `build` on, and gets back the CPUs it had when the runtime is
+    /// dropped.
     pub fn pin(mut self, pin: bool) -> Self {
         self.pin = pin;
         self
@@ -166,7 +176,23 @@ impl Builder {
     }
 
     /// The loops' configuration beyond precision (statistics, the backstop's frequency, …);
-    /// its spin window is set from [`Builder::precision`].
+    /// its spin window is set from [`Builder::precision`]. This replaces the whole
+    /// configuration, whose default here differs from [`LoopConfig::default`] in one field:
+    /// `deadlines` is [`DeadlineDesign::LazyTimerfd`] (the runtime schedules no deadlines, so
+    /// no loop needs a watcher thread). Start from [`Builder::default_loop_config`] to change
+    /// one field and keep that.
+    ///
+    /// ```
+    /// use softtimer_async::{Builder, Runtime};
+    /// use softtimer_rt::LoopConfig;
+    ///
+    /// let rt = Runtime::builder()
+    ///     .loop_config(LoopConfig { stats: true, ..Builder::default_loop_config() })
+    ///     .build()
+    ///     .unwrap();
+    /// rt.block_on(async { softtimer_async::time::sleep(std::time::Duration::ZERO).await });
+    /// assert!(rt.trigger_stats().is_some());
+    /// ```
     pub fn loop_config(mut self, config: LoopConfig) -> Self {
         self.config = config;
         self
@@ -192,11 +218,20 @@ impl Builder {
         };
         let cpus = allowed_cpus();
         let pin = self.pin && self.threads > 1 && cpus.len() >= self.threads;
-        if pin {
+        let caller_cpus = match pin {
+            true => rustix::thread::sched_getaffinity(None).ok(),
+            false => None,
+        };
+        if caller_cpus.is_some() {
             pin_current_thread(cpus[0]);
         }
-        let local =
-            Rc::new(LocalLoop::new(0, config.clone(), clock.clone()).map_err(io::Error::other)?);
+        let local = match LocalLoop::new(0, config.clone(), clock.clone()) {
+            Ok(local) => Rc::new(local),
+            Err(e) => {
+                restore_affinity(caller_cpus.as_ref());
+                return Err(io::Error::other(e));
+            }
+        };
         let mut loops = vec![Arc::clone(&local.shared)];
         let mut workers = Vec::new();
         let mut failure = None;
@@ -204,10 +239,17 @@ impl Builder {
             let (tx, rx) = mpsc::channel();
             let (config, clock) = (config.clone(), clock.clone());
             let cpu = pin.then(|| cpus.get(index).copied()).flatten();
-            let thread = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("softtimer-async-{index}"))
-                .spawn(move || worker(index, cpu, config, clock, tx))?;
-            workers.push(thread);
+                .spawn(move || worker(index, cpu, config, clock, tx));
+            match spawned {
+                Ok(thread) => workers.push(thread),
+                Err(e) => {
+                    // The runtime made below shuts down and joins the loops already started.
+                    failure = Some(e);
+                    break;
+                }
+            }
             match rx.recv() {
                 Ok(Ok(shared)) => loops.push(shared),
                 Ok(Err(e)) => {
@@ -231,6 +273,7 @@ impl Builder {
             handle: Handle { inner },
             local: Some(local),
             workers,
+            caller_cpus,
             _not_send: PhantomData,
         };
         match failure {
@@ -281,6 +324,13 @@ fn pin_current_thread(cpu: usize) {
     let _ = rustix::thread::sched_setaffinity(None, &set);
 }
 
+/// Gives this thread back the CPUs it had before the runtime pinned it.
+fn restore_affinity(cpus: Option<&rustix::thread::CpuSet>) {
+    if let Some(cpus) = cpus {
+        let _ = rustix::thread::sched_setaffinity(None, cpus);
+    }
+}
+
 /// An async runtime whose reactor is the soft-timer event loop (see the crate
 /// documentation).
 ///
@@ -305,6 +355,8 @@ pub struct Runtime {
     handle: Handle,
     local: Option<Rc<LocalLoop>>,
     workers: Vec<ThreadHandle<()>>,
+    /// The CPUs the building thread (loop 0's) had before `build` pinned it.
+    caller_cpus: Option<rustix::thread::CpuSet>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -384,6 +436,7 @@ impl Drop for Runtime {
         for worker in self.workers.drain(..) {
             let _ = worker.join();
         }
+        restore_affinity(self.caller_cpus.as_ref());
     }
 }
 
@@ -432,7 +485,7 @@ impl Handle {
     }
 
     /// The loop a timer or socket made here belongs to: this thread's, when it runs one of
-    /// the runtime's loops; otherwise the next in turn.
+    /// the runtime's loops; otherwise the next in turn (see [`Handle::spawn`]).
     pub(crate) fn loop_here(&self) -> Arc<LoopShared> {
         if let Some(shared) = executor::current_shared()
             && self.inner.loops.iter().any(|l| Arc::ptr_eq(l, &shared))
@@ -442,13 +495,22 @@ impl Handle {
         self.next_loop()
     }
 
+    /// The worker loops in turn; loop 0 where it is the only one. Loop 0 runs only inside
+    /// `block_on`, so work sent from outside goes where a thread always runs it.
     fn next_loop(&self) -> Arc<LoopShared> {
-        let n = self.inner.next.fetch_add(1, Ordering::Relaxed) % self.inner.loops.len();
-        Arc::clone(&self.inner.loops[n])
+        let loops = &self.inner.loops;
+        let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        let index = match loops.len() {
+            1 => 0,
+            len => 1 + n % (len - 1),
+        };
+        Arc::clone(&loops[index])
     }
 
     /// Spawns `future`: onto this thread's loop when called from one of the runtime's loop
-    /// threads (a task stays on its thread), otherwise onto the loops in turn.
+    /// threads (a task stays on its thread); otherwise onto the worker loops (1..) in turn,
+    /// which always run, as tokio's multi-thread runtime runs spawned tasks on its workers
+    /// rather than in `block_on`; with one loop, onto loop 0, which runs inside `block_on`.
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,

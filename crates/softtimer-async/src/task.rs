@@ -84,6 +84,49 @@ where
     JoinHandle::new(task.fallible())
 }
 
+/// Lets the other tasks ready on this loop run before the caller goes on: it is woken at
+/// once and queued behind them. A task also yields on its own after 128 socket operations
+/// or passed timers in one poll, so a loop over a busy socket needs no `yield_now`.
+///
+/// ```
+/// use std::cell::Cell;
+/// use std::rc::Rc;
+/// use softtimer_async::Runtime;
+///
+/// let rt = Runtime::new().unwrap();
+/// let order = rt.block_on(async {
+///     let order = Rc::new(Cell::new(Vec::new()));
+///     let note = |o: &Rc<Cell<Vec<&'static str>>>, what| {
+///         let mut v = o.take();
+///         v.push(what);
+///         o.set(v);
+///     };
+///     let (a, b) = (Rc::clone(&order), Rc::clone(&order));
+///     let first = softtimer_async::spawn_local(async move {
+///         note(&a, "first, before yielding");
+///         softtimer_async::yield_now().await;
+///         note(&a, "first, after");
+///     });
+///     let second = softtimer_async::spawn_local(async move { note(&b, "second") });
+///     first.await.unwrap();
+///     second.await.unwrap();
+///     order.take()
+/// });
+/// assert_eq!(order, ["first, before yielding", "second", "first, after"]);
+/// ```
+pub async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await
+}
+
 /// Spawns `future` onto the calling thread's loop, where it stays.
 ///
 /// # Panics

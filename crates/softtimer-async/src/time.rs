@@ -30,6 +30,17 @@ fn waker_identity(waker: &Waker) -> (usize, usize) {
     (waker.data() as usize, waker.vtable() as *const _ as usize)
 }
 
+/// How close to the batch's time a deadline must be for its first poll to read the clocks
+/// rather than arm at once: a deadline this near may have passed since the batch began.
+const NEAR: Duration = Duration::from_micros(50);
+
+/// Now, for a deadline meant to pass at once: the time of the batch of task polls running on
+/// this thread where there is one (never later than now, and what a first poll compares
+/// with), so that the first poll completes without reading a clock.
+fn now_at_once(shared: &LoopShared) -> Instant {
+    executor::batch_time(shared).map_or_else(|| shared.time.now(), |(now, _)| now)
+}
+
 /// A scheduled soft event and what it was scheduled for.
 #[derive(Debug)]
 struct Armed {
@@ -85,14 +96,26 @@ impl TimerEntry {
         let Some(deadline) = self.deadline else {
             return Poll::Pending;
         };
-        // The batch's time, if it shows the deadline passed or nothing is armed; both clocks
-        // read now otherwise.
+        // The batch's time, if it shows the deadline passed, or nothing is armed and the
+        // deadline is not within `NEAR` of it (a first poll); both clocks read now otherwise,
+        // which is cheaper than arming and waking for a deadline that has just passed.
         let time = match executor::batch_time(&self.shared) {
-            Some(batch) if batch.0 >= deadline || self.armed.is_none() => batch,
+            Some(batch)
+                if batch.0 >= deadline
+                    || (self.armed.is_none()
+                        && deadline.saturating_duration_since(batch.0) > NEAR) =>
+            {
+                batch
+            }
             _ => self.shared.time.pair(),
         };
         let (now, clock_now) = time;
         if now >= deadline {
+            // A task that loops over passed deadlines (`sleep(Duration::ZERO)`) yields
+            // after its poll's budget, as one that loops over a ready socket does.
+            if !executor::consume_budget(cx) {
+                return Poll::Pending;
+            }
             self.complete(clock_now);
             return Poll::Ready(());
         }
@@ -295,7 +318,11 @@ impl Future for Sleep {
 #[track_caller]
 pub fn sleep(duration: Duration) -> Sleep {
     let shared = here();
-    let deadline = shared.time.now().checked_add(duration);
+    let now = match duration.is_zero() {
+        true => now_at_once(&shared),
+        false => shared.time.now(),
+    };
+    let deadline = now.checked_add(duration);
     Sleep::on(shared, deadline)
 }
 
@@ -418,7 +445,7 @@ impl Interval {
 #[track_caller]
 pub fn interval(period: Duration) -> Interval {
     let shared = here();
-    let start = shared.time.now();
+    let start = now_at_once(&shared);
     interval_on(shared, start, period)
 }
 

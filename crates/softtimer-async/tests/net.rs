@@ -233,3 +233,35 @@ fn offloaded_sockets_send_segments_in_one_call() {
         assert_eq!(received, contents.len());
     });
 }
+
+#[test]
+fn a_paced_sender_outliving_its_runtime_says_so_and_never_hangs_a_flush() {
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+    let rt = Runtime::new().unwrap();
+    let (paced, to) = rt.block_on(async {
+        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // 1 Mbit/s: 1000-byte datagrams 8 ms apart, so the later ones are still queued.
+        let paced = PacedSender::new(&socket, "1M".parse().unwrap());
+        let to = sink.local_addr().unwrap();
+        for _ in 0..3 {
+            paced.send_to(&[0u8; 1000], to).await.unwrap();
+        }
+        (paced, to)
+    });
+    // The runtime is gone, and with it the queued datagrams' departures.
+    drop(rt);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut flush = pin!(paced.flush());
+    match flush.as_mut().poll(&mut cx) {
+        Poll::Ready(Err(e)) => assert!(e.to_string().contains("shut down"), "{e}"),
+        other => panic!("a flush of datagrams that can never leave: {other:?}"),
+    }
+    let mut send = pin!(paced.send_to(b"after the runtime", to));
+    match send.as_mut().poll(&mut cx) {
+        Poll::Ready(Err(e)) => assert!(e.to_string().contains("shut down"), "{e}"),
+        Poll::Ready(Ok(())) => panic!("a datagram that cannot depart was accepted"),
+        Poll::Pending => panic!("the send waits for a runtime that is gone"),
+    }
+}

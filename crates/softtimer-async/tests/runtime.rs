@@ -202,3 +202,158 @@ fn dropping_a_runtime_cancels_its_tasks() {
     let other = Runtime::new().unwrap();
     assert!(other.block_on(pending).unwrap_err().is_cancelled());
 }
+
+#[test]
+fn a_handle_spawns_from_outside_onto_workers_that_run_without_block_on() {
+    // Loop 0 runs only inside block_on: a spawn from outside must not land there, or it
+    // would wait until someone calls block_on.
+    let rt = Runtime::builder().threads(3).pin(false).build().unwrap();
+    let (tx, rx) = mpsc::channel();
+    for i in 0..4 {
+        let tx = tx.clone();
+        drop(rt.handle().spawn(async move {
+            sleep(Duration::from_micros(50)).await;
+            let _ = tx.send((i, std::thread::current().name().map(String::from)));
+        }));
+    }
+    let mut names = Vec::new();
+    for _ in 0..4 {
+        let (_, name) = rx
+            .recv_timeout(BOUND)
+            .expect("a task spawned from outside ran");
+        names.push(name.expect("worker threads are named"));
+    }
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "softtimer-async-1",
+            "softtimer-async-1",
+            "softtimer-async-2",
+            "softtimer-async-2"
+        ]
+    );
+}
+
+#[test]
+fn the_building_thread_gets_its_cpus_back_when_the_runtime_is_dropped() {
+    let before = rustix::thread::sched_getaffinity(None).unwrap();
+    if before.count() < 2 {
+        eprintln!("skipped: this thread may use only one CPU, so the runtime pins nothing");
+        return;
+    }
+    let rt = Runtime::builder().threads(2).build().unwrap();
+    let pinned = rustix::thread::sched_getaffinity(None).unwrap();
+    assert_eq!(
+        pinned.count(),
+        1,
+        "loop 0's thread is pinned while the runtime lives"
+    );
+    drop(rt);
+    assert_eq!(rustix::thread::sched_getaffinity(None).unwrap(), before);
+}
+
+#[test]
+fn zero_and_just_passed_deadlines_complete_at_their_first_poll_inside_a_task() {
+    let rt = Runtime::new().unwrap();
+    rt.block_on(async {
+        let task = softtimer_async::spawn(async {
+            // Time passes in the batch of polls this task runs in.
+            let start = std::time::Instant::now();
+            while start.elapsed() < Duration::from_micros(20) {
+                std::hint::spin_loop();
+            }
+            let mut ready = Vec::new();
+            let mut zero = std::pin::pin!(sleep(Duration::ZERO));
+            let mut passed =
+                std::pin::pin!(softtimer_async::time::sleep_until(std::time::Instant::now()));
+            let mut ticks = softtimer_async::time::interval(Duration::from_secs(1));
+            poll_fn(|cx| {
+                ready.push(zero.as_mut().poll(cx).is_ready());
+                ready.push(passed.as_mut().poll(cx).is_ready());
+                ready.push(ticks.poll_tick(cx).is_ready());
+                Poll::Ready(())
+            })
+            .await;
+            ready
+        });
+        let ready = timeout(BOUND, task).await.unwrap().unwrap();
+        assert_eq!(
+            ready,
+            [true, true, true],
+            "sleep(0), sleep_until(now), first tick"
+        );
+    });
+    assert_eq!(
+        rt.handle().pending_timers(),
+        0,
+        "none of them armed an event"
+    );
+}
+
+#[test]
+fn a_task_that_always_finds_its_socket_ready_or_its_timer_passed_yields_to_the_others() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let rt = Runtime::new().unwrap();
+    rt.block_on(async {
+        let socket = softtimer_async::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..200 {
+            sender
+                .send_to(b"ready", socket.local_addr().unwrap())
+                .unwrap();
+        }
+        let ran = Rc::new(Cell::new(false));
+        let (flag, seen) = (Rc::clone(&ran), Rc::clone(&ran));
+        let busy = softtimer_async::spawn_local(async move {
+            let mut buf = [0u8; 16];
+            socket.recv_from(&mut buf).await.unwrap();
+            // Ready to run from now on; it runs only if this task yields.
+            drop(softtimer_async::spawn_local(async move { flag.set(true) }));
+            let mut received = 1;
+            while !seen.get() && received < 200 {
+                socket.recv_from(&mut buf).await.unwrap();
+                received += 1;
+            }
+            let after_socket = received;
+            seen.set(false);
+            let flag = Rc::clone(&seen);
+            drop(softtimer_async::spawn_local(async move { flag.set(true) }));
+            let mut slept = 0;
+            while !seen.get() && slept < 1_000 {
+                sleep(Duration::ZERO).await;
+                slept += 1;
+            }
+            (after_socket, slept)
+        });
+        let (received, slept) = timeout(BOUND, busy).await.unwrap().unwrap();
+        assert!(
+            received < 200,
+            "the other task ran only after all 200 datagrams"
+        );
+        assert!(
+            slept < 1_000,
+            "the other task ran only after 1,000 zero sleeps"
+        );
+    });
+}
+
+#[test]
+fn yield_now_lets_the_other_ready_tasks_run_first() {
+    let rt = Runtime::new().unwrap();
+    let (tx, rx) = mpsc::channel();
+    rt.block_on(async move {
+        let tx2 = tx.clone();
+        let first = softtimer_async::spawn(async move {
+            tx.send("first").unwrap();
+            softtimer_async::yield_now().await;
+            tx.send("first again").unwrap();
+        });
+        let second = softtimer_async::spawn(async move { tx2.send("second").unwrap() });
+        first.await.unwrap();
+        second.await.unwrap();
+    });
+    let order: Vec<_> = rx.try_iter().collect();
+    assert_eq!(order, ["first", "second", "first again"]);
+}
