@@ -118,5 +118,9 @@ pub use task::{JoinError, JoinHandle, spawn, spawn_local, yield_now};
 
 /// Re-exported for [`UdpSocket::send_transmit`] and [`UdpSocket::recv_segments`].
 pub use quinn_udp::{EcnCodepoint, RecvMeta, Transmit};
+/// Re-exported for [`Builder::simulated`] and [`Runtime::trigger_stats`].
+pub use softtimer::{SimClock, TriggerStats};
 /// Re-exported for [`PacedSender::new`].
 pub use softtimer_net::Rate;
+/// Re-exported for [`Builder::loop_config`] and [`UdpSocket::recv_batch`].
+pub use softtimer_rt::{DeadlineDesign, LoopConfig, RecvBatch};

@@ -183,8 +183,7 @@ impl Builder {
     /// one field and keep that.
     ///
     /// ```
-    /// use softtimer_async::{Builder, Runtime};
-    /// use softtimer_rt::LoopConfig;
+    /// use softtimer_async::{Builder, LoopConfig, Runtime};
     ///
     /// let rt = Runtime::builder()
     ///     .loop_config(LoopConfig { stats: true, ..Builder::default_loop_config() })

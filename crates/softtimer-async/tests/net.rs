@@ -265,3 +265,24 @@ fn a_paced_sender_outliving_its_runtime_says_so_and_never_hangs_a_flush() {
         Poll::Pending => panic!("the send waits for a runtime that is gone"),
     }
 }
+
+#[test]
+fn a_udp_socket_clone_is_the_same_socket_and_its_descriptor_takes_options() {
+    use std::os::fd::{AsFd, AsRawFd};
+    on_runtime(async {
+        let server = loopback();
+        let sender = loopback();
+        let clone = server.clone();
+        assert_eq!(clone.as_raw_fd(), server.as_raw_fd());
+        rustix::net::sockopt::set_socket_recv_buffer_size(server.as_fd(), 1 << 20).unwrap();
+        assert!(rustix::net::sockopt::socket_recv_buffer_size(clone.as_fd()).unwrap() >= 1 << 20);
+        let to = server.local_addr().unwrap();
+        sender.send_to(b"to either", to).await.unwrap();
+        let mut buf = [0u8; 16];
+        let (n, _) = timeout(BOUND, clone.recv_from(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&buf[..n], b"to either");
+    });
+}

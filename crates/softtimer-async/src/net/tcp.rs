@@ -62,6 +62,19 @@ pub struct TcpListener {
     reg: Registration,
 }
 
+/// The descriptor, for socket options (e.g. through `rustix` or `socket2`).
+impl AsFd for TcpListener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+impl std::os::fd::AsRawFd for TcpListener {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.socket.as_fd().as_raw_fd()
+    }
+}
+
 impl TcpListener {
     /// Binds and listens on `addr`, on the calling thread's loop.
     pub fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
@@ -130,6 +143,19 @@ impl TcpListener {
 pub struct TcpStream {
     socket: std::net::TcpStream,
     reg: Registration,
+}
+
+/// The descriptor, for socket options (e.g. through `rustix` or `socket2`).
+impl AsFd for TcpStream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+impl std::os::fd::AsRawFd for TcpStream {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.socket.as_fd().as_raw_fd()
+    }
 }
 
 impl TcpStream {

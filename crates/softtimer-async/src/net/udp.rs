@@ -20,8 +20,9 @@ use crate::reactor::{Direction, Registration};
 /// A UDP socket registered with the loop of the thread that made it.
 ///
 /// Every system call it makes is followed by a trigger state of the calling thread's loop.
-/// It is cheap to share (`&self` everywhere; several tasks may send and receive at once),
-/// and [`UdpSocket::send_at`] and [`PacedSender`](crate::PacedSender) send from it at chosen
+/// It is cheap to share (`&self` everywhere, and a clone is the same socket: several tasks
+/// may send and receive at once), its descriptor is there for socket options
+/// ([`AsFd`]), and [`UdpSocket::send_at`] and [`PacedSender`](crate::PacedSender) send from it at chosen
 /// times.
 ///
 /// ```
@@ -43,9 +44,21 @@ use crate::reactor::{Direction, Registration};
 ///     assert_eq!(&buf[..n], b"ping");
 /// });
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct UdpSocket {
     pub(crate) inner: Arc<UdpInner>,
+}
+
+impl AsFd for UdpSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inner.socket.as_fd()
+    }
+}
+
+impl std::os::fd::AsRawFd for UdpSocket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.inner.socket.as_fd().as_raw_fd()
+    }
 }
 
 #[derive(Debug)]
