@@ -142,32 +142,54 @@ impl LoopShared {
 /// on its loop, and the loop's own I/O poll, from running.
 const POLL_BUDGET: u32 = 128;
 
-/// Takes one unit of the running poll's budget; with none left, wakes the task to run again
-/// after the others and says no (the caller returns `Pending`).
+/// Whether the running poll may complete one more operation; with its budget spent, wakes
+/// the task to run again after the others and says no (the caller returns `Pending`).
 #[inline]
-pub(crate) fn consume_budget(cx: &Context<'_>) -> bool {
-    BUDGET.with(|budget| match budget.get() {
-        0 => {
-            cx.waker().wake_by_ref();
-            false
-        }
-        left => {
-            budget.set(left - 1);
-            true
-        }
-    })
+pub(crate) fn has_budget(cx: &Context<'_>) -> bool {
+    if BUDGET.with(Cell::get) == 0 {
+        cx.waker().wake_by_ref();
+        return false;
+    }
+    true
 }
 
-/// A fresh budget for the poll about to run.
+/// An operation completed (a socket's system call, a timer's deadline passed): one unit of
+/// the running poll's budget.
 #[inline]
-fn reset_budget() {
-    BUDGET.with(|budget| budget.set(POLL_BUDGET));
+pub(crate) fn spend_budget() {
+    BUDGET.with(|budget| match budget.get() {
+        UNLIMITED | 0 => {}
+        left => budget.set(left - 1),
+    });
 }
+
+/// A budget for one poll of a task or of `block_on`'s future: [`POLL_BUDGET`] while the
+/// guard lives, unlimited again after, however the poll ends.
+struct Budgeted;
+
+impl Budgeted {
+    #[inline]
+    fn begin() -> Budgeted {
+        BUDGET.with(|budget| budget.set(POLL_BUDGET));
+        Budgeted
+    }
+}
+
+impl Drop for Budgeted {
+    #[inline]
+    fn drop(&mut self) {
+        BUDGET.with(|budget| budget.set(UNLIMITED));
+    }
+}
+
+/// The budget outside a runtime's polls: a future polled by another executor, or by this
+/// runtime's shutdown, is never made to yield.
+const UNLIMITED: u32 = u32::MAX;
 
 thread_local! {
-    /// What is left of the running poll's budget ([`POLL_BUDGET`]); unlimited outside a
-    /// runtime's polls.
-    static BUDGET: Cell<u32> = const { Cell::new(u32::MAX) };
+    /// What is left of the running poll's budget ([`POLL_BUDGET`]); [`UNLIMITED`] outside a
+    /// runtime's polls (spending leaves it so).
+    static BUDGET: Cell<u32> = const { Cell::new(UNLIMITED) };
     /// The loop this thread runs now (null: none). Compared, never dereferenced.
     static CURRENT: Cell<*const LoopShared> = const { Cell::new(std::ptr::null()) };
     /// Tasks woken on this thread, ready to run.
@@ -348,8 +370,10 @@ impl LocalLoop {
         let mut since_io = 0;
         loop {
             if main.woken.load(Ordering::Relaxed) && main.woken.swap(false, Ordering::Acquire) {
-                reset_budget();
-                if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+                let budget = Budgeted::begin();
+                let polled = fut.as_mut().poll(&mut cx);
+                drop(budget);
+                if let Poll::Ready(out) = polled {
                     return Some(out);
                 }
                 self.trigger(TriggerSource::Loop);
@@ -394,8 +418,9 @@ impl LocalLoop {
             let Some(runnable) = QUEUE.with(|queue| queue.borrow_mut().pop_front()) else {
                 break;
             };
-            reset_budget();
+            let budget = Budgeted::begin();
             runnable.run();
+            drop(budget);
             self.trigger(TriggerSource::Loop);
             ran += 1;
         }
@@ -469,6 +494,9 @@ impl LocalLoop {
     /// Cancels every task of the loop (their futures are dropped here, on their thread) and
     /// every soft event, and closes the loop: wakes from elsewhere then cancel, not queue.
     pub(crate) fn shutdown(&self) {
+        // Paced senders whose departures are dropped here: their waiting sends and flushes
+        // are woken once the loop is closed, to find it so.
+        let mut departures = Vec::new();
         loop {
             // Every live task is woken, so that it is queued and its future dropped below.
             let wakers: Vec<Waker> = self.tasks.borrow_mut().drain().collect();
@@ -492,7 +520,11 @@ impl LocalLoop {
                 })
                 .unwrap_or_default();
             found += events.len();
-            drop(events);
+            for event in events {
+                if let TimerEvent::Depart(d) = event {
+                    departures.push(d);
+                }
+            }
             let sources: Vec<Arc<IoSource>> = lock(&self.shared.io).drain().collect();
             found += sources.len();
             for source in &sources {
@@ -508,6 +540,9 @@ impl LocalLoop {
             std::mem::take(&mut *remote)
         };
         drop(leftover);
+        for d in departures {
+            d.wake_waiters();
+        }
     }
 }
 

@@ -72,7 +72,8 @@
 //! [`Runtime::block_on`] and [`time::sleep`]; then [`Precision`] for what a timer costs;
 //! [`UdpSocket`] and [`PacedSender`] for pacing; [`quinn::SoftRuntime`] to put an unchanged
 //! quinn program on soft timers. The examples: `quinn_echo` and `hyper_hello` (stock quinn
-//! and hyper over loopback), `sleep_lateness` (timer lateness and CPU at each precision),
+//! and hyper over loopback), `hyper_server` (a hyper server on several loops, a listener
+//! each), `sleep_lateness` (timer lateness and CPU at each precision),
 //! `many_sleepers` (CPU per fire with thousands of sleeping tasks). `softtimers lab async`
 //! measures timers, paced UDP and hyper beside tokio and smol.
 //! The source reads in this order: `executor.rs` (the loop thread's run, wake paths and

@@ -161,26 +161,38 @@ impl Departures {
             packet.extend_from_slice(buf);
             st.queue.push(at, Packet { buf: packet, to });
             let earliest = st.armed.is_none_or(|armed| at < armed);
+            let previous = st.armed;
             if earliest {
                 st.armed = Some(at);
             }
-            Poll::Ready(Ok::<_, io::Error>(earliest.then_some(at)))
+            Poll::Ready(Ok::<_, io::Error>(earliest.then_some((at, previous))))
         })
         .await?;
-        if let Some(at) = arm {
+        if let Some((at, previous)) = arm {
             // Outside the queue's lock (see the lock order).
             let event = TimerEvent::Depart(Arc::clone(self));
             if let Err(e) = self.shared.timers.schedule_at(at, event) {
-                // The datagram stays queued and the next send arms again; until one does,
-                // a flush reports that nothing is armed rather than wait for ever.
+                // The departure armed before (if any) stays armed and takes this datagram
+                // along when it fires; with none, nothing can send it (the loop's timers are
+                // gone), and a flush says so rather than wait for ever.
                 let mut st = lock(&self.state);
                 if st.armed == Some(at) {
-                    st.armed = None;
+                    st.armed = previous;
                 }
                 return Err(io::Error::other(e));
             }
         }
         Ok(())
+    }
+
+    /// Wakes a send waiting for room and a flush waiting for the queue to drain (the loop
+    /// has shut down: they find it so).
+    pub(crate) fn wake_waiters(&self) {
+        let (room, empty) = {
+            let mut st = lock(&self.state);
+            (st.room.take(), st.empty.take())
+        };
+        room.into_iter().chain(empty).for_each(Waker::wake);
     }
 
     /// Waits until every queued datagram has left; the error of one that failed, if any.

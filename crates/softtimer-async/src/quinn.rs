@@ -41,21 +41,33 @@ use std::time::Instant;
 use ::quinn::udp::{RecvMeta, Transmit};
 use ::quinn::{AsyncTimer, AsyncUdpSocket, UdpPoller};
 
+use crate::executor::LoopShared;
 use crate::net::udp::UdpSocket;
 use crate::runtime::Handle;
 use crate::time::Sleep;
 
-/// quinn's `Runtime` on a [`Runtime`](crate::Runtime): timers, sockets and tasks on its
-/// loops (the calling thread's, when it runs one; otherwise the loops in turn).
+/// quinn's `Runtime` on a [`Runtime`](crate::Runtime): timers, sockets and tasks on the
+/// calling thread's loop when it runs one of the runtime's; otherwise on one loop chosen when
+/// the `SoftRuntime` is made, so that an endpoint's socket and its driver task, which quinn
+/// makes from the caller's thread, share a loop.
 #[derive(Clone)]
 pub struct SoftRuntime {
     handle: Handle,
+    home: Arc<LoopShared>,
 }
 
 impl SoftRuntime {
     /// quinn on the runtime `handle` belongs to.
     pub fn new(handle: Handle) -> SoftRuntime {
-        SoftRuntime { handle }
+        let home = handle.loop_here();
+        SoftRuntime { handle, home }
+    }
+
+    /// The loop for what is made here: this thread's, or the home loop.
+    fn here(&self) -> Arc<LoopShared> {
+        self.handle
+            .this_threads_loop()
+            .unwrap_or_else(|| Arc::clone(&self.home))
     }
 
     /// quinn on the runtime whose loop this thread runs.
@@ -79,15 +91,15 @@ impl fmt::Debug for SoftRuntime {
 
 impl ::quinn::Runtime for SoftRuntime {
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn AsyncTimer>> {
-        Box::pin(Sleep::on(self.handle.loop_here(), Some(deadline)))
+        Box::pin(Sleep::on(self.here(), Some(deadline)))
     }
 
     fn spawn(&self, future: Pin<Box<dyn Future<Output = ()> + Send>>) {
-        drop(self.handle.spawn(future));
+        drop(crate::task::spawn_onto(&self.here(), future));
     }
 
     fn wrap_udp_socket(&self, socket: std::net::UdpSocket) -> io::Result<Arc<dyn AsyncUdpSocket>> {
-        let socket = UdpSocket::on(self.handle.loop_here(), socket, true)?;
+        let socket = UdpSocket::on(self.here(), socket, true)?;
         Ok(Arc::new(QuinnSocket(socket)))
     }
 

@@ -279,7 +279,7 @@ impl Registration {
         mut op: impl FnMut() -> io::Result<R>,
         exhausted: impl Fn(&R) -> bool,
     ) -> Poll<io::Result<R>> {
-        if !executor::consume_budget(cx) {
+        if !executor::has_budget(cx) {
             return Poll::Pending;
         }
         loop {
@@ -291,11 +291,15 @@ impl Registration {
                     if exhausted(&r) {
                         self.source.clear(dir, tick);
                     }
+                    executor::spend_budget();
                     return Poll::Ready(Ok(r));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.source.clear(dir, tick),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Poll::Ready(Err(e)),
+                Err(e) => {
+                    executor::spend_budget();
+                    return Poll::Ready(Err(e));
+                }
             }
         }
     }

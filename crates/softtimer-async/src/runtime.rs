@@ -486,12 +486,13 @@ impl Handle {
     /// The loop a timer or socket made here belongs to: this thread's, when it runs one of
     /// the runtime's loops; otherwise the next in turn (see [`Handle::spawn`]).
     pub(crate) fn loop_here(&self) -> Arc<LoopShared> {
-        if let Some(shared) = executor::current_shared()
-            && self.inner.loops.iter().any(|l| Arc::ptr_eq(l, &shared))
-        {
-            return shared;
-        }
-        self.next_loop()
+        self.this_threads_loop().unwrap_or_else(|| self.next_loop())
+    }
+
+    /// The loop this thread runs, when it is one of this runtime's.
+    pub(crate) fn this_threads_loop(&self) -> Option<Arc<LoopShared>> {
+        executor::current_shared()
+            .filter(|shared| self.inner.loops.iter().any(|l| Arc::ptr_eq(l, shared)))
     }
 
     /// The worker loops in turn; loop 0 where it is the only one. Loop 0 runs only inside

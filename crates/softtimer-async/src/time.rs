@@ -93,6 +93,13 @@ impl TimerEntry {
     /// shown passed reads both clocks, to tell an event still pending from one that fired
     /// during the batch.
     pub(crate) fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.poll_elapsed_budgeted(cx, true)
+    }
+
+    /// [`TimerEntry::poll_elapsed`]; `budgeted`: a passed deadline takes a unit of the
+    /// poll's budget (and with none left the task yields first). A timeout's timer is not
+    /// budgeted, so that it fires even while the future it bounds spends the whole budget.
+    fn poll_elapsed_budgeted(&mut self, cx: &mut Context<'_>, budgeted: bool) -> Poll<()> {
         let Some(deadline) = self.deadline else {
             return Poll::Pending;
         };
@@ -113,8 +120,11 @@ impl TimerEntry {
         if now >= deadline {
             // A task that loops over passed deadlines (`sleep(Duration::ZERO)`) yields
             // after its poll's budget, as one that loops over a ready socket does.
-            if !executor::consume_budget(cx) {
-                return Poll::Pending;
+            if budgeted {
+                if !executor::has_budget(cx) {
+                    return Poll::Pending;
+                }
+                executor::spend_budget();
             }
             self.complete(clock_now);
             return Poll::Ready(());
@@ -377,6 +387,8 @@ pub struct Interval {
     entry: TimerEntry,
     period: Duration,
     missed: MissedTickBehavior,
+    /// Made by [`interval`]: the first tick is due at once, without a timer.
+    first_due: bool,
 }
 
 impl Interval {
@@ -390,7 +402,13 @@ impl Interval {
         let Some(tick) = self.entry.deadline() else {
             return Poll::Pending;
         };
-        if self.entry.poll_elapsed(cx).is_pending() {
+        if std::mem::take(&mut self.first_due) {
+            if !executor::has_budget(cx) {
+                self.first_due = true;
+                return Poll::Pending;
+            }
+            executor::spend_budget();
+        } else if self.entry.poll_elapsed(cx).is_pending() {
             return Poll::Pending;
         }
         let next = self.missed.next(tick, self.entry.now(), self.period);
@@ -415,6 +433,7 @@ impl Interval {
 
     /// Restarts the schedule: the next tick a period from now.
     pub fn reset(&mut self) {
+        self.first_due = false;
         let next = self.entry.now().checked_add(self.period);
         self.entry.reset(next);
     }
@@ -445,8 +464,11 @@ impl Interval {
 #[track_caller]
 pub fn interval(period: Duration) -> Interval {
     let shared = here();
-    let start = now_at_once(&shared);
-    interval_on(shared, start, period)
+    let start = shared.time.now();
+    Interval {
+        first_due: true,
+        ..interval_on(shared, start, period)
+    }
 }
 
 /// Ticks every `period` from `start` (the first tick at `start`).
@@ -464,6 +486,7 @@ fn interval_on(shared: Arc<LoopShared>, start: Instant, period: Duration) -> Int
         entry: TimerEntry::new(shared, Some(start)),
         period,
         missed: MissedTickBehavior::default(),
+        first_due: false,
     }
 }
 
@@ -491,7 +514,11 @@ impl<F: Future> Future for Timeout<F> {
         if let Poll::Ready(out) = this.future.poll(cx) {
             return Poll::Ready(Ok(out));
         }
-        Pin::new(this.sleep).poll(cx).map(|()| Err(Elapsed(())))
+        // Outside the budget: the future may have spent it all (a flooded socket).
+        this.sleep
+            .entry
+            .poll_elapsed_budgeted(cx, false)
+            .map(|()| Err(Elapsed(())))
     }
 }
 

@@ -242,8 +242,8 @@ fn a_paced_sender_outliving_its_runtime_says_so_and_never_hangs_a_flush() {
     let (paced, to) = rt.block_on(async {
         let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-        // 1 Mbit/s: 1000-byte datagrams 8 ms apart, so the later ones are still queued.
-        let paced = PacedSender::new(&socket, "1M".parse().unwrap());
+        // 1 kbit/s: 1000-byte datagrams 8 s apart, so the later ones are still queued.
+        let paced = PacedSender::new(&socket, "1k".parse().unwrap());
         let to = sink.local_addr().unwrap();
         for _ in 0..3 {
             paced.send_to(&[0u8; 1000], to).await.unwrap();
@@ -274,8 +274,14 @@ fn a_udp_socket_clone_is_the_same_socket_and_its_descriptor_takes_options() {
         let sender = loopback();
         let clone = server.clone();
         assert_eq!(clone.as_raw_fd(), server.as_raw_fd());
-        rustix::net::sockopt::set_socket_recv_buffer_size(server.as_fd(), 1 << 20).unwrap();
-        assert!(rustix::net::sockopt::socket_recv_buffer_size(clone.as_fd()).unwrap() >= 1 << 20);
+        // Within the kernel's stock limit (rmem_max, 208 KiB), which doubles what it is given.
+        rustix::net::sockopt::set_socket_recv_buffer_size(server.as_fd(), 64 << 10).unwrap();
+        let size = rustix::net::sockopt::socket_recv_buffer_size(clone.as_fd()).unwrap();
+        assert_eq!(
+            size,
+            128 << 10,
+            "the clone's descriptor has the option set on the original"
+        );
         let to = server.local_addr().unwrap();
         sender.send_to(b"to either", to).await.unwrap();
         let mut buf = [0u8; 16];
@@ -285,4 +291,48 @@ fn a_udp_socket_clone_is_the_same_socket_and_its_descriptor_takes_options() {
             .unwrap();
         assert_eq!(&buf[..n], b"to either");
     });
+}
+
+#[test]
+fn a_flush_waiting_when_the_runtime_shuts_down_is_woken_and_told() {
+    use std::pin::pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Flag(AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let rt = Runtime::new().unwrap();
+    let paced = rt.block_on(async {
+        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let paced = PacedSender::new(&socket, "1k".parse().unwrap());
+        for _ in 0..3 {
+            paced
+                .send_to(&[0u8; 1000], sink.local_addr().unwrap())
+                .await
+                .unwrap();
+        }
+        paced
+    });
+    let flag = Arc::new(Flag(AtomicBool::new(false)));
+    let waker = Waker::from(Arc::clone(&flag));
+    let mut cx = Context::from_waker(&waker);
+    let mut flush = pin!(paced.flush());
+    assert!(
+        flush.as_mut().poll(&mut cx).is_pending(),
+        "datagrams 8 s apart are queued"
+    );
+    drop(rt);
+    assert!(
+        flag.0.load(Ordering::SeqCst),
+        "the waiting flush was not woken"
+    );
+    match flush.as_mut().poll(&mut cx) {
+        Poll::Ready(Err(e)) => assert!(e.to_string().contains("shut down"), "{e}"),
+        other => panic!("flush after the shutdown: {other:?}"),
+    }
 }

@@ -254,7 +254,7 @@ fn the_building_thread_gets_its_cpus_back_when_the_runtime_is_dropped() {
 }
 
 #[test]
-fn zero_and_just_passed_deadlines_complete_at_their_first_poll_inside_a_task() {
+fn zero_and_passed_deadlines_and_a_first_tick_complete_at_their_first_poll_inside_a_task() {
     let rt = Runtime::new().unwrap();
     rt.block_on(async {
         let task = softtimer_async::spawn(async {
@@ -265,8 +265,9 @@ fn zero_and_just_passed_deadlines_complete_at_their_first_poll_inside_a_task() {
             }
             let mut ready = Vec::new();
             let mut zero = std::pin::pin!(sleep(Duration::ZERO));
-            let mut passed =
-                std::pin::pin!(softtimer_async::time::sleep_until(std::time::Instant::now()));
+            let mut passed = std::pin::pin!(softtimer_async::time::sleep_until(
+                std::time::Instant::now() - Duration::from_millis(1)
+            ));
             let mut ticks = softtimer_async::time::interval(Duration::from_secs(1));
             poll_fn(|cx| {
                 ready.push(zero.as_mut().poll(cx).is_ready());
@@ -281,7 +282,7 @@ fn zero_and_just_passed_deadlines_complete_at_their_first_poll_inside_a_task() {
         assert_eq!(
             ready,
             [true, true, true],
-            "sleep(0), sleep_until(now), first tick"
+            "sleep(0), sleep_until(past), first tick"
         );
     });
     assert_eq!(
@@ -356,4 +357,55 @@ fn yield_now_lets_the_other_ready_tasks_run_first() {
     });
     let order: Vec<_> = rx.try_iter().collect();
     assert_eq!(order, ["first", "second", "first again"]);
+}
+
+#[test]
+fn a_timeout_fires_while_the_future_it_bounds_spends_every_poll_s_budget() {
+    // On a thread of its own, so that a timeout that never fires fails the test, not hangs it.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = Runtime::new().unwrap();
+        let result = rt.block_on(async {
+            // Never pending for a reason of its own: it yields only when its budget is spent.
+            let busy = async {
+                loop {
+                    sleep(Duration::ZERO).await;
+                }
+            };
+            timeout(Duration::from_millis(2), busy).await
+        });
+        let _ = tx.send(result.is_err());
+    });
+    assert_eq!(rx.recv_timeout(BOUND), Ok(true), "the timeout elapsed");
+}
+
+#[test]
+fn the_budget_is_unlimited_again_after_a_runtime_s_poll() {
+    let rt = Runtime::new().unwrap();
+    let socket = rt.block_on(async {
+        let socket = softtimer_async::UdpSocket::bind("127.0.0.1:0").unwrap();
+        // Spend this poll's whole budget and more.
+        for _ in 0..300 {
+            sleep(Duration::ZERO).await;
+        }
+        socket
+    });
+    // Polled by hand outside the runtime's polls: never told to yield.
+    let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..200 {
+        sender.send_to(b"x", socket.local_addr().unwrap()).unwrap();
+    }
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut buf = [0u8; 4];
+    let mut got = 0;
+    let start = std::time::Instant::now();
+    while got < 200 && start.elapsed() < BOUND {
+        let mut recv = std::pin::pin!(socket.recv_from(&mut buf));
+        match recv.as_mut().poll(&mut cx) {
+            Poll::Ready(Ok(_)) => got += 1,
+            Poll::Ready(Err(e)) => panic!("{e}"),
+            Poll::Pending => std::thread::yield_now(),
+        }
+    }
+    assert_eq!(got, 200);
 }

@@ -277,3 +277,21 @@ fn time_outside_a_runtime_is_the_system_clock() {
     assert!(time::now() >= before);
     assert!(Handle::try_current().is_none());
 }
+
+#[test]
+fn a_deadline_just_passed_in_a_batch_completes_at_its_first_poll() {
+    let (rt, clock) = sim_runtime();
+    let ready = rt.block_on(async move {
+        softtimer_async::spawn(async move {
+            // Time moves on while the task runs (as it does on a real clock): the batch's
+            // time is now 10 µs behind the clock.
+            clock.advance(10_000);
+            let mut just_passed = Box::pin(sleep_until(time::now()));
+            futures_poll_once(just_passed.as_mut()).is_ready()
+        })
+        .await
+        .unwrap()
+    });
+    assert!(ready, "armed a timer for a deadline that had passed");
+    assert_eq!(rt.handle().pending_timers(), 0);
+}

@@ -46,9 +46,29 @@ pub struct CostRow {
     /// signal source only, 0 for the others).
     #[serde(default)]
     pub signal_busy: u64,
+    /// Rounds in which a timer signal left the server no time to answer at all: a
+    /// throughput of 0 in the medians, and a cost per event that is a lower bound.
+    #[serde(default)]
+    pub starved_rounds: u32,
 }
 
-crate::timer_cost_row!(CostRow);
+impl crate::targets::TimerCost for CostRow {
+    fn source(&self) -> TimerSource {
+        self.source
+    }
+    fn interval_us(&self) -> u64 {
+        self.interval_us
+    }
+    fn slowdown_pct(&self) -> f64 {
+        self.slowdown_pct
+    }
+    fn cost_per_event_us(&self) -> f64 {
+        self.cost_per_event_us
+    }
+    fn starved_rounds(&self) -> u32 {
+        self.starved_rounds
+    }
+}
 
 /// E1's result (`e1.json`).
 pub type E1 = RunResult<CostRow, E1Extra>;
@@ -138,6 +158,7 @@ fn cost_table(
                     0.0
                 },
                 signal_busy: outcome.iter().map(|o| o.2).sum(),
+                starved_rounds: rate.iter().filter(|&&r| r == 0.0).count() as u32,
             }
         })
         .collect();
@@ -164,10 +185,12 @@ fn cost_markdown(baseline_rps: f64, rows: &[CostRow]) -> String {
         } else {
             "—".to_string()
         };
-        let busy = if r.source == TimerSource::Signal {
-            r.signal_busy.to_string()
-        } else {
-            "—".to_string()
+        let busy = match (r.source, r.starved_rounds) {
+            (TimerSource::Signal, 0) => r.signal_busy.to_string(),
+            (TimerSource::Signal, n) => {
+                format!("{} (no response at all in {n} round(s))", r.signal_busy)
+            }
+            _ => "—".to_string(),
         };
         table.row(&[
             &r.source.name(),

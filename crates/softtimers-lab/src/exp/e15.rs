@@ -167,11 +167,10 @@ fn available_memory() -> Option<u64> {
     })
 }
 
-/// Seconds the step takes, for the progress estimate (about 350 µs of both sides' work per
-/// connection, the full design's memory touched, both designs).
+/// Seconds the step takes, for the progress estimate: about 650 µs per connection, both
+/// designs (both sides' work and the full design's memory touched; measured in full runs).
 pub fn expected_seconds(length: RunLength) -> f64 {
     let held = length.e15_held();
-    // About 0.65 ms per connection, both designs (measured).
     (held + full_held(held, available_memory())) as f64 * 650e-6 + 1.0
 }
 

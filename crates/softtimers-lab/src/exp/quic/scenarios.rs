@@ -19,8 +19,9 @@ pub(super) struct Bulk {
     pub(super) rtt_ms: u64,
     pub(super) bdp_fraction: f64,
     /// The download of a full run: about 2 s at what the QUIC stacks reach in the first
-    /// scenarios, about 1 s in the matrix's other corners (on the VM of docs/RESULTS.md they
-    /// move 190–340 Mbit/s at 500 Mbit/s), except where bursts overrun a two-packet queue.
+    /// scenarios, about 1 s in the matrix's other corners when they were sized (the stacks
+    /// moved 190–340 Mbit/s at 500 Mbit/s then; 0.3–0.7 s a run in the full runs since),
+    /// except where bursts overrun a two-packet queue.
     pub(super) download_bytes: u64,
     /// A run's typical transfer time, s, over the stacks and the variants (for the time
     /// estimate; measured in a full lab run).
@@ -75,8 +76,8 @@ pub(super) fn bulks(quick: bool) -> Vec<Bulk> {
             // transfers of about 1 s plus slow start where the stacks reach the rate, to keep
             // the full lab under 30 minutes. At 50 Mbit/s, RTT 1 ms and 0.25 BDP (two packets
             // of queue) every stack but per-packet pacing reaches 5–9 Mbit/s, so its transfer
-            // is the smallest (3 MB, 3–5 s; it paid for the idle policy's rows in the lab's
-            // time).
+            // is the smallest (3 MB, about 3 s a run; it paid for the idle policy's rows in the
+            // lab's time).
             Bulk::new(50, 1, 0.25, 3_125_000, 2.7),
             Bulk::new(50, 1, 1.0, 6_250_000, 1.4),
             Bulk::new(500, 1, 1.0, 50_000_000, 0.9),

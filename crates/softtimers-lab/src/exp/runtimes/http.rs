@@ -89,10 +89,10 @@ fn short_run() -> Duration {
     Duration::from_secs(1)
 }
 
-/// About how long the workload takes, s (starting and stopping a server: about 0.5 s).
+/// About how long the workload takes, s (starting and stopping a server and its load: about
+/// 0.15 s, measured).
 pub fn expected_seconds(quick: bool) -> f64 {
     let short = 2 * one_core_rounds(quick) + 2 * (CASES.len() - 1) + 2 * CASES.len();
-    // Starting and stopping a server and its load: about 0.15 s (measured).
     2.0 * (target_run(quick).as_secs_f64() + 0.15)
         + short as f64 * (short_run().as_secs_f64() + 0.15)
 }

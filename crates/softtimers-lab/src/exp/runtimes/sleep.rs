@@ -74,8 +74,9 @@ fn tasks_rounds(quick: bool) -> usize {
     if quick { 2 } else { 3 }
 }
 
-/// About how long the one-task rows take, s: each runtime's timers at their period, tokio's
-/// about a millisecond late.
+/// About how long the one-task rows take, s: each runtime's timers at their period, and
+/// about 0.5 ms a timer beyond it over the runtimes (tokio's are a millisecond late;
+/// measured).
 pub fn sleep_seconds(quick: bool) -> f64 {
     let runtimes = (precisions().len() + 2) as f64;
     let rounds = ONE_TASK_ROUNDS as f64;
@@ -85,7 +86,7 @@ pub fn sleep_seconds(quick: bool) -> f64 {
             let d = match p {
                 Pattern::Sleep(d) | Pattern::Interval(d) => d.as_secs_f64(),
             };
-            // Measured: about 0.5 ms per timer beyond its sleep, 20 ms per run.
+            // And about 20 ms a run (measured).
             timers(w, quick) as f64 * (runtimes * d + 0.5e-3) + 0.02 * runtimes * rounds
         })
         .sum()
