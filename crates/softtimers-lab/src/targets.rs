@@ -182,10 +182,11 @@ pub fn soft_vs_hardware_targets<R: TimerCost>(loss_figure: &str, rows: &[R]) -> 
     checks
 }
 
-/// [`TimerCost`] for a row type with fields of those names.
+/// [`TimerCost`] for a row type with fields of those names (and, where named, the field
+/// that counts its starved rounds).
 #[macro_export]
 macro_rules! timer_cost_row {
-    ($row:ty) => {
+    ($row:ty $(, starved: $starved:ident)?) => {
         impl $crate::targets::TimerCost for $row {
             fn source(&self) -> $crate::harness::TimerSource {
                 self.source
@@ -199,6 +200,11 @@ macro_rules! timer_cost_row {
             fn cost_per_event_us(&self) -> f64 {
                 self.cost_per_event_us
             }
+            $(
+                fn starved_rounds(&self) -> u32 {
+                    self.$starved
+                }
+            )?
         }
     };
 }

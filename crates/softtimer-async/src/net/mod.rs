@@ -2,3 +2,22 @@
 
 pub(crate) mod tcp;
 pub(crate) mod udp;
+
+/// `AsFd` and `AsRawFd` for a socket type, from the `std` socket at `self.$path`: its
+/// descriptor, for socket options (e.g. through `rustix` or `socket2`).
+macro_rules! socket_descriptor {
+    ($socket:ty, $($path:ident).+) => {
+        impl std::os::fd::AsFd for $socket {
+            fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+                self.$($path).+.as_fd()
+            }
+        }
+
+        impl std::os::fd::AsRawFd for $socket {
+            fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                std::os::fd::AsFd::as_fd(self).as_raw_fd()
+            }
+        }
+    };
+}
+pub(crate) use socket_descriptor;

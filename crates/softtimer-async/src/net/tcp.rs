@@ -62,18 +62,7 @@ pub struct TcpListener {
     reg: Registration,
 }
 
-/// The descriptor, for socket options (e.g. through `rustix` or `socket2`).
-impl AsFd for TcpListener {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.socket.as_fd()
-    }
-}
-
-impl std::os::fd::AsRawFd for TcpListener {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.socket.as_fd().as_raw_fd()
-    }
-}
+super::socket_descriptor!(TcpListener, socket);
 
 impl TcpListener {
     /// Binds and listens on `addr`, on the calling thread's loop.
@@ -145,18 +134,7 @@ pub struct TcpStream {
     reg: Registration,
 }
 
-/// The descriptor, for socket options (e.g. through `rustix` or `socket2`).
-impl AsFd for TcpStream {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.socket.as_fd()
-    }
-}
-
-impl std::os::fd::AsRawFd for TcpStream {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.socket.as_fd().as_raw_fd()
-    }
-}
+super::socket_descriptor!(TcpStream, socket);
 
 impl TcpStream {
     /// Connects to `addr` (non-blocking `connect`, waiting for the handshake).

@@ -49,17 +49,7 @@ pub struct UdpSocket {
     pub(crate) inner: Arc<UdpInner>,
 }
 
-impl AsFd for UdpSocket {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.inner.socket.as_fd()
-    }
-}
-
-impl std::os::fd::AsRawFd for UdpSocket {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.inner.socket.as_fd().as_raw_fd()
-    }
-}
+super::socket_descriptor!(UdpSocket, inner.socket);
 
 #[derive(Debug)]
 pub(crate) struct UdpInner {

@@ -52,23 +52,7 @@ pub struct CostRow {
     pub starved_rounds: u32,
 }
 
-impl crate::targets::TimerCost for CostRow {
-    fn source(&self) -> TimerSource {
-        self.source
-    }
-    fn interval_us(&self) -> u64 {
-        self.interval_us
-    }
-    fn slowdown_pct(&self) -> f64 {
-        self.slowdown_pct
-    }
-    fn cost_per_event_us(&self) -> f64 {
-        self.cost_per_event_us
-    }
-    fn starved_rounds(&self) -> u32 {
-        self.starved_rounds
-    }
-}
+crate::timer_cost_row!(CostRow, starved: starved_rounds);
 
 /// E1's result (`e1.json`).
 pub type E1 = RunResult<CostRow, E1Extra>;
@@ -324,5 +308,48 @@ impl Section for E2 {
         page.text(PAPER_TABLES_II_III);
         page.text("\n");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::targets::soft_vs_hardware_targets;
+
+    fn row(source: TimerSource, interval_us: u64, cost: f64, starved_rounds: u32) -> CostRow {
+        CostRow {
+            source,
+            interval_us,
+            handler: HandlerKind::Null,
+            throughput_rps: 1.0,
+            slowdown_pct: 1.0,
+            events_per_s: 1.0,
+            cost_per_event_us: cost,
+            signal_busy: 0,
+            starved_rounds,
+        }
+    }
+
+    #[test]
+    fn a_starved_signal_row_is_named_a_lower_bound_and_old_files_read_without_the_count() {
+        let rows = [
+            row(TimerSource::Soft, 0, 0.1, 0),
+            row(TimerSource::Signal, 10, 5.0, 2),
+            row(TimerSource::Timerfd, 10, 5.0, 0),
+        ];
+        let targets = soft_vs_hardware_targets("loss", &rows);
+        assert!(
+            targets[1]
+                .figure
+                .contains("a lower bound: no response at all in 2 round(s)")
+        );
+        assert!(!targets[2].figure.contains("lower bound"));
+        assert!(cost_markdown(1.0, &rows).contains("0 (no response at all in 2 round(s))"));
+        let old: CostRow = serde_json::from_str(
+            r#"{"source": "signal", "interval_us": 10, "handler": "null", "throughput_rps": 1,
+                "slowdown_pct": 1, "events_per_s": 1, "cost_per_event_us": 1}"#,
+        )
+        .unwrap();
+        assert_eq!(old.starved_rounds, 0);
     }
 }
