@@ -81,10 +81,11 @@
 //!
 //! ## Fairness
 //!
-//! Tasks run in the order they were woken. A task that finds its socket ready or its timer
-//! passed 128 times in one poll yields anyway, as under tokio's co-operative budget, so that
-//! a loop over a flooded socket cannot starve the other tasks of its loop; [`yield_now`]
-//! yields at once.
+//! Tasks run in the order they were woken. A task (or `block_on`'s future) that completes
+//! 128 socket operations or passed timers in one poll yields anyway, as under tokio's
+//! co-operative budget, so that a loop over a flooded socket cannot starve the other tasks
+//! of its loop. A [`time::timeout`]'s own deadline does not count, so it fires even then.
+//! [`yield_now`] yields at once. Sends through quinn's socket and paced sends do not count.
 //!
 //! ## Time
 //!

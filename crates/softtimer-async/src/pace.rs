@@ -174,12 +174,17 @@ impl Departures {
             if let Err(e) = self.shared.timers.schedule_at(at, event) {
                 // The departure armed before (if any) stays armed and takes this datagram
                 // along when it fires; with none, nothing can send it (the loop's timers are
-                // gone), and a flush says so rather than wait for ever.
+                // off), and a flush says so rather than wait for ever.
                 let mut st = lock(&self.state);
                 if st.armed == Some(at) {
                     st.armed = previous;
                 }
                 return Err(io::Error::other(e));
+            }
+            if self.shared.is_closed() {
+                // Scheduled into a loop that shut down meanwhile (a sender on another
+                // thread): the event never fires, so wake whoever waits, to find it closed.
+                self.wake_waiters();
             }
         }
         Ok(())

@@ -48,8 +48,8 @@ use crate::time::Sleep;
 
 /// quinn's `Runtime` on a [`Runtime`](crate::Runtime): timers, sockets and tasks on the
 /// calling thread's loop when it runs one of the runtime's; otherwise on one loop chosen when
-/// the `SoftRuntime` is made, so that an endpoint's socket and its driver task, which quinn
-/// makes from the caller's thread, share a loop.
+/// the `SoftRuntime` is made (a worker loop, where there are any), so that an endpoint's
+/// socket and its driver task, which quinn makes from the caller's thread, share a loop.
 #[derive(Clone)]
 pub struct SoftRuntime {
     handle: Handle,
@@ -59,7 +59,8 @@ pub struct SoftRuntime {
 impl SoftRuntime {
     /// quinn on the runtime `handle` belongs to.
     pub fn new(handle: Handle) -> SoftRuntime {
-        let home = handle.loop_here();
+        // Not loop 0 where there are workers: it runs only inside `block_on`.
+        let home = handle.next_loop();
         SoftRuntime { handle, home }
     }
 

@@ -497,7 +497,7 @@ impl Handle {
 
     /// The worker loops in turn; loop 0 where it is the only one. Loop 0 runs only inside
     /// `block_on`, so work sent from outside goes where a thread always runs it.
-    fn next_loop(&self) -> Arc<LoopShared> {
+    pub(crate) fn next_loop(&self) -> Arc<LoopShared> {
         let loops = &self.inner.loops;
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let index = match loops.len() {

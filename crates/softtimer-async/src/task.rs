@@ -85,8 +85,9 @@ where
 }
 
 /// Lets the other tasks ready on this loop run before the caller goes on: it is woken at
-/// once and queued behind them. A task also yields on its own after 128 socket operations
-/// or passed timers in one poll, so a loop over a busy socket needs no `yield_now`.
+/// once and queued behind them. A task also yields on its own once it has completed 128
+/// socket operations or passed timers in one poll, so a loop over a busy socket needs no
+/// `yield_now`.
 ///
 /// ```
 /// use std::cell::Cell;

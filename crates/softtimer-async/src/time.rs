@@ -336,7 +336,9 @@ pub fn sleep(duration: Duration) -> Sleep {
     Sleep::on(shared, deadline)
 }
 
-/// Waits until `deadline` (see [`sleep`]); a deadline already passed completes at once.
+/// Waits until `deadline` (see [`sleep`]). A deadline already passed completes without a
+/// timer: at the first poll, or, in a task that has run long after its batch of polls began,
+/// at the loop's next trigger state.
 ///
 /// # Panics
 ///
