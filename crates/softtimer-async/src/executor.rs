@@ -163,6 +163,17 @@ pub(crate) fn spend_budget() {
     });
 }
 
+/// [`has_budget`], then [`spend_budget`]: for an operation that is complete once allowed
+/// (a deadline found passed).
+#[inline]
+pub(crate) fn take_budget(cx: &Context<'_>) -> bool {
+    let allowed = has_budget(cx);
+    if allowed {
+        spend_budget();
+    }
+    allowed
+}
+
 /// A budget for one poll of a task or of `block_on`'s future: [`POLL_BUDGET`] while the
 /// guard lives, unlimited again after, however the poll ends.
 struct Budgeted;

@@ -217,10 +217,9 @@ impl Builder {
         };
         let cpus = allowed_cpus();
         let pin = self.pin && self.threads > 1 && cpus.len() >= self.threads;
-        let caller_cpus = match pin {
-            true => rustix::thread::sched_getaffinity(None).ok(),
-            false => None,
-        };
+        let caller_cpus = pin
+            .then(|| rustix::thread::sched_getaffinity(None).ok())
+            .flatten();
         if caller_cpus.is_some() {
             pin_current_thread(cpus[0]);
         }

@@ -90,25 +90,20 @@ where
 /// `yield_now`.
 ///
 /// ```
-/// use std::cell::Cell;
+/// use std::cell::RefCell;
 /// use std::rc::Rc;
 /// use softtimer_async::Runtime;
 ///
 /// let rt = Runtime::new().unwrap();
 /// let order = rt.block_on(async {
-///     let order = Rc::new(Cell::new(Vec::new()));
-///     let note = |o: &Rc<Cell<Vec<&'static str>>>, what| {
-///         let mut v = o.take();
-///         v.push(what);
-///         o.set(v);
-///     };
+///     let order = Rc::new(RefCell::new(Vec::new()));
 ///     let (a, b) = (Rc::clone(&order), Rc::clone(&order));
 ///     let first = softtimer_async::spawn_local(async move {
-///         note(&a, "first, before yielding");
+///         a.borrow_mut().push("first, before yielding");
 ///         softtimer_async::yield_now().await;
-///         note(&a, "first, after");
+///         a.borrow_mut().push("first, after");
 ///     });
-///     let second = softtimer_async::spawn_local(async move { note(&b, "second") });
+///     let second = softtimer_async::spawn_local(async move { b.borrow_mut().push("second") });
 ///     first.await.unwrap();
 ///     second.await.unwrap();
 ///     order.take()

@@ -120,11 +120,8 @@ impl TimerEntry {
         if now >= deadline {
             // A task that loops over passed deadlines (`sleep(Duration::ZERO)`) yields
             // after its poll's budget, as one that loops over a ready socket does.
-            if budgeted {
-                if !executor::has_budget(cx) {
-                    return Poll::Pending;
-                }
-                executor::spend_budget();
+            if budgeted && !executor::take_budget(cx) {
+                return Poll::Pending;
             }
             self.complete(clock_now);
             return Poll::Ready(());
@@ -404,12 +401,11 @@ impl Interval {
         let Some(tick) = self.entry.deadline() else {
             return Poll::Pending;
         };
-        if std::mem::take(&mut self.first_due) {
-            if !executor::has_budget(cx) {
-                self.first_due = true;
+        if self.first_due {
+            if !executor::take_budget(cx) {
                 return Poll::Pending;
             }
-            executor::spend_budget();
+            self.first_due = false;
         } else if self.entry.poll_elapsed(cx).is_pending() {
             return Poll::Pending;
         }

@@ -21,8 +21,8 @@ use crate::reactor::{Direction, Registration};
 ///
 /// Every system call it makes is followed by a trigger state of the calling thread's loop.
 /// It is cheap to share (`&self` everywhere, and a clone is the same socket: several tasks
-/// may send and receive at once), its descriptor is there for socket options
-/// ([`AsFd`]), and [`UdpSocket::send_at`] and [`PacedSender`](crate::PacedSender) send from it at chosen
+/// may send and receive at once), its descriptor is there for socket options ([`AsFd`]),
+/// and [`UdpSocket::send_at`] and [`PacedSender`](crate::PacedSender) send from it at chosen
 /// times.
 ///
 /// ```
@@ -314,7 +314,7 @@ impl UdpSocket {
     }
 
     /// Sends a transmit if the socket may be writable, without waiting: `WouldBlock` if not.
-    #[cfg_attr(not(feature = "quinn"), allow(dead_code))] // used by the quinn runtime only
+    #[cfg(feature = "quinn")] // the quinn runtime's
     pub(crate) fn try_send_transmit(&self, transmit: &Transmit<'_>) -> io::Result<()> {
         let state = self.offload()?;
         let socket = &self.inner.socket;
@@ -325,7 +325,7 @@ impl UdpSocket {
         })
     }
 
-    #[cfg_attr(not(feature = "quinn"), allow(dead_code))] // used by the quinn runtime only
+    #[cfg(feature = "quinn")] // the quinn runtime's
     pub(crate) fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let ready = self.inner.reg.poll_ready(Direction::Write, cx);
         if ready.is_pending() {
@@ -334,7 +334,7 @@ impl UdpSocket {
         ready
     }
 
-    #[cfg_attr(not(feature = "quinn"), allow(dead_code))] // used by the quinn runtime only
+    #[cfg(feature = "quinn")] // the quinn runtime's
     pub(crate) fn may_fragment(&self) -> bool {
         self.inner
             .offload
