@@ -163,8 +163,6 @@ pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static
     idle_spin_total: Span,
     /// The timed block the idle policy just asked for, to learn from when it returns.
     block_plan: Option<BlockPlan>,
-    /// The spin window the last timed block before a due event left.
-    last_window: Option<Span>,
     /// The due time the last timed block was for, when it ended by its timeout: until then
     /// the idle policy spins for an event due by it rather than blocking a second time.
     spin_through: Option<Instant>,
@@ -399,7 +397,6 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             helper,
             idle_spin_total: Span::ZERO,
             block_plan: None,
-            last_window: None,
             spin_through: None,
             _precise_timeouts: precise_timeouts,
             _thread_bound: PhantomData,
@@ -457,13 +454,6 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// The idle policy in force (its spin window is calibrated to this machine by default).
     pub fn idle_policy(&self) -> IdlePolicy {
         self.core.idle
-    }
-
-    /// The spin window the loop's last timed block before a due event left (the due time
-    /// less the block's end): the window it learnt for its own waits, with a calibrated or
-    /// named-precision policy. `None` before the loop has blocked for an event.
-    pub fn last_spin_window(&self) -> Option<Duration> {
-        self.last_window.map(|w| self.core.shared.clock.duration(w))
     }
 
     /// A snapshot of the runtime's counters.

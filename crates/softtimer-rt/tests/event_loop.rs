@@ -654,33 +654,3 @@ fn a_named_precision_learns_its_windows_from_the_loops_own_wake_ups() {
     assert!(timerfd.windows.is_none());
     assert_eq!(clock.duration(timerfd.spin_window), precision.resolve());
 }
-
-/// `last_spin_window` says what the idle policy left before the last timed block: nothing
-/// before the loop has blocked for an event, then the window (here a fixed one).
-#[test]
-fn the_last_timed_block_reports_the_window_it_left() {
-    let mut ev: EventLoop<()> = EventLoop::new(
-        LoopConfig {
-            spin_window: SpinWindow::Fixed(Duration::from_micros(30)),
-            ..config()
-        },
-        |_, _| {},
-    )
-    .unwrap();
-    assert_eq!(ev.last_spin_window(), None);
-    // Two events, so that a park never blocks without a timeout: the loop blocks for the
-    // first (after at most a few parks that spin or cascade the wheel).
-    for ms in [20, 10_000] {
-        let t = ev.span(Duration::from_millis(ms));
-        ev.cx().schedule_soft_event(t, ()).unwrap();
-    }
-    let give_up = Instant::now() + Duration::from_secs(5);
-    while ev.last_spin_window().is_none() && Instant::now() < give_up {
-        ev.park(|_, _| {}).unwrap();
-    }
-    let window = ev
-        .last_spin_window()
-        .expect("the loop blocked for its event");
-    let off = window.abs_diff(Duration::from_micros(30));
-    assert!(off <= Duration::from_nanos(10), "{window:?}");
-}

@@ -62,9 +62,6 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 due,
                 wait: due.saturating_since(now),
             });
-            if let Some(due) = due {
-                self.last_window = Some(due.saturating_since(now + t));
-            }
         }
         action
     }

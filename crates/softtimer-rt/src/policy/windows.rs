@@ -1,5 +1,5 @@
-//! The calibrated idle policy's spin windows, kept per wait length and learnt from the
-//! loop's own wake-ups (a pure rule: it is told each wake-up's lateness, reads no clock).
+//! The idle policy's learnt spin windows (calibrated, or a named precision's), kept per wait
+//! length and learnt from the loop's own wake-ups (a pure rule: it is told each wake-up's lateness, reads no clock).
 
 use softtimer::Span;
 
@@ -7,8 +7,8 @@ use softtimer::Span;
 /// 8,192 µs, and longer.
 const WAIT_BUCKETS: usize = 9;
 
-/// The spin windows of the calibrated idle policy, by how long the loop is about to block,
-/// kept current from the loop's own wake-ups.
+/// The spin windows of a calibrated or named-precision idle policy, by how long the loop is
+/// about to block, kept current from the loop's own wake-ups.
 ///
 /// A blocked thread runs again a wake-up's lateness after its timeout, and that lateness
 /// grows with the block (an idle CPU sinks deeper; a virtual one stops halt-polling and is

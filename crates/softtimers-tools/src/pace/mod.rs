@@ -229,8 +229,9 @@ pub struct PaceReport {
     /// The longest, µs.
     #[serde(deserialize_with = "crate::json::num")]
     pub send_interval_max_us: f64,
-    /// The soft loop's spin window, µs (`null` for the other timers); with `--precision`,
-    /// the one its loop had learnt by the end (what its last timed block left).
+    /// The soft loop's spin window, µs (`null` for the other timers): what its idle policy
+    /// spins before its wait between wake-ups at the end of the run; with `--precision`,
+    /// the window its loop learnt for that wait.
     pub spin_window_us: Option<f64>,
     /// Send system calls made (`sendmmsg` counts once however many datagrams it carried);
     /// with io_uring, the ring's `io_uring_enter` calls, which carry the waits too.
@@ -444,7 +445,7 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         send_interval_stddev_us: c.gap_stddev_us,
         send_interval_max_us: c.gap_max_us,
         spin_window_us: (options.timer == PaceTimer::Soft)
-            .then(|| plan.final_window(learnt).as_secs_f64() * 1e6),
+            .then(|| learnt.unwrap_or(plan.spin_window).as_secs_f64() * 1e6),
         send_calls: c.calls,
         io: options.io,
         per_wakeup: plan.per_wakeup,
@@ -492,16 +493,6 @@ impl Plan {
             capacity: events as usize + 1,
             spin_window: self.loop_spin,
             ..LoopConfig::default()
-        }
-    }
-
-    /// The soft loop's spin window at the end of the run: the plan's, or the one a named
-    /// precision's loop left before its last timed block (`learnt`, what it learnt for the
-    /// waits it actually had).
-    fn final_window(&self, learnt: Option<Duration>) -> Duration {
-        match (self.loop_spin, learnt) {
-            (SpinWindow::Precision(_), Some(learnt)) => learnt,
-            _ => self.spin_window,
         }
     }
 

@@ -119,5 +119,5 @@ pub(super) fn run_ring(run: Run<'_>) -> Result<Option<Duration>> {
     // The ring's system calls carry the sends and the waits alike: all count.
     let enters = ev.ring_stats().map_or(0, |s| s.enters);
     sender.counters.calls(enters);
-    Ok(ev.last_spin_window())
+    Ok(Some(super::sender::spin_window_for(&ev, plan)))
 }

@@ -14,7 +14,7 @@ use softtimer_net::pacer::{FlowPacer, PacerConfig};
 use softtimer_net::udp::{PacketHeader, realtime_ns};
 use softtimer_rt::{EventLoop, LoopConfig, LoopCx, TimerMode, send_all};
 
-use super::{BatchSend, PaceOptions, PaceTimer, Run, SendCounters};
+use super::{BatchSend, PaceOptions, PaceTimer, Plan, Run, SendCounters};
 
 /// One flow's state, carried as the payload of its one pending event: no state is shared
 /// between the loop and a signal handler but the counters.
@@ -197,15 +197,24 @@ pub(super) fn stop_after<E: Send + 'static>(
     })
 }
 
-/// Runs `ev` for `duration`, then stops it; the spin window of its last timed block.
+/// Runs `ev` for `duration`, then stops it; the spin window its idle policy ends with for
+/// the plan's wait between wake-ups.
 fn run_for<E: Send + 'static>(
     mut ev: EventLoop<E>,
     duration: Duration,
+    plan: &Plan,
 ) -> Result<Option<Duration>> {
     let stopper = stop_after(&mut ev, duration);
     ev.run(|_, _| {})?;
     let _ = stopper.join();
-    Ok(ev.last_spin_window())
+    Ok(Some(spin_window_for(&ev, plan)))
+}
+
+/// The window `ev`'s idle policy spins before the plan's wait between wake-ups: a soft loop
+/// with `--precision` learns it from its own wake-ups; otherwise it is the plan's.
+pub(super) fn spin_window_for<E: Send + 'static>(ev: &EventLoop<E>, plan: &Plan) -> Duration {
+    let wait = ev.span(plan.period * plan.per_wakeup);
+    ev.clock().duration(ev.idle_policy().window_for(wait))
 }
 
 /// Schedules each flow's first event: the flows start spread over one per-flow interval,
@@ -304,7 +313,7 @@ pub(super) fn run_loop(run: Run<'_>) -> Result<Option<Duration>> {
         PaceTimer::Spin | PaceTimer::None => bail!("not a loop timer"),
     };
     start_spread(&mut ev.cx(), flows, per_flow_interval)?;
-    run_for(ev, options.duration)
+    run_for(ev, options.duration, plan)
 }
 
 /// Soft timers over one departure queue: every flow's next datagram is stamped at its rate;
@@ -381,7 +390,7 @@ pub(super) fn run_departure(run: Run<'_>) -> Result<Option<Duration>> {
         let now = cx.now();
         cx.schedule_at(now, ())?;
     }
-    run_for(ev, options.duration)
+    run_for(ev, options.duration, plan)
 }
 
 /// Spins on the clock; sends each flow's datagram when due (one per flow per pass).
