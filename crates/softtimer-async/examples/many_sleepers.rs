@@ -4,17 +4,20 @@
 //! ```sh
 //! cargo run --release -p softtimer-async --example many_sleepers -- 10000 2
 //! cargo run --release -p softtimer-async --example many_sleepers -- 4000 3 10000
+//! cargo run --release -p softtimer-async --example many_sleepers -- 10000 2 0 coarse
 //! ```
 //!
-//! Arguments (optional): tasks (default 10,000), seconds (default 2), and a period in µs (more
-//! than 0). Without a period each task sleeps a random 100 µs–10 ms at a time; with one, every
+//! Arguments (optional): tasks (default 10,000), seconds (default 2), a period in µs (0, the
+//! default: none), and the runtime's precision (`coarse`, `calibrated` (the default) or
+//! `busy`). Without a period each task sleeps a random 100 µs–10 ms at a time; with one, every
 //! task sleeps until `start + k × period` for k = 1, 2, …, so that all their timers fall due
-//! together (a task that falls behind takes the deadlines it missed at once).
+//! together (a task that falls behind takes the deadlines it missed at once). The CPU per fire
+//! is printed with the part of it the loop spent spinning for the next due timer.
 
 use std::time::{Duration, Instant};
 
-use softtimer_async::Runtime;
 use softtimer_async::time::sleep_until;
+use softtimer_async::{Precision, Runtime};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -25,7 +28,19 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .filter(|&us: &u64| us > 0)
         .map(Duration::from_micros);
-    let rt = Runtime::new().expect("a runtime");
+    let precision = match args.get(3).map(String::as_str) {
+        None | Some("calibrated") => Precision::Calibrated,
+        Some("coarse") => Precision::Coarse,
+        Some("busy") => Precision::Busy,
+        Some(other) => {
+            eprintln!("precision: coarse, calibrated or busy, not {other:?}");
+            std::process::exit(2);
+        }
+    };
+    let rt = Runtime::builder()
+        .precision(precision)
+        .build()
+        .expect("a runtime");
     let cpu_before = process_cpu();
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);
@@ -66,8 +81,9 @@ fn main() {
     let per_fire = fires.max(1) as f64;
     late.sort_unstable();
     println!(
-        "{tasks} tasks, {fires} fires in {seconds} s: CPU {:.0} ns per fire; late p50 {:?}, p99 {:?}; {:.3} polls, {:.4} parks, {:.4} blocked parks per fire",
+        "{tasks} tasks, {fires} fires in {seconds} s: CPU {:.0} ns per fire ({:.0} of it spinning); late p50 {:?}, p99 {:?}; {:.3} polls, {:.4} parks, {:.4} blocked parks per fire",
         cpu.as_nanos() as f64 / per_fire,
+        stats.idle_spin.as_nanos() as f64 / per_fire,
         late.get(fires / 2).copied().unwrap_or_default(),
         late.get(fires * 99 / 100).copied().unwrap_or_default(),
         stats.polls as f64 / per_fire,

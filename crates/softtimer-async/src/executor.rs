@@ -64,6 +64,9 @@ pub(crate) struct Counters {
     pub parks: AtomicU64,
     pub blocked_parks: AtomicU64,
     pub remote_wakes: AtomicU64,
+    /// The loop's idle spin so far, in measurement-clock ticks (a total, stored after
+    /// every park).
+    pub idle_spin_ticks: AtomicU64,
     /// Written by any thread that polls a timer (rare).
     pub early_fires: AtomicU64,
 }
@@ -499,6 +502,8 @@ impl LocalLoop {
         if parked.blocked {
             Counters::add(&shared.counters.blocked_parks, 1);
         }
+        let spin = &shared.counters.idle_spin_ticks;
+        spin.store(ev.idle_spin().ticks(), Ordering::Relaxed);
         parked
     }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle as ThreadHandle;
 use std::time::Duration;
 
-use softtimer::{SimClock, SystemClock};
+use softtimer::{Clock, SimClock, Span, SystemClock};
 use softtimer_rt::{DeadlineDesign, LoopConfig, SpinWindow};
 
 use crate::clock::RuntimeClock;
@@ -545,6 +545,8 @@ impl Handle {
             stats.blocked_parks += get(&c.blocked_parks);
             stats.remote_wakes += get(&c.remote_wakes);
             stats.early_fires += get(&c.early_fires);
+            let spin = Span::from_ticks(get(&c.idle_spin_ticks));
+            stats.idle_spin += l.time.clock().duration(spin);
         }
         stats
     }
@@ -574,4 +576,8 @@ pub struct RuntimeStats {
     /// Timers whose soft event fired before their `std::time::Instant` deadline (the TSC's
     /// rate against `CLOCK_MONOTONIC`) and were armed again for the rest.
     pub early_fires: u64,
+    /// Time the loops spent spinning in their idle policy: waiting, with nothing to run,
+    /// for a timer due within the spin window. It is CPU time (a spin is charged as work
+    /// is), but no task's: a program with other work does that work there instead.
+    pub idle_spin: Duration,
 }

@@ -427,3 +427,28 @@ fn a_soft_runtime_keeps_what_quinn_makes_from_outside_on_one_worker_loop() {
         "on {first}, not a worker loop"
     );
 }
+
+#[test]
+fn the_stats_count_the_idle_spin_of_a_spinning_precision_not_of_a_blocking_one() {
+    use softtimer_async::Precision;
+    let spun = |precision| {
+        let rt = Runtime::builder().precision(precision).build().unwrap();
+        let start = std::time::Instant::now();
+        rt.block_on(async {
+            for _ in 0..4 {
+                sleep(Duration::from_micros(500)).await;
+            }
+        });
+        let elapsed = start.elapsed();
+        let spin = rt.stats().idle_spin;
+        // Measured on the loop's clock, which may run a part in a thousand off the wall's.
+        assert!(spin <= elapsed + elapsed / 100, "{spin:?} of {elapsed:?}");
+        spin
+    };
+    // A busy loop spins through every wait shorter than its backstop interval.
+    let busy = spun(Precision::Busy);
+    assert!(busy >= Duration::from_micros(500), "{busy:?}");
+    // A coarse one blocks instead: at most the stretch after a wake-up a hair early.
+    let coarse = spun(Precision::Coarse);
+    assert!(coarse < busy, "coarse {coarse:?}, busy {busy:?}");
+}

@@ -456,6 +456,21 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         self.core.idle
     }
 
+    /// Time the loop thread has spun in its idle policy, on the measurement clock: what
+    /// [`Counters::idle_spin_ns`] reports, read without the facility's lock (a field of the
+    /// loop thread's own), for a caller that samples it after every park.
+    ///
+    /// ```
+    /// use softtimer::Span;
+    /// use softtimer_rt::{EventLoop, LoopConfig};
+    ///
+    /// let ev: EventLoop<u32> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
+    /// assert_eq!(ev.idle_spin(), Span::ZERO);
+    /// ```
+    pub fn idle_spin(&self) -> Span {
+        self.idle_spin_total
+    }
+
     /// A snapshot of the runtime's counters.
     pub fn counters(&self) -> Counters {
         let mut counters = self.core.shared.counters();

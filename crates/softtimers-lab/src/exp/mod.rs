@@ -278,7 +278,7 @@ impl Step {
             Step::E5 if after_e3 => Duration::from_millis(500),
             Step::E5 => runs(1, length.trace_run()),
             Step::E6 => runs(rounds * 9, throughput),
-            Step::E7 => runs(rounds * 14, throughput),
+            Step::E7 => runs(length.process_rounds() * 14, throughput),
             Step::E8 => {
                 let ramps =
                     Duration::from_millis(if length.quick { 4 * 1_700 } else { 12 * 1_900 });

@@ -50,6 +50,12 @@ impl RunLength {
     pub fn rounds(self) -> usize {
         self.pick(1, 5)
     }
+    /// Rounds of E7, whose figures are each configuration's own medians (a pacer's mean
+    /// interval and spread, not a ratio between arms that the host's drift moves from round
+    /// to round): three hold its means within a part in ten thousand of their targets.
+    pub fn process_rounds(self) -> usize {
+        self.pick(1, 3)
+    }
     /// One run that records trigger states (E3, and E5 on its own).
     pub fn trace_run(self) -> Duration {
         self.ms(500, 5_000)

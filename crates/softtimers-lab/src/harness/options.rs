@@ -63,8 +63,18 @@ impl<Row, Extra> Skippable for RunResult<Row, Extra> {}
 impl<Row> RunResult<Row> {
     /// The result of throughput runs made in the lab run `options`.
     pub fn throughput(options: &ExpOptions, rows: Vec<Row>, targets: Vec<TargetCheck>) -> Self {
+        Self::throughput_rounds(options, options.length.rounds(), rows, targets)
+    }
+
+    /// [`throughput`](Self::throughput), for a step that makes `rounds` rounds of them.
+    pub fn throughput_rounds(
+        options: &ExpOptions,
+        rounds: usize,
+        rows: Vec<Row>,
+        targets: Vec<TargetCheck>,
+    ) -> Self {
         RunResult {
-            run: RunInfo::throughput(options),
+            run: RunInfo::new(options, options.length.throughput_run(), rounds),
             extra: NoExtra {},
             rows,
             targets,

@@ -80,7 +80,7 @@ pub fn e6(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
         };
         configs.extend(with_hardware(&[Clocking::Bursts, adaptive], interval, true));
     }
-    let outcomes = run_all(&configs, options, progress)?;
+    let outcomes = run_all(&configs, options.length.rounds(), options, progress)?;
     let rates = per_config(&outcomes, |r| r.rate);
     let cpu = per_config(&outcomes, |r| r.loop_core_ns_per_response);
     let mut rows = Vec::new();

@@ -49,7 +49,8 @@ pub fn e7(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
             MIN_INTERVALS_US.map(|min_interval_us| Clocking::Adaptive { min_interval_us });
         configs.extend(with_hardware(&adaptive, target, false));
     }
-    let outcomes = run_all(&configs, options, progress)?;
+    let rounds = options.length.process_rounds();
+    let outcomes = run_all(&configs, rounds, options, progress)?;
     let rows: Vec<TransmitProcessRow> = configs
         .iter()
         .zip(&outcomes)
@@ -86,7 +87,7 @@ pub fn e7(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<E
             ));
         }
     }
-    Ok(E7::throughput(options, rows, targets))
+    Ok(E7::throughput_rounds(options, rounds, rows, targets))
 }
 
 impl Section for E7 {

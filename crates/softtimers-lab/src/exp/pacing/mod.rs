@@ -85,11 +85,12 @@ struct PacedRun {
 /// Every configuration's server runs, interleaved over the lab's rounds.
 fn run_all(
     configs: &[PacedConfig],
+    rounds: usize,
     options: &ExpOptions,
     progress: &mut dyn FnMut(f64, &str),
 ) -> Result<Vec<Vec<PacedRun>>> {
     interleaved(
-        options.length.rounds(),
+        rounds,
         configs,
         progress,
         |c| format!("{} {} µs", c.name(), c.interval_us()),

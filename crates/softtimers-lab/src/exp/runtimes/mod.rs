@@ -162,6 +162,11 @@ pub struct AsyncRow {
     /// CPU per operation (a sleep, a fire, a datagram, a request; a megabyte in
     /// `quinn-bulk`), ns.
     pub cpu_ns_per_op: Option<f64>,
+    /// Of the CPU per operation, the part the soft runtime's loop spent spinning in its idle
+    /// policy (waiting for a timer due within its spin window, no task to run), ns; `null`
+    /// for the other runtimes, the rows that do not record it, and older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_spin_ns_per_op: Option<f64>,
     /// Operations per second.
     pub ops_per_s: Option<f64>,
     /// p99 of the workload's own figure (inter-arrival time for UDP), µs.
@@ -202,6 +207,7 @@ impl AsyncRow {
             late_p99_us: None,
             late_max_us: None,
             cpu_ns_per_op: None,
+            idle_spin_ns_per_op: None,
             ops_per_s: None,
             p99_us: None,
             stddev_us: None,
@@ -227,6 +233,7 @@ impl AsyncRow {
         row.late_p99_us = median_of(|r| r.late_p99_us);
         row.late_max_us = of(|r| r.late_max_us).into_iter().reduce(f64::max);
         row.cpu_ns_per_op = median_of(|r| r.cpu_ns_per_op);
+        row.idle_spin_ns_per_op = median_of(|r| r.idle_spin_ns_per_op);
         row.ops_per_s = median_of(|r| r.ops_per_s);
         row.ops_per_s_rounds = of(|r| r.ops_per_s);
         row.cpu_ns_per_op_rounds = of(|r| r.cpu_ns_per_op);
@@ -561,7 +568,7 @@ impl Section for AsyncResult {
     const FILE: &'static str = "async.json";
     const TITLE: &'static str = "async: the runtime on soft timers against tokio and smol";
     fn body(&self, page: &mut Page<'_>) -> Result<()> {
-        page.text("Every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload. The one-task rows pool three rounds and the 10,000-task row is the median of its rounds, the runtimes interleaved in each; the other rows are one run each, except hyper on one core (rounds, below).\n\n");
+        page.text("Every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded; of it spinning: the part the soft runtime's loop spent spinning in its idle policy for a timer due within its spin window (CPU time, but waiting, not work), where the row records it. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload. The one-task rows pool three rounds and the 10,000-task row is the median of its rounds, the runtimes interleaved in each; the other rows are one run each, except hyper on one core (rounds, below).\n\n");
         page.table(
             Table::of(&self.rows)
                 .text("workload", |r| r.workload.name())
@@ -575,6 +582,7 @@ impl Section for AsyncResult {
                 .text("late p99 (µs):", |r| cell(r.late_p99_us, 1))
                 .text("late max (µs):", |r| cell(r.late_max_us, 1))
                 .text("CPU per op (ns):", |r| cell(r.cpu_ns_per_op, 0))
+                .text("of it spinning (ns):", |r| cell(r.idle_spin_ns_per_op, 0))
                 .text("ops/s:", |r| cell(r.ops_per_s, 0))
                 .text("p99 (µs):", |r| cell(r.p99_us, 1))
                 .text("stddev (µs):", |r| cell(r.stddev_us, 2))

@@ -239,30 +239,51 @@ impl OneTask {
         Ok(all)
     }
 
-    /// `n` timers of `pattern`: their lateness, ns, and the CPU they took.
-    fn run(&self, pattern: Pattern, n: usize) -> (Vec<u64>, u64) {
+    /// `n` timers of `pattern`: their lateness, ns, the CPU they took, and the soft loop's
+    /// idle spin in it (0 for the other runtimes), ns.
+    fn run(&self, pattern: Pattern, n: usize) -> (Vec<u64>, u64, u64) {
         match self {
-            OneTask::Soft(_, rt) => with_cpu(|| rt.block_on(soft_timers(pattern, n))),
+            OneTask::Soft(_, rt) => {
+                let ((late, spin), cpu) =
+                    with_cpu(|| idle_spin_of(rt, || rt.block_on(soft_timers(pattern, n))));
+                (late, cpu, spin)
+            }
             OneTask::Tokio(rt) => {
                 let _stock = stock_timer_slack();
-                with_cpu(|| rt.block_on(tokio_timers(pattern, n)))
+                let (late, cpu) = with_cpu(|| rt.block_on(tokio_timers(pattern, n)));
+                (late, cpu, 0)
             }
             OneTask::Smol => {
                 let _stock = stock_timer_slack();
-                with_cpu(|| smol::block_on(smol_timers(pattern, n)))
+                let (late, cpu) = with_cpu(|| smol::block_on(smol_timers(pattern, n)));
+                (late, cpu, 0)
             }
         }
     }
 
-    /// The row of `late` and `cpu`, pooled over the rounds.
-    fn row(&self, workload: AsyncWorkload, late: Vec<u64>, cpu: u64) -> AsyncRow {
+    /// The row of `late`, `cpu` and the idle `spin`, pooled over the rounds.
+    fn row(&self, workload: AsyncWorkload, late: Vec<u64>, cpu: u64, spin: u64) -> AsyncRow {
         let (runtime, precision) = match self {
             OneTask::Soft(precision, _) => (RuntimeKind::Soft, Some(*precision)),
             OneTask::Tokio(_) => (RuntimeKind::TokioCt, None),
             OneTask::Smol => (RuntimeKind::Smol, None),
         };
-        lateness_row(workload, runtime, precision, late, cpu)
+        let n = late.len().max(1) as f64;
+        let mut row = lateness_row(workload, runtime, precision, late, cpu);
+        if runtime == RuntimeKind::Soft {
+            row.idle_spin_ns_per_op = Some(spin as f64 / n);
+        }
+        row
     }
+}
+
+/// `work` on `rt`, and the time `rt`'s loops spent spinning in their idle policy meanwhile,
+/// ns.
+fn idle_spin_of<T>(rt: &Runtime, work: impl FnOnce() -> T) -> (T, u64) {
+    let before = rt.stats().idle_spin;
+    let out = work();
+    let spin = rt.stats().idle_spin.saturating_sub(before);
+    (out, spin.as_nanos() as u64)
 }
 
 /// Rounds of each one-task row: every runtime takes its share of the timers in each, the
@@ -279,17 +300,18 @@ pub fn one_task(quick: bool) -> Result<Vec<AsyncRow>> {
     for (workload, pattern) in PATTERNS {
         let runtimes = OneTask::all()?;
         let per_round = timers(workload, quick).div_ceil(ONE_TASK_ROUNDS);
-        let mut pooled: Vec<(Vec<u64>, u64)> = vec![(Vec::new(), 0); runtimes.len()];
+        let mut pooled: Vec<(Vec<u64>, u64, u64)> = vec![(Vec::new(), 0, 0); runtimes.len()];
         for round in 0..ONE_TASK_ROUNDS {
             for k in 0..runtimes.len() {
                 let i = (round + k) % runtimes.len();
-                let (late, cpu) = runtimes[i].run(pattern, per_round);
+                let (late, cpu, spin) = runtimes[i].run(pattern, per_round);
                 pooled[i].0.extend(late);
                 pooled[i].1 += cpu;
+                pooled[i].2 += spin;
             }
         }
-        for (runtime, (late, cpu)) in runtimes.iter().zip(pooled) {
-            rows.push(runtime.row(workload, late, cpu));
+        for (runtime, (late, cpu, spin)) in runtimes.iter().zip(pooled) {
+            rows.push(runtime.row(workload, late, cpu, spin));
         }
     }
     Ok(rows)
@@ -319,13 +341,14 @@ fn tasks_row(
     runtime: RuntimeKind,
     precision: Option<Precision>,
     per_task: Vec<Vec<u64>>,
-    cpu: u64,
+    (cpu, spin): (u64, Option<u64>),
     run: Duration,
 ) -> AsyncRow {
     let mut late: Vec<u64> = per_task.into_iter().flatten().collect();
     let fires = late.len().max(1) as f64;
     let mut row = AsyncRow::new(SLEEP_10K, runtime, precision).with_lateness(&mut late);
     row.cpu_ns_per_op = Some(cpu as f64 / fires);
+    row.idle_spin_ns_per_op = spin.map(|spin| spin as f64 / fires);
     row.ops_per_s = Some(fires / run.as_secs_f64());
     row
 }
@@ -356,25 +379,32 @@ pub fn sleep_10k_tasks(quick: bool) -> Result<Vec<AsyncRow>> {
 
 /// One run of the many-task workload on `runtime`, as its users write it.
 fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
+    let mut spin = None;
     let (lates, cpu) = match runtime {
         RuntimeKind::Soft => {
             let rt = soft_runtime(Precision::default())?;
             rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
-            with_cpu(|| {
-                let end = Instant::now() + run;
-                let handles: Vec<_> = (0..TASKS as u64)
-                    .map(|i| {
-                        rt.spawn_local(sleeper(i, end, |at| softtimer_async::time::sleep_until(at)))
+            let ((lates, spun), cpu) = with_cpu(|| {
+                idle_spin_of(&rt, || {
+                    let end = Instant::now() + run;
+                    let handles: Vec<_> = (0..TASKS as u64)
+                        .map(|i| {
+                            rt.spawn_local(sleeper(i, end, |at| {
+                                softtimer_async::time::sleep_until(at)
+                            }))
+                        })
+                        .collect();
+                    rt.block_on(async move {
+                        let mut out = Vec::with_capacity(handles.len());
+                        for h in handles {
+                            out.push(h.await.expect("a sleeper does not panic"));
+                        }
+                        out
                     })
-                    .collect();
-                rt.block_on(async move {
-                    let mut out = Vec::with_capacity(handles.len());
-                    for h in handles {
-                        out.push(h.await.expect("a sleeper does not panic"));
-                    }
-                    out
                 })
-            })
+            });
+            spin = Some(spun);
+            (lates, cpu)
         }
         RuntimeKind::TokioCt => {
             let rt = tokio_ct()?;
@@ -419,5 +449,5 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
         RuntimeKind::TokioMt => anyhow::bail!("the many-task workload runs on one thread"),
     };
     let precision = (runtime == RuntimeKind::Soft).then(Precision::default);
-    Ok(tasks_row(runtime, precision, lates, cpu, run))
+    Ok(tasks_row(runtime, precision, lates, (cpu, spin), run))
 }
