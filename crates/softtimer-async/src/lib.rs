@@ -50,7 +50,7 @@
 //! | --- | --- |
 //! | `softtimer` | the facility: the timing wheel, `schedule`/`cancel`/`trigger`, the TSC clock |
 //! | `softtimer-rt` | the event loop: its step form ([`softtimer_rt::EventLoop::poll_io`], [`softtimer_rt::EventLoop::park`]), a [`softtimer_rt::LoopWaker`] for other threads, a thread-safe [`softtimer_rt::LoopHandle`] for futures |
-//! | [`Runtime`] | loops (one per thread, [`Builder::threads`]), each an executor on `async-task` |
+//! | [`Runtime`] | loops (one per thread, [`Builder::threads`]), each an executor on `async-task`; a pool of threads for blocking work ([`spawn_blocking`]) |
 //! | [`time`] | timers as soft events: `std::time::Instant` deadlines, never early, O(1) reset |
 //! | [`UdpSocket`], [`TcpListener`], [`TcpStream`] | sockets on the loop's epoll set, each system call a trigger state |
 //! | [`PacedSender`], [`UdpSocket::send_at`] | departures from soft-event handlers (`softtimer-net`'s departure-time scheduler) |
@@ -99,6 +99,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod blocking;
 mod clock;
 mod executor;
 #[cfg(feature = "hyper")]
@@ -112,6 +113,7 @@ mod runtime;
 mod task;
 pub mod time;
 
+pub use blocking::spawn_blocking;
 pub use net::tcp::{TcpListener, TcpStream};
 pub use net::udp::UdpSocket;
 pub use pace::{Departure, PacedSender};

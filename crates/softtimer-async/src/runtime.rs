@@ -13,6 +13,7 @@ use std::time::Duration;
 use softtimer::{Clock, SimClock, Span, SystemClock};
 use softtimer_rt::{DeadlineDesign, LoopConfig, SpinWindow};
 
+use crate::blocking::{self, BlockingPool};
 use crate::clock::RuntimeClock;
 use crate::executor::{self, Enter, LocalLoop, LoopShared};
 use crate::task::{JoinHandle, spawn_local_onto, spawn_onto};
@@ -115,6 +116,7 @@ pub struct Builder {
     pin: bool,
     sim: Option<SimClock>,
     config: LoopConfig,
+    max_blocking_threads: usize,
 }
 
 impl Default for Builder {
@@ -125,6 +127,7 @@ impl Default for Builder {
             pin: true,
             sim: None,
             config: Builder::default_loop_config(),
+            max_blocking_threads: blocking::MAX_THREADS,
         }
     }
 }
@@ -197,6 +200,31 @@ impl Builder {
         self
     }
 
+    /// The most threads [`spawn_blocking`](crate::spawn_blocking) work runs on at once
+    /// (default 512, as tokio's; at least 1). Work beyond waits in a queue for the next
+    /// thread to finish; a thread idle for 10 s exits.
+    ///
+    /// ```
+    /// use softtimer_async::Runtime;
+    ///
+    /// let rt = Runtime::builder().max_blocking_threads(4).build().unwrap();
+    /// let sum = rt.block_on(async {
+    ///     let parts: Vec<_> = (0..8u64)
+    ///         .map(|i| softtimer_async::spawn_blocking(move || (i * 1000..(i + 1) * 1000).sum::<u64>()))
+    ///         .collect();
+    ///     let mut sum = 0;
+    ///     for part in parts {
+    ///         sum += part.await.unwrap();
+    ///     }
+    ///     sum
+    /// });
+    /// assert_eq!(sum, (0..8000).sum::<u64>());
+    /// ```
+    pub fn max_blocking_threads(mut self, n: usize) -> Self {
+        self.max_blocking_threads = n;
+        self
+    }
+
     /// Builds the runtime: loop 0 here, the workers on their threads.
     pub fn build(self) -> io::Result<Runtime> {
         if self.threads == 0 {
@@ -220,6 +248,8 @@ impl Builder {
         let caller_cpus = pin
             .then(|| rustix::thread::sched_getaffinity(None).ok())
             .flatten();
+        // Blocking work runs where the caller may, not on a loop's CPU.
+        let blocking = BlockingPool::new(self.max_blocking_threads, caller_cpus);
         if caller_cpus.is_some() {
             pin_current_thread(cpus[0]);
         }
@@ -263,6 +293,7 @@ impl Builder {
         let inner = Arc::new(HandleInner {
             loops,
             next: AtomicUsize::new(0),
+            blocking,
         });
         for shared in &inner.loops {
             let _ = shared.handle.set(Arc::downgrade(&inner));
@@ -335,7 +366,9 @@ fn restore_affinity(cpus: Option<&rustix::thread::CpuSet>) {
 /// It has one or more loops ([`Builder::threads`]); loop 0 runs on the thread that calls
 /// [`Runtime::block_on`], for as long as that call lasts (as tokio's current-thread runtime
 /// does), and is made on the thread that builds the runtime, so the runtime is not `Send`.
-/// Dropping it cancels every task, shuts every loop down and joins every thread it started.
+/// Dropping it cancels every task, shuts every loop down and joins every thread it started,
+/// but for the threads still running a [`spawn_blocking`](crate::spawn_blocking) closure,
+/// which exit when it returns (blocking work not started is cancelled).
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -434,6 +467,7 @@ impl Drop for Runtime {
         for worker in self.workers.drain(..) {
             let _ = worker.join();
         }
+        self.handle.inner.blocking.shutdown();
         restore_affinity(self.caller_cpus.as_ref());
     }
 }
@@ -449,6 +483,8 @@ impl std::fmt::Debug for Runtime {
 pub(crate) struct HandleInner {
     pub loops: Vec<Arc<LoopShared>>,
     next: AtomicUsize,
+    /// Threads for [`Handle::spawn_blocking`].
+    blocking: Arc<BlockingPool>,
 }
 
 /// A cloneable, `Send + Sync` handle to a [`Runtime`]: spawns onto its loops from any
@@ -528,6 +564,25 @@ impl Handle {
         spawn_onto(shared, future)
     }
 
+    /// Runs `f` on one of the runtime's threads for blocking work (see
+    /// [`spawn_blocking`](crate::spawn_blocking)), from any thread.
+    ///
+    /// ```
+    /// use softtimer_async::Runtime;
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// let handle = rt.handle();
+    /// let answer = handle.spawn_blocking(|| 6 * 7);
+    /// assert_eq!(rt.block_on(answer).unwrap(), 42);
+    /// ```
+    pub fn spawn_blocking<F, R>(&self, f: F) -> JoinHandle<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        blocking::spawn_on_pool(&self.inner.blocking, f)
+    }
+
     /// Soft events pending, summed over the loops (timers armed, paced departures queued).
     pub fn pending_timers(&self) -> usize {
         self.inner.loops.iter().map(|l| l.timers.pending()).sum()
@@ -560,7 +615,8 @@ impl std::fmt::Debug for Handle {
     }
 }
 
-/// What a runtime's loops counted: enough to check the design's costs without a clock.
+/// What a runtime's loops counted: the design's costs as counts, and the time they spent
+/// spinning.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RuntimeStats {
     /// Polls of tasks and of `block_on`'s future (each followed by a trigger state).
@@ -576,8 +632,11 @@ pub struct RuntimeStats {
     /// Timers whose soft event fired before their `std::time::Instant` deadline (the TSC's
     /// rate against `CLOCK_MONOTONIC`) and were armed again for the rest.
     pub early_fires: u64,
-    /// Time the loops spent spinning in their idle policy: waiting, with nothing to run,
-    /// for a timer due within the spin window. It is CPU time (a spin is charged as work
-    /// is), but no task's: a program with other work does that work there instead.
+    /// Time the loops spent spinning in their idle policy, with nothing to run: for a timer
+    /// due within the spin window, and for the few µs after a wake-up that came a hair
+    /// early. Measured on the loops' clock from the start to the end of each spin, so a
+    /// thread descheduled mid-spin counts that time too. A spin is charged as CPU time, but
+    /// it is waiting, not any task's work: a program with other work does that work there
+    /// instead.
     pub idle_spin: Duration,
 }

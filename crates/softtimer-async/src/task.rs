@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use async_task::FallibleTask;
+use async_task::{FallibleTask, Runnable};
 
 use crate::executor::{self, LoopShared};
 
@@ -65,8 +65,19 @@ where
     F::Output: Send + 'static,
 {
     let owner = Arc::clone(shared);
+    spawn_with(future, move |r| executor::schedule(&owner, r))
+}
+
+/// Spawns `future` as a task that `schedule` queues wherever it runs (a loop, the blocking
+/// pool), and schedules it once.
+pub(crate) fn spawn_with<F, S>(future: F, schedule: S) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+    S: Fn(Runnable) + Send + Sync + 'static,
+{
     let future = TaskFuture { future, slot: None };
-    let (runnable, task) = async_task::spawn(future, move |r| executor::schedule(&owner, r));
+    let (runnable, task) = async_task::spawn(future, schedule);
     runnable.schedule();
     JoinHandle::new(task.fallible())
 }
@@ -195,6 +206,8 @@ impl<T> JoinHandle<T> {
     }
 
     /// Cancels the task: its future is dropped on its thread (at once if it is not running).
+    /// Blocking work ([`spawn_blocking`](crate::spawn_blocking)) is cancelled only while it
+    /// waits for a thread: a closure that has started runs to its end.
     pub fn abort(mut self) {
         drop(self.task.take());
     }

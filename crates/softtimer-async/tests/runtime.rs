@@ -441,14 +441,38 @@ fn the_stats_count_the_idle_spin_of_a_spinning_precision_not_of_a_blocking_one()
         });
         let elapsed = start.elapsed();
         let spin = rt.stats().idle_spin;
-        // Measured on the loop's clock, which may run a part in a thousand off the wall's.
+        // Measured on the loop's clock, whose rate may differ from the wall's by parts per
+        // million (a part in a hundred allowed).
         assert!(spin <= elapsed + elapsed / 100, "{spin:?} of {elapsed:?}");
         spin
     };
-    // A busy loop spins through every wait shorter than its backstop interval.
+    // A busy loop spins through every wait shorter than its backstop interval: about 2 ms.
     let busy = spun(Precision::Busy);
-    assert!(busy >= Duration::from_micros(500), "{busy:?}");
-    // A coarse one blocks instead: at most the stretch after a wake-up a hair early.
+    assert!(busy >= Duration::from_micros(1_500), "{busy:?}");
+    // A coarse one blocks instead, spinning only the µs after a wake-up a hair early: were
+    // its blocks counted, it would be near busy's 2 ms.
     let coarse = spun(Precision::Coarse);
-    assert!(coarse < busy, "coarse {coarse:?}, busy {busy:?}");
+    assert!(coarse * 4 < busy, "coarse {coarse:?}, busy {busy:?}");
+}
+
+#[test]
+fn the_idle_spin_is_summed_over_the_loops() {
+    use softtimer_async::Precision;
+    let rt = Runtime::builder()
+        .threads(2)
+        .pin(false)
+        .precision(Precision::Busy)
+        .build()
+        .unwrap();
+    let handle = rt.handle();
+    // Loop 1 sleeps; loop 0 (block_on) only waits for it, with no timer of its own, so it
+    // blocks rather than spins: the spin counted is loop 1's.
+    let sleeper = handle.spawn_on(1, async {
+        for _ in 0..4 {
+            sleep(Duration::from_micros(500)).await;
+        }
+    });
+    rt.block_on(async { timeout(BOUND, sleeper).await.unwrap().unwrap() });
+    let spin = rt.stats().idle_spin;
+    assert!(spin >= Duration::from_micros(1_500), "{spin:?}");
 }

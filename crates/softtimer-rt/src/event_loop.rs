@@ -461,11 +461,23 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// loop thread's own), for a caller that samples it after every park.
     ///
     /// ```
+    /// use std::time::Duration;
     /// use softtimer::Span;
-    /// use softtimer_rt::{EventLoop, LoopConfig};
+    /// use softtimer_rt::{EventLoop, LoopConfig, SpinWindow};
     ///
-    /// let ev: EventLoop<u32> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
+    /// // A loop that spins through the last 500 µs before each due time.
+    /// let config = LoopConfig {
+    ///     spin_window: SpinWindow::Fixed(Duration::from_micros(500)),
+    ///     ..LoopConfig::default()
+    /// };
+    /// let mut ev: EventLoop<u32> = EventLoop::new(config, |_, _| {}).unwrap();
     /// assert_eq!(ev.idle_spin(), Span::ZERO);
+    /// let t = ev.span(Duration::from_micros(100));
+    /// ev.cx().schedule_soft_event(t, 1).unwrap();
+    /// while ev.cx().pending() > 0 {
+    ///     ev.park(|_, _| {}).unwrap();
+    /// }
+    /// assert!(ev.idle_spin() > Span::ZERO);
     /// ```
     pub fn idle_spin(&self) -> Span {
         self.idle_spin_total

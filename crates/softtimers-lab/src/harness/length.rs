@@ -46,13 +46,15 @@ impl RunLength {
     pub fn throughput_run(self) -> Duration {
         self.ms(400, 1_250)
     }
-    /// Interleaved rounds of a throughput comparison.
+    /// Interleaved rounds of a throughput comparison (E7's are
+    /// [`process_rounds`](Self::process_rounds)).
     pub fn rounds(self) -> usize {
         self.pick(1, 5)
     }
     /// Rounds of E7, whose figures are each configuration's own medians (a pacer's mean
     /// interval and spread, not a ratio between arms that the host's drift moves from round
-    /// to round): three hold its means within a part in ten thousand of their targets.
+    /// to round); its targets allow 1 % and the full runs' means were within 0.001 %
+    /// (`docs/RESULTS.md`).
     pub fn process_rounds(self) -> usize {
         self.pick(1, 3)
     }

@@ -82,7 +82,7 @@ struct PacedRun {
     pace: PaceOutcome,
 }
 
-/// Every configuration's server runs, interleaved over the lab's rounds.
+/// Every configuration's server runs, interleaved over `rounds` rounds.
 fn run_all(
     configs: &[PacedConfig],
     rounds: usize,

@@ -143,7 +143,8 @@ impl std::fmt::Display for RuntimeKind {
     }
 }
 
-/// A row of `async.json`. A field a workload does not measure is `null`.
+/// A row of `async.json`. A field a workload does not measure is `null` (`idle_spin_ns_per_op`:
+/// absent).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AsyncRow {
     /// What was measured.
@@ -163,8 +164,10 @@ pub struct AsyncRow {
     /// `quinn-bulk`), ns.
     pub cpu_ns_per_op: Option<f64>,
     /// Of the CPU per operation, the part the soft runtime's loop spent spinning in its idle
-    /// policy (waiting for a timer due within its spin window, no task to run), ns; `null`
-    /// for the other runtimes, the rows that do not record it, and older reports.
+    /// policy (no task to run, a timer due within its spin window), ns
+    /// ([`softtimer_async::RuntimeStats::idle_spin`]); over rounds, the median of the rounds'
+    /// as `cpu_ns_per_op` is (each its own median). Absent for the other runtimes, the rows
+    /// that do not record it, and older reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_spin_ns_per_op: Option<f64>,
     /// Operations per second.
@@ -735,7 +738,25 @@ mod tests {
         assert_eq!(row.cpu_ns_per_op_rounds, [500.0, 700.0, 600.0]);
         assert_eq!(row.late_p99_us_rounds, [30.0, 10.0, 20.0]);
         assert_eq!(row.ops_per_s_rounds.len(), 3);
+        assert_eq!(row.idle_spin_ns_per_op, None, "no round measured it");
         assert!(AsyncRow::over_rounds(Vec::new()).is_none());
+        // The soft runtime's idle spin: the median of its rounds, written and read back; a
+        // row without it (an older report's) reads as not measured.
+        let spun = |spin: f64| {
+            let mut r = round(500.0, 30.0, 90.0);
+            r.runtime = RuntimeKind::Soft;
+            r.idle_spin_ns_per_op = Some(spin);
+            r
+        };
+        let soft = AsyncRow::over_rounds(vec![spun(90.0), spun(300.0), spun(150.0)]).unwrap();
+        assert_eq!(soft.idle_spin_ns_per_op, Some(150.0));
+        let json = serde_json::to_value(&soft).unwrap();
+        let back: AsyncRow = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back.idle_spin_ns_per_op, Some(150.0));
+        let mut older = json;
+        older.as_object_mut().unwrap().remove("idle_spin_ns_per_op");
+        let back: AsyncRow = serde_json::from_value(older).unwrap();
+        assert_eq!(back.idle_spin_ns_per_op, None);
     }
 
     /// The measured value of the target called exactly `name`.

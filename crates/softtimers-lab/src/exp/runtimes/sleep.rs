@@ -193,16 +193,19 @@ async fn smol_timers(pattern: Pattern, n: usize) -> Vec<u64> {
     .await
 }
 
+/// A one-task row from its timers' lateness (ns), their CPU and the soft loop's idle spin in
+/// it (ns).
 fn lateness_row(
     workload: AsyncWorkload,
     runtime: RuntimeKind,
     precision: Option<Precision>,
     mut late: Vec<u64>,
-    cpu: u64,
+    (cpu, spin): (u64, Option<u64>),
 ) -> AsyncRow {
     let n = late.len().max(1) as f64;
     let mut row = AsyncRow::new(workload, runtime, precision).with_lateness(&mut late);
     row.cpu_ns_per_op = Some(cpu as f64 / n);
+    row.idle_spin_ns_per_op = spin.map(|spin| spin as f64 / n);
     row
 }
 
@@ -240,40 +243,41 @@ impl OneTask {
     }
 
     /// `n` timers of `pattern`: their lateness, ns, the CPU they took, and the soft loop's
-    /// idle spin in it (0 for the other runtimes), ns.
-    fn run(&self, pattern: Pattern, n: usize) -> (Vec<u64>, u64, u64) {
+    /// idle spin in it, ns (`None` for the other runtimes).
+    fn run(&self, pattern: Pattern, n: usize) -> (Vec<u64>, u64, Option<u64>) {
         match self {
             OneTask::Soft(_, rt) => {
                 let ((late, spin), cpu) =
                     with_cpu(|| idle_spin_of(rt, || rt.block_on(soft_timers(pattern, n))));
-                (late, cpu, spin)
+                (late, cpu, Some(spin))
             }
             OneTask::Tokio(rt) => {
                 let _stock = stock_timer_slack();
                 let (late, cpu) = with_cpu(|| rt.block_on(tokio_timers(pattern, n)));
-                (late, cpu, 0)
+                (late, cpu, None)
             }
             OneTask::Smol => {
                 let _stock = stock_timer_slack();
                 let (late, cpu) = with_cpu(|| smol::block_on(smol_timers(pattern, n)));
-                (late, cpu, 0)
+                (late, cpu, None)
             }
         }
     }
 
     /// The row of `late`, `cpu` and the idle `spin`, pooled over the rounds.
-    fn row(&self, workload: AsyncWorkload, late: Vec<u64>, cpu: u64, spin: u64) -> AsyncRow {
+    fn row(
+        &self,
+        workload: AsyncWorkload,
+        late: Vec<u64>,
+        cpu: u64,
+        spin: Option<u64>,
+    ) -> AsyncRow {
         let (runtime, precision) = match self {
             OneTask::Soft(precision, _) => (RuntimeKind::Soft, Some(*precision)),
             OneTask::Tokio(_) => (RuntimeKind::TokioCt, None),
             OneTask::Smol => (RuntimeKind::Smol, None),
         };
-        let n = late.len().max(1) as f64;
-        let mut row = lateness_row(workload, runtime, precision, late, cpu);
-        if runtime == RuntimeKind::Soft {
-            row.idle_spin_ns_per_op = Some(spin as f64 / n);
-        }
-        row
+        lateness_row(workload, runtime, precision, late, (cpu, spin))
     }
 }
 
@@ -300,14 +304,17 @@ pub fn one_task(quick: bool) -> Result<Vec<AsyncRow>> {
     for (workload, pattern) in PATTERNS {
         let runtimes = OneTask::all()?;
         let per_round = timers(workload, quick).div_ceil(ONE_TASK_ROUNDS);
-        let mut pooled: Vec<(Vec<u64>, u64, u64)> = vec![(Vec::new(), 0, 0); runtimes.len()];
+        let mut pooled: Vec<(Vec<u64>, u64, Option<u64>)> =
+            vec![(Vec::new(), 0, None); runtimes.len()];
         for round in 0..ONE_TASK_ROUNDS {
             for k in 0..runtimes.len() {
                 let i = (round + k) % runtimes.len();
                 let (late, cpu, spin) = runtimes[i].run(pattern, per_round);
                 pooled[i].0.extend(late);
                 pooled[i].1 += cpu;
-                pooled[i].2 += spin;
+                if let Some(spin) = spin {
+                    *pooled[i].2.get_or_insert(0) += spin;
+                }
             }
         }
         for (runtime, (late, cpu, spin)) in runtimes.iter().zip(pooled) {
@@ -379,8 +386,7 @@ pub fn sleep_10k_tasks(quick: bool) -> Result<Vec<AsyncRow>> {
 
 /// One run of the many-task workload on `runtime`, as its users write it.
 fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
-    let mut spin = None;
-    let (lates, cpu) = match runtime {
+    let (lates, cpu, spin) = match runtime {
         RuntimeKind::Soft => {
             let rt = soft_runtime(Precision::default())?;
             rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
@@ -403,13 +409,12 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
                     })
                 })
             });
-            spin = Some(spun);
-            (lates, cpu)
+            (lates, cpu, Some(spun))
         }
         RuntimeKind::TokioCt => {
             let rt = tokio_ct()?;
             let _stock = stock_timer_slack();
-            with_cpu(|| {
+            let (lates, cpu) = with_cpu(|| {
                 rt.block_on(async {
                     let end = Instant::now() + run;
                     let handles: Vec<_> = (0..TASKS as u64)
@@ -423,12 +428,13 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
                     }
                     out
                 })
-            })
+            });
+            (lates, cpu, None)
         }
         RuntimeKind::Smol => {
             let ex = smol::LocalExecutor::new();
             let _stock = stock_timer_slack();
-            with_cpu(|| {
+            let (lates, cpu) = with_cpu(|| {
                 smol::block_on(ex.run(async {
                     let end = Instant::now() + run;
                     let handles: Vec<_> = (0..TASKS as u64)
@@ -444,7 +450,8 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
                     }
                     out
                 }))
-            })
+            });
+            (lates, cpu, None)
         }
         RuntimeKind::TokioMt => anyhow::bail!("the many-task workload runs on one thread"),
     };

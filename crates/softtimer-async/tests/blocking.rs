@@ -1,0 +1,140 @@
+//! Blocking work on the runtime's pool: off the loop, in parallel up to the pool's size,
+//! panics reported, queued work cancelled at shutdown.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use softtimer_async::time::{interval, timeout};
+use softtimer_async::{Runtime, spawn_blocking};
+
+const BOUND: Duration = Duration::from_secs(10);
+
+#[test]
+fn blocking_work_runs_off_the_loop_while_its_timers_keep_firing() {
+    let rt = Runtime::new().unwrap();
+    let loop_thread = std::thread::current().id();
+    let ran_on = rt.block_on(async {
+        let (release, wait) = mpsc::channel::<()>();
+        let work = spawn_blocking(move || {
+            // Blocks until the loop has ticked 20 times: were it on the loop's thread, no
+            // tick would come and the wait would end only at its bound.
+            let released = wait.recv_timeout(BOUND).is_ok();
+            (released, std::thread::current().id())
+        });
+        let mut ticks = interval(Duration::from_micros(200));
+        for _ in 0..20 {
+            ticks.tick().await;
+        }
+        release.send(()).unwrap();
+        let (released, ran_on) = timeout(BOUND, work).await.unwrap().unwrap();
+        assert!(released, "the closure was never released");
+        ran_on
+    });
+    assert_ne!(ran_on, loop_thread);
+}
+
+#[test]
+fn a_panicking_closure_is_reported_by_its_handle() {
+    let rt = Runtime::new().unwrap();
+    rt.block_on(async {
+        let err = spawn_blocking(|| -> u32 { panic!("blocking bug") })
+            .await
+            .unwrap_err();
+        assert!(err.is_panic());
+        assert_eq!(err.panic_message(), Some("blocking bug"));
+        // The pool goes on.
+        assert_eq!(spawn_blocking(|| 3).await.unwrap(), 3);
+    });
+}
+
+#[test]
+fn the_pool_grows_a_thread_for_work_that_finds_none_idle() {
+    // Eight closures that each wait, up to the bound, for all eight to be running at once.
+    const N: usize = 8;
+    let rt = Runtime::new().unwrap();
+    let gate = Arc::new((Mutex::new(0usize), Condvar::new()));
+    let met = rt.block_on(async {
+        let waiting: Vec<_> = (0..N)
+            .map(|_| {
+                let gate = Arc::clone(&gate);
+                spawn_blocking(move || {
+                    let (count, arrived) = &*gate;
+                    let mut count = count.lock().unwrap();
+                    *count += 1;
+                    arrived.notify_all();
+                    let (count, _) = arrived
+                        .wait_timeout_while(count, BOUND, |c| *c < N)
+                        .unwrap();
+                    *count >= N
+                })
+            })
+            .collect();
+        let mut met = 0;
+        for w in waiting {
+            met += usize::from(w.await.unwrap());
+        }
+        met
+    });
+    assert_eq!(met, N);
+}
+
+#[test]
+fn the_pool_never_runs_more_closures_at_once_than_its_size() {
+    let rt = Runtime::builder().max_blocking_threads(2).build().unwrap();
+    // (running now, the most seen running at once)
+    let running = Arc::new(Mutex::new((0usize, 0usize)));
+    rt.block_on(async {
+        let work: Vec<_> = (0..6)
+            .map(|_| {
+                let running = Arc::clone(&running);
+                spawn_blocking(move || {
+                    {
+                        let mut r = running.lock().unwrap();
+                        r.0 += 1;
+                        r.1 = r.1.max(r.0);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    running.lock().unwrap().0 -= 1;
+                })
+            })
+            .collect();
+        for w in work {
+            w.await.unwrap();
+        }
+    });
+    let most = running.lock().unwrap().1;
+    assert!((1..=2).contains(&most), "{most} at once");
+}
+
+#[test]
+fn dropping_the_runtime_cancels_queued_blocking_work_and_lets_running_work_finish() {
+    let rt = Runtime::builder().max_blocking_threads(1).build().unwrap();
+    let handle = rt.handle();
+    let (started_tx, started) = mpsc::channel::<()>();
+    let (release, wait) = mpsc::channel::<()>();
+    let (finished_tx, finished) = mpsc::channel::<()>();
+    let running = handle.spawn_blocking(move || {
+        started_tx.send(()).unwrap();
+        let _ = wait.recv_timeout(BOUND);
+        finished_tx.send(()).unwrap();
+    });
+    // Behind it in the queue: the pool's only thread is busy.
+    let queued = handle.spawn_blocking(|| 1);
+    started.recv_timeout(BOUND).unwrap();
+    drop(rt);
+    // The queued closure never runs: its handle is finished, cancelled.
+    assert!(queued.is_finished());
+    let rt2 = Runtime::new().unwrap();
+    let err = rt2.block_on(queued).unwrap_err();
+    assert!(err.is_cancelled());
+    // The running one was not waited for, and finishes once released.
+    assert!(!running.is_finished());
+    release.send(()).unwrap();
+    finished.recv_timeout(BOUND).unwrap();
+    assert!(rt2.block_on(running).is_ok());
+    // And work sent through a handle that outlived its runtime is cancelled, not lost in a
+    // queue nobody takes.
+    let late = handle.spawn_blocking(|| 2);
+    assert!(rt2.block_on(late).unwrap_err().is_cancelled());
+}
