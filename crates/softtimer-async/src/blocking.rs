@@ -5,41 +5,61 @@
 //!
 //! The pool grows a thread whenever work arrives and none is idle, up to
 //! [`Builder::max_blocking_threads`](crate::Builder::max_blocking_threads) (512 by default,
-//! as tokio's), and a thread idle for [`KEEP_ALIVE`] exits. Its threads run on the CPUs the
-//! runtime's building thread had before any loop was pinned, not on a loop's CPU.
+//! as tokio's), and a thread idle for
+//! [`Builder::blocking_keep_alive`](crate::Builder::blocking_keep_alive) (10 s) exits. Its
+//! threads run on the CPUs the runtime's building thread had before any loop was pinned, so
+//! they are not confined to one loop's CPU. On them, [`Handle::current`] is the runtime's.
 //!
 //! When the runtime is dropped, blocking work not yet started is cancelled (its
 //! [`JoinHandle`] reports a cancelled task), idle threads exit and are joined, and work
 //! already running finishes on its thread, which exits then: the drop does not wait for a
 //! closure that may never return.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 use std::thread::JoinHandle as ThreadHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_task::Runnable;
 
 use crate::executor::lock;
-use crate::runtime::Handle;
+use crate::runtime::{Handle, HandleInner};
 use crate::task::{JoinHandle, spawn_with};
 
-/// How long a pool thread with nothing to do waits for work before it exits.
+/// How long a pool thread with nothing to do waits for work before it exits, by default.
 pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 /// The pool's default size, as tokio's.
 pub(crate) const MAX_THREADS: usize = 512;
 
+thread_local! {
+    /// On a pool thread: the runtime it works for, for [`Handle::try_current`].
+    static POOL_RUNTIME: RefCell<Option<Weak<HandleInner>>> = const { RefCell::new(None) };
+}
+
+/// The runtime this thread works for when it is one of a runtime's blocking threads.
+pub(crate) fn pool_runtime() -> Option<Arc<HandleInner>> {
+    POOL_RUNTIME
+        .try_with(|r| r.borrow().as_ref().and_then(Weak::upgrade))
+        .ok()
+        .flatten()
+}
+
 /// A runtime's pool of threads for blocking work.
 pub(crate) struct BlockingPool {
     state: Mutex<PoolState>,
-    /// Signalled when work is queued for an idle thread, at shutdown, and when a thread
-    /// exits.
-    changed: Condvar,
+    /// Signalled when work is queued for an idle thread (one), and at shutdown (all).
+    work_ready: Condvar,
+    /// Signalled when a thread leaves, for shutdown to wait on.
+    left: Condvar,
     max_threads: usize,
+    keep_alive: Duration,
     /// The CPUs its threads run on (`None`: those of the thread that starts them).
     cpus: Option<rustix::thread::CpuSet>,
+    /// The runtime, set once it is built.
+    runtime: OnceLock<Weak<HandleInner>>,
 }
 
 #[derive(Default)]
@@ -55,22 +75,44 @@ struct PoolState {
     /// when every idle one is spoken for.
     notified: usize,
     shutdown: bool,
-    /// Every thread started, and whether it has returned from its work loop (to be joined).
+    /// The threads not yet joined, each with the flag it sets (under the lock) as it leaves.
     handles: Vec<(ThreadHandle<()>, Arc<AtomicBool>)>,
 }
 
 impl BlockingPool {
-    pub(crate) fn new(max_threads: usize, cpus: Option<rustix::thread::CpuSet>) -> Arc<Self> {
+    pub(crate) fn new(
+        max_threads: usize,
+        keep_alive: Duration,
+        cpus: Option<rustix::thread::CpuSet>,
+    ) -> Arc<Self> {
         Arc::new(BlockingPool {
             state: Mutex::new(PoolState::default()),
-            changed: Condvar::new(),
+            work_ready: Condvar::new(),
+            left: Condvar::new(),
             max_threads: max_threads.max(1),
+            keep_alive,
             cpus,
+            runtime: OnceLock::new(),
         })
+    }
+
+    /// Names the runtime the pool's threads work for.
+    pub(crate) fn set_runtime(&self, runtime: Weak<HandleInner>) {
+        let _ = self.runtime.set(runtime);
+    }
+
+    /// Threads alive in the pool, busy or idle.
+    pub(crate) fn threads(&self) -> usize {
+        lock(&self.state).threads
     }
 
     /// Queues `runnable` for a pool thread: an idle one, or a new one where none is free and
     /// the pool may grow. After shutdown the work is cancelled instead.
+    ///
+    /// # Panics
+    ///
+    /// When no thread can be started and none is alive to take the work (the system is out
+    /// of threads), as `std::thread::spawn` does.
     fn schedule(self: &Arc<Self>, runnable: Runnable) {
         let mut state = lock(&self.state);
         if state.shutdown {
@@ -81,45 +123,50 @@ impl BlockingPool {
         state.queue.push_back(runnable);
         if state.idle > state.notified {
             state.notified += 1;
-            self.changed.notify_one();
+            self.work_ready.notify_one();
             return;
         }
         if state.threads >= self.max_threads {
             // Taken by the next thread to finish its closure.
             return;
         }
-        let exited = reap_exited(&mut state);
         let done = Arc::new(AtomicBool::new(false));
         let (pool, mark) = (Arc::clone(self), Arc::clone(&done));
         let spawned = std::thread::Builder::new()
             .name("softtimer-async-blocking".into())
-            .spawn(move || {
-                if let Some(cpus) = &pool.cpus {
-                    let _ = rustix::thread::sched_setaffinity(None, cpus);
-                }
-                pool.work(&mark);
-            });
-        let orphan = match spawned {
+            .spawn(move || pool.thread(&mark));
+        match spawned {
             Ok(thread) => {
                 state.threads += 1;
                 state.handles.push((thread, done));
-                None
             }
-            // No thread will ever take it: cancelled rather than left waiting for ever.
-            Err(_) if state.threads == 0 => state.queue.pop_back(),
-            // A thread that is running takes it when its closure returns.
-            Err(_) => None,
-        };
-        drop(state);
-        drop(orphan);
-        for thread in exited {
-            let _ = thread.join();
+            // A thread that is alive takes it when its closure returns.
+            Err(_) if state.threads > 0 => {}
+            Err(e) => {
+                let orphan = state.queue.pop_back();
+                drop(state);
+                drop(orphan);
+                panic!("softtimer-async: cannot start a thread for blocking work: {e}");
+            }
         }
     }
 
-    /// A pool thread: runs queued work, waits up to [`KEEP_ALIVE`] for more, and returns when
-    /// none came or at shutdown, marking `done` as it leaves (under the lock, so that whoever
-    /// sees the thread gone from the count finds it marked, to join).
+    /// A pool thread's life: the runtime's context, the CPUs, then [`work`](Self::work).
+    fn thread(&self, done: &AtomicBool) {
+        if let Some(cpus) = &self.cpus {
+            let _ = rustix::thread::sched_setaffinity(None, cpus);
+        }
+        if let Some(runtime) = self.runtime.get() {
+            POOL_RUNTIME.with(|r| *r.borrow_mut() = Some(Weak::clone(runtime)));
+        }
+        self.work(done);
+    }
+
+    /// Runs queued work, waits up to the keep-alive for more, and returns when none came or
+    /// at shutdown. It sets `done` as it leaves, under the lock, so that whoever sees it gone
+    /// from the count finds it marked; and joins the threads that left before it (they need
+    /// only their last instructions), so that no more than one left thread waits to be
+    /// joined, and never by a loop thread.
     fn work(&self, done: &AtomicBool) {
         let mut state = lock(&self.state);
         loop {
@@ -134,56 +181,72 @@ impl BlockingPool {
             if state.shutdown {
                 break;
             }
+            // Idle until work is queued for this thread, shutdown, or the keep-alive has
+            // passed since it went idle (a wake that finds nothing waits out the rest).
             state.idle += 1;
-            let (woken, wait) = self
-                .changed
-                .wait_timeout(state, KEEP_ALIVE)
-                .unwrap_or_else(PoisonError::into_inner);
-            state = woken;
+            let until = Instant::now() + self.keep_alive;
+            let expired = loop {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break true;
+                }
+                state = self
+                    .work_ready
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+                if state.notified > 0 || state.shutdown || !state.queue.is_empty() {
+                    break false;
+                }
+            };
             state.idle -= 1;
             state.notified = state.notified.saturating_sub(1);
-            if wait.timed_out() && state.queue.is_empty() {
+            if expired && state.queue.is_empty() {
                 break;
             }
         }
-        done.store(true, Ordering::Release);
+        done.store(true, Ordering::Relaxed);
         state.threads -= 1;
+        let earlier = take_left(&mut state, Some(done));
         drop(state);
-        self.changed.notify_all();
+        self.left.notify_all();
+        for thread in earlier {
+            let _ = thread.join();
+        }
     }
 
-    /// Cancels the work not started, lets idle threads exit and joins them; a thread running
-    /// a closure exits when it returns.
+    /// Cancels the work not started, lets idle threads exit and joins every thread that is
+    /// not running a closure; one that is exits when its closure returns.
     pub(crate) fn shutdown(&self) {
         let mut state = lock(&self.state);
         state.shutdown = true;
         let cancelled = std::mem::take(&mut state.queue);
-        self.changed.notify_all();
+        self.work_ready.notify_all();
         while state.threads > state.busy {
             state = self
-                .changed
+                .left
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
         }
-        let exited = reap_exited(&mut state);
+        let left = take_left(&mut state, None);
         drop(state);
         // Dropped outside the lock: a cancelled task wakes whoever awaits its handle.
         drop(cancelled);
-        for thread in exited {
+        for thread in left {
             let _ = thread.join();
         }
     }
 }
 
-/// Takes out of `state` the handles of the threads that have left their work loop, to be
-/// joined (after the lock is released: a thread that has left needs only its last
-/// instructions).
-fn reap_exited(state: &mut PoolState) -> Vec<ThreadHandle<()>> {
-    let (exited, alive): (Vec<_>, Vec<_>) = std::mem::take(&mut state.handles)
+/// Takes out of `state` the handles of the threads that have left their work loop, but for
+/// the caller's own (`mine`), to be joined once the lock is released.
+fn take_left(state: &mut PoolState, mine: Option<&AtomicBool>) -> Vec<ThreadHandle<()>> {
+    let is_mine = |done: &Arc<AtomicBool>| mine.is_some_and(|m| std::ptr::eq(&**done, m));
+    let (left, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.handles)
         .into_iter()
-        .partition(|(_, done)| done.load(Ordering::Acquire));
-    state.handles = alive;
-    exited.into_iter().map(|(thread, _)| thread).collect()
+        .partition(|(_, done)| done.load(Ordering::Relaxed) && !is_mine(done));
+    state.handles = kept;
+    left.into_iter().map(|(thread, _)| thread).collect()
 }
 
 /// A closure as a future that completes at its first poll, on a pool thread.
@@ -218,6 +281,13 @@ where
 /// the loop, whose timers and sockets keep running. A panic in `f` is reported through the
 /// handle, as a task's is. Dropping the handle does not stop `f` once it has started (a
 /// thread cannot be interrupted); [`JoinHandle::abort`] cancels it only while it is queued.
+/// In `f`, [`Handle::current`] is the runtime's, to spawn onto its loops.
+///
+/// Dropping the runtime cancels the work still queued but does not wait for `f` once it
+/// runs: it finishes on its thread, which exits then, and a program that ends meanwhile ends
+/// it mid-way. So await the handle of work that must finish (a file being written) before
+/// dropping the runtime. (tokio's `Runtime` waits for running blocking work when dropped,
+/// without bound; this one behaves as its `shutdown_background`.)
 ///
 /// ```
 /// use std::time::Duration;

@@ -77,7 +77,7 @@
 //! `many_sleepers` (CPU per fire with thousands of sleeping tasks). `softtimers lab async`
 //! measures timers, paced UDP and hyper beside tokio and smol.
 //! The source reads in this order: `executor.rs` (the loop thread's run, wake paths and
-//! shutdown), `time.rs`, `reactor.rs`, `net/`, `pace.rs`.
+//! shutdown), `time.rs`, `reactor.rs`, `net/`, `pace.rs`, `blocking.rs`.
 //!
 //! ## Fairness
 //!

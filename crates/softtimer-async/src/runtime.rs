@@ -117,6 +117,7 @@ pub struct Builder {
     sim: Option<SimClock>,
     config: LoopConfig,
     max_blocking_threads: usize,
+    blocking_keep_alive: Duration,
 }
 
 impl Default for Builder {
@@ -128,6 +129,7 @@ impl Default for Builder {
             sim: None,
             config: Builder::default_loop_config(),
             max_blocking_threads: blocking::MAX_THREADS,
+            blocking_keep_alive: blocking::KEEP_ALIVE,
         }
     }
 }
@@ -225,6 +227,25 @@ impl Builder {
         self
     }
 
+    /// How long a thread for [`spawn_blocking`](crate::spawn_blocking) work waits idle for
+    /// more before it exits (default 10 s, as tokio's).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use softtimer_async::Runtime;
+    ///
+    /// let rt = Runtime::builder()
+    ///     .blocking_keep_alive(Duration::from_millis(50))
+    ///     .build()
+    ///     .unwrap();
+    /// rt.block_on(async { softtimer_async::spawn_blocking(|| ()).await.unwrap() });
+    /// assert!(rt.stats().blocking_threads <= 1); // 0 once it has been idle 50 ms
+    /// ```
+    pub fn blocking_keep_alive(mut self, keep_alive: Duration) -> Self {
+        self.blocking_keep_alive = keep_alive;
+        self
+    }
+
     /// Builds the runtime: loop 0 here, the workers on their threads.
     pub fn build(self) -> io::Result<Runtime> {
         if self.threads == 0 {
@@ -248,8 +269,12 @@ impl Builder {
         let caller_cpus = pin
             .then(|| rustix::thread::sched_getaffinity(None).ok())
             .flatten();
-        // Blocking work runs where the caller may, not on a loop's CPU.
-        let blocking = BlockingPool::new(self.max_blocking_threads, caller_cpus);
+        // Blocking work runs where the caller may, not confined to a loop's CPU.
+        let blocking = BlockingPool::new(
+            self.max_blocking_threads,
+            self.blocking_keep_alive,
+            caller_cpus,
+        );
         if caller_cpus.is_some() {
             pin_current_thread(cpus[0]);
         }
@@ -298,6 +323,7 @@ impl Builder {
         for shared in &inner.loops {
             let _ = shared.handle.set(Arc::downgrade(&inner));
         }
+        inner.blocking.set_runtime(Arc::downgrade(&inner));
         let runtime = Runtime {
             handle: Handle { inner },
             local: Some(local),
@@ -495,10 +521,13 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// The handle of the runtime whose loop this thread runs; `None` elsewhere.
+    /// The handle of the runtime whose loop this thread runs, or for which it runs blocking
+    /// work ([`spawn_blocking`](crate::spawn_blocking)); `None` elsewhere.
     pub fn try_current() -> Option<Handle> {
-        let shared = executor::current_shared()?;
-        let inner = shared.handle.get()?.upgrade()?;
+        let inner = match executor::current_shared() {
+            Some(shared) => shared.handle.get()?.upgrade()?,
+            None => blocking::pool_runtime()?,
+        };
         Some(Handle { inner })
     }
 
@@ -603,6 +632,7 @@ impl Handle {
             let spin = Span::from_ticks(get(&c.idle_spin_ticks));
             stats.idle_spin += l.time.clock().duration(spin);
         }
+        stats.blocking_threads = self.inner.blocking.threads();
         stats
     }
 }
@@ -639,4 +669,7 @@ pub struct RuntimeStats {
     /// it is waiting, not any task's work: a program with other work does that work there
     /// instead.
     pub idle_spin: Duration,
+    /// Threads alive in the pool for [`spawn_blocking`](crate::spawn_blocking) work, busy
+    /// or idle (not a count: the number now).
+    pub blocking_threads: usize,
 }

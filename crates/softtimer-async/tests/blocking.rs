@@ -138,3 +138,43 @@ fn dropping_the_runtime_cancels_queued_blocking_work_and_lets_running_work_finis
     let late = handle.spawn_blocking(|| 2);
     assert!(rt2.block_on(late).unwrap_err().is_cancelled());
 }
+
+#[test]
+fn idle_pool_threads_exit_after_the_keep_alive() {
+    let rt = Runtime::builder()
+        .blocking_keep_alive(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let work: Vec<_> = (0..4)
+            .map(|_| spawn_blocking(|| std::thread::sleep(Duration::from_millis(5))))
+            .collect();
+        for w in work {
+            w.await.unwrap();
+        }
+    });
+    assert!(rt.stats().blocking_threads >= 1);
+    let start = std::time::Instant::now();
+    while rt.stats().blocking_threads > 0 {
+        assert!(start.elapsed() < BOUND, "idle threads never left");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // And the pool starts threads again for new work.
+    assert_eq!(rt.block_on(rt.handle().spawn_blocking(|| 4)).unwrap(), 4);
+}
+
+#[test]
+fn blocking_work_can_reach_its_runtime() {
+    let rt = Runtime::builder().threads(2).pin(false).build().unwrap();
+    let n = rt.block_on(async {
+        let spawned = spawn_blocking(|| {
+            let handle = softtimer_async::Handle::current();
+            // A task on a loop and more blocking work, from a blocking thread.
+            (handle.spawn(async { 5 }), spawn_blocking(|| 6))
+        });
+        let (task, more) = spawned.await.unwrap();
+        task.await.unwrap() + more.await.unwrap()
+    });
+    assert_eq!(n, 11);
+    assert!(softtimer_async::Handle::try_current().is_none());
+}

@@ -68,6 +68,11 @@ fn a_thousand_tasks_leave_no_thread_fd_or_pending_event() {
         "a soft event outlived its runtime"
     );
     drop(handle);
+    // Every thread is joined by then; a joined thread may stay listed for a moment.
+    let start = std::time::Instant::now();
+    while count("/proc/self/task") != threads && start.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_eq!(
         count("/proc/self/task"),
         threads,
