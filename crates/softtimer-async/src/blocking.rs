@@ -6,9 +6,10 @@
 //! The pool grows a thread whenever work arrives and none is idle, up to
 //! [`Builder::max_blocking_threads`](crate::Builder::max_blocking_threads) (512 by default,
 //! as tokio's), and a thread idle for
-//! [`Builder::blocking_keep_alive`](crate::Builder::blocking_keep_alive) (10 s) exits. Its
-//! threads run on the CPUs the runtime's building thread had before any loop was pinned, so
-//! they are not confined to one loop's CPU. On them, [`Handle::current`] is the runtime's.
+//! [`Builder::blocking_keep_alive`](crate::Builder::blocking_keep_alive) (10 s) exits. Where
+//! the runtime pins its loops, the pool's threads run on the CPUs the building thread had
+//! before, not confined to the CPU of the loop that started them. On them,
+//! [`Handle::current`] is the runtime's.
 //!
 //! When the runtime is dropped, blocking work not yet started is cancelled (its
 //! [`JoinHandle`] reports a cancelled task), idle threads exit and are joined, and work
@@ -184,17 +185,25 @@ impl BlockingPool {
             // Idle until work is queued for this thread, shutdown, or the keep-alive has
             // passed since it went idle (a wake that finds nothing waits out the rest).
             state.idle += 1;
-            let until = Instant::now() + self.keep_alive;
+            // `None`: a keep-alive too long to represent, which never ends.
+            let until = Instant::now().checked_add(self.keep_alive);
             let expired = loop {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break true;
-                }
-                state = self
-                    .work_ready
-                    .wait_timeout(state, left)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+                state = match until {
+                    Some(until) => {
+                        let left = until.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            break true;
+                        }
+                        self.work_ready
+                            .wait_timeout(state, left)
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .0
+                    }
+                    None => self
+                        .work_ready
+                        .wait(state)
+                        .unwrap_or_else(PoisonError::into_inner),
+                };
                 if state.notified > 0 || state.shutdown || !state.queue.is_empty() {
                     break false;
                 }
@@ -305,7 +314,9 @@ where
 ///
 /// # Panics
 ///
-/// Outside a runtime thread (use [`Handle::spawn_blocking`] there).
+/// Outside a runtime thread (use [`Handle::spawn_blocking`] there); and when no thread can be
+/// started for `f` and none of the pool's is alive to take it (the system is out of threads),
+/// as `std::thread::spawn` does.
 #[track_caller]
 pub fn spawn_blocking<F, R>(f: F) -> JoinHandle<R>
 where

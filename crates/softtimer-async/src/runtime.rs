@@ -204,7 +204,7 @@ impl Builder {
 
     /// The most threads [`spawn_blocking`](crate::spawn_blocking) work runs on at once
     /// (default 512, as tokio's; at least 1). Work beyond waits in a queue for the next
-    /// thread to finish; a thread idle for 10 s exits.
+    /// thread to finish; a thread idle for [`Builder::blocking_keep_alive`] exits.
     ///
     /// ```
     /// use softtimer_async::Runtime;
@@ -228,10 +228,10 @@ impl Builder {
     }
 
     /// How long a thread for [`spawn_blocking`](crate::spawn_blocking) work waits idle for
-    /// more before it exits (default 10 s, as tokio's).
+    /// more before it exits (default 10 s, as tokio's; `Duration::MAX`: never).
     ///
     /// ```
-    /// use std::time::Duration;
+    /// use std::time::{Duration, Instant};
     /// use softtimer_async::Runtime;
     ///
     /// let rt = Runtime::builder()
@@ -239,7 +239,12 @@ impl Builder {
     ///     .build()
     ///     .unwrap();
     /// rt.block_on(async { softtimer_async::spawn_blocking(|| ()).await.unwrap() });
-    /// assert!(rt.stats().blocking_threads <= 1); // 0 once it has been idle 50 ms
+    /// // The thread leaves once it has been idle 50 ms.
+    /// let start = Instant::now();
+    /// while rt.stats().blocking_threads > 0 {
+    ///     assert!(start.elapsed() < Duration::from_secs(10));
+    ///     std::thread::sleep(Duration::from_millis(5));
+    /// }
     /// ```
     pub fn blocking_keep_alive(mut self, keep_alive: Duration) -> Self {
         self.blocking_keep_alive = keep_alive;
@@ -531,11 +536,12 @@ impl Handle {
         Some(Handle { inner })
     }
 
-    /// The handle of the runtime whose loop this thread runs.
+    /// The handle of the runtime whose loop this thread runs, or for which it runs blocking
+    /// work.
     ///
     /// # Panics
     ///
-    /// Outside a runtime thread.
+    /// Outside a runtime's threads.
     #[track_caller]
     pub fn current() -> Handle {
         Self::try_current()
@@ -594,7 +600,12 @@ impl Handle {
     }
 
     /// Runs `f` on one of the runtime's threads for blocking work (see
-    /// [`spawn_blocking`](crate::spawn_blocking)), from any thread.
+    /// [`spawn_blocking`](crate::spawn_blocking)), from any thread. After the runtime is
+    /// dropped, `f` is cancelled (the handle reports a cancelled task).
+    ///
+    /// # Panics
+    ///
+    /// When no thread can be started for `f` and none of the pool's is alive to take it.
     ///
     /// ```
     /// use softtimer_async::Runtime;

@@ -153,7 +153,6 @@ fn idle_pool_threads_exit_after_the_keep_alive() {
             w.await.unwrap();
         }
     });
-    assert!(rt.stats().blocking_threads >= 1);
     let start = std::time::Instant::now();
     while rt.stats().blocking_threads > 0 {
         assert!(start.elapsed() < BOUND, "idle threads never left");
@@ -177,4 +176,24 @@ fn blocking_work_can_reach_its_runtime() {
     });
     assert_eq!(n, 11);
     assert!(softtimer_async::Handle::try_current().is_none());
+}
+
+#[test]
+fn a_keep_alive_too_long_to_represent_keeps_threads_for_ever_without_overflowing() {
+    let rt = Runtime::builder()
+        .blocking_keep_alive(Duration::MAX)
+        .build()
+        .unwrap();
+    let handle = rt.handle();
+    // Twice, so that the first closure's thread has gone idle with its endless keep-alive
+    // and is woken for the second.
+    for i in 0..2 {
+        let work = handle.spawn_blocking(move || i);
+        let done = rt.block_on(async { timeout(BOUND, work).await });
+        assert_eq!(done.expect("the closure never ran").unwrap(), i);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(rt.stats().blocking_threads, 1);
+    }
+    // And the runtime's drop does not hang on it.
+    drop(rt);
 }

@@ -53,7 +53,7 @@ impl RunLength {
     }
     /// Rounds of E7, whose figures are each configuration's own medians (a pacer's mean
     /// interval and spread, not a ratio between arms that the host's drift moves from round
-    /// to round); its targets allow 1 % and the full runs' means were within 0.001 %
+    /// to round); its targets allow 1 % and the full runs' means were within 0.002 %
     /// (`docs/RESULTS.md`).
     pub fn process_rounds(self) -> usize {
         self.pick(1, 3)
