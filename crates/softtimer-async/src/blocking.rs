@@ -18,9 +18,8 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
-use std::thread::JoinHandle as ThreadHandle;
+use std::thread::{JoinHandle as ThreadHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use async_task::Runnable;
@@ -76,8 +75,11 @@ struct PoolState {
     /// when every idle one is spoken for.
     notified: usize,
     shutdown: bool,
-    /// The threads not yet joined, each with the flag it sets (under the lock) as it leaves.
-    handles: Vec<(ThreadHandle<()>, Arc<AtomicBool>)>,
+    /// The threads not yet joined.
+    handles: Vec<ThreadHandle<()>>,
+    /// Of those, the ones that have left their work loop (each adds itself, under the lock,
+    /// as it leaves), to be joined.
+    left: Vec<ThreadId>,
 }
 
 impl BlockingPool {
@@ -131,15 +133,14 @@ impl BlockingPool {
             // Taken by the next thread to finish its closure.
             return;
         }
-        let done = Arc::new(AtomicBool::new(false));
-        let (pool, mark) = (Arc::clone(self), Arc::clone(&done));
+        let pool = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("softtimer-async-blocking".into())
-            .spawn(move || pool.thread(&mark));
+            .spawn(move || pool.thread());
         match spawned {
             Ok(thread) => {
                 state.threads += 1;
-                state.handles.push((thread, done));
+                state.handles.push(thread);
             }
             // A thread that is alive takes it when its closure returns.
             Err(_) if state.threads > 0 => {}
@@ -153,22 +154,22 @@ impl BlockingPool {
     }
 
     /// A pool thread's life: the runtime's context, the CPUs, then [`work`](Self::work).
-    fn thread(&self, done: &AtomicBool) {
+    fn thread(&self) {
         if let Some(cpus) = &self.cpus {
             let _ = rustix::thread::sched_setaffinity(None, cpus);
         }
         if let Some(runtime) = self.runtime.get() {
             POOL_RUNTIME.with(|r| *r.borrow_mut() = Some(Weak::clone(runtime)));
         }
-        self.work(done);
+        self.work();
     }
 
     /// Runs queued work, waits up to the keep-alive for more, and returns when none came or
-    /// at shutdown. It sets `done` as it leaves, under the lock, so that whoever sees it gone
-    /// from the count finds it marked; and joins the threads that left before it (they need
-    /// only their last instructions), so that no more than one left thread waits to be
+    /// at shutdown. It marks itself left as it leaves, under the lock, so that whoever sees it
+    /// gone from the count finds it marked; and joins the threads that left before it (they
+    /// need only their last instructions), so that no more than one left thread waits to be
     /// joined, and never by a loop thread.
-    fn work(&self, done: &AtomicBool) {
+    fn work(&self) {
         let mut state = lock(&self.state);
         loop {
             if let Some(runnable) = state.queue.pop_front() {
@@ -214,9 +215,10 @@ impl BlockingPool {
                 break;
             }
         }
-        done.store(true, Ordering::Relaxed);
+        let me = std::thread::current().id();
+        state.left.push(me);
         state.threads -= 1;
-        let earlier = take_left(&mut state, Some(done));
+        let earlier = take_left(&mut state, Some(me));
         drop(state);
         self.left.notify_all();
         for thread in earlier {
@@ -249,13 +251,16 @@ impl BlockingPool {
 
 /// Takes out of `state` the handles of the threads that have left their work loop, but for
 /// the caller's own (`mine`), to be joined once the lock is released.
-fn take_left(state: &mut PoolState, mine: Option<&AtomicBool>) -> Vec<ThreadHandle<()>> {
-    let is_mine = |done: &Arc<AtomicBool>| mine.is_some_and(|m| std::ptr::eq(&**done, m));
+fn take_left(state: &mut PoolState, mine: Option<ThreadId>) -> Vec<ThreadHandle<()>> {
+    let joinable = |id: ThreadId| Some(id) != mine && state.left.contains(&id);
     let (left, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.handles)
         .into_iter()
-        .partition(|(_, done)| done.load(Ordering::Relaxed) && !is_mine(done));
+        .partition(|thread| joinable(thread.thread().id()));
     state.handles = kept;
-    left.into_iter().map(|(thread, _)| thread).collect()
+    state
+        .left
+        .retain(|&id| !left.iter().any(|t| t.thread().id() == id));
+    left
 }
 
 /// A closure as a future that completes at its first poll, on a pool thread.
