@@ -50,9 +50,9 @@
 //! | --- | --- |
 //! | `softtimer` | the facility: the timing wheel, `schedule`/`cancel`/`trigger`, the TSC clock |
 //! | `softtimer-rt` | the event loop: its step form ([`softtimer_rt::EventLoop::poll_io`], [`softtimer_rt::EventLoop::park`]), a [`softtimer_rt::LoopWaker`] for other threads, a thread-safe [`softtimer_rt::LoopHandle`] for futures |
-//! | [`Runtime`] | loops (one per thread, [`Builder::threads`]), each an executor on `async-task`; a pool of threads for blocking work ([`spawn_blocking`]) |
+//! | [`Runtime`] | loops (one per thread, [`Builder::threads`]), each an executor on `async-task`; tasks ([`spawn`], [`JoinHandle`], [`AbortHandle`], [`JoinSet`]); a pool of threads for blocking work ([`spawn_blocking`]) |
 //! | [`time`] | timers as soft events: `std::time::Instant` deadlines, never early, O(1) reset |
-//! | [`UdpSocket`], [`TcpListener`], [`TcpStream`] | sockets on the loop's epoll set, each system call a trigger state |
+//! | [`UdpSocket`], [`TcpListener`], [`TcpStream`] ([`net`]) | sockets on the loop's epoll set, each system call a trigger state; [`net::lookup_host`] resolves names on the blocking pool |
 //! | [`PacedSender`], [`UdpSocket::send_at`] | departures from soft-event handlers (`softtimer-net`'s departure-time scheduler) |
 //! | [`quinn`], [`hyper`] | quinn's `Runtime`, hyper's `rt` traits (cargo features, on by default) |
 //!
@@ -77,7 +77,8 @@
 //! `many_sleepers` (CPU per fire with thousands of sleeping tasks). `softtimers lab async`
 //! measures timers, paced UDP and hyper beside tokio and smol.
 //! The source reads in this order: `executor.rs` (the loop thread's run, wake paths and
-//! shutdown), `time.rs`, `reactor.rs`, `net/`, `pace.rs`, `blocking.rs`.
+//! shutdown), `task.rs`, `time.rs`, `reactor.rs`, `net/`, `pace.rs`, `blocking.rs`,
+//! `join_set.rs`.
 //!
 //! ## Fairness
 //!
@@ -104,7 +105,8 @@ mod clock;
 mod executor;
 #[cfg(feature = "hyper")]
 pub mod hyper;
-mod net;
+mod join_set;
+pub mod net;
 mod pace;
 #[cfg(feature = "quinn")]
 pub mod quinn;
@@ -114,11 +116,11 @@ mod task;
 pub mod time;
 
 pub use blocking::spawn_blocking;
-pub use net::tcp::{TcpListener, TcpStream};
-pub use net::udp::UdpSocket;
+pub use join_set::JoinSet;
+pub use net::{TcpListener, TcpStream, UdpSocket};
 pub use pace::{Departure, PacedSender};
 pub use runtime::{Builder, Handle, Precision, Runtime, RuntimeStats};
-pub use task::{JoinError, JoinHandle, spawn, spawn_local, yield_now};
+pub use task::{AbortHandle, JoinError, JoinHandle, spawn, spawn_local, yield_now};
 
 /// Re-exported for [`UdpSocket::send_transmit`] and [`UdpSocket::recv_segments`].
 pub use quinn_udp::{EcnCodepoint, RecvMeta, Transmit};

@@ -5,8 +5,9 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
 
 use async_task::{FallibleTask, Runnable};
 
@@ -14,15 +15,63 @@ use crate::executor::{self, LoopShared};
 
 type Panic = Box<dyn Any + Send + 'static>;
 
+/// Why a task ended without its output.
+enum Failure {
+    Panic(Panic),
+    Aborted,
+}
+
+/// What a task and the handles that may abort it share.
+struct AbortState {
+    /// Set by `abort`: the task's next poll ends it instead of polling its future.
+    aborted: AtomicBool,
+    /// Set when the task's future has been dropped (completed, panicked or aborted).
+    finished: AtomicBool,
+    /// The task's waker, from its first poll until its future is dropped (then taken, so
+    /// that the task and this state do not keep each other alive).
+    waker: Mutex<Option<Waker>>,
+}
+
+impl AbortState {
+    fn new() -> Arc<AbortState> {
+        Arc::new(AbortState {
+            aborted: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        })
+    }
+
+    fn abort(&self) {
+        // Pairs with the task's store of its waker then load of the flag: either the task's
+        // next check sees the flag, or this sees the waker and wakes it for that check.
+        self.aborted.store(true, Ordering::SeqCst);
+        let waker = self
+            .waker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn set_waker(&self, waker: Option<Waker>) {
+        *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = waker;
+    }
+}
+
 pin_project_lite::pin_project! {
     /// A task's future as the executor runs it: a panic is caught and becomes the task's
-    /// output, and the task's waker is kept in its loop's task list while it lives, so that
-    /// shutdown can reach it.
+    /// output, an abort ends it at its next poll, and the task's waker is kept in its loop's
+    /// task list while it lives, so that shutdown can reach it.
     struct TaskFuture<F> {
         #[pin]
         future: F,
         // (slot in the loop's task list, the loop)
         slot: Option<(usize, usize)>,
+        abort: Arc<AbortState>,
+        // Whether `abort` holds this task's waker.
+        waker_shared: bool,
     }
 
     impl<F> PinnedDrop for TaskFuture<F> {
@@ -34,12 +83,16 @@ pin_project_lite::pin_project! {
                 let waker = local.tasks.borrow_mut().try_remove(slot);
                 drop(waker);
             }
+            if this.waker_shared {
+                this.abort.set_waker(None);
+            }
+            this.abort.finished.store(true, Ordering::Release);
         }
     }
 }
 
 impl<F: Future> Future for TaskFuture<F> {
-    type Output = Result<F::Output, Panic>;
+    type Output = Result<F::Output, Failure>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -49,13 +102,33 @@ impl<F: Future> Future for TaskFuture<F> {
             let slot = local.tasks.borrow_mut().insert(cx.waker().clone());
             *this.slot = Some((slot, Arc::as_ptr(&local.shared) as usize));
         }
+        if !*this.waker_shared {
+            // A task's waker stays the same for its life (async-task's), so once is enough.
+            this.abort.set_waker(Some(cx.waker().clone()));
+            *this.waker_shared = true;
+        }
+        if this.abort.aborted.load(Ordering::SeqCst) {
+            return Poll::Ready(Err(Failure::Aborted));
+        }
         let future = this.future;
         match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
-            Err(panic) => Poll::Ready(Err(panic)),
+            Err(panic) => Poll::Ready(Err(Failure::Panic(panic))),
         }
     }
+}
+
+/// `future` as a task's future, and the state its handles abort it through.
+fn task_future<F>(future: F) -> (TaskFuture<F>, Arc<AbortState>) {
+    let abort = AbortState::new();
+    let task = TaskFuture {
+        future,
+        slot: None,
+        abort: Arc::clone(&abort),
+        waker_shared: false,
+    };
+    (task, abort)
 }
 
 /// Spawns `future` onto `shared`'s loop: it runs on that loop's thread from now on.
@@ -76,10 +149,10 @@ where
     F::Output: Send + 'static,
     S: Fn(Runnable) + Send + Sync + 'static,
 {
-    let future = TaskFuture { future, slot: None };
+    let (future, abort) = task_future(future);
     let (runnable, task) = async_task::spawn(future, schedule);
     runnable.schedule();
-    JoinHandle::new(task.fallible())
+    JoinHandle::new(task.fallible(), abort)
 }
 
 /// Spawns a future that is not `Send` onto `shared`'s loop, which must be this thread's.
@@ -89,10 +162,10 @@ where
     F::Output: 'static,
 {
     let owner = Arc::clone(shared);
-    let future = TaskFuture { future, slot: None };
+    let (future, abort) = task_future(future);
     let (runnable, task) = async_task::spawn_local(future, move |r| executor::schedule(&owner, r));
     runnable.schedule();
-    JoinHandle::new(task.fallible())
+    JoinHandle::new(task.fallible(), abort)
 }
 
 /// Lets the other tasks ready on this loop run before the caller goes on: it is woken at
@@ -180,9 +253,9 @@ where
 
 /// Awaits a spawned task's output.
 ///
-/// Dropping the handle detaches the task (it runs on); [`JoinHandle::abort`] cancels it. A
-/// task that panics does not take its runtime down: its handle reports the panic as a
-/// [`JoinError`].
+/// Dropping the handle detaches the task (it runs on); [`JoinHandle::abort`] (or an
+/// [`AbortHandle`] from [`JoinHandle::abort_handle`]) cancels it. A task that panics does not
+/// take its runtime down: its handle reports the panic as a [`JoinError`].
 ///
 /// ```
 /// use softtimer_async::Runtime;
@@ -197,24 +270,90 @@ where
 /// });
 /// ```
 pub struct JoinHandle<T> {
-    task: Option<FallibleTask<Result<T, Panic>>>,
+    task: Option<FallibleTask<Result<T, Failure>>>,
+    abort: Arc<AbortState>,
 }
 
 impl<T> JoinHandle<T> {
-    fn new(task: FallibleTask<Result<T, Panic>>) -> Self {
-        JoinHandle { task: Some(task) }
+    fn new(task: FallibleTask<Result<T, Failure>>, abort: Arc<AbortState>) -> Self {
+        JoinHandle {
+            task: Some(task),
+            abort,
+        }
     }
 
-    /// Cancels the task: its future is dropped on its thread (at once if it is not running).
-    /// Blocking work ([`spawn_blocking`](crate::spawn_blocking)) is cancelled only while it
-    /// waits for a thread: a closure that has started runs to its end.
-    pub fn abort(mut self) {
-        drop(self.task.take());
+    /// Cancels the task: it is woken, and instead of polling its future again its loop drops
+    /// it, on the task's own thread; awaiting the handle then gives a cancelled
+    /// [`JoinError`]. A task that has already finished keeps its output. Blocking work
+    /// ([`spawn_blocking`](crate::spawn_blocking)) is cancelled only while it waits for a
+    /// thread: a closure that has started runs to its end, and its output is delivered.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use softtimer_async::{Runtime, time};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let forever = softtimer_async::spawn(time::sleep(Duration::from_secs(3600)));
+    ///     forever.abort();
+    ///     assert!(forever.await.unwrap_err().is_cancelled());
+    /// });
+    /// ```
+    pub fn abort(&self) {
+        self.abort.abort();
+    }
+
+    /// A handle that cancels the task without owning its output: to keep beside the
+    /// `JoinHandle` (or after handing that away), and to clone.
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle {
+            state: Arc::clone(&self.abort),
+        }
     }
 
     /// Whether the task has finished (completed, panicked or been cancelled).
     pub fn is_finished(&self) -> bool {
         self.task.as_ref().is_none_or(FallibleTask::is_finished)
+    }
+}
+
+/// Cancels a task from anywhere, without owning its output ([`JoinHandle::abort_handle`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use softtimer_async::{Runtime, time};
+///
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let task = softtimer_async::spawn(time::sleep(Duration::from_secs(3600)));
+///     let stop = task.abort_handle();
+///     // Another task (or thread) can stop it.
+///     softtimer_async::spawn(async move { stop.abort() });
+///     assert!(task.await.unwrap_err().is_cancelled());
+/// });
+/// ```
+#[derive(Clone)]
+pub struct AbortHandle {
+    state: Arc<AbortState>,
+}
+
+impl AbortHandle {
+    /// Cancels the task, as [`JoinHandle::abort`] does.
+    pub fn abort(&self) {
+        self.state.abort();
+    }
+
+    /// Whether the task's future is gone: it completed, panicked or was cancelled.
+    pub fn is_finished(&self) -> bool {
+        self.state.finished.load(Ordering::Acquire)
+    }
+}
+
+impl std::fmt::Debug for AbortHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AbortHandle")
+            .field("finished", &self.is_finished())
+            .finish()
     }
 }
 
@@ -227,8 +366,8 @@ impl<T> Future for JoinHandle<T> {
         };
         Pin::new(task).poll(cx).map(|out| match out {
             Some(Ok(value)) => Ok(value),
-            Some(Err(panic)) => Err(JoinError::panic(panic)),
-            None => Err(JoinError::CANCELLED),
+            Some(Err(Failure::Panic(panic))) => Err(JoinError::panic(panic)),
+            Some(Err(Failure::Aborted)) | None => Err(JoinError::CANCELLED),
         })
     }
 }

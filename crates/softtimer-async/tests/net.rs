@@ -87,6 +87,27 @@ fn a_socket_error_reaches_the_task_as_an_io_error() {
 }
 
 #[test]
+fn tcp_connects_by_name_and_refuses_bad_addresses() {
+    on_runtime(async {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // "localhost" may resolve to ::1 first, where nothing listens: the next address is
+        // tried.
+        let stream = bounded(TcpStream::connect(format!("localhost:{port}")))
+            .await
+            .unwrap();
+        let (_, peer) = bounded(listener.accept()).await.unwrap();
+        assert_eq!(peer, stream.local_addr().unwrap());
+        let by_pair = bounded(TcpStream::connect(("127.0.0.1", port))).await;
+        assert!(by_pair.is_ok());
+        for bad in ["localhost", "localhost:http", "127.0.0.1:99999"] {
+            let err = TcpStream::connect(bad).await.unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{bad}: {err}");
+        }
+    });
+}
+
+#[test]
 fn tcp_echo_with_the_futures_io_and_tokio_traits() {
     on_runtime(async {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -478,3 +478,158 @@ fn the_idle_spin_is_summed_over_the_loops() {
     // About 2 ms, less any sleep the thread was held off for until it was due.
     assert!(spin >= Duration::from_micros(400), "{spin:?}");
 }
+
+/// Records the thread its value is dropped on.
+struct DropsOn(mpsc::Sender<std::thread::ThreadId>);
+
+impl Drop for DropsOn {
+    fn drop(&mut self) {
+        let _ = self.0.send(std::thread::current().id());
+    }
+}
+
+#[test]
+fn abort_by_reference_or_from_another_thread_drops_the_future_on_its_loop() {
+    let rt = Runtime::builder().threads(2).build().unwrap();
+    let handle = rt.handle();
+    let (tx, dropped) = mpsc::channel();
+    let (loop_tx, on_loop) = mpsc::channel();
+    // A task on loop 1 that would sleep for an hour, holding a value that reports its drop.
+    let guard = DropsOn(tx);
+    let task = handle.spawn_on(1, async move {
+        let _guard = guard;
+        let _ = loop_tx.send(std::thread::current().id());
+        sleep(Duration::from_secs(3600)).await;
+    });
+    let loop_thread = on_loop.recv_timeout(BOUND).unwrap();
+    let stop = task.abort_handle();
+    assert!(!stop.is_finished() && !task.is_finished());
+    // From this thread, which runs no loop: the future is dropped on its own.
+    std::thread::spawn(move || stop.abort()).join().unwrap();
+    assert_eq!(dropped.recv_timeout(BOUND).unwrap(), loop_thread);
+    let err = rt
+        .block_on(async { timeout(BOUND, task).await })
+        .unwrap()
+        .unwrap_err();
+    assert!(err.is_cancelled() && !err.is_panic());
+
+    rt.block_on(async {
+        // By reference, on the same loop, a local task too; the handle stays usable.
+        let local = softtimer_async::spawn_local(sleep(Duration::from_secs(3600)));
+        local.abort();
+        let local = timeout(BOUND, local).await.unwrap();
+        assert!(local.unwrap_err().is_cancelled());
+        // A task that finished before the abort keeps its output.
+        let done = softtimer_async::spawn(async { 7 });
+        let stop = done.abort_handle();
+        while !done.is_finished() {
+            softtimer_async::yield_now().await;
+        }
+        assert!(stop.is_finished());
+        done.abort();
+        assert_eq!(done.await.unwrap(), 7);
+        // A task aborted before it ever ran never runs.
+        let (ran_tx, ran) = mpsc::channel::<()>();
+        let never = softtimer_async::spawn(async move { ran_tx.send(()).unwrap() });
+        never.abort();
+        assert!(
+            timeout(BOUND, never)
+                .await
+                .unwrap()
+                .unwrap_err()
+                .is_cancelled()
+        );
+        assert!(ran.try_recv().is_err());
+    });
+}
+
+fn member_with_a_bug() -> Result<u32, ()> {
+    panic!("a member's bug")
+}
+
+#[test]
+fn a_join_set_gives_outputs_as_tasks_finish_on_any_loop_and_aborts_what_it_drops() {
+    use softtimer_async::JoinSet;
+    let rt = Runtime::builder().threads(2).build().unwrap();
+    let handle = rt.handle();
+    let (tx, dropped) = mpsc::channel();
+    rt.block_on(async move {
+        let mut set = JoinSet::new();
+        assert!(set.join_next().await.is_none());
+        // On the other loop, a panic, and a task aborted through its handle.
+        set.spawn_on(
+            async {
+                sleep(Duration::from_millis(2)).await;
+                Ok(2)
+            },
+            &handle,
+        );
+        set.spawn(async { member_with_a_bug() });
+        let stop = set.spawn(async {
+            sleep(Duration::from_secs(3600)).await;
+            Ok(0)
+        });
+        set.spawn_local(async { Ok(1) });
+        assert_eq!(set.len(), 4);
+        stop.abort();
+        let (mut outputs, mut panics, mut cancelled) = (Vec::new(), 0, 0);
+        while let Some(out) = timeout(BOUND, set.join_next()).await.unwrap() {
+            match out {
+                Ok(Ok(n)) => outputs.push(n),
+                Ok(Err(())) => unreachable!(),
+                Err(e) if e.is_panic() => panics += 1,
+                Err(e) => {
+                    assert!(e.is_cancelled());
+                    cancelled += 1
+                }
+            }
+        }
+        outputs.sort();
+        assert_eq!((outputs, panics, cancelled), (vec![1, 2], 1, 1));
+        assert!(set.is_empty());
+
+        // A join_next dropped while it waits (its timeout first) loses nothing.
+        set.spawn(async {
+            sleep(Duration::from_millis(5)).await;
+            Ok(5)
+        });
+        assert!(
+            timeout(Duration::from_micros(10), set.join_next())
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            timeout(BOUND, set.join_next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap(),
+            Ok(5)
+        );
+        assert!(set.try_join_next().is_none());
+
+        // Dropping the set aborts its tasks (their futures are dropped); detached ones run on.
+        let mut set = JoinSet::new();
+        let guard = DropsOn(tx);
+        set.spawn(async move {
+            let _guard = guard;
+            sleep(Duration::from_secs(3600)).await;
+        });
+        let mut detached = JoinSet::new();
+        let (ran_tx, ran) = mpsc::channel();
+        detached.spawn(async move {
+            sleep(Duration::from_millis(1)).await;
+            ran_tx.send(()).unwrap();
+        });
+        detached.detach_all();
+        drop(detached);
+        drop(set);
+        let mut waited = Duration::ZERO;
+        while ran.try_recv().is_err() {
+            assert!(waited < BOUND, "a detached task did not run");
+            sleep(Duration::from_millis(1)).await;
+            waited += Duration::from_millis(1);
+        }
+    });
+    dropped.recv_timeout(BOUND).unwrap();
+}

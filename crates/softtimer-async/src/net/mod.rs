@@ -1,7 +1,13 @@
-//! Networking on the runtime: UDP (batched, offloaded, paced) and TCP.
+//! Networking on the runtime: UDP (batched, offloaded, paced), TCP, and name lookup that
+//! does not block the loop. The socket types are also at the crate's root.
 
+mod addr;
 pub(crate) mod tcp;
 pub(crate) mod udp;
+
+pub use addr::{ToSocketAddrs, lookup_host};
+pub use tcp::{TcpListener, TcpStream};
+pub use udp::UdpSocket;
 
 /// `AsFd` and `AsRawFd` for a socket type, from the `std` socket at `self.$path`: its
 /// descriptor, for socket options (e.g. through `rustix` or `socket2`).

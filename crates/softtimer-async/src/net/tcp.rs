@@ -137,8 +137,42 @@ pub struct TcpStream {
 super::socket_descriptor!(TcpStream, socket);
 
 impl TcpStream {
-    /// Connects to `addr` (non-blocking `connect`, waiting for the handshake).
-    pub async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    /// Connects to `addr`: a socket address, or a `"host:port"` string (or a host and a
+    /// port) whose host may be a name, resolved off the loop ([`lookup_host`]). Each of its
+    /// addresses is tried in turn (non-blocking `connect`, waiting for the handshake) until
+    /// one connects; the error is the last address's.
+    ///
+    /// ```
+    /// use softtimer_async::{Runtime, TcpListener, TcpStream};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let port = listener.local_addr().unwrap().port();
+    ///     let stream = TcpStream::connect(("localhost", port)).await.unwrap();
+    ///     let (_, peer) = listener.accept().await.unwrap();
+    ///     assert_eq!(peer, stream.local_addr().unwrap());
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// What [`lookup_host`] says of a bad address or an unknown name, and the connect error
+    /// of the last address tried (`ConnectionRefused` where nothing listens).
+    ///
+    /// [`lookup_host`]: crate::net::lookup_host
+    pub async fn connect(addr: impl crate::net::ToSocketAddrs) -> io::Result<TcpStream> {
+        let mut last = None;
+        for addr in crate::net::lookup_host(addr).await? {
+            match TcpStream::connect_addr(addr).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address")))
+    }
+
+    async fn connect_addr(addr: SocketAddr) -> io::Result<TcpStream> {
         let fd = tcp_socket(&addr, SocketFlags::NONBLOCK)?;
         match syscall(TriggerSource::Syscall, || rustix::net::connect(&fd, &addr)) {
             Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}

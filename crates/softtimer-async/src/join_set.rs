@@ -1,0 +1,257 @@
+//! A set of tasks whose outputs come back in the order they finish.
+
+use std::collections::HashMap;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use crate::task::{AbortHandle, JoinError, JoinHandle, spawn, spawn_local};
+
+/// Tasks spawned together, awaited as they finish.
+///
+/// [`join_next`](JoinSet::join_next) gives each task's output (or its [`JoinError`]) in the
+/// order the tasks finish, whichever loop they run on; it costs nothing per task still
+/// running. Dropping the set aborts every task still in it, as tokio's `JoinSet` does.
+///
+/// ```
+/// use std::time::Duration;
+/// use softtimer_async::{JoinSet, Runtime, time};
+///
+/// let rt = Runtime::new().unwrap();
+/// let order = rt.block_on(async {
+///     let mut set = JoinSet::new();
+///     for ms in [3u64, 1, 2] {
+///         set.spawn(async move {
+///             time::sleep(Duration::from_millis(ms)).await;
+///             ms
+///         });
+///     }
+///     let mut order = Vec::new();
+///     while let Some(out) = set.join_next().await {
+///         order.push(out.unwrap());
+///     }
+///     order
+/// });
+/// assert_eq!(order, [1, 2, 3]);
+/// ```
+pub struct JoinSet<T> {
+    tasks: HashMap<u64, JoinHandle<T>>,
+    next_id: u64,
+    /// Tasks whose futures are gone (finished, panicked, aborted): their ids, and the waker
+    /// of the task awaiting the set.
+    done: Arc<Mutex<Done>>,
+    /// Ids taken from `done` whose output was not yet written when last polled (a task's
+    /// future is dropped just before its output is stored).
+    finishing: Vec<u64>,
+}
+
+#[derive(Default)]
+struct Done {
+    ids: Vec<u64>,
+    waker: Option<Waker>,
+}
+
+pin_project_lite::pin_project! {
+    /// A task's future that reports its id to its set when it is dropped, which happens
+    /// once it has finished, panicked or been aborted, or when its runtime shuts down.
+    struct Member<F> {
+        #[pin]
+        future: F,
+        id: u64,
+        done: Arc<Mutex<Done>>,
+    }
+
+    impl<F> PinnedDrop for Member<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let waker = {
+                let mut done = this.done.lock().unwrap_or_else(PoisonError::into_inner);
+                done.ids.push(this.id);
+                done.waker.take()
+            };
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    }
+}
+
+impl<F: Future> Future for Member<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.project().future.poll(cx)
+    }
+}
+
+impl<T> JoinSet<T> {
+    /// An empty set.
+    pub fn new() -> Self {
+        JoinSet {
+            tasks: HashMap::new(),
+            next_id: 0,
+            done: Arc::default(),
+            finishing: Vec::new(),
+        }
+    }
+
+    /// Tasks in the set: spawned and whose output has not been taken.
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Whether the set holds no task.
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    fn member<F>(&mut self, future: F) -> (u64, Member<F>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let done = Arc::clone(&self.done);
+        (id, Member { future, id, done })
+    }
+
+    fn insert(&mut self, id: u64, handle: JoinHandle<T>) -> AbortHandle {
+        let abort = handle.abort_handle();
+        self.tasks.insert(id, handle);
+        abort
+    }
+
+    /// Spawns `future` onto the calling thread's loop (as [`spawn`](crate::spawn)) into the
+    /// set.
+    ///
+    /// # Panics
+    ///
+    /// Outside a runtime thread.
+    #[track_caller]
+    pub fn spawn<F>(&mut self, future: F) -> AbortHandle
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (id, member) = self.member(future);
+        let handle = spawn(member);
+        self.insert(id, handle)
+    }
+
+    /// Spawns `future` through `handle` (as [`Handle::spawn`](crate::Handle::spawn), from any
+    /// thread) into the set.
+    pub fn spawn_on<F>(&mut self, future: F, handle: &crate::Handle) -> AbortHandle
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (id, member) = self.member(future);
+        let task = handle.spawn(member);
+        self.insert(id, task)
+    }
+
+    /// Spawns a future that need not be `Send` onto the calling thread's loop (as
+    /// [`spawn_local`](crate::spawn_local)) into the set.
+    ///
+    /// # Panics
+    ///
+    /// Outside a runtime thread.
+    #[track_caller]
+    pub fn spawn_local<F>(&mut self, future: F) -> AbortHandle
+    where
+        F: Future<Output = T> + 'static,
+        T: 'static,
+    {
+        let (id, member) = self.member(future);
+        let handle = spawn_local(member);
+        self.insert(id, handle)
+    }
+
+    /// The output of the next task to finish, or `None` when the set is empty. Cancel-safe:
+    /// a `join_next` dropped before it completes loses no output.
+    pub async fn join_next(&mut self) -> Option<Result<T, JoinError>> {
+        poll_fn(|cx| self.poll_join_next(cx)).await
+    }
+
+    /// The output of a task that has finished, if any, without waiting.
+    pub fn try_join_next(&mut self) -> Option<Result<T, JoinError>> {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.poll_join_next(&mut cx) {
+            Poll::Ready(out) => out,
+            Poll::Pending => None,
+        }
+    }
+
+    /// [`join_next`](JoinSet::join_next) as a poll: `Ready(None)` when the set is empty.
+    pub fn poll_join_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, JoinError>>> {
+        if self.tasks.is_empty() {
+            return Poll::Ready(None);
+        }
+        {
+            let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+            self.finishing.append(&mut done.ids);
+            // Registered before the tasks are polled: a task that finishes after this
+            // reports to this waker.
+            match &mut done.waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                slot => *slot = Some(cx.waker().clone()),
+            }
+        }
+        let mut i = 0;
+        while i < self.finishing.len() {
+            let id = self.finishing[i];
+            let Some(handle) = self.tasks.get_mut(&id) else {
+                // A task detached from the set before it finished.
+                self.finishing.swap_remove(i);
+                continue;
+            };
+            // Its output is written just after its future is dropped; if not yet, the
+            // handle wakes this task when it is.
+            if let Poll::Ready(out) = Pin::new(handle).poll(cx) {
+                self.finishing.swap_remove(i);
+                self.tasks.remove(&id);
+                return Poll::Ready(Some(out));
+            }
+            i += 1;
+        }
+        Poll::Pending
+    }
+
+    /// Aborts every task in the set; their cancelled outputs still come from
+    /// [`join_next`](JoinSet::join_next) (a task that finished first gives its output).
+    pub fn abort_all(&self) {
+        for handle in self.tasks.values() {
+            handle.abort();
+        }
+    }
+
+    /// Aborts every task and waits until each has ended, discarding their outputs.
+    pub async fn shutdown(&mut self) {
+        self.abort_all();
+        while self.join_next().await.is_some() {}
+    }
+
+    /// Lets every task in the set run on without it: the set is empty afterwards and
+    /// dropping it aborts none of them.
+    pub fn detach_all(&mut self) {
+        self.tasks.clear();
+        self.finishing.clear();
+    }
+}
+
+impl<T> Default for JoinSet<T> {
+    fn default() -> Self {
+        JoinSet::new()
+    }
+}
+
+impl<T> Drop for JoinSet<T> {
+    fn drop(&mut self) {
+        self.abort_all();
+    }
+}
+
+impl<T> std::fmt::Debug for JoinSet<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinSet")
+            .field("len", &self.tasks.len())
+            .finish()
+    }
+}

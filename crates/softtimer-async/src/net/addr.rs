@@ -1,0 +1,202 @@
+//! Turning what a user writes for an address (`"example.com:443"`, `("::1", 8080)`, a
+//! `SocketAddr`) into socket addresses without blocking the loop: a literal address is parsed
+//! at once, a host name is resolved by `getaddrinfo` on the blocking pool.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+
+use crate::blocking::spawn_blocking;
+
+/// What [`lookup_host`] and [`TcpStream::connect`](crate::TcpStream::connect) take: a socket
+/// address, an IP address and port, or a `"host:port"` string (or a host and a port) whose
+/// host may be a name.
+///
+/// A name is resolved by the system's resolver (`getaddrinfo`, which may block for a DNS
+/// query) on the runtime's blocking pool, so the loop runs its timers meanwhile; a literal
+/// address never leaves the loop. The trait is sealed: it is implemented for the types std's
+/// `ToSocketAddrs` takes, less the slices.
+pub trait ToSocketAddrs: sealed::Sealed {}
+
+mod sealed {
+    use super::*;
+
+    /// How an address turns into socket addresses.
+    pub enum Resolve {
+        /// Already addresses.
+        Ready(Vec<SocketAddr>),
+        /// A host and a port for the resolver.
+        Lookup(String, u16),
+    }
+
+    pub trait Sealed {
+        fn resolve(self) -> io::Result<Resolve>;
+    }
+}
+use sealed::{Resolve, Sealed};
+
+macro_rules! ready {
+    ($($t:ty),*) => {$(
+        impl ToSocketAddrs for $t {}
+        impl Sealed for $t {
+            fn resolve(self) -> io::Result<Resolve> {
+                Ok(Resolve::Ready(vec![SocketAddr::from(self)]))
+            }
+        }
+    )*};
+}
+ready!(
+    SocketAddr,
+    SocketAddrV4,
+    SocketAddrV6,
+    (IpAddr, u16),
+    (Ipv4Addr, u16),
+    (Ipv6Addr, u16)
+);
+
+impl ToSocketAddrs for &SocketAddr {}
+impl Sealed for &SocketAddr {
+    fn resolve(self) -> io::Result<Resolve> {
+        Ok(Resolve::Ready(vec![*self]))
+    }
+}
+
+impl ToSocketAddrs for &str {}
+impl Sealed for &str {
+    fn resolve(self) -> io::Result<Resolve> {
+        if let Ok(addr) = self.parse::<SocketAddr>() {
+            return Ok(Resolve::Ready(vec![addr]));
+        }
+        // "host:port", the port after the last colon (a bracketed IPv6 literal parsed above).
+        let (host, port) = self
+            .rsplit_once(':')
+            .ok_or_else(|| invalid(format!("`{self}` is not `host:port`")))?;
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| invalid(format!("`{port}` in `{self}` is not a port number")))?;
+        (host, port).resolve()
+    }
+}
+
+impl ToSocketAddrs for String {}
+impl Sealed for String {
+    fn resolve(self) -> io::Result<Resolve> {
+        self.as_str().resolve()
+    }
+}
+
+impl ToSocketAddrs for &String {}
+impl Sealed for &String {
+    fn resolve(self) -> io::Result<Resolve> {
+        self.as_str().resolve()
+    }
+}
+
+impl ToSocketAddrs for (&str, u16) {}
+impl Sealed for (&str, u16) {
+    fn resolve(self) -> io::Result<Resolve> {
+        let (host, port) = self;
+        if host.is_empty() {
+            return Err(invalid("an empty host name".to_string()));
+        }
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(Resolve::Ready(vec![SocketAddr::new(ip, port)]));
+        }
+        Ok(Resolve::Lookup(host.to_string(), port))
+    }
+}
+
+impl ToSocketAddrs for (String, u16) {}
+impl Sealed for (String, u16) {
+    fn resolve(self) -> io::Result<Resolve> {
+        (self.0.as_str(), self.1).resolve()
+    }
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message)
+}
+
+/// The socket addresses of `addr`, in the resolver's order: a literal address at once, a
+/// host name through the system's resolver on the blocking pool (the loop goes on running
+/// meanwhile).
+///
+/// ```
+/// use softtimer_async::{Runtime, net::lookup_host};
+///
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let literal = lookup_host("127.0.0.1:8080").await.unwrap();
+///     assert_eq!(literal, ["127.0.0.1:8080".parse().unwrap()]);
+///     // A name goes to the resolver; "localhost" is in every /etc/hosts.
+///     let local = lookup_host(("localhost", 80)).await.unwrap();
+///     assert!(local.iter().all(|a| a.ip().is_loopback() && a.port() == 80));
+///     assert!(lookup_host("no port here").await.is_err());
+/// });
+/// ```
+///
+/// # Errors
+///
+/// `InvalidInput` for a string that is not `host:port` or whose port is not a number, and
+/// the resolver's error for a name it cannot resolve (or one with no address).
+///
+/// # Panics
+///
+/// For a host name, outside a runtime thread (the lookup needs the runtime's blocking pool).
+pub async fn lookup_host(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>> {
+    match addr.resolve()? {
+        Resolve::Ready(addrs) => Ok(addrs),
+        Resolve::Lookup(host, port) => {
+            let found = spawn_blocking(move || {
+                std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+                    .map(Iterator::collect::<Vec<_>>)
+            })
+            .await
+            .map_err(io::Error::other)??;
+            if found.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the name resolved to no address",
+                ));
+            }
+            Ok(found)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(addr: impl ToSocketAddrs) -> Vec<SocketAddr> {
+        match addr.resolve().unwrap() {
+            Resolve::Ready(addrs) => addrs,
+            Resolve::Lookup(host, port) => panic!("{host}:{port} went to the resolver"),
+        }
+    }
+
+    #[test]
+    fn literal_addresses_never_reach_the_resolver() {
+        let v4: SocketAddr = "10.0.0.1:53".parse().unwrap();
+        let v6: SocketAddr = "[::1]:443".parse().unwrap();
+        assert_eq!(ready("10.0.0.1:53"), [v4]);
+        assert_eq!(ready("[::1]:443"), [v6]);
+        assert_eq!(ready(("::1", 443)), [v6]);
+        assert_eq!(ready((String::from("10.0.0.1"), 53)), [v4]);
+        assert_eq!(ready((Ipv4Addr::new(10, 0, 0, 1), 53)), [v4]);
+    }
+
+    #[test]
+    fn names_go_to_the_resolver_and_bad_strings_are_refused() {
+        assert!(matches!(
+            "example.com:443".resolve().unwrap(),
+            Resolve::Lookup(h, 443) if h == "example.com"
+        ));
+        for bad in ["example.com", "example.com:http", "example.com:70000", ":"] {
+            let err = bad
+                .resolve()
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{bad}: {err}");
+        }
+    }
+}
