@@ -227,8 +227,9 @@ impl BlockingPool {
     }
 
     /// Cancels the work not started, lets idle threads exit and joins every thread that is
-    /// not running a closure; one that is exits when its closure returns.
-    pub(crate) fn shutdown(&self) {
+    /// not running a closure, then waits up to `running` for the closures that run to return
+    /// and joins their threads too; a thread still running one then exits when it returns.
+    pub(crate) fn shutdown(&self, running: Duration) {
         let mut state = lock(&self.state);
         state.shutdown = true;
         let cancelled = std::mem::take(&mut state.queue);
@@ -238,6 +239,24 @@ impl BlockingPool {
                 .left
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
+        }
+        // `None`: a wait too long to represent, which has no end.
+        let until = Instant::now().checked_add(running);
+        while state.threads > 0 {
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            state = match left {
+                Some(left) if left.is_zero() => break,
+                Some(left) => {
+                    self.left
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+                None => self
+                    .left
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
         }
         let left = take_left(&mut state, None);
         drop(state);
@@ -300,8 +319,10 @@ where
 /// Dropping the runtime cancels the work still queued but does not wait for `f` once it
 /// runs: it finishes on its thread, which exits then, and a program that ends meanwhile ends
 /// it mid-way. So await the handle of work that must finish (a file being written) before
-/// dropping the runtime. (tokio's `Runtime` waits for running blocking work when dropped,
-/// without bound; this one behaves as its `shutdown_background`.)
+/// dropping the runtime, or shut it down with
+/// [`Runtime::shutdown_timeout`](crate::Runtime::shutdown_timeout), which waits for running
+/// closures up to a bound. (tokio's `Runtime` waits for running blocking work when dropped,
+/// without bound; dropping this one is its `shutdown_background`.)
 ///
 /// ```
 /// use std::time::Duration;

@@ -485,21 +485,66 @@ impl Runtime {
     }
 }
 
-impl Drop for Runtime {
-    fn drop(&mut self) {
+impl Runtime {
+    /// Shuts the runtime down as dropping it does, but waits up to `timeout` for the
+    /// [`spawn_blocking`](crate::spawn_blocking) closures that are running to return, and
+    /// joins their threads; a closure still running then is left to finish on its thread.
+    /// Every task and every queued blocking closure is cancelled either way.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use softtimer_async::Runtime;
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// let written = Arc::new(AtomicBool::new(false));
+    /// let flag = Arc::clone(&written);
+    /// let started = rt.block_on(async move {
+    ///     let (tx, rx) = std::sync::mpsc::channel();
+    ///     drop(softtimer_async::spawn_blocking(move || {
+    ///         tx.send(()).unwrap();
+    ///         std::thread::sleep(Duration::from_millis(20)); // a file being written
+    ///         flag.store(true, Ordering::SeqCst);
+    ///     }));
+    ///     softtimer_async::spawn_blocking(move || rx.recv().is_ok()).await.unwrap()
+    /// });
+    /// assert!(started);
+    /// rt.shutdown_timeout(Duration::from_secs(10));
+    /// assert!(written.load(Ordering::SeqCst));
+    /// ```
+    pub fn shutdown_timeout(mut self, timeout: Duration) {
+        self.shutdown(timeout);
+    }
+
+    /// Shuts the runtime down without waiting for running blocking closures: what dropping
+    /// it does, spelled out.
+    pub fn shutdown_background(self) {
+        drop(self);
+    }
+
+    fn shutdown(&mut self, blocking: Duration) {
+        // Loop 0 lives until the runtime is shut down: gone, it was (`shutdown_timeout`).
+        let Some(local) = self.local.take() else {
+            return;
+        };
         for shared in &self.handle.inner.loops[1..] {
             shared.request_shutdown();
         }
-        if let Some(local) = self.local.take() {
-            let enter = Enter::for_shutdown(&local);
-            local.shutdown();
-            drop(enter);
-        }
+        let enter = Enter::for_shutdown(&local);
+        local.shutdown();
+        drop(enter);
         for worker in self.workers.drain(..) {
             let _ = worker.join();
         }
-        self.handle.inner.blocking.shutdown();
-        restore_affinity(self.caller_cpus.as_ref());
+        self.handle.inner.blocking.shutdown(blocking);
+        restore_affinity(self.caller_cpus.take().as_ref());
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shutdown(Duration::ZERO);
     }
 }
 

@@ -197,3 +197,46 @@ fn a_keep_alive_too_long_to_represent_keeps_threads_for_ever_without_overflowing
     // And the runtime's drop does not hang on it.
     drop(rt);
 }
+
+#[test]
+fn shutdown_timeout_waits_for_running_blocking_work_up_to_its_bound() {
+    // Within the bound: the closure returns and its thread is joined before the call does.
+    let rt = Runtime::new().unwrap();
+    let handle = rt.handle();
+    let (started_tx, started) = mpsc::channel::<()>();
+    let (release, wait) = mpsc::channel::<()>();
+    let (finished_tx, finished) = mpsc::channel::<()>();
+    let running = handle.spawn_blocking(move || {
+        started_tx.send(()).unwrap();
+        let _ = wait.recv_timeout(BOUND);
+        finished_tx.send(()).unwrap();
+    });
+    started.recv_timeout(BOUND).unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        release.send(()).unwrap();
+    });
+    rt.shutdown_timeout(BOUND);
+    assert!(
+        finished.try_recv().is_ok(),
+        "returned before the closure did"
+    );
+    assert!(running.is_finished());
+    releaser.join().unwrap();
+
+    // Past the bound: the call returns while the closure still runs.
+    let rt = Runtime::new().unwrap();
+    let (started_tx, started) = mpsc::channel::<()>();
+    let (release, wait) = mpsc::channel::<()>();
+    let (finished_tx, finished) = mpsc::channel::<()>();
+    let running = rt.handle().spawn_blocking(move || {
+        started_tx.send(()).unwrap();
+        let _ = wait.recv_timeout(BOUND);
+        finished_tx.send(()).unwrap();
+    });
+    started.recv_timeout(BOUND).unwrap();
+    rt.shutdown_timeout(Duration::from_millis(5));
+    assert!(finished.try_recv().is_err() && !running.is_finished());
+    release.send(()).unwrap();
+    finished.recv_timeout(BOUND).unwrap();
+}

@@ -357,3 +357,53 @@ fn a_flush_waiting_when_the_runtime_shuts_down_is_woken_and_told() {
         other => panic!("flush after the shutdown: {other:?}"),
     }
 }
+
+#[test]
+fn a_split_stream_reads_and_writes_from_two_tasks_and_its_write_half_closes_on_drop() {
+    use futures_io::{AsyncRead, AsyncWrite};
+    use std::pin::Pin;
+    on_runtime(async {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = bounded(TcpStream::connect(addr)).await.unwrap();
+        let (server, _) = bounded(listener.accept()).await.unwrap();
+        let (mut rx, mut tx) = server.into_split();
+        // The reader waits in its own task before anything is written.
+        let reader = softtimer_async::spawn(async move {
+            let mut got = [0u8; 5];
+            let mut filled = 0;
+            while filled < got.len() {
+                let n =
+                    std::future::poll_fn(|cx| Pin::new(&mut rx).poll_read(cx, &mut got[filled..]))
+                        .await
+                        .unwrap();
+                assert!(n > 0, "end of stream before the bytes");
+                filled += n;
+            }
+            (got, rx)
+        });
+        softtimer_async::yield_now().await;
+        client.write_all(b"hello").await.unwrap();
+        let (got, rx) = bounded(reader).await.unwrap();
+        assert_eq!(&got, b"hello");
+        // The write half through futures-io, from this task.
+        std::future::poll_fn(|cx| Pin::new(&mut tx).poll_write(cx, b"back"))
+            .await
+            .unwrap();
+        let mut back = [0u8; 4];
+        bounded(client.read_exact(&mut back)).await.unwrap();
+        assert_eq!(&back, b"back");
+        // Halves of different streams are refused and handed back.
+        let other = bounded(TcpStream::connect(addr)).await.unwrap();
+        let (other_rx, other_tx) = other.into_split();
+        let err = rx.reunite(other_tx).unwrap_err();
+        let (rx, _other_tx) = (err.0, err.1);
+        drop(other_rx);
+        // Dropping the write half: the peer reads end of stream; the read half still reads.
+        drop(tx);
+        let mut buf = [0u8; 8];
+        assert_eq!(bounded(client.read(&mut buf)).await.unwrap(), 0);
+        client.write_all(b"!").await.unwrap();
+        assert_eq!(bounded(rx.read(&mut buf)).await.unwrap(), 1);
+    });
+}

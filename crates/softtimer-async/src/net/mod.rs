@@ -6,7 +6,7 @@ pub(crate) mod tcp;
 pub(crate) mod udp;
 
 pub use addr::{ToSocketAddrs, lookup_host};
-pub use tcp::{TcpListener, TcpStream};
+pub use tcp::{OwnedReadHalf, OwnedWriteHalf, ReuniteError, TcpListener, TcpStream};
 pub use udp::UdpSocket;
 
 /// `AsFd` and `AsRawFd` for a socket type, from the `std` socket at `self.$path`: its

@@ -254,6 +254,45 @@ impl TcpStream {
         Ok(())
     }
 
+    /// Splits the stream into a read half and a write half that can move to different tasks
+    /// and be dropped separately; [`OwnedReadHalf::reunite`]
+    /// puts them back together. Dropping the write half shuts the write direction down (the
+    /// peer reads end of stream), as closing it through the I/O traits does. To share the
+    /// stream without moving it, `&TcpStream` has the I/O traits too.
+    ///
+    /// ```
+    /// use softtimer_async::{Runtime, TcpListener, TcpStream};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+    ///     let (server, _) = listener.accept().await.unwrap();
+    ///     let (mut rx, tx) = server.into_split();
+    ///     // The write half echoes from another task.
+    ///     let echo = softtimer_async::spawn_local(async move {
+    ///         tx.write_all(b"ping").await.unwrap();
+    ///         tx
+    ///     });
+    ///     let mut got = [0u8; 4];
+    ///     client.read_exact(&mut got).await.unwrap();
+    ///     assert_eq!(&got, b"ping");
+    ///     client.write_all(b"pong").await.unwrap();
+    ///     rx.read_exact(&mut got).await.unwrap();
+    ///     assert_eq!(&got, b"pong");
+    ///     let stream = rx.reunite(echo.await.unwrap()).unwrap();
+    ///     assert_eq!(stream.peer_addr().unwrap(), client.local_addr().unwrap());
+    /// });
+    /// ```
+    pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        let stream = std::sync::Arc::new(self);
+        let write = OwnedWriteHalf {
+            stream: std::sync::Arc::clone(&stream),
+            shutdown_on_drop: true,
+        };
+        (OwnedReadHalf { stream }, write)
+    }
+
     pub(crate) fn poll_read_buf(
         &self,
         cx: &mut Context<'_>,
@@ -309,6 +348,111 @@ impl TcpStream {
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
             other => other,
         })
+    }
+}
+
+/// The read half of a [`TcpStream`] ([`TcpStream::into_split`]): `futures-io`'s
+/// `AsyncRead` (and tokio's with the `tokio-io` feature) and the stream's `read` methods.
+#[derive(Debug)]
+pub struct OwnedReadHalf {
+    stream: std::sync::Arc<TcpStream>,
+}
+
+/// The write half of a [`TcpStream`] ([`TcpStream::into_split`]): `futures-io`'s
+/// `AsyncWrite` (and tokio's with the `tokio-io` feature) and the stream's `write` methods.
+/// Dropping it shuts the stream's write direction down.
+#[derive(Debug)]
+pub struct OwnedWriteHalf {
+    stream: std::sync::Arc<TcpStream>,
+    shutdown_on_drop: bool,
+}
+
+/// The halves given to [`OwnedReadHalf::reunite`] came from different streams; they are
+/// handed back.
+#[derive(Debug)]
+pub struct ReuniteError(pub OwnedReadHalf, pub OwnedWriteHalf);
+
+impl std::fmt::Display for ReuniteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the halves are not of the same TcpStream")
+    }
+}
+
+impl std::error::Error for ReuniteError {}
+
+impl OwnedReadHalf {
+    /// The stream again, from this half and its own write half.
+    ///
+    /// # Errors
+    ///
+    /// [`ReuniteError`], with both halves, when `write` is another stream's.
+    pub fn reunite(self, mut write: OwnedWriteHalf) -> Result<TcpStream, ReuniteError> {
+        if !std::sync::Arc::ptr_eq(&self.stream, &write.stream) {
+            return Err(ReuniteError(self, write));
+        }
+        write.shutdown_on_drop = false;
+        drop(write);
+        Ok(std::sync::Arc::into_inner(self.stream).expect("both halves were given back"))
+    }
+
+    /// Reads some bytes into `buf` (0 at end of stream).
+    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.read(buf).await
+    }
+
+    /// Fills `buf`.
+    pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<()> {
+        self.stream.read_exact(buf).await
+    }
+
+    /// The stream's peer.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.stream.peer_addr()
+    }
+
+    fn poll_read_buf(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        self.stream.poll_read_buf(cx, buf)
+    }
+}
+
+impl OwnedWriteHalf {
+    /// Writes some of `buf`.
+    pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.write(buf).await
+    }
+
+    /// Writes all of `buf`.
+    pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+        self.stream.write_all(buf).await
+    }
+
+    /// The stream's peer.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.stream.peer_addr()
+    }
+
+    fn poll_write_buf(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.stream.poll_write_buf(cx, buf)
+    }
+
+    fn poll_write_vectored_buf(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.stream.poll_write_vectored_buf(cx, bufs)
+    }
+
+    fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
+        self.stream.poll_shutdown_write()
+    }
+}
+
+impl Drop for OwnedWriteHalf {
+    fn drop(&mut self) {
+        if self.shutdown_on_drop {
+            let _ = self.stream.poll_shutdown_write();
+        }
     }
 }
 
@@ -381,6 +525,18 @@ macro_rules! futures_io_traits {
 futures_io_traits!(TcpStream);
 futures_io_traits!(&TcpStream);
 
+impl futures_io::AsyncRead for OwnedReadHalf {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_read_buf(cx, buf)
+    }
+}
+
+write_trait!(futures_io::AsyncWrite, OwnedWriteHalf, close: poll_close);
+
 #[cfg(feature = "tokio-io")]
 mod tokio_io {
     use super::*;
@@ -399,4 +555,18 @@ mod tokio_io {
     }
 
     write_trait!(tokio::io::AsyncWrite, TcpStream, close: poll_shutdown, is_write_vectored);
+
+    impl tokio::io::AsyncRead for OwnedReadHalf {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let n = std::task::ready!(self.poll_read_buf(cx, buf.initialize_unfilled()))?;
+            buf.advance(n);
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    write_trait!(tokio::io::AsyncWrite, OwnedWriteHalf, close: poll_shutdown, is_write_vectored);
 }
