@@ -54,6 +54,7 @@
 //! | [`time`] | timers as soft events: `std::time::Instant` deadlines, never early, O(1) reset |
 //! | [`UdpSocket`], [`TcpListener`], [`TcpStream`] ([`net`]) | sockets on the loop's epoll set, each system call a trigger state; [`net::lookup_host`] resolves names on the blocking pool |
 //! | [`PacedSender`], [`UdpSocket::send_at`] | departures from soft-event handlers (`softtimer-net`'s departure-time scheduler) |
+//! | [`signal`] | Unix signals as futures ([`signal::ctrl_c`], [`signal::signal`]): a handler that writes an eventfd each loop watches |
 //! | [`quinn`], [`hyper`] | quinn's `Runtime`, hyper's `rt` traits (cargo features, on by default) |
 //!
 //! ## Cargo features
@@ -112,6 +113,7 @@ mod pace;
 pub mod quinn;
 mod reactor;
 mod runtime;
+pub mod signal;
 mod task;
 pub mod time;
 

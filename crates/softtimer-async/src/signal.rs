@@ -1,0 +1,232 @@
+//! Unix signals as futures: `ctrl_c()` for a server's graceful shutdown, and a [`Signal`]
+//! stream for any catchable signal.
+//!
+//! How a signal reaches a task: the first listener of a signal installs a process-wide
+//! handler (through `signal-hook-registry`, so it coexists with other libraries' handlers)
+//! that bumps the signal's generation counter and writes to the signal's eventfd, both
+//! async-signal-safe. Each listener watches its own duplicate of that eventfd in its loop's
+//! epoll set, edge-triggered: every signal is an edge in every epoll set, and the listener
+//! compares the generation with the one it saw last. Signals delivered while nobody reads
+//! coalesce into one, as the kernel's own pending signals do.
+//!
+//! Once a signal has a listener, its default action (for `SIGINT` and `SIGTERM`, ending the
+//! process) no longer happens, for the rest of the process's life, as with tokio's signals.
+#![allow(unsafe_code)] // one call: installing the handler (see its SAFETY comment)
+
+use std::collections::HashMap;
+use std::future::poll_fn;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll};
+
+use rustix::event::{EventfdFlags, eventfd};
+
+use crate::reactor::{Direction, Registration};
+
+/// A catchable signal, by number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SignalKind(i32);
+
+impl SignalKind {
+    /// `SIGINT`: Ctrl-C at the terminal.
+    pub const fn interrupt() -> Self {
+        SignalKind(libc::SIGINT)
+    }
+
+    /// `SIGTERM`: a polite request to stop (what `kill` and service managers send).
+    pub const fn terminate() -> Self {
+        SignalKind(libc::SIGTERM)
+    }
+
+    /// `SIGHUP`: the terminal went away, or (by convention) reload the configuration.
+    pub const fn hangup() -> Self {
+        SignalKind(libc::SIGHUP)
+    }
+
+    /// `SIGQUIT`.
+    pub const fn quit() -> Self {
+        SignalKind(libc::SIGQUIT)
+    }
+
+    /// `SIGUSR1`.
+    pub const fn user_defined1() -> Self {
+        SignalKind(libc::SIGUSR1)
+    }
+
+    /// `SIGUSR2`.
+    pub const fn user_defined2() -> Self {
+        SignalKind(libc::SIGUSR2)
+    }
+
+    /// `SIGCHLD`: a child process stopped or ended.
+    pub const fn child() -> Self {
+        SignalKind(libc::SIGCHLD)
+    }
+
+    /// Any signal by its number; [`signal`] refuses those that cannot be caught.
+    pub const fn from_raw(number: i32) -> Self {
+        SignalKind(number)
+    }
+
+    /// The signal's number.
+    pub const fn as_raw(self) -> i32 {
+        self.0
+    }
+}
+
+/// One signal's process-wide state: what its handler updates.
+struct Slot {
+    generation: AtomicU64,
+    eventfd: OwnedFd,
+}
+
+/// The slot of `kind`, installing its handler the first time.
+fn slot(kind: SignalKind) -> io::Result<&'static Slot> {
+    static SLOTS: OnceLock<Mutex<HashMap<i32, &'static Slot>>> = OnceLock::new();
+    let mut slots = SLOTS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(slot) = slots.get(&kind.0) {
+        return Ok(slot);
+    }
+    let number = kind.0;
+    if number <= 0 || number > libc::SIGRTMAX() || signal_hook_registry::FORBIDDEN.contains(&number)
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("signal {number} cannot be caught"),
+        ));
+    }
+    let eventfd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
+    // Leaked on purpose: the handler, installed for the process's life, refers to it.
+    let slot: &'static Slot = Box::leak(Box::new(Slot {
+        generation: AtomicU64::new(0),
+        eventfd,
+    }));
+    // SAFETY: the action only does what a signal handler may: an atomic add and a `write`
+    // system call (rustix calls the kernel directly: no lock, no allocation), and it cannot
+    // panic. `slot` lives for the rest of the process.
+    unsafe {
+        signal_hook_registry::register(number, move || {
+            slot.generation.fetch_add(1, Ordering::SeqCst);
+            let _ = rustix::io::write(&slot.eventfd, &1u64.to_ne_bytes());
+        })
+    }?;
+    slots.insert(number, slot);
+    Ok(slot)
+}
+
+/// A stream of one signal's deliveries, received on the loop of the thread that made it
+/// ([`signal`]).
+#[derive(Debug)]
+pub struct Signal {
+    slot: &'static Slot,
+    seen: u64,
+    reg: Registration,
+    /// This listener's duplicate of the signal's eventfd, watched by `reg`.
+    fd: OwnedFd,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("generation", &self.generation.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Listens for `kind` from now on: each [`Signal::recv`] completes once the signal has come
+/// since the last (or since this call). Every listener of a signal sees it.
+///
+/// ```no_run
+/// use softtimer_async::{Runtime, signal::{SignalKind, signal}};
+///
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let mut hangups = signal(SignalKind::hangup()).unwrap();
+///     while hangups.recv().await.is_some() {
+///         println!("reloading the configuration");
+///     }
+/// });
+/// ```
+///
+/// # Errors
+///
+/// `InvalidInput` for a signal that cannot be caught (`SIGKILL`, `SIGSTOP`, `SIGSEGV`,
+/// `SIGILL`, `SIGFPE`) or a number that is no signal; the system's error when no eventfd
+/// can be made; an error outside a runtime thread.
+pub fn signal(kind: SignalKind) -> io::Result<Signal> {
+    // Before the handler is installed: a refused listener changes nothing.
+    let shared = crate::executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
+    let slot = slot(kind)?;
+    let fd = slot.eventfd.try_clone()?;
+    let seen = slot.generation.load(Ordering::SeqCst);
+    // Readability only: an eventfd is always writable.
+    let reg = Registration::new_read_only(shared, fd.as_fd())?;
+    Ok(Signal {
+        slot,
+        seen,
+        reg,
+        fd,
+    })
+}
+
+impl Signal {
+    /// Waits for the next delivery. Always `Some(())` (a signal stream does not end); the
+    /// `Option` is the shape of tokio's, so code moves over unchanged.
+    pub async fn recv(&mut self) -> Option<()> {
+        poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// [`recv`](Signal::recv) as a poll.
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<()>> {
+        let (slot, seen) = (self.slot, &mut self.seen);
+        self.reg
+            .poll_io(Direction::Read, cx, || {
+                let now = slot.generation.load(Ordering::SeqCst);
+                if now == *seen {
+                    // Nothing since: wait for the next edge of the eventfd.
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                *seen = now;
+                Ok(())
+            })
+            .map(|r| r.ok())
+    }
+}
+
+impl Drop for Signal {
+    fn drop(&mut self) {
+        // The duplicate shares the eventfd's open file, which stays open: closing it would
+        // not take it out of the epoll set.
+        let _ = self.reg.shared().timers.deregister(self.fd.as_fd());
+    }
+}
+
+/// Completes at the next Ctrl-C (`SIGINT`). From the first call on, Ctrl-C no longer ends
+/// the process: the program decides (usually, a graceful shutdown).
+///
+/// ```no_run
+/// use softtimer_async::{Runtime, TcpListener, signal};
+///
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let listener = TcpListener::bind("127.0.0.1:8080").unwrap();
+///     let serve = softtimer_async::spawn_local(async move {
+///         while let Ok((_stream, _peer)) = listener.accept().await { /* … */ }
+///     });
+///     signal::ctrl_c().await.unwrap();
+///     serve.abort(); // stop accepting; finish what is in flight, then return
+/// });
+/// ```
+///
+/// # Errors
+///
+/// As [`signal`]'s.
+pub async fn ctrl_c() -> io::Result<()> {
+    signal(SignalKind::interrupt())?.recv().await;
+    Ok(())
+}
