@@ -1,6 +1,6 @@
 //! A set of tasks whose outputs come back in the order they finish.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,6 +13,8 @@ use crate::task::{AbortHandle, JoinError, JoinHandle, spawn, spawn_local};
 /// [`join_next`](JoinSet::join_next) gives each task's output (or its [`JoinError`]) in the
 /// order the tasks finish, whichever loop they run on; it costs nothing per task still
 /// running. Dropping the set aborts every task still in it, as tokio's `JoinSet` does.
+/// Unlike tokio's, it has no `spawn_blocking` (spawn a task that awaits
+/// [`spawn_blocking`](crate::spawn_blocking)'s handle), no `join_all`, and no task ids.
 ///
 /// ```
 /// use std::time::Duration;
@@ -41,9 +43,10 @@ pub struct JoinSet<T> {
     /// Tasks whose futures are gone (finished, panicked, aborted): their ids, and the waker
     /// of the task awaiting the set.
     done: Arc<Mutex<Done>>,
-    /// Ids taken from `done` whose output was not yet written when last polled (a task's
-    /// future is dropped just before its output is stored).
-    finishing: Vec<u64>,
+    /// Ids taken from `done`, in the order their tasks finished, whose output was not yet
+    /// written when last polled (a task's future is dropped just before its output is
+    /// stored).
+    finishing: VecDeque<u64>,
 }
 
 #[derive(Default)]
@@ -91,7 +94,7 @@ impl<T> JoinSet<T> {
             tasks: HashMap::new(),
             next_id: 0,
             done: Arc::default(),
-            finishing: Vec::new(),
+            finishing: VecDeque::new(),
         }
     }
 
@@ -119,7 +122,8 @@ impl<T> JoinSet<T> {
     }
 
     /// Spawns `future` onto the calling thread's loop (as [`spawn`](crate::spawn)) into the
-    /// set.
+    /// set. The [`AbortHandle`] cancels that one task (its cancelled output still comes from
+    /// [`join_next`](JoinSet::join_next)); drop it if not needed.
     ///
     /// # Panics
     ///
@@ -184,32 +188,32 @@ impl<T> JoinSet<T> {
         if self.tasks.is_empty() {
             return Poll::Ready(None);
         }
-        {
+        let replaced = {
             let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
-            self.finishing.append(&mut done.ids);
+            self.finishing.extend(done.ids.drain(..));
             // Registered before the tasks are polled: a task that finishes after this
             // reports to this waker.
             match &mut done.waker {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                slot => *slot = Some(cx.waker().clone()),
+                Some(w) if w.will_wake(cx.waker()) => None,
+                slot => slot.replace(cx.waker().clone()),
             }
-        }
-        let mut i = 0;
-        while i < self.finishing.len() {
+        };
+        // Dropped unlocked: a task's last waker may run its schedule function.
+        drop(replaced);
+        // The first finished whose output is there; a later one may be there before an
+        // earlier one's (written on another thread), and waits its turn.
+        for i in 0..self.finishing.len() {
             let id = self.finishing[i];
             let Some(handle) = self.tasks.get_mut(&id) else {
-                // A task detached from the set before it finished.
-                self.finishing.swap_remove(i);
-                continue;
+                continue; // unreachable: ids come from this set's own tasks
             };
             // Its output is written just after its future is dropped; if not yet, the
             // handle wakes this task when it is.
             if let Poll::Ready(out) = Pin::new(handle).poll(cx) {
-                self.finishing.swap_remove(i);
+                self.finishing.remove(i);
                 self.tasks.remove(&id);
                 return Poll::Ready(Some(out));
             }
-            i += 1;
         }
         Poll::Pending
     }
@@ -233,6 +237,8 @@ impl<T> JoinSet<T> {
     pub fn detach_all(&mut self) {
         self.tasks.clear();
         self.finishing.clear();
+        // The detached tasks report to the old list, which nobody reads.
+        self.done = Arc::default();
     }
 }
 
@@ -245,6 +251,15 @@ impl<T> Default for JoinSet<T> {
 impl<T> Drop for JoinSet<T> {
     fn drop(&mut self) {
         self.abort_all();
+        // The tasks report to `done` as they end; the waker of the task that owned the set
+        // need not live that long.
+        let waker = self
+            .done
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .waker
+            .take();
+        drop(waker);
     }
 }
 

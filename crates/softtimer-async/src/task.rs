@@ -55,8 +55,22 @@ impl AbortState {
         }
     }
 
-    fn set_waker(&self, waker: Option<Waker>) {
-        *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = waker;
+    /// Puts `waker` in (or takes it out, for `None`) and returns what was there, to be
+    /// dropped by the caller once the lock is released: dropping a task's last waker may
+    /// run its schedule function.
+    fn replace_waker(&self, waker: Option<Waker>) -> Option<Waker> {
+        let mut slot = self.waker.lock().unwrap_or_else(PoisonError::into_inner);
+        std::mem::replace(&mut *slot, waker)
+    }
+}
+
+/// Marks its task finished when dropped: a field after the task's future, so that it is
+/// dropped after it.
+struct Finished(Arc<AbortState>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.0.finished.store(true, Ordering::Release);
     }
 }
 
@@ -69,9 +83,11 @@ pin_project_lite::pin_project! {
         future: F,
         // (slot in the loop's task list, the loop)
         slot: Option<(usize, usize)>,
-        abort: Arc<AbortState>,
-        // Whether `abort` holds this task's waker.
+        // Whether the abort state holds this task's waker.
         waker_shared: bool,
+        // The state the task's handles abort it through; after `future`, so that the task
+        // counts as finished only once its future has been dropped.
+        state: Finished,
     }
 
     impl<F> PinnedDrop for TaskFuture<F> {
@@ -84,9 +100,8 @@ pin_project_lite::pin_project! {
                 drop(waker);
             }
             if this.waker_shared {
-                this.abort.set_waker(None);
+                drop(this.state.0.replace_waker(None));
             }
-            this.abort.finished.store(true, Ordering::Release);
         }
     }
 }
@@ -96,6 +111,10 @@ impl<F: Future> Future for TaskFuture<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        let abort = &this.state.0;
+        if abort.aborted.load(Ordering::SeqCst) {
+            return Poll::Ready(Err(Failure::Aborted));
+        }
         if this.slot.is_none()
             && let Some(local) = executor::current()
         {
@@ -103,12 +122,13 @@ impl<F: Future> Future for TaskFuture<F> {
             *this.slot = Some((slot, Arc::as_ptr(&local.shared) as usize));
         }
         if !*this.waker_shared {
-            // A task's waker stays the same for its life (async-task's), so once is enough.
-            this.abort.set_waker(Some(cx.waker().clone()));
+            // A task's waker stays the same for its life (async-task's), so once is enough;
+            // then the flag again, for an abort that came before the waker was there.
+            drop(abort.replace_waker(Some(cx.waker().clone())));
             *this.waker_shared = true;
-        }
-        if this.abort.aborted.load(Ordering::SeqCst) {
-            return Poll::Ready(Err(Failure::Aborted));
+            if abort.aborted.load(Ordering::SeqCst) {
+                return Poll::Ready(Err(Failure::Aborted));
+            }
         }
         let future = this.future;
         match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
@@ -125,8 +145,8 @@ fn task_future<F>(future: F) -> (TaskFuture<F>, Arc<AbortState>) {
     let task = TaskFuture {
         future,
         slot: None,
-        abort: Arc::clone(&abort),
         waker_shared: false,
+        state: Finished(Arc::clone(&abort)),
     };
     (task, abort)
 }
@@ -283,10 +303,14 @@ impl<T> JoinHandle<T> {
     }
 
     /// Cancels the task: it is woken, and instead of polling its future again its loop drops
-    /// it, on the task's own thread; awaiting the handle then gives a cancelled
-    /// [`JoinError`]. A task that has already finished keeps its output. Blocking work
+    /// it, on the task's own thread (for loop 0, the thread of `block_on`, when it next runs
+    /// its tasks there); awaiting the handle then gives a cancelled [`JoinError`]. A task that
+    /// has already finished keeps its output. Blocking work
     /// ([`spawn_blocking`](crate::spawn_blocking)) is cancelled only while it waits for a
-    /// thread: a closure that has started runs to its end, and its output is delivered.
+    /// thread: a closure that has started runs to its end, and its output is delivered; one
+    /// still queued (every thread of a pool at its
+    /// [`max_blocking_threads`](crate::Builder::max_blocking_threads) busy) is dropped without
+    /// running when a thread frees up to take it, and the handle resolves then.
     ///
     /// ```
     /// use std::time::Duration;
@@ -343,7 +367,9 @@ impl AbortHandle {
         self.state.abort();
     }
 
-    /// Whether the task's future is gone: it completed, panicked or was cancelled.
+    /// Whether the task's future is gone: it completed, panicked or was cancelled. (Its
+    /// output may still be on its way to the `JoinHandle`, whose own `is_finished` says when
+    /// it is there.)
     pub fn is_finished(&self) -> bool {
         self.state.finished.load(Ordering::Acquire)
     }
@@ -361,9 +387,10 @@ impl<T> Future for JoinHandle<T> {
     type Output = Result<T, JoinError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(task) = self.task.as_mut() else {
-            return Poll::Ready(Err(JoinError::CANCELLED));
-        };
+        let task = self
+            .task
+            .as_mut()
+            .expect("a JoinHandle's task is taken only by its drop");
         Pin::new(task).poll(cx).map(|out| match out {
             Some(Ok(value)) => Ok(value),
             Some(Err(Failure::Panic(panic))) => Err(JoinError::panic(panic)),

@@ -552,18 +552,21 @@ fn a_join_set_gives_outputs_as_tasks_finish_on_any_loop_and_aborts_what_it_drops
     use softtimer_async::JoinSet;
     let rt = Runtime::builder().threads(2).build().unwrap();
     let handle = rt.handle();
+    let main = std::thread::current().id();
     let (tx, dropped) = mpsc::channel();
+    let mut set = JoinSet::new();
+    // From outside the loops: onto the worker loop, another thread.
+    set.spawn_on(
+        async move {
+            sleep(Duration::from_millis(2)).await;
+            assert_ne!(std::thread::current().id(), main);
+            Ok(2)
+        },
+        &handle,
+    );
     rt.block_on(async move {
-        let mut set = JoinSet::new();
-        assert!(set.join_next().await.is_none());
-        // On the other loop, a panic, and a task aborted through its handle.
-        set.spawn_on(
-            async {
-                sleep(Duration::from_millis(2)).await;
-                Ok(2)
-            },
-            &handle,
-        );
+        assert_eq!(set.len(), 1);
+        // On this loop: a panic, and a task aborted through its handle.
         set.spawn(async { member_with_a_bug() });
         let stop = set.spawn(async {
             sleep(Duration::from_secs(3600)).await;
@@ -588,6 +591,18 @@ fn a_join_set_gives_outputs_as_tasks_finish_on_any_loop_and_aborts_what_it_drops
         assert_eq!((outputs, panics, cancelled), (vec![1, 2], 1, 1));
         assert!(set.is_empty());
 
+        // Tasks that all finish before the set is looked at come back in the order they
+        // finished (here, the order they ran).
+        for i in 0..5 {
+            set.spawn(async move { Ok(i) });
+        }
+        softtimer_async::yield_now().await;
+        let mut order = Vec::new();
+        while let Some(out) = set.try_join_next() {
+            order.push(out.unwrap().unwrap());
+        }
+        assert_eq!(order, [0, 1, 2, 3, 4]);
+
         // A join_next dropped while it waits (its timeout first) loses nothing.
         set.spawn(async {
             sleep(Duration::from_millis(5)).await;
@@ -598,6 +613,7 @@ fn a_join_set_gives_outputs_as_tasks_finish_on_any_loop_and_aborts_what_it_drops
                 .await
                 .is_err()
         );
+        assert!(set.try_join_next().is_none());
         assert_eq!(
             timeout(BOUND, set.join_next())
                 .await
@@ -606,9 +622,9 @@ fn a_join_set_gives_outputs_as_tasks_finish_on_any_loop_and_aborts_what_it_drops
                 .unwrap(),
             Ok(5)
         );
-        assert!(set.try_join_next().is_none());
 
-        // Dropping the set aborts its tasks (their futures are dropped); detached ones run on.
+        // Dropping the set aborts its tasks (their futures are dropped); detached ones run on,
+        // and a set detached from its tasks is empty and usable.
         let mut set = JoinSet::new();
         let guard = DropsOn(tx);
         set.spawn(async move {
@@ -622,6 +638,15 @@ fn a_join_set_gives_outputs_as_tasks_finish_on_any_loop_and_aborts_what_it_drops
             ran_tx.send(()).unwrap();
         });
         detached.detach_all();
+        assert!(detached.is_empty() && detached.join_next().await.is_none());
+        detached.spawn(async {});
+        assert!(
+            timeout(BOUND, detached.join_next())
+                .await
+                .unwrap()
+                .unwrap()
+                .is_ok()
+        );
         drop(detached);
         drop(set);
         let mut waited = Duration::ZERO;
@@ -632,4 +657,51 @@ fn a_join_set_gives_outputs_as_tasks_finish_on_any_loop_and_aborts_what_it_drops
         }
     });
     dropped.recv_timeout(BOUND).unwrap();
+}
+
+#[test]
+fn abort_reaches_a_running_local_task_from_another_thread_and_queued_blocking_work() {
+    let rt = Runtime::builder().max_blocking_threads(1).build().unwrap();
+    let handle = rt.handle();
+    rt.block_on(async move {
+        // A local task that has run and waits: aborted from a thread that runs no loop.
+        let (polled_tx, polled) = mpsc::channel();
+        let local = softtimer_async::spawn_local(async move {
+            polled_tx.send(()).unwrap();
+            sleep(Duration::from_secs(3600)).await;
+        });
+        softtimer_async::yield_now().await;
+        polled.try_recv().unwrap();
+        let stop = local.abort_handle();
+        std::thread::spawn(move || stop.abort()).join().unwrap();
+        assert!(
+            timeout(BOUND, local)
+                .await
+                .unwrap()
+                .unwrap_err()
+                .is_cancelled()
+        );
+
+        // Blocking work queued behind the pool's only thread: aborted, it never runs.
+        let (release, wait) = mpsc::channel::<()>();
+        let (started_tx, started) = mpsc::channel::<()>();
+        let busy = handle.spawn_blocking(move || {
+            started_tx.send(()).unwrap();
+            let _ = wait.recv_timeout(BOUND);
+        });
+        started.recv_timeout(BOUND).unwrap();
+        let (ran_tx, ran) = mpsc::channel::<()>();
+        let queued = handle.spawn_blocking(move || ran_tx.send(()).unwrap());
+        queued.abort();
+        release.send(()).unwrap();
+        assert!(timeout(BOUND, busy).await.unwrap().is_ok());
+        assert!(
+            timeout(BOUND, queued)
+                .await
+                .unwrap()
+                .unwrap_err()
+                .is_cancelled()
+        );
+        assert!(ran.try_recv().is_err());
+    });
 }

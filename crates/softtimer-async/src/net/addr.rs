@@ -13,8 +13,13 @@ use crate::blocking::spawn_blocking;
 ///
 /// A name is resolved by the system's resolver (`getaddrinfo`, which may block for a DNS
 /// query) on the runtime's blocking pool, so the loop runs its timers meanwhile; a literal
-/// address never leaves the loop. The trait is sealed: it is implemented for the types std's
-/// `ToSocketAddrs` takes, less the slices.
+/// address never leaves the loop. The trait is sealed: it is implemented for socket
+/// addresses (and references to one), `(IpAddr, u16)` and its v4 and v6 forms, `&str`,
+/// `String` and `&String`, and `(&str, u16)` and `(String, u16)`; not for slices or
+/// references to tuples, which std's takes too.
+///
+/// A host with a colon in it (an IPv6 address) is written in brackets, `"[fe80::1%eth0]:443"`,
+/// or as the tuple's first element, `("fe80::1%eth0", 443)`; `"::1"` alone is refused.
 pub trait ToSocketAddrs: sealed::Sealed {}
 
 mod sealed {
@@ -66,10 +71,20 @@ impl Sealed for &str {
         if let Ok(addr) = self.parse::<SocketAddr>() {
             return Ok(Resolve::Ready(vec![addr]));
         }
-        // "host:port", the port after the last colon (a bracketed IPv6 literal parsed above).
+        // "host:port", the port after the last colon; a host with colons of its own (IPv6,
+        // perhaps with a zone the parse above does not take) in brackets.
         let (host, port) = self
             .rsplit_once(':')
             .ok_or_else(|| invalid(format!("`{self}` is not `host:port`")))?;
+        let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            Some(inner) => inner,
+            None if host.contains(':') => {
+                return Err(invalid(format!(
+                    "`{self}`: an IPv6 host is written in brackets, `[host]:port`"
+                )));
+            }
+            None => host,
+        };
         let port = port
             .parse::<u16>()
             .map_err(|_| invalid(format!("`{port}` in `{self}` is not a port number")))?;
@@ -118,7 +133,8 @@ fn invalid(message: String) -> io::Error {
 
 /// The socket addresses of `addr`, in the resolver's order: a literal address at once, a
 /// host name through the system's resolver on the blocking pool (the loop goes on running
-/// meanwhile).
+/// meanwhile; a lookup whose future is dropped before it has started is cancelled). A
+/// `Vec`, where tokio's gives an iterator (`.into_iter()` makes one).
 ///
 /// ```
 /// use softtimer_async::{Runtime, net::lookup_host};
@@ -136,8 +152,9 @@ fn invalid(message: String) -> io::Error {
 ///
 /// # Errors
 ///
-/// `InvalidInput` for a string that is not `host:port` or whose port is not a number, and
-/// the resolver's error for a name it cannot resolve (or one with no address).
+/// `InvalidInput` for a string that is not `host:port`, whose port is not a number or whose
+/// IPv6 host is not in brackets, and for a name that resolves to no address; the resolver's
+/// error for a name it cannot resolve.
 ///
 /// # Panics
 ///
@@ -146,20 +163,25 @@ pub async fn lookup_host(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>
     match addr.resolve()? {
         Resolve::Ready(addrs) => Ok(addrs),
         Resolve::Lookup(host, port) => {
-            let found = spawn_blocking(move || {
+            let mut lookup = AbortOnDrop(spawn_blocking(move || {
                 std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
                     .map(Iterator::collect::<Vec<_>>)
-            })
-            .await
-            .map_err(io::Error::other)??;
+            }));
+            let found = (&mut lookup.0).await.map_err(io::Error::other)??;
             if found.is_empty() {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "the name resolved to no address",
-                ));
+                return Err(invalid("the name resolved to no address".to_string()));
             }
             Ok(found)
         }
+    }
+}
+
+/// A task's handle that cancels it when dropped (a lookup nobody waits for any more).
+struct AbortOnDrop<T>(crate::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -191,7 +213,18 @@ mod tests {
             "example.com:443".resolve().unwrap(),
             Resolve::Lookup(h, 443) if h == "example.com"
         ));
-        for bad in ["example.com", "example.com:http", "example.com:70000", ":"] {
+        assert!(matches!(
+            "[fe80::1%eth0]:80".resolve().unwrap(),
+            Resolve::Lookup(h, 80) if h == "fe80::1%eth0"
+        ));
+        for bad in [
+            "example.com",
+            "example.com:http",
+            "example.com:70000",
+            ":",
+            "::1",
+            "fe80::1:80",
+        ] {
             let err = bad
                 .resolve()
                 .err()

@@ -65,7 +65,8 @@ pub struct TcpListener {
 super::socket_descriptor!(TcpListener, socket);
 
 impl TcpListener {
-    /// Binds and listens on `addr`, on the calling thread's loop.
+    /// Binds and listens on `addr`, on the calling thread's loop. `addr` is
+    /// std's `ToSocketAddrs`: a host name here is looked up by the system's resolver on the calling thread, blocking its loop for the lookup; give an address, or resolve first with [`lookup_host`](crate::net::lookup_host).
     pub fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
         Self::from_std(std::net::TcpListener::bind(addr)?)
     }
@@ -155,10 +156,17 @@ impl TcpStream {
     /// });
     /// ```
     ///
+    /// The addresses are tried one after another, each until the kernel gives up on it (a
+    /// silent one, for minutes): bound the whole with [`timeout`](crate::time::timeout).
+    ///
     /// # Errors
     ///
     /// What [`lookup_host`] says of a bad address or an unknown name, and the connect error
     /// of the last address tried (`ConnectionRefused` where nothing listens).
+    ///
+    /// # Panics
+    ///
+    /// For a host name, outside a runtime thread (as [`lookup_host`]).
     ///
     /// [`lookup_host`]: crate::net::lookup_host
     pub async fn connect(addr: impl crate::net::ToSocketAddrs) -> io::Result<TcpStream> {
@@ -169,7 +177,7 @@ impl TcpStream {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address")))
+        Err(last.expect("lookup_host gives an address or an error"))
     }
 
     async fn connect_addr(addr: SocketAddr) -> io::Result<TcpStream> {

@@ -11,7 +11,7 @@
 //! | `hyper-1core` | a hyper HTTP/1.1 server, a 6 KB body, keep-alive, on one core (soft and tokio interleaved in rounds), then on two (soft's two loops, tokio's multi-thread scheduler): requests/s | [`http`] |
 //! | `hyper-hello`, `hyper-6k-close`, `hyper-hello-close` | the same server on one core with a hello-world body, and a connection per request | [`http`] |
 //! | `quinn-rr` | unchanged quinn, request/response at 1 % loss each way and a 1 ms ACK delay: p99, CPU per request | [`quic`] |
-//! | `quinn-bulk` | unchanged quinn, one 32 MB (full: 96 MB) download without loss, in interleaved rounds: CPU per MB (the row's operation is a megabyte), MB/s | [`quic`] |
+//! | `quinn-bulk` | unchanged quinn, a 32 MB download without loss per runtime in each of 3 interleaved rounds (full: 96 MB, 5 rounds): CPU per MB (the row's operation is a megabyte), MB/s | [`quic`] |
 //!
 //! Each runtime is written as its own users write it: tokio's `sleep_until` and `interval`,
 //! smol's `Timer::at` and `Timer::interval` on a `LocalExecutor`, hyper on tokio through
@@ -731,20 +731,21 @@ mod tests {
                 .collect();
             AsyncRow::over_rounds(rounds).unwrap()
         };
-        // Per round 1.02, 1.01, 1.5 (a hiccup in the last round): their median is met.
+        // Per round 1.0, 1.1, 0.9375: their median, 1.0, is met; the ratio of the medians
+        // (2.2 / 2.0) would not be, nor would pairing the rounds out of order.
         let rows = [
-            row(RuntimeKind::Soft, &[2.04, 2.02, 3.0]),
-            row(RuntimeKind::TokioCt, &[2.0, 2.0, 2.0]),
+            row(RuntimeKind::Soft, &[2.0, 2.2, 3.0]),
+            row(RuntimeKind::TokioCt, &[2.0, 2.0, 3.2]),
         ];
         let bulk = targets(&rows)
             .into_iter()
             .find(|t| t.figure.starts_with("unchanged quinn, bulk download"))
             .unwrap();
-        assert!((bulk.measured - 1.02).abs() < 1e-9, "{}", bulk.measured);
+        assert!((bulk.measured - 1.0).abs() < 1e-9, "{}", bulk.measured);
         assert!(bulk.met);
         assert!(
             bulk.figure
-                .contains("median of 3 interleaved rounds, per-round range 1.01-1.50"),
+                .contains("median of 3 interleaved rounds, per-round range 0.94-1.10"),
             "{}",
             bulk.figure
         );
