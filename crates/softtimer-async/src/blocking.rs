@@ -14,7 +14,8 @@
 //! When the runtime is dropped, blocking work not yet started is cancelled (its
 //! [`JoinHandle`] reports a cancelled task), idle threads exit and are joined, and work
 //! already running finishes on its thread, which exits then: the drop does not wait for a
-//! closure that may never return.
+//! closure that may never return. [`Runtime::shutdown_timeout`](crate::Runtime::shutdown_timeout)
+//! waits for running closures up to a bound.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -234,6 +235,11 @@ impl BlockingPool {
         state.shutdown = true;
         let cancelled = std::mem::take(&mut state.queue);
         self.work_ready.notify_all();
+        drop(state);
+        // Dropped unlocked, and before any wait: a cancelled task wakes whoever awaits its
+        // handle.
+        drop(cancelled);
+        let mut state = lock(&self.state);
         while state.threads > state.busy {
             state = self
                 .left
@@ -260,8 +266,6 @@ impl BlockingPool {
         }
         let left = take_left(&mut state, None);
         drop(state);
-        // Dropped outside the lock: a cancelled task wakes whoever awaits its handle.
-        drop(cancelled);
         for thread in left {
             let _ = thread.join();
         }

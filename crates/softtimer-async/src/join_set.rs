@@ -61,20 +61,26 @@ pin_project_lite::pin_project! {
     struct Member<F> {
         #[pin]
         future: F,
-        id: u64,
-        done: Arc<Mutex<Done>>,
+        // After `future`: it reports once the future is gone.
+        report: Report,
     }
+}
 
-    impl<F> PinnedDrop for Member<F> {
-        fn drop(this: Pin<&mut Self>) {
-            let waker = {
-                let mut done = this.done.lock().unwrap_or_else(PoisonError::into_inner);
-                done.ids.push(this.id);
-                done.waker.take()
-            };
-            if let Some(waker) = waker {
-                waker.wake();
-            }
+/// Reports a member's id to its set when dropped, and wakes the set's owner.
+struct Report {
+    id: u64,
+    done: Arc<Mutex<Done>>,
+}
+
+impl Drop for Report {
+    fn drop(&mut self) {
+        let waker = {
+            let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+            done.ids.push(self.id);
+            done.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
         }
     }
 }
@@ -112,7 +118,8 @@ impl<T> JoinSet<T> {
         let id = self.next_id;
         self.next_id += 1;
         let done = Arc::clone(&self.done);
-        (id, Member { future, id, done })
+        let report = Report { id, done };
+        (id, Member { future, report })
     }
 
     fn insert(&mut self, id: u64, handle: JoinHandle<T>) -> AbortHandle {
@@ -200,12 +207,15 @@ impl<T> JoinSet<T> {
         };
         // Dropped unlocked: a task's last waker may run its schedule function.
         drop(replaced);
-        // The first finished whose output is there; a later one may be there before an
-        // earlier one's (written on another thread), and waits its turn.
-        for i in 0..self.finishing.len() {
+        // The earliest finished whose output is there: an earlier one whose output is still
+        // being written (on another thread) is passed over until it is.
+        let mut i = 0;
+        while i < self.finishing.len() {
             let id = self.finishing[i];
             let Some(handle) = self.tasks.get_mut(&id) else {
-                continue; // unreachable: ids come from this set's own tasks
+                // A member that never became a task (its spawn panicked outside a runtime).
+                self.finishing.remove(i);
+                continue;
             };
             // Its output is written just after its future is dropped; if not yet, the
             // handle wakes this task when it is.
@@ -214,6 +224,7 @@ impl<T> JoinSet<T> {
                 self.tasks.remove(&id);
                 return Poll::Ready(Some(out));
             }
+            i += 1;
         }
         Poll::Pending
     }
@@ -237,8 +248,14 @@ impl<T> JoinSet<T> {
     pub fn detach_all(&mut self) {
         self.tasks.clear();
         self.finishing.clear();
-        // The detached tasks report to the old list, which nobody reads.
-        self.done = Arc::default();
+        // The detached tasks report to the old list, which nobody reads, and wake nobody.
+        let old = std::mem::take(&mut self.done);
+        let waker = old
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .waker
+            .take();
+        drop(waker);
     }
 }
 

@@ -54,7 +54,7 @@
 //! | [`time`] | timers as soft events: `std::time::Instant` deadlines, never early, O(1) reset |
 //! | [`UdpSocket`], [`TcpListener`], [`TcpStream`] ([`net`]) | sockets on the loop's epoll set, each system call a trigger state; [`net::lookup_host`] resolves names on the blocking pool |
 //! | [`PacedSender`], [`UdpSocket::send_at`] | departures from soft-event handlers (`softtimer-net`'s departure-time scheduler) |
-//! | [`signal`] | Unix signals as futures ([`signal::ctrl_c`], [`signal::signal`]): a handler that writes an eventfd each loop watches |
+//! | [`signal`] | Unix signals as futures ([`signal::ctrl_c`], [`signal::signal`]): a handler that writes an eventfd, a duplicate of which each listener's loop watches |
 //! | [`quinn`], [`hyper`] | quinn's `Runtime`, hyper's `rt` traits (cargo features, on by default) |
 //!
 //! ## Cargo features
@@ -66,7 +66,7 @@
 //! | --- | --- | --- |
 //! | `quinn` | [`quinn::SoftRuntime`] | quinn 0.11 without its default features: no crypto provider and no tokio (a quinn program names its own, e.g. quinn's `rustls-ring`) |
 //! | `hyper` | [`hyper`]'s executor, timer and I/O traits | hyper 1.x |
-//! | `tokio-io` | tokio's `AsyncRead`/`AsyncWrite` on [`TcpStream`], for tokio codecs | tokio without its runtime |
+//! | `tokio-io` | tokio's `AsyncRead`/`AsyncWrite` on [`TcpStream`] and its owned halves ([`TcpStream::into_split`]), for tokio codecs | tokio without its runtime |
 //!
 //! ## Where to start
 //!
@@ -79,7 +79,7 @@
 //! measures timers, paced UDP and hyper beside tokio and smol.
 //! The source reads in this order: `executor.rs` (the loop thread's run, wake paths and
 //! shutdown), `task.rs`, `time.rs`, `reactor.rs`, `net/`, `pace.rs`, `blocking.rs`,
-//! `join_set.rs`.
+//! `join_set.rs`, `signal.rs`.
 //!
 //! ## Fairness
 //!

@@ -399,7 +399,8 @@ fn restore_affinity(cpus: Option<&rustix::thread::CpuSet>) {
 /// does), and is made on the thread that builds the runtime, so the runtime is not `Send`.
 /// Dropping it cancels every task, shuts every loop down and joins every thread it started,
 /// but for the threads still running a [`spawn_blocking`](crate::spawn_blocking) closure,
-/// which exit when it returns (blocking work not started is cancelled).
+/// which exit when it returns (blocking work not started is cancelled);
+/// [`Runtime::shutdown_timeout`] waits for those up to a bound.
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -490,6 +491,11 @@ impl Runtime {
     /// [`spawn_blocking`](crate::spawn_blocking) closures that are running to return, and
     /// joins their threads; a closure still running then is left to finish on its thread.
     /// Every task and every queued blocking closure is cancelled either way.
+    ///
+    /// The bound is on the blocking closures only: cancelling the tasks and joining the
+    /// loops' threads come first and take what they take (a task stuck in a blocking call
+    /// holds its loop's thread). Called from a task of another runtime, it blocks that
+    /// task's loop meanwhile (tokio's panics there).
     ///
     /// ```
     /// use std::sync::atomic::{AtomicBool, Ordering};

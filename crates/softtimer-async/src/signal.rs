@@ -5,12 +5,16 @@
 //! handler (through `signal-hook-registry`, so it coexists with other libraries' handlers)
 //! that bumps the signal's generation counter and writes to the signal's eventfd, both
 //! async-signal-safe. Each listener watches its own duplicate of that eventfd in its loop's
-//! epoll set, edge-triggered: every signal is an edge in every epoll set, and the listener
-//! compares the generation with the one it saw last. Signals delivered while nobody reads
-//! coalesce into one, as the kernel's own pending signals do.
+//! epoll set, edge-triggered, and compares the generation with the one it saw last. The
+//! eventfd's counter is never read: Linux's eventfd wakes its waiters on every write and
+//! epoll queues an edge-triggered item again on each wake (mio's eventfd waker relies on
+//! the same), so every signal reaches every loop that is not already holding an
+//! undelivered one. Signals delivered while nobody reads coalesce into one, as the kernel's
+//! own pending signals do.
 //!
 //! Once a signal has a listener, its default action (for `SIGINT` and `SIGTERM`, ending the
-//! process) no longer happens, for the rest of the process's life, as with tokio's signals.
+//! process) no longer happens, and an ignored signal (a `nohup`'d `SIGHUP`) is no longer
+//! ignored, for the rest of the process's life, as with tokio's signals.
 #![allow(unsafe_code)] // one call: installing the handler (see its SAFETY comment)
 
 use std::collections::HashMap;
@@ -18,7 +22,7 @@ use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use rustix::event::{EventfdFlags, eventfd};
@@ -65,7 +69,8 @@ impl SignalKind {
         SignalKind(libc::SIGCHLD)
     }
 
-    /// Any signal by its number; [`signal`] refuses those that cannot be caught.
+    /// Any signal by its number; [`signal`] refuses those that cannot be caught (and the
+    /// real-time signals the C library keeps for itself).
     pub const fn from_raw(number: i32) -> Self {
         SignalKind(number)
     }
@@ -83,39 +88,44 @@ struct Slot {
 }
 
 /// The slot of `kind`, installing its handler the first time.
-fn slot(kind: SignalKind) -> io::Result<&'static Slot> {
-    static SLOTS: OnceLock<Mutex<HashMap<i32, &'static Slot>>> = OnceLock::new();
+fn slot(kind: SignalKind) -> io::Result<Arc<Slot>> {
+    static SLOTS: OnceLock<Mutex<HashMap<i32, Arc<Slot>>>> = OnceLock::new();
     let mut slots = SLOTS
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
     if let Some(slot) = slots.get(&kind.0) {
-        return Ok(slot);
+        return Ok(Arc::clone(slot));
     }
     let number = kind.0;
-    if number <= 0 || number > libc::SIGRTMAX() || signal_hook_registry::FORBIDDEN.contains(&number)
+    // 32 up to SIGRTMIN are the C library's own (its threads' cancellation and setxid).
+    let reserved = (32..libc::SIGRTMIN()).contains(&number);
+    if number <= 0
+        || number > libc::SIGRTMAX()
+        || reserved
+        || signal_hook_registry::FORBIDDEN.contains(&number)
     {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("signal {number} cannot be caught"),
         ));
     }
-    let eventfd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
-    // Leaked on purpose: the handler, installed for the process's life, refers to it.
-    let slot: &'static Slot = Box::leak(Box::new(Slot {
+    let slot = Arc::new(Slot {
         generation: AtomicU64::new(0),
-        eventfd,
-    }));
+        eventfd: eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?,
+    });
+    let in_handler = Arc::clone(&slot);
     // SAFETY: the action only does what a signal handler may: an atomic add and a `write`
-    // system call (rustix calls the kernel directly: no lock, no allocation), and it cannot
-    // panic. `slot` lives for the rest of the process.
+    // system call (rustix calls the kernel directly: no lock, no allocation), through an
+    // `Arc` it only dereferences; it cannot panic. Installed, it (and its `Arc`) stays for
+    // the rest of the process; refused, it is dropped.
     unsafe {
         signal_hook_registry::register(number, move || {
-            slot.generation.fetch_add(1, Ordering::SeqCst);
-            let _ = rustix::io::write(&slot.eventfd, &1u64.to_ne_bytes());
+            in_handler.generation.fetch_add(1, Ordering::SeqCst);
+            let _ = rustix::io::write(&in_handler.eventfd, &1u64.to_ne_bytes());
         })
     }?;
-    slots.insert(number, slot);
+    slots.insert(number, Arc::clone(&slot));
     Ok(slot)
 }
 
@@ -123,7 +133,7 @@ fn slot(kind: SignalKind) -> io::Result<&'static Slot> {
 /// ([`signal`]).
 #[derive(Debug)]
 pub struct Signal {
-    slot: &'static Slot,
+    slot: Arc<Slot>,
     seen: u64,
     reg: Registration,
     /// This listener's duplicate of the signal's eventfd, watched by `reg`.
@@ -139,7 +149,8 @@ impl std::fmt::Debug for Slot {
 }
 
 /// Listens for `kind` from now on: each [`Signal::recv`] completes once the signal has come
-/// since the last (or since this call). Every listener of a signal sees it.
+/// since the last (or since this call). Every listener of a signal sees it. A `Signal`
+/// polled after its runtime is gone never completes (no loop watches its descriptor).
 ///
 /// ```no_run
 /// use softtimer_async::{Runtime, signal::{SignalKind, signal}};
@@ -156,10 +167,12 @@ impl std::fmt::Debug for Slot {
 /// # Errors
 ///
 /// `InvalidInput` for a signal that cannot be caught (`SIGKILL`, `SIGSTOP`, `SIGSEGV`,
-/// `SIGILL`, `SIGFPE`) or a number that is no signal; the system's error when no eventfd
-/// can be made; an error outside a runtime thread.
+/// `SIGILL`, `SIGFPE`), one the C library keeps (32 up to `SIGRTMIN`) or a number that is
+/// no signal; the system's error when no eventfd can be made (the handler, if installed by
+/// then, stays); an error outside a runtime thread, before anything is installed.
 pub fn signal(kind: SignalKind) -> io::Result<Signal> {
-    // Before the handler is installed: a refused listener changes nothing.
+    // Before the handler is installed: a listener refused for want of a runtime changes
+    // nothing.
     let shared = crate::executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
     let slot = slot(kind)?;
     let fd = slot.eventfd.try_clone()?;
@@ -183,7 +196,7 @@ impl Signal {
 
     /// [`recv`](Signal::recv) as a poll.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<()>> {
-        let (slot, seen) = (self.slot, &mut self.seen);
+        let (slot, seen) = (&self.slot, &mut self.seen);
         self.reg
             .poll_io(Direction::Read, cx, || {
                 let now = slot.generation.load(Ordering::SeqCst);
@@ -206,8 +219,10 @@ impl Drop for Signal {
     }
 }
 
-/// Completes at the next Ctrl-C (`SIGINT`). From the first call on, Ctrl-C no longer ends
-/// the process: the program decides (usually, a graceful shutdown).
+/// Completes at the next Ctrl-C (`SIGINT`). From its first poll on (when it installs the
+/// handler), Ctrl-C no longer ends the process: the program decides (usually, a graceful
+/// shutdown). A Ctrl-C between two `ctrl_c()` futures is seen by neither: to catch every
+/// one, keep a [`signal`] listener.
 ///
 /// ```no_run
 /// use softtimer_async::{Runtime, TcpListener, signal};
@@ -219,7 +234,8 @@ impl Drop for Signal {
 ///         while let Ok((_stream, _peer)) = listener.accept().await { /* … */ }
 ///     });
 ///     signal::ctrl_c().await.unwrap();
-///     serve.abort(); // stop accepting; finish what is in flight, then return
+///     // Stop accepting; the runtime's drop after `block_on` cancels what is left.
+///     serve.abort();
 /// });
 /// ```
 ///

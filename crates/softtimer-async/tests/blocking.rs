@@ -216,13 +216,29 @@ fn shutdown_timeout_waits_for_running_blocking_work_up_to_its_bound() {
         std::thread::sleep(Duration::from_millis(20));
         release.send(()).unwrap();
     });
+    let start = std::time::Instant::now();
     rt.shutdown_timeout(BOUND);
     assert!(
         finished.try_recv().is_ok(),
         "returned before the closure did"
     );
+    // Woken by the thread's exit, not by the bound.
+    assert!(start.elapsed() < BOUND / 2, "waited {:?}", start.elapsed());
     assert!(running.is_finished());
     releaser.join().unwrap();
+
+    // No bound at all (a timeout too long to represent): the same, without overflowing.
+    let rt = Runtime::new().unwrap();
+    let (done_tx, done) = mpsc::channel::<()>();
+    let (started_tx, started) = mpsc::channel::<()>();
+    let work = rt.handle().spawn_blocking(move || {
+        started_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        done_tx.send(()).unwrap();
+    });
+    started.recv_timeout(BOUND).unwrap();
+    rt.shutdown_timeout(Duration::MAX);
+    assert!(done.try_recv().is_ok() && work.is_finished());
 
     // Past the bound: the call returns while the closure still runs.
     let rt = Runtime::new().unwrap();

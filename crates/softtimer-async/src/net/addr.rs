@@ -72,12 +72,21 @@ impl Sealed for &str {
             return Ok(Resolve::Ready(vec![addr]));
         }
         // "host:port", the port after the last colon; a host with colons of its own (IPv6,
-        // perhaps with a zone the parse above does not take) in brackets.
+        // perhaps with a zone the parse above does not take) in brackets, and only such a
+        // host, as std has it.
         let (host, port) = self
             .rsplit_once(':')
             .ok_or_else(|| invalid(format!("`{self}` is not `host:port`")))?;
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| invalid(format!("`{port}` in `{self}` is not a port number")))?;
         let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-            Some(inner) => inner,
+            Some(inner) if inner.contains(':') => inner,
+            Some(_) => {
+                return Err(invalid(format!(
+                    "`{self}`: only an IPv6 host is written in brackets"
+                )));
+            }
             None if host.contains(':') => {
                 return Err(invalid(format!(
                     "`{self}`: an IPv6 host is written in brackets, `[host]:port`"
@@ -85,9 +94,6 @@ impl Sealed for &str {
             }
             None => host,
         };
-        let port = port
-            .parse::<u16>()
-            .map_err(|_| invalid(format!("`{port}` in `{self}` is not a port number")))?;
         (host, port).resolve()
     }
 }
@@ -224,6 +230,9 @@ mod tests {
             ":",
             "::1",
             "fe80::1:80",
+            "[::1]",
+            "host:80:",
+            "[example.com]:80",
         ] {
             let err = bad
                 .resolve()

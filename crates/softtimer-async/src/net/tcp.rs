@@ -65,8 +65,10 @@ pub struct TcpListener {
 super::socket_descriptor!(TcpListener, socket);
 
 impl TcpListener {
-    /// Binds and listens on `addr`, on the calling thread's loop. `addr` is
-    /// std's `ToSocketAddrs`: a host name here is looked up by the system's resolver on the calling thread, blocking its loop for the lookup; give an address, or resolve first with [`lookup_host`](crate::net::lookup_host).
+    /// Binds and listens on `addr`, on the calling thread's loop. `addr` is std's
+    /// `ToSocketAddrs`: a host name here is looked up by the system's resolver on the calling
+    /// thread, blocking its loop for the lookup; give an address, or resolve first with
+    /// [`lookup_host`](crate::net::lookup_host).
     pub fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
         Self::from_std(std::net::TcpListener::bind(addr)?)
     }
@@ -266,7 +268,7 @@ impl TcpStream {
     /// and be dropped separately; [`OwnedReadHalf::reunite`]
     /// puts them back together. Dropping the write half shuts the write direction down (the
     /// peer reads end of stream), as closing it through the I/O traits does. To share the
-    /// stream without moving it, `&TcpStream` has the I/O traits too.
+    /// stream without moving it, `&TcpStream` has `futures-io`'s traits too.
     ///
     /// ```
     /// use softtimer_async::{Runtime, TcpListener, TcpStream};
@@ -276,7 +278,7 @@ impl TcpStream {
     ///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     ///     let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
     ///     let (server, _) = listener.accept().await.unwrap();
-    ///     let (mut rx, tx) = server.into_split();
+    ///     let (rx, tx) = server.into_split();
     ///     // The write half echoes from another task.
     ///     let echo = softtimer_async::spawn_local(async move {
     ///         tx.write_all(b"ping").await.unwrap();
@@ -418,6 +420,11 @@ impl OwnedReadHalf {
         self.stream.peer_addr()
     }
 
+    /// The stream's local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.stream.local_addr()
+    }
+
     fn poll_read_buf(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         self.stream.poll_read_buf(cx, buf)
     }
@@ -439,6 +446,11 @@ impl OwnedWriteHalf {
         self.stream.peer_addr()
     }
 
+    /// The stream's local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.stream.local_addr()
+    }
+
     fn poll_write_buf(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         self.stream.poll_write_buf(cx, buf)
     }
@@ -453,6 +465,20 @@ impl OwnedWriteHalf {
 
     fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
         self.stream.poll_shutdown_write()
+    }
+}
+
+/// The whole stream, for its socket options (`set_nodelay`, its descriptor).
+impl AsRef<TcpStream> for OwnedReadHalf {
+    fn as_ref(&self) -> &TcpStream {
+        &self.stream
+    }
+}
+
+/// The whole stream, for its socket options (`set_nodelay`, its descriptor).
+impl AsRef<TcpStream> for OwnedWriteHalf {
+    fn as_ref(&self) -> &TcpStream {
+        &self.stream
     }
 }
 

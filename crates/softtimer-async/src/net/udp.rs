@@ -63,7 +63,9 @@ pub(crate) struct UdpInner {
 
 impl UdpSocket {
     /// Binds `addr` (the first address it resolves to that binds) on the calling thread's
-    /// loop. `addr` is std's `ToSocketAddrs`: a host name here is looked up by the system's resolver on the calling thread, blocking its loop for the lookup; give an address, or resolve first with [`lookup_host`](crate::net::lookup_host).
+    /// loop. `addr` is std's `ToSocketAddrs`: a host name here is looked up by the system's
+    /// resolver on the calling thread, blocking its loop for the lookup; give an address, or
+    /// resolve first with [`lookup_host`](crate::net::lookup_host).
     pub fn bind(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
         Self::from_std(std::net::UdpSocket::bind(addr)?)
     }
@@ -123,7 +125,10 @@ impl UdpSocket {
 
     /// Connects it to `addr`: [`UdpSocket::send`] and [`UdpSocket::recv`] then go to and
     /// come from that peer only, and errors the peer reports (ICMP port unreachable) come
-    /// back from them as `io::Error`s. `addr` is std's `ToSocketAddrs`: a host name here is looked up by the system's resolver on the calling thread, blocking its loop for the lookup; give an address, or resolve first with [`lookup_host`](crate::net::lookup_host).
+    /// back from them as `io::Error`s. `addr` is std's `ToSocketAddrs`: a host name here is
+    /// looked up by the system's resolver on the calling thread, blocking its loop for the
+    /// lookup; give an address, or resolve first with
+    /// [`lookup_host`](crate::net::lookup_host).
     pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
         self.inner.socket.connect(addr)
     }
