@@ -122,15 +122,14 @@ impl<T> JoinSet<T> {
         (id, Member { future, report })
     }
 
-    fn insert(&mut self, id: u64, handle: JoinHandle<T>) -> AbortHandle {
-        let abort = handle.abort_handle();
+    fn insert(&mut self, id: u64, handle: JoinHandle<T>) {
         self.tasks.insert(id, handle);
-        abort
     }
 
     /// Spawns `future` onto the calling thread's loop (as [`spawn`](crate::spawn)) into the
     /// set. The [`AbortHandle`] cancels that one task (its cancelled output still comes from
-    /// [`join_next`](JoinSet::join_next)); drop it if not needed.
+    /// [`join_next`](JoinSet::join_next)); drop it if not needed (it costs one allocation a
+    /// task).
     ///
     /// # Panics
     ///
@@ -143,7 +142,9 @@ impl<T> JoinSet<T> {
     {
         let (id, member) = self.member(future);
         let handle = spawn(member);
-        self.insert(id, handle)
+        let abort = handle.abort_handle();
+        self.insert(id, handle);
+        abort
     }
 
     /// Spawns `future` through `handle` (as [`Handle::spawn`](crate::Handle::spawn), from any
@@ -155,24 +156,27 @@ impl<T> JoinSet<T> {
     {
         let (id, member) = self.member(future);
         let task = handle.spawn(member);
-        self.insert(id, task)
+        let abort = task.abort_handle();
+        self.insert(id, task);
+        abort
     }
 
     /// Spawns a future that need not be `Send` onto the calling thread's loop (as
-    /// [`spawn_local`](crate::spawn_local)) into the set.
+    /// [`spawn_local`](crate::spawn_local)) into the set. No [`AbortHandle`] comes back, as
+    /// the output need not be `Send` either; [`abort_all`](JoinSet::abort_all) reaches it.
     ///
     /// # Panics
     ///
     /// Outside a runtime thread.
     #[track_caller]
-    pub fn spawn_local<F>(&mut self, future: F) -> AbortHandle
+    pub fn spawn_local<F>(&mut self, future: F)
     where
         F: Future<Output = T> + 'static,
         T: 'static,
     {
         let (id, member) = self.member(future);
         let handle = spawn_local(member);
-        self.insert(id, handle)
+        self.insert(id, handle);
     }
 
     /// The output of the next task to finish, or `None` when the set is empty. Cancel-safe:

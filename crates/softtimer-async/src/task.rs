@@ -5,9 +5,8 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll};
 
 use async_task::{FallibleTask, Runnable};
 
@@ -15,79 +14,15 @@ use crate::executor::{self, LoopShared};
 
 type Panic = Box<dyn Any + Send + 'static>;
 
-/// Why a task ended without its output.
-enum Failure {
-    Panic(Panic),
-    Aborted,
-}
-
-/// What a task and the handles that may abort it share.
-struct AbortState {
-    /// Set by `abort`: the task's next poll ends it instead of polling its future.
-    aborted: AtomicBool,
-    /// Set when the task's future has been dropped (completed, panicked or aborted).
-    finished: AtomicBool,
-    /// The task's waker, from its first poll until its future is dropped (then taken, so
-    /// that the task and this state do not keep each other alive).
-    waker: Mutex<Option<Waker>>,
-}
-
-impl AbortState {
-    fn new() -> Arc<AbortState> {
-        Arc::new(AbortState {
-            aborted: AtomicBool::new(false),
-            finished: AtomicBool::new(false),
-            waker: Mutex::new(None),
-        })
-    }
-
-    fn abort(&self) {
-        // Pairs with the task's store of its waker then load of the flag: either the task's
-        // next check sees the flag, or this sees the waker and wakes it for that check.
-        self.aborted.store(true, Ordering::SeqCst);
-        let waker = self
-            .waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-
-    /// Puts `waker` in (or takes it out, for `None`) and returns what was there, to be
-    /// dropped by the caller once the lock is released: dropping a task's last waker may
-    /// run its schedule function.
-    fn replace_waker(&self, waker: Option<Waker>) -> Option<Waker> {
-        let mut slot = self.waker.lock().unwrap_or_else(PoisonError::into_inner);
-        std::mem::replace(&mut *slot, waker)
-    }
-}
-
-/// Marks its task finished when dropped: a field after the task's future, so that it is
-/// dropped after it.
-struct Finished(Arc<AbortState>);
-
-impl Drop for Finished {
-    fn drop(&mut self) {
-        self.0.finished.store(true, Ordering::Release);
-    }
-}
-
 pin_project_lite::pin_project! {
     /// A task's future as the executor runs it: a panic is caught and becomes the task's
-    /// output, an abort ends it at its next poll, and the task's waker is kept in its loop's
-    /// task list while it lives, so that shutdown can reach it.
+    /// output, and the task's waker is kept in its loop's task list while it lives, so that
+    /// shutdown can reach it.
     struct TaskFuture<F> {
         #[pin]
         future: F,
         // (slot in the loop's task list, the loop)
         slot: Option<(usize, usize)>,
-        // Whether the abort state holds this task's waker.
-        waker_shared: bool,
-        // The state the task's handles abort it through; after `future`, so that the task
-        // counts as finished only once its future has been dropped.
-        state: Finished,
     }
 
     impl<F> PinnedDrop for TaskFuture<F> {
@@ -99,56 +34,28 @@ pin_project_lite::pin_project! {
                 let waker = local.tasks.borrow_mut().try_remove(slot);
                 drop(waker);
             }
-            if this.waker_shared {
-                drop(this.state.0.replace_waker(None));
-            }
         }
     }
 }
 
 impl<F: Future> Future for TaskFuture<F> {
-    type Output = Result<F::Output, Failure>;
+    type Output = Result<F::Output, Panic>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let abort = &this.state.0;
-        if abort.aborted.load(Ordering::SeqCst) {
-            return Poll::Ready(Err(Failure::Aborted));
-        }
         if this.slot.is_none()
             && let Some(local) = executor::current()
         {
             let slot = local.tasks.borrow_mut().insert(cx.waker().clone());
             *this.slot = Some((slot, Arc::as_ptr(&local.shared) as usize));
         }
-        if !*this.waker_shared {
-            // A task's waker stays the same for its life (async-task's), so once is enough;
-            // then the flag again, for an abort that came before the waker was there.
-            drop(abort.replace_waker(Some(cx.waker().clone())));
-            *this.waker_shared = true;
-            if abort.aborted.load(Ordering::SeqCst) {
-                return Poll::Ready(Err(Failure::Aborted));
-            }
-        }
         let future = this.future;
         match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
-            Err(panic) => Poll::Ready(Err(Failure::Panic(panic))),
+            Err(panic) => Poll::Ready(Err(panic)),
         }
     }
-}
-
-/// `future` as a task's future, and the state its handles abort it through.
-fn task_future<F>(future: F) -> (TaskFuture<F>, Arc<AbortState>) {
-    let abort = AbortState::new();
-    let task = TaskFuture {
-        future,
-        slot: None,
-        waker_shared: false,
-        state: Finished(Arc::clone(&abort)),
-    };
-    (task, abort)
 }
 
 /// Spawns `future` onto `shared`'s loop: it runs on that loop's thread from now on.
@@ -169,10 +76,10 @@ where
     F::Output: Send + 'static,
     S: Fn(Runnable) + Send + Sync + 'static,
 {
-    let (future, abort) = task_future(future);
+    let future = TaskFuture { future, slot: None };
     let (runnable, task) = async_task::spawn(future, schedule);
     runnable.schedule();
-    JoinHandle::new(task.fallible(), abort)
+    JoinHandle::new(task.fallible())
 }
 
 /// Spawns a future that is not `Send` onto `shared`'s loop, which must be this thread's.
@@ -182,10 +89,10 @@ where
     F::Output: 'static,
 {
     let owner = Arc::clone(shared);
-    let (future, abort) = task_future(future);
+    let future = TaskFuture { future, slot: None };
     let (runnable, task) = async_task::spawn_local(future, move |r| executor::schedule(&owner, r));
     runnable.schedule();
-    JoinHandle::new(task.fallible(), abort)
+    JoinHandle::new(task.fallible())
 }
 
 /// Lets the other tasks ready on this loop run before the caller goes on: it is woken at
@@ -290,27 +197,72 @@ where
 /// });
 /// ```
 pub struct JoinHandle<T> {
-    task: Option<FallibleTask<Result<T, Failure>>>,
-    abort: Arc<AbortState>,
+    /// The task, until an [`AbortHandle`] is made: then it moves to `shared`. A lock only
+    /// `abort` and `abort_handle` take (`&self`); polls and the drop reach it through
+    /// `&mut self`, without locking.
+    task: Mutex<Option<TaskOf<T>>>,
+    shared: OnceLock<Arc<SharedTask<T>>>,
+}
+
+type TaskOf<T> = FallibleTask<Result<T, Panic>>;
+
+/// A task that an [`AbortHandle`] can reach: where the task moves when the first one is
+/// made. The last of its holders to go detaches it (a task runs on when its handles are
+/// dropped).
+struct SharedTask<T>(Mutex<Option<TaskOf<T>>>);
+
+impl<T> Drop for SharedTask<T> {
+    fn drop(&mut self) {
+        detach(&mut self.0);
+    }
+}
+
+fn detach<T>(task: &mut Mutex<Option<TaskOf<T>>>) {
+    let task = task
+        .get_mut()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(task) = task {
+        task.detach();
+    }
+}
+
+/// Cancels the task in `slot` unless it has finished (then its output stays for the
+/// handle): dropping an `async-task` task that is not finished cancels it, and its future is
+/// dropped where its loop runs it next (it is scheduled for that).
+fn abort_in<T>(slot: &Mutex<Option<TaskOf<T>>>) {
+    let cancelled = take_unfinished(&mut slot.lock().unwrap_or_else(PoisonError::into_inner));
+    // Dropped unlocked: it may schedule the task.
+    drop(cancelled);
+}
+
+/// The task in `slot` if it has not finished, for the caller to drop (and so cancel).
+fn take_unfinished<T>(slot: &mut Option<TaskOf<T>>) -> Option<TaskOf<T>> {
+    match slot {
+        Some(t) if !t.is_finished() => slot.take(),
+        _ => None,
+    }
+}
+
+fn finished_in<T>(slot: &Mutex<Option<TaskOf<T>>>) -> bool {
+    let task = slot.lock().unwrap_or_else(PoisonError::into_inner);
+    task.as_ref().is_none_or(FallibleTask::is_finished)
 }
 
 impl<T> JoinHandle<T> {
-    fn new(task: FallibleTask<Result<T, Failure>>, abort: Arc<AbortState>) -> Self {
+    fn new(task: TaskOf<T>) -> Self {
         JoinHandle {
-            task: Some(task),
-            abort,
+            task: Mutex::new(Some(task)),
+            shared: OnceLock::new(),
         }
     }
 
-    /// Cancels the task: it is woken, and instead of polling its future again its loop drops
-    /// it, on the task's own thread (for loop 0, the thread of `block_on`, when it next runs
-    /// its tasks there); awaiting the handle then gives a cancelled [`JoinError`]. A task that
-    /// has already finished keeps its output. Blocking work
-    /// ([`spawn_blocking`](crate::spawn_blocking)) is cancelled only while it waits for a
-    /// thread: a closure that has started runs to its end, and its output is delivered; one
-    /// still queued (every thread of a pool at its
-    /// [`max_blocking_threads`](crate::Builder::max_blocking_threads) busy) is dropped without
-    /// running when a thread frees up to take it, and the handle resolves then.
+    /// Cancels the task: its future is dropped on its own loop's thread, the next time that
+    /// loop runs its tasks (for loop 0, inside `block_on`), without being polled again, and
+    /// awaiting the handle gives a cancelled [`JoinError`]. A task that has already finished
+    /// keeps its output. Blocking work ([`spawn_blocking`](crate::spawn_blocking)) is
+    /// cancelled only while it waits for a thread (it then never runs): a closure that has
+    /// started runs to its end, and its output is dropped.
     ///
     /// ```
     /// use std::time::Duration;
@@ -324,20 +276,84 @@ impl<T> JoinHandle<T> {
     /// });
     /// ```
     pub fn abort(&self) {
-        self.abort.abort();
-    }
-
-    /// A handle that cancels the task without owning its output: to keep beside the
-    /// `JoinHandle` (or after handing that away), and to clone.
-    pub fn abort_handle(&self) -> AbortHandle {
-        AbortHandle {
-            state: Arc::clone(&self.abort),
+        // Under the task's own lock, `abort_handle` cannot move it meanwhile.
+        let mut local = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        let cancelled = take_unfinished(&mut local);
+        drop(local);
+        // Dropped unlocked: it may schedule the task.
+        drop(cancelled);
+        if let Some(shared) = self.shared.get() {
+            abort_in(&shared.0);
         }
     }
 
     /// Whether the task has finished (completed, panicked or been cancelled).
     pub fn is_finished(&self) -> bool {
-        self.task.as_ref().is_none_or(FallibleTask::is_finished)
+        let local = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        match self.shared.get() {
+            Some(shared) => {
+                drop(local);
+                finished_in(&shared.0)
+            }
+            None => local.as_ref().is_none_or(FallibleTask::is_finished),
+        }
+    }
+
+    /// The task's slot for a poll or the drop: shared once an `AbortHandle` exists.
+    fn slot_mut(&mut self) -> SlotMut<'_, T> {
+        match self.shared.get() {
+            Some(shared) => {
+                SlotMut::Shared(shared.0.lock().unwrap_or_else(PoisonError::into_inner))
+            }
+            None => SlotMut::Own(self.task.get_mut().unwrap_or_else(PoisonError::into_inner)),
+        }
+    }
+}
+
+enum SlotMut<'a, T> {
+    Own(&'a mut Option<TaskOf<T>>),
+    Shared(std::sync::MutexGuard<'a, Option<TaskOf<T>>>),
+}
+
+impl<T> SlotMut<'_, T> {
+    fn get(&mut self) -> &mut Option<TaskOf<T>> {
+        match self {
+            SlotMut::Own(task) => task,
+            SlotMut::Shared(task) => task,
+        }
+    }
+}
+
+impl<T: Send + 'static> JoinHandle<T> {
+    /// A handle that cancels the task without owning its output: to keep beside the
+    /// `JoinHandle` (or after handing that away), and to clone. Making the first one moves
+    /// the task into an allocation the handles share; a task nobody asks one for costs
+    /// nothing for it.
+    pub fn abort_handle(&self) -> AbortHandle {
+        let mut local = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        let shared = self
+            .shared
+            .get_or_init(|| Arc::new(SharedTask(Mutex::new(local.take()))));
+        drop(local);
+        AbortHandle {
+            task: Arc::clone(shared) as Arc<dyn Abortable>,
+        }
+    }
+}
+
+/// What an [`AbortHandle`] does to its task, whatever the task's output type.
+trait Abortable: Send + Sync {
+    fn abort(&self);
+    fn is_finished(&self) -> bool;
+}
+
+impl<T: Send> Abortable for SharedTask<T> {
+    fn abort(&self) {
+        abort_in(&self.0);
+    }
+
+    fn is_finished(&self) -> bool {
+        finished_in(&self.0)
     }
 }
 
@@ -358,20 +374,18 @@ impl<T> JoinHandle<T> {
 /// ```
 #[derive(Clone)]
 pub struct AbortHandle {
-    state: Arc<AbortState>,
+    task: Arc<dyn Abortable>,
 }
 
 impl AbortHandle {
     /// Cancels the task, as [`JoinHandle::abort`] does.
     pub fn abort(&self) {
-        self.state.abort();
+        self.task.abort();
     }
 
-    /// Whether the task's future is gone: it completed, panicked or was cancelled. (Its
-    /// output may still be on its way to the `JoinHandle`, whose own `is_finished` says when
-    /// it is there.)
+    /// Whether the task has finished (completed, panicked or been cancelled).
     pub fn is_finished(&self) -> bool {
-        self.state.finished.load(Ordering::Acquire)
+        self.task.is_finished()
     }
 }
 
@@ -387,22 +401,23 @@ impl<T> Future for JoinHandle<T> {
     type Output = Result<T, JoinError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let task = self
-            .task
-            .as_mut()
-            .expect("a JoinHandle's task is taken only by its drop");
+        let mut slot = self.slot_mut();
+        let Some(task) = slot.get().as_mut() else {
+            return Poll::Ready(Err(JoinError::CANCELLED));
+        };
         Pin::new(task).poll(cx).map(|out| match out {
             Some(Ok(value)) => Ok(value),
-            Some(Err(Failure::Panic(panic))) => Err(JoinError::panic(panic)),
-            Some(Err(Failure::Aborted)) | None => Err(JoinError::CANCELLED),
+            Some(Err(panic)) => Err(JoinError::panic(panic)),
+            None => Err(JoinError::CANCELLED),
         })
     }
 }
 
 impl<T> Drop for JoinHandle<T> {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.detach();
+        // Once shared, the last holder of the shared task detaches it.
+        if self.shared.get().is_none() {
+            detach(&mut self.task);
         }
     }
 }
