@@ -75,7 +75,8 @@
 //! quinn program on soft timers. The examples: `quinn_echo` and `hyper_hello` (stock quinn
 //! and hyper over loopback), `hyper_server` (a hyper server on several loops, a listener
 //! each), `sleep_lateness` (timer lateness and CPU at each precision),
-//! `many_sleepers` (CPU per fire with thousands of sleeping tasks). `softtimers lab async`
+//! `many_sleepers` (CPU per fire with thousands of sleeping tasks), `spawn_cost` (CPU per task
+//! spawned and awaited, and per poll). `softtimers lab async`
 //! measures timers, paced UDP and hyper beside tokio and smol.
 //! The source reads in this order: `executor.rs` (the loop thread's run, wake paths and
 //! shutdown), `task.rs`, `time.rs`, `reactor.rs`, `net/`, `pace.rs`, `blocking.rs`,
