@@ -128,8 +128,8 @@ impl<T> JoinSet<T> {
 
     /// Spawns `future` onto the calling thread's loop (as [`spawn`](crate::spawn)) into the
     /// set. The [`AbortHandle`] cancels that one task (its cancelled output still comes from
-    /// [`join_next`](JoinSet::join_next)); drop it if not needed (it costs one allocation a
-    /// task).
+    /// [`join_next`](JoinSet::join_next)); every task spawned this way costs one allocation
+    /// for it, whether or not the handle is kept.
     ///
     /// # Panics
     ///

@@ -79,7 +79,7 @@ where
     let future = TaskFuture { future, slot: None };
     let (runnable, task) = async_task::spawn(future, schedule);
     runnable.schedule();
-    JoinHandle::new(task.fallible())
+    JoinHandle::new(task.fallible(), cancel_and_wait)
 }
 
 /// Spawns a future that is not `Send` onto `shared`'s loop, which must be this thread's.
@@ -92,7 +92,7 @@ where
     let future = TaskFuture { future, slot: None };
     let (runnable, task) = async_task::spawn_local(future, move |r| executor::schedule(&owner, r));
     runnable.schedule();
-    JoinHandle::new(task.fallible())
+    JoinHandle::new(task.fallible(), cancel_at_once)
 }
 
 /// Lets the other tasks ready on this loop run before the caller goes on: it is woken at
@@ -197,72 +197,170 @@ where
 /// });
 /// ```
 pub struct JoinHandle<T> {
-    /// The task, until an [`AbortHandle`] is made: then it moves to `shared`. A lock only
-    /// `abort` and `abort_handle` take (`&self`); polls and the drop reach it through
-    /// `&mut self`, without locking.
-    task: Mutex<Option<TaskOf<T>>>,
+    /// The task, until an [`AbortHandle`] is made: then it moves to `shared`. Its lock is
+    /// taken by the `&self` methods (`abort`, `abort_handle`, `is_finished`, `Debug`); polls
+    /// and the drop reach it through `&mut self`, without locking.
+    task: Mutex<Slot<T>>,
     shared: OnceLock<Arc<SharedTask<T>>>,
+    /// How an abort cancels the task: waiting for its future to be dropped where the output
+    /// is `Send` (every task but some of `spawn_local`'s), at once otherwise.
+    cancel: Cancel<T>,
 }
 
 type TaskOf<T> = FallibleTask<Result<T, Panic>>;
 
-/// A task that an [`AbortHandle`] can reach: where the task moves when the first one is
-/// made. The last of its holders to go detaches it (a task runs on when its handles are
-/// dropped).
-struct SharedTask<T>(Mutex<Option<TaskOf<T>>>);
+/// `async-task`'s `cancel()` of a task, boxed: it cancels at its first poll and completes
+/// once the task's future has been dropped (with the output of a task that had finished).
+type Cancelling<T> = Pin<Box<dyn Future<Output = Option<Result<T, Panic>>> + Send>>;
 
-impl<T> Drop for SharedTask<T> {
-    fn drop(&mut self) {
-        detach(&mut self.0);
+type Cancel<T> = fn(TaskOf<T>) -> Slot<T>;
+
+/// Where a handle's task stands.
+enum Slot<T> {
+    /// Running, or finished with its output there to take.
+    Task(TaskOf<T>),
+    /// Aborted, its future not known to be gone yet; `dropped` is set (by the waker of the
+    /// abort's own poll) when it is, for `is_finished`.
+    Cancelling {
+        cancel: Cancelling<T>,
+        dropped: Arc<FlagWaker>,
+    },
+    /// Ended when the abort came: its output, or `None` for a cancelled task, for the next
+    /// poll.
+    Ended(Option<Result<T, Panic>>),
+    /// Aborted and the future dropped (or, for an output that is not `Send`, left to be
+    /// dropped on its loop's next pass), or its output taken, or moved to the shared slot.
+    Gone,
+}
+
+/// A waker that only records that it was woken.
+#[derive(Default)]
+struct FlagWaker(std::sync::atomic::AtomicBool);
+
+impl std::task::Wake for FlagWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
     }
 }
 
-fn detach<T>(task: &mut Mutex<Option<TaskOf<T>>>) {
-    let task = task
-        .get_mut()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take();
-    if let Some(task) = task {
-        task.detach();
+/// [`Cancel`] for outputs that are `Send`: wait for the future to be dropped.
+fn cancel_and_wait<T: Send + 'static>(task: TaskOf<T>) -> Slot<T> {
+    let mut cancel: Cancelling<T> = Box::pin(task.cancel());
+    let dropped = Arc::new(FlagWaker::default());
+    let waker = std::task::Waker::from(Arc::clone(&dropped));
+    // The first poll cancels; it may already have the output of a task that finished.
+    match cancel.as_mut().poll(&mut Context::from_waker(&waker)) {
+        Poll::Ready(output) => Slot::Ended(output),
+        Poll::Pending => Slot::Cancelling { cancel, dropped },
     }
 }
 
-/// Cancels the task in `slot` unless it has finished (then its output stays for the
-/// handle): dropping an `async-task` task that is not finished cancels it, and its future is
-/// dropped where its loop runs it next (it is scheduled for that).
-fn abort_in<T>(slot: &Mutex<Option<TaskOf<T>>>) {
-    let cancelled = take_unfinished(&mut slot.lock().unwrap_or_else(PoisonError::into_inner));
-    // Dropped unlocked: it may schedule the task.
-    drop(cancelled);
+/// [`Cancel`] for outputs that need not be `Send` (a `spawn_local` task's): the task is
+/// dropped, which cancels it, and its loop drops the future at its next pass.
+fn cancel_at_once<T>(task: TaskOf<T>) -> Slot<T> {
+    drop(task);
+    Slot::Gone
 }
-
-/// The task in `slot` if it has not finished, for the caller to drop (and so cancel).
-fn take_unfinished<T>(slot: &mut Option<TaskOf<T>>) -> Option<TaskOf<T>> {
-    match slot {
-        Some(t) if !t.is_finished() => slot.take(),
-        _ => None,
-    }
-}
-
-fn finished_in<T>(slot: &Mutex<Option<TaskOf<T>>>) -> bool {
-    let task = slot.lock().unwrap_or_else(PoisonError::into_inner);
-    task.as_ref().is_none_or(FallibleTask::is_finished)
-}
-
-impl<T> JoinHandle<T> {
-    fn new(task: TaskOf<T>) -> Self {
-        JoinHandle {
-            task: Mutex::new(Some(task)),
-            shared: OnceLock::new(),
+impl<T> Slot<T> {
+    /// Aborts the task here if it has not finished (a finished one keeps its output).
+    fn abort(&mut self, cancel: Cancel<T>) {
+        if let Slot::Task(task) = self
+            && !task.is_finished()
+            && let Slot::Task(task) = std::mem::replace(self, Slot::Gone)
+        {
+            *self = cancel(task);
         }
     }
 
+    fn is_finished(&self) -> bool {
+        match self {
+            Slot::Task(task) => task.is_finished(),
+            Slot::Cancelling { dropped, .. } => {
+                dropped.0.load(std::sync::atomic::Ordering::Acquire)
+            }
+            Slot::Ended(_) | Slot::Gone => true,
+        }
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, JoinError>> {
+        let output = match self {
+            Slot::Task(task) => std::task::ready!(Pin::new(task).poll(cx)),
+            Slot::Cancelling { cancel, .. } => {
+                let output = std::task::ready!(cancel.as_mut().poll(cx));
+                *self = Slot::Gone;
+                output
+            }
+            Slot::Ended(output) => {
+                let output = output.take();
+                *self = Slot::Gone;
+                output
+            }
+            Slot::Gone => None,
+        };
+        Poll::Ready(match output {
+            Some(Ok(value)) => Ok(value),
+            Some(Err(panic)) => Err(JoinError::panic(panic)),
+            None => Err(JoinError::CANCELLED),
+        })
+    }
+
+    /// Lets a running task run on without this handle.
+    fn detach(&mut self) {
+        if let Slot::Task(task) = std::mem::replace(self, Slot::Gone) {
+            task.detach();
+        }
+    }
+}
+
+/// A task that an [`AbortHandle`] can reach: where the task moves when the first one is
+/// made. The last of its holders to go detaches it (a task runs on when its handles are
+/// dropped).
+struct SharedTask<T> {
+    slot: Mutex<Slot<T>>,
+    cancel: Cancel<T>,
+}
+
+impl<T> SharedTask<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot<T>> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<T> Drop for SharedTask<T> {
+    fn drop(&mut self) {
+        self.slot
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .detach();
+    }
+}
+
+impl<T> JoinHandle<T> {
+    fn new(task: TaskOf<T>, cancel: Cancel<T>) -> Self {
+        JoinHandle {
+            task: Mutex::new(Slot::Task(task)),
+            shared: OnceLock::new(),
+            cancel,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot<T>> {
+        self.task.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Cancels the task: its future is dropped on its own loop's thread, the next time that
-    /// loop runs its tasks (for loop 0, inside `block_on`), without being polled again, and
-    /// awaiting the handle gives a cancelled [`JoinError`]. A task that has already finished
-    /// keeps its output. Blocking work ([`spawn_blocking`](crate::spawn_blocking)) is
-    /// cancelled only while it waits for a thread (it then never runs): a closure that has
-    /// started runs to its end, and its output is dropped.
+    /// loop runs its tasks (for loop 0, inside `block_on`), without being polled again.
+    /// Awaiting the handle then gives a cancelled [`JoinError`] once the future has been
+    /// dropped, so what it held (a borrow, a socket, a port) is free by then; for a task of
+    /// [`spawn_local`] whose output is not `Send`, at once, the future being dropped at the
+    /// loop's next pass. A task that has already finished keeps its output. Blocking work
+    /// ([`spawn_blocking`](crate::spawn_blocking)) is cancelled only while it waits for a
+    /// thread (it then never runs): a closure that has started runs to its end, awaiting
+    /// the handle waits for it, and its output is dropped.
     ///
     /// ```
     /// use std::time::Duration;
@@ -277,49 +375,24 @@ impl<T> JoinHandle<T> {
     /// ```
     pub fn abort(&self) {
         // Under the task's own lock, `abort_handle` cannot move it meanwhile.
-        let mut local = self.task.lock().unwrap_or_else(PoisonError::into_inner);
-        let cancelled = take_unfinished(&mut local);
+        let mut local = self.lock();
+        local.abort(self.cancel);
         drop(local);
-        // Dropped unlocked: it may schedule the task.
-        drop(cancelled);
         if let Some(shared) = self.shared.get() {
-            abort_in(&shared.0);
+            shared.lock().abort(shared.cancel);
         }
     }
 
-    /// Whether the task has finished (completed, panicked or been cancelled).
+    /// Whether the task has finished: completed, panicked, or cancelled with its future
+    /// dropped.
     pub fn is_finished(&self) -> bool {
-        let local = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        let local = self.lock();
         match self.shared.get() {
             Some(shared) => {
                 drop(local);
-                finished_in(&shared.0)
+                shared.lock().is_finished()
             }
-            None => local.as_ref().is_none_or(FallibleTask::is_finished),
-        }
-    }
-
-    /// The task's slot for a poll or the drop: shared once an `AbortHandle` exists.
-    fn slot_mut(&mut self) -> SlotMut<'_, T> {
-        match self.shared.get() {
-            Some(shared) => {
-                SlotMut::Shared(shared.0.lock().unwrap_or_else(PoisonError::into_inner))
-            }
-            None => SlotMut::Own(self.task.get_mut().unwrap_or_else(PoisonError::into_inner)),
-        }
-    }
-}
-
-enum SlotMut<'a, T> {
-    Own(&'a mut Option<TaskOf<T>>),
-    Shared(std::sync::MutexGuard<'a, Option<TaskOf<T>>>),
-}
-
-impl<T> SlotMut<'_, T> {
-    fn get(&mut self) -> &mut Option<TaskOf<T>> {
-        match self {
-            SlotMut::Own(task) => task,
-            SlotMut::Shared(task) => task,
+            None => local.is_finished(),
         }
     }
 }
@@ -327,13 +400,17 @@ impl<T> SlotMut<'_, T> {
 impl<T: Send + 'static> JoinHandle<T> {
     /// A handle that cancels the task without owning its output: to keep beside the
     /// `JoinHandle` (or after handing that away), and to clone. Making the first one moves
-    /// the task into an allocation the handles share; a task nobody asks one for costs
-    /// nothing for it.
+    /// the task into an allocation the handles share; a task nobody asks one for has no
+    /// such allocation. (A task that finishes after its `JoinHandle` is dropped keeps its
+    /// output until the last `AbortHandle` goes.)
     pub fn abort_handle(&self) -> AbortHandle {
-        let mut local = self.task.lock().unwrap_or_else(PoisonError::into_inner);
-        let shared = self
-            .shared
-            .get_or_init(|| Arc::new(SharedTask(Mutex::new(local.take()))));
+        let mut local = self.lock();
+        let shared = self.shared.get_or_init(|| {
+            Arc::new(SharedTask {
+                slot: Mutex::new(std::mem::replace(&mut *local, Slot::Gone)),
+                cancel: self.cancel,
+            })
+        });
         drop(local);
         AbortHandle {
             task: Arc::clone(shared) as Arc<dyn Abortable>,
@@ -349,11 +426,11 @@ trait Abortable: Send + Sync {
 
 impl<T: Send> Abortable for SharedTask<T> {
     fn abort(&self) {
-        abort_in(&self.0);
+        self.lock().abort(self.cancel);
     }
 
     fn is_finished(&self) -> bool {
-        finished_in(&self.0)
+        self.lock().is_finished()
     }
 }
 
@@ -383,7 +460,7 @@ impl AbortHandle {
         self.task.abort();
     }
 
-    /// Whether the task has finished (completed, panicked or been cancelled).
+    /// Whether the task has finished, as [`JoinHandle::is_finished`] says.
     pub fn is_finished(&self) -> bool {
         self.task.is_finished()
     }
@@ -397,27 +474,42 @@ impl std::fmt::Debug for AbortHandle {
     }
 }
 
+// The output is only ever moved out, never pinned.
+impl<T> Unpin for JoinHandle<T> {}
+
 impl<T> Future for JoinHandle<T> {
     type Output = Result<T, JoinError>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut slot = self.slot_mut();
-        let Some(task) = slot.get().as_mut() else {
-            return Poll::Ready(Err(JoinError::CANCELLED));
-        };
-        Pin::new(task).poll(cx).map(|out| match out {
-            Some(Ok(value)) => Ok(value),
-            Some(Err(panic)) => Err(JoinError::panic(panic)),
-            None => Err(JoinError::CANCELLED),
-        })
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match this.shared.get() {
+            Some(shared) => shared.lock().poll(cx),
+            None => this
+                .task
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .poll(cx),
+        }
     }
 }
 
 impl<T> Drop for JoinHandle<T> {
     fn drop(&mut self) {
-        // Once shared, the last holder of the shared task detaches it.
-        if self.shared.get().is_none() {
-            detach(&mut self.task);
+        self.task
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .detach();
+        // Once shared, the last holder of the shared task detaches it; the output of one
+        // that has finished is nobody's now, and goes at once.
+        if let Some(shared) = self.shared.get() {
+            let mut slot = shared.lock();
+            let finished = if slot.is_finished() {
+                std::mem::replace(&mut *slot, Slot::Gone)
+            } else {
+                Slot::Gone
+            };
+            drop(slot);
+            drop(finished);
         }
     }
 }

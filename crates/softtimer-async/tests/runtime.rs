@@ -504,14 +504,34 @@ fn abort_by_reference_or_from_another_thread_drops_the_future_on_its_loop() {
     let loop_thread = on_loop.recv_timeout(BOUND).unwrap();
     let stop = task.abort_handle();
     assert!(!stop.is_finished() && !task.is_finished());
-    // From this thread, which runs no loop: the future is dropped on its own.
+    // From this thread, which runs no loop: the future is dropped on its own, and the
+    // handle completes only once it has been (what it held is free by then).
     std::thread::spawn(move || stop.abort()).join().unwrap();
-    assert_eq!(dropped.recv_timeout(BOUND).unwrap(), loop_thread);
     let err = rt
         .block_on(async { timeout(BOUND, task).await })
         .unwrap()
         .unwrap_err();
     assert!(err.is_cancelled() && !err.is_panic());
+    assert_eq!(dropped.try_recv().unwrap(), loop_thread);
+
+    // An AbortHandle outliving its JoinHandle still cancels; a finished task's output stays
+    // for a handle that never made an AbortHandle.
+    let (tx, dropped) = mpsc::channel();
+    let guard = DropsOn(tx);
+    let orphan = handle.spawn_on(1, async move {
+        let _guard = guard;
+        sleep(Duration::from_secs(3600)).await;
+    });
+    let stop = orphan.abort_handle();
+    drop(orphan);
+    stop.abort();
+    dropped.recv_timeout(BOUND).unwrap();
+    let mut waited = Duration::ZERO;
+    while !stop.is_finished() {
+        assert!(waited < BOUND, "an aborted task never counted as finished");
+        std::thread::sleep(Duration::from_millis(1));
+        waited += Duration::from_millis(1);
+    }
 
     rt.block_on(async {
         // By reference, on the same loop, a local task too; the handle stays usable.
@@ -519,7 +539,14 @@ fn abort_by_reference_or_from_another_thread_drops_the_future_on_its_loop() {
         local.abort();
         let local = timeout(BOUND, local).await.unwrap();
         assert!(local.unwrap_err().is_cancelled());
-        // A task that finished before the abort keeps its output.
+        // A task that finished before the abort keeps its output, with or without an
+        // AbortHandle.
+        let plain = softtimer_async::spawn(async { 6 });
+        while !plain.is_finished() {
+            softtimer_async::yield_now().await;
+        }
+        plain.abort();
+        assert_eq!(plain.await.unwrap(), 6);
         let done = softtimer_async::spawn(async { 7 });
         let stop = done.abort_handle();
         while !done.is_finished() {
@@ -649,6 +676,8 @@ fn a_join_set_gives_outputs_as_tasks_finish_on_any_loop_and_aborts_what_it_drops
         );
         drop(detached);
         drop(set);
+        // The aborted member's future is dropped when this loop next runs its tasks.
+        softtimer_async::yield_now().await;
         let mut waited = Duration::ZERO;
         while ran.try_recv().is_err() {
             assert!(waited < BOUND, "a detached task did not run");

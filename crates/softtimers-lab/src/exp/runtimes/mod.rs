@@ -732,7 +732,7 @@ mod tests {
             AsyncRow::over_rounds(rounds).unwrap()
         };
         // Per round 1.0, 1.1, 0.9375: their median, 1.0, is met; the ratio of the medians
-        // (2.2 / 2.0) would not be, nor would pairing the rounds out of order.
+        // (2.2 / 2.0) would not be.
         let rows = [
             row(RuntimeKind::Soft, &[2.0, 2.2, 3.0]),
             row(RuntimeKind::TokioCt, &[2.0, 2.0, 3.2]),
