@@ -359,8 +359,9 @@ impl<T> JoinHandle<T> {
     /// [`spawn_local`] whose output is not `Send`, at once, the future being dropped at the
     /// loop's next pass. A task that has already finished keeps its output. Blocking work
     /// ([`spawn_blocking`](crate::spawn_blocking)) is cancelled only while it waits for a
-    /// thread (it then never runs): a closure that has started runs to its end, awaiting
-    /// the handle waits for it, and its output is dropped.
+    /// thread: it then never runs, and awaiting the handle returns when a pool thread takes
+    /// it off the queue; a closure that has started runs to its end, awaiting the handle
+    /// waits for it, and its output is dropped.
     ///
     /// ```
     /// use std::time::Duration;
