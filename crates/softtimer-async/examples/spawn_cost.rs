@@ -13,6 +13,10 @@ fn cpu_ns() -> u64 {
 }
 
 fn main() {
+    println!(
+        "a JoinHandle<u64> is {} bytes",
+        std::mem::size_of::<softtimer_async::JoinHandle<u64>>()
+    );
     let rt = softtimer_async::Runtime::builder()
         .pin(false)
         .build()

@@ -202,71 +202,125 @@ pub struct JoinHandle<T> {
     /// and the drop reach it through `&mut self`, without locking.
     task: Mutex<Slot<T>>,
     shared: OnceLock<Arc<SharedTask<T>>>,
-    /// How an abort cancels the task: waiting for its future to be dropped where the output
-    /// is `Send` (every task but some of `spawn_local`'s), at once otherwise.
+    /// How an abort cancels the task: waiting for its future to be dropped (the tasks of
+    /// `spawn`, `Handle::spawn` and `spawn_blocking`), or at once (`spawn_local`'s).
     cancel: Cancel<T>,
 }
 
 type TaskOf<T> = FallibleTask<Result<T, Panic>>;
 
-/// `async-task`'s `cancel()` of a task, boxed: it cancels at its first poll and completes
-/// once the task's future has been dropped (with the output of a task that had finished).
-type Cancelling<T> = Pin<Box<dyn Future<Output = Option<Result<T, Panic>>> + Send>>;
-
 type Cancel<T> = fn(TaskOf<T>) -> Slot<T>;
 
-/// Where a handle's task stands.
+/// `async-task`'s `cancel()` of a task whose output is `Send`, boxed.
+type CancelFuture<T> = Pin<Box<dyn Future<Output = Option<Result<T, Panic>>> + Send>>;
+
+/// Where a handle's task stands. Two words whatever `T` is: what only an abort needs is
+/// boxed.
 enum Slot<T> {
     /// Running, or finished with its output there to take.
     Task(TaskOf<T>),
-    /// Aborted, its future not known to be gone yet; `dropped` is set (by the waker of the
-    /// abort's own poll) when it is, for `is_finished`.
-    Cancelling {
-        cancel: Cancelling<T>,
-        dropped: Arc<FlagWaker>,
-    },
+    /// Aborted, its future not known to be gone yet.
+    Cancelling(Box<Cancelling<T>>),
     /// Ended when the abort came: its output, or `None` for a cancelled task, for the next
     /// poll.
-    Ended(Option<Result<T, Panic>>),
-    /// Aborted and the future dropped (or, for an output that is not `Send`, left to be
-    /// dropped on its loop's next pass), or its output taken, or moved to the shared slot.
+    Ended(Box<Option<Result<T, Panic>>>),
+    /// Aborted and the future dropped (or, for a `spawn_local` task, left to its loop's next
+    /// pass), or its output taken, or moved to the shared slot.
     Gone,
 }
 
-/// A waker that only records that it was woken.
-#[derive(Default)]
-struct FlagWaker(std::sync::atomic::AtomicBool);
+/// An aborted task being cancelled: `async-task`'s `cancel()` of it, which cancels at its
+/// first poll and completes once the task's future has been dropped (with the output of a
+/// task that had finished), always polled with one waker of ours, so that `async-task`
+/// notifies us (for `is_finished`) and we pass it on to whoever polls the handle.
+struct Cancelling<T> {
+    cancel: CancelFuture<T>,
+    notified: Arc<CancelWaker>,
+    waker: std::task::Waker,
+}
 
-impl std::task::Wake for FlagWaker {
+/// The waker of a cancellation: records that the task's future is gone and wakes the task
+/// awaiting the handle, if one is.
+#[derive(Default)]
+struct CancelWaker {
+    done: std::sync::atomic::AtomicBool,
+    waiter: Mutex<Option<std::task::Waker>>,
+}
+
+impl std::task::Wake for CancelWaker {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.0.store(true, std::sync::atomic::Ordering::Release);
+        self.done.store(true, std::sync::atomic::Ordering::Release);
+        let waiter = self
+            .waiter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(waiter) = waiter {
+            waiter.wake();
+        }
     }
 }
 
-/// [`Cancel`] for outputs that are `Send`: wait for the future to be dropped.
+impl<T> Cancelling<T> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Panic>>> {
+        {
+            let mut waiter = self
+                .notified
+                .waiter
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match &*waiter {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *waiter = Some(cx.waker().clone()),
+            }
+        }
+        self.cancel
+            .as_mut()
+            .poll(&mut Context::from_waker(&self.waker))
+    }
+}
+
+/// [`Cancel`] for `Send` outputs: the handle completes once the future has been dropped.
 fn cancel_and_wait<T: Send + 'static>(task: TaskOf<T>) -> Slot<T> {
-    let mut cancel: Cancelling<T> = Box::pin(task.cancel());
-    let dropped = Arc::new(FlagWaker::default());
-    let waker = std::task::Waker::from(Arc::clone(&dropped));
+    let notified = Arc::new(CancelWaker::default());
+    let mut cancelling = Cancelling {
+        cancel: Box::pin(task.cancel()),
+        waker: std::task::Waker::from(Arc::clone(&notified)),
+        notified,
+    };
     // The first poll cancels; it may already have the output of a task that finished.
-    match cancel.as_mut().poll(&mut Context::from_waker(&waker)) {
-        Poll::Ready(output) => Slot::Ended(output),
-        Poll::Pending => Slot::Cancelling { cancel, dropped },
+    let first = cancelling
+        .cancel
+        .as_mut()
+        .poll(&mut Context::from_waker(&cancelling.waker));
+    match first {
+        Poll::Ready(output) => Slot::Ended(Box::new(output)),
+        Poll::Pending => Slot::Cancelling(Box::new(cancelling)),
     }
 }
 
-/// [`Cancel`] for outputs that need not be `Send` (a `spawn_local` task's): the task is
-/// dropped, which cancels it, and its loop drops the future at its next pass.
+/// [`Cancel`] for `spawn_local` tasks, whose output need not be `Send`: cancelled at once,
+/// the loop dropping the future at its next pass; the handle does not wait for that (its
+/// waiting would not be `Send`), but keeps the output of a task that finished first.
 fn cancel_at_once<T>(task: TaskOf<T>) -> Slot<T> {
-    drop(task);
-    Slot::Gone
+    let mut cancel = std::pin::pin!(task.cancel());
+    match cancel
+        .as_mut()
+        .poll(&mut Context::from_waker(std::task::Waker::noop()))
+    {
+        Poll::Ready(output) => Slot::Ended(Box::new(output)),
+        Poll::Pending => Slot::Gone,
+    }
 }
+
 impl<T> Slot<T> {
-    /// Aborts the task here if it has not finished (a finished one keeps its output).
+    /// Aborts the task here if it has not finished (a finished one keeps its output). The
+    /// cancel's first poll runs under the slot's lock; it may schedule the task, which only
+    /// queues it.
     fn abort(&mut self, cancel: Cancel<T>) {
         if let Slot::Task(task) = self
             && !task.is_finished()
@@ -279,9 +333,7 @@ impl<T> Slot<T> {
     fn is_finished(&self) -> bool {
         match self {
             Slot::Task(task) => task.is_finished(),
-            Slot::Cancelling { dropped, .. } => {
-                dropped.0.load(std::sync::atomic::Ordering::Acquire)
-            }
+            Slot::Cancelling(c) => c.notified.done.load(std::sync::atomic::Ordering::Acquire),
             Slot::Ended(_) | Slot::Gone => true,
         }
     }
@@ -289,8 +341,8 @@ impl<T> Slot<T> {
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, JoinError>> {
         let output = match self {
             Slot::Task(task) => std::task::ready!(Pin::new(task).poll(cx)),
-            Slot::Cancelling { cancel, .. } => {
-                let output = std::task::ready!(cancel.as_mut().poll(cx));
+            Slot::Cancelling(c) => {
+                let output = std::task::ready!(c.poll(cx));
                 *self = Slot::Gone;
                 output
             }
@@ -353,15 +405,18 @@ impl<T> JoinHandle<T> {
     }
 
     /// Cancels the task: its future is dropped on its own loop's thread, the next time that
-    /// loop runs its tasks (for loop 0, inside `block_on`), without being polled again.
-    /// Awaiting the handle then gives a cancelled [`JoinError`] once the future has been
-    /// dropped, so what it held (a borrow, a socket, a port) is free by then; for a task of
-    /// [`spawn_local`] whose output is not `Send`, at once, the future being dropped at the
-    /// loop's next pass. A task that has already finished keeps its output. Blocking work
-    /// ([`spawn_blocking`](crate::spawn_blocking)) is cancelled only while it waits for a
-    /// thread: it then never runs, and awaiting the handle returns when a pool thread takes
-    /// it off the queue; a closure that has started runs to its end, awaiting the handle
-    /// waits for it, and its output is dropped.
+    /// loop runs its tasks (for loop 0, inside `block_on`; or when the runtime is dropped),
+    /// without being polled again. Awaiting the handle then gives a cancelled [`JoinError`]
+    /// once the future has been dropped, so what it captured (a borrow, a socket, a port) is
+    /// free by then; so that await needs the task's loop to run. For a task of
+    /// [`spawn_local`] the handle completes at once and [`is_finished`](Self::is_finished)
+    /// says so, the future being dropped at the loop's next pass. A task that has already
+    /// finished keeps its output. Blocking work ([`spawn_blocking`](crate::spawn_blocking))
+    /// is cancelled only while it waits for a thread: it then never runs, and awaiting the
+    /// handle returns when a pool thread takes it off the queue (behind busy threads, when
+    /// one frees up) or the pool shuts down; a closure that has started runs to its end,
+    /// awaiting the handle waits for it, and its output is dropped (possibly a moment after
+    /// the handle has returned).
     ///
     /// ```
     /// use std::time::Duration;
