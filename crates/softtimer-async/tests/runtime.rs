@@ -539,6 +539,18 @@ fn abort_by_reference_or_from_another_thread_drops_the_future_on_its_loop() {
         local.abort();
         let local = timeout(BOUND, local).await.unwrap();
         assert!(local.unwrap_err().is_cancelled());
+        // A handle polled while its aborted task is being cancelled, then left: it still
+        // comes to say it has finished.
+        let mut left = softtimer_async::spawn(sleep(Duration::from_secs(3600)));
+        left.abort();
+        let _ = timeout(Duration::from_nanos(1), &mut left).await;
+        let mut turns = 0;
+        while !left.is_finished() {
+            assert!(turns < 100_000, "an aborted, polled handle never finished");
+            softtimer_async::yield_now().await;
+            turns += 1;
+        }
+        assert!(left.await.unwrap_err().is_cancelled());
         // A task that finished before the abort keeps its output, with or without an
         // AbortHandle.
         let plain = softtimer_async::spawn(async { 6 });
