@@ -19,7 +19,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::thread::{JoinHandle as ThreadHandle, ThreadId};
 use std::time::{Duration, Instant};
 
@@ -190,22 +190,11 @@ impl BlockingPool {
             // `None`: a keep-alive too long to represent, which never ends.
             let until = Instant::now().checked_add(self.keep_alive);
             let expired = loop {
-                state = match until {
-                    Some(until) => {
-                        let left = until.saturating_duration_since(Instant::now());
-                        if left.is_zero() {
-                            break true;
-                        }
-                        self.work_ready
-                            .wait_timeout(state, left)
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .0
-                    }
-                    None => self
-                        .work_ready
-                        .wait(state)
-                        .unwrap_or_else(PoisonError::into_inner),
-                };
+                let woken;
+                (state, woken) = wait_until(&self.work_ready, state, until);
+                if !woken {
+                    break true;
+                }
                 if state.notified > 0 || state.shutdown || !state.queue.is_empty() {
                     break false;
                 }
@@ -249,20 +238,11 @@ impl BlockingPool {
         // `None`: a wait too long to represent, which has no end.
         let until = Instant::now().checked_add(running);
         while state.threads > 0 {
-            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
-            state = match left {
-                Some(left) if left.is_zero() => break,
-                Some(left) => {
-                    self.left
-                        .wait_timeout(state, left)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-                None => self
-                    .left
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner),
-            };
+            let woken;
+            (state, woken) = wait_until(&self.left, state, until);
+            if !woken {
+                break;
+            }
         }
         let left = take_left(&mut state, None);
         drop(state);
@@ -270,6 +250,29 @@ impl BlockingPool {
             let _ = thread.join();
         }
     }
+}
+
+/// Waits on `condvar` until it is notified (or wakes spuriously) or `until` comes (`None`:
+/// no deadline); the guard again, and `false` when the deadline had passed without a wait.
+fn wait_until<'a>(
+    condvar: &Condvar,
+    state: MutexGuard<'a, PoolState>,
+    until: Option<Instant>,
+) -> (MutexGuard<'a, PoolState>, bool) {
+    let Some(until) = until else {
+        return (
+            condvar.wait(state).unwrap_or_else(PoisonError::into_inner),
+            true,
+        );
+    };
+    let left = until.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return (state, false);
+    }
+    let (state, _) = condvar
+        .wait_timeout(state, left)
+        .unwrap_or_else(PoisonError::into_inner);
+    (state, true)
 }
 
 /// Takes out of `state` the handles of the threads that have left their work loop, but for

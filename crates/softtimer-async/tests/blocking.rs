@@ -6,9 +6,24 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use softtimer_async::time::{interval, timeout};
-use softtimer_async::{Runtime, spawn_blocking};
+use softtimer_async::{Handle, JoinHandle, Runtime, spawn_blocking};
 
 const BOUND: Duration = Duration::from_secs(10);
+
+/// A closure on `handle`'s pool that has started and waits (up to [`BOUND`]) for a message
+/// on the sender returned; the receiver hears when it has finished.
+fn held_closure(handle: &Handle) -> (JoinHandle<()>, mpsc::Sender<()>, mpsc::Receiver<()>) {
+    let (started_tx, started) = mpsc::channel::<()>();
+    let (release, wait) = mpsc::channel::<()>();
+    let (finished_tx, finished) = mpsc::channel::<()>();
+    let running = handle.spawn_blocking(move || {
+        started_tx.send(()).unwrap();
+        let _ = wait.recv_timeout(BOUND);
+        finished_tx.send(()).unwrap();
+    });
+    started.recv_timeout(BOUND).unwrap();
+    (running, release, finished)
+}
 
 #[test]
 fn blocking_work_runs_off_the_loop_while_its_timers_keep_firing() {
@@ -111,17 +126,9 @@ fn the_pool_never_runs_more_closures_at_once_than_its_size() {
 fn dropping_the_runtime_cancels_queued_blocking_work_and_lets_running_work_finish() {
     let rt = Runtime::builder().max_blocking_threads(1).build().unwrap();
     let handle = rt.handle();
-    let (started_tx, started) = mpsc::channel::<()>();
-    let (release, wait) = mpsc::channel::<()>();
-    let (finished_tx, finished) = mpsc::channel::<()>();
-    let running = handle.spawn_blocking(move || {
-        started_tx.send(()).unwrap();
-        let _ = wait.recv_timeout(BOUND);
-        finished_tx.send(()).unwrap();
-    });
+    let (running, release, finished) = held_closure(&handle);
     // Behind it in the queue: the pool's only thread is busy.
     let queued = handle.spawn_blocking(|| 1);
-    started.recv_timeout(BOUND).unwrap();
     drop(rt);
     // The queued closure never runs: its handle is finished, cancelled.
     assert!(queued.is_finished());
@@ -203,15 +210,7 @@ fn shutdown_timeout_waits_for_running_blocking_work_up_to_its_bound() {
     // Within the bound: the closure returns and its thread is joined before the call does.
     let rt = Runtime::new().unwrap();
     let handle = rt.handle();
-    let (started_tx, started) = mpsc::channel::<()>();
-    let (release, wait) = mpsc::channel::<()>();
-    let (finished_tx, finished) = mpsc::channel::<()>();
-    let running = handle.spawn_blocking(move || {
-        started_tx.send(()).unwrap();
-        let _ = wait.recv_timeout(BOUND);
-        finished_tx.send(()).unwrap();
-    });
-    started.recv_timeout(BOUND).unwrap();
+    let (running, release, finished) = held_closure(&handle);
     let releaser = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(20));
         release.send(()).unwrap();
@@ -242,15 +241,7 @@ fn shutdown_timeout_waits_for_running_blocking_work_up_to_its_bound() {
 
     // Past the bound: the call returns while the closure still runs.
     let rt = Runtime::new().unwrap();
-    let (started_tx, started) = mpsc::channel::<()>();
-    let (release, wait) = mpsc::channel::<()>();
-    let (finished_tx, finished) = mpsc::channel::<()>();
-    let running = rt.handle().spawn_blocking(move || {
-        started_tx.send(()).unwrap();
-        let _ = wait.recv_timeout(BOUND);
-        finished_tx.send(()).unwrap();
-    });
-    started.recv_timeout(BOUND).unwrap();
+    let (running, release, finished) = held_closure(&rt.handle());
     rt.shutdown_timeout(Duration::from_millis(5));
     assert!(finished.try_recv().is_err() && !running.is_finished());
     release.send(()).unwrap();

@@ -538,11 +538,10 @@ macro_rules! write_trait {
 #[cfg(feature = "hyper")]
 pub(crate) use write_trait;
 
-/// `futures-io`'s traits for a stream and for a shared reference to one (so that one task
-/// may read while another writes).
-macro_rules! futures_io_traits {
-    ($stream:ty) => {
-        impl futures_io::AsyncRead for $stream {
+/// `futures-io`'s `AsyncRead` for a type with the stream's `poll_read_buf`.
+macro_rules! futures_io_read {
+    ($reader:ty) => {
+        impl futures_io::AsyncRead for $reader {
             fn poll_read(
                 self: Pin<&mut Self>,
                 cx: &mut Context<'_>,
@@ -551,24 +550,16 @@ macro_rules! futures_io_traits {
                 self.poll_read_buf(cx, buf)
             }
         }
-
-        write_trait!(futures_io::AsyncWrite, $stream, close: poll_close);
     };
 }
 
-futures_io_traits!(TcpStream);
-futures_io_traits!(&TcpStream);
-
-impl futures_io::AsyncRead for OwnedReadHalf {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        self.poll_read_buf(cx, buf)
-    }
-}
-
+// The stream, a shared reference to one (so that one task may read while another writes),
+// and its owned halves.
+futures_io_read!(TcpStream);
+futures_io_read!(&TcpStream);
+futures_io_read!(OwnedReadHalf);
+write_trait!(futures_io::AsyncWrite, TcpStream, close: poll_close);
+write_trait!(futures_io::AsyncWrite, &TcpStream, close: poll_close);
 write_trait!(futures_io::AsyncWrite, OwnedWriteHalf, close: poll_close);
 
 #[cfg(feature = "tokio-io")]
@@ -576,31 +567,25 @@ mod tokio_io {
     use super::*;
     use tokio::io::ReadBuf;
 
-    impl tokio::io::AsyncRead for TcpStream {
-        fn poll_read(
-            self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &mut ReadBuf<'_>,
-        ) -> Poll<io::Result<()>> {
-            let n = std::task::ready!(self.poll_read_buf(cx, buf.initialize_unfilled()))?;
-            buf.advance(n);
-            Poll::Ready(Ok(()))
-        }
+    /// tokio's `AsyncRead` for a type with the stream's `poll_read_buf`.
+    macro_rules! tokio_read {
+        ($reader:ty) => {
+            impl tokio::io::AsyncRead for $reader {
+                fn poll_read(
+                    self: Pin<&mut Self>,
+                    cx: &mut Context<'_>,
+                    buf: &mut ReadBuf<'_>,
+                ) -> Poll<io::Result<()>> {
+                    let n = std::task::ready!(self.poll_read_buf(cx, buf.initialize_unfilled()))?;
+                    buf.advance(n);
+                    Poll::Ready(Ok(()))
+                }
+            }
+        };
     }
 
+    tokio_read!(TcpStream);
+    tokio_read!(OwnedReadHalf);
     write_trait!(tokio::io::AsyncWrite, TcpStream, close: poll_shutdown, is_write_vectored);
-
-    impl tokio::io::AsyncRead for OwnedReadHalf {
-        fn poll_read(
-            self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &mut ReadBuf<'_>,
-        ) -> Poll<io::Result<()>> {
-            let n = std::task::ready!(self.poll_read_buf(cx, buf.initialize_unfilled()))?;
-            buf.advance(n);
-            Poll::Ready(Ok(()))
-        }
-    }
-
     write_trait!(tokio::io::AsyncWrite, OwnedWriteHalf, close: poll_shutdown, is_write_vectored);
 }

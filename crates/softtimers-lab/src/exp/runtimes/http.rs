@@ -27,7 +27,7 @@ use hyper::Response;
 use softtimer_async::{Precision, Runtime, TcpListener};
 use softtimers_tools::cpu::{pin_to, process_cpu_ns, server_cpu, thread_cpu_ns};
 
-use super::{ANCHOR, AsyncRow, AsyncWorkload, RuntimeKind, find, over_rounds, ratio};
+use super::{ANCHOR, AsyncRow, AsyncWorkload, RuntimeKind, find, interleaved, over_rounds, ratio};
 use crate::harness::{Client, ExpOptions, Workload, check_client, run_client};
 use crate::summary::paired_ratios;
 use crate::targets::{Goal, TargetCheck};
@@ -301,7 +301,7 @@ pub fn hyper(options: &ExpOptions) -> Result<(Vec<AsyncRow>, Vec<String>)> {
         ]
     };
     let primary = options.client;
-    let mut rows = interleaved(one_core_rounds(quick), || {
+    let mut rows = interleaved(one_core_rounds(quick), measure, || {
         one_core(CASES[0], primary, short_run())
     })?;
     let mut runs = Vec::new();
@@ -356,29 +356,6 @@ pub fn hyper(options: &ExpOptions) -> Result<(Vec<AsyncRow>, Vec<String>)> {
         )),
     }
     Ok((rows, notes))
-}
-
-/// Runs the pair of runs `pair` makes `rounds` times, the first run first in even rounds and
-/// second in odd ones; returns one row per runtime (in `pair`'s order) whose requests/s and
-/// CPU per request are the medians over its rounds, each round's requests/s kept in
-/// `ops_per_s_rounds`, round by round.
-fn interleaved(rounds: usize, pair: impl Fn() -> [Run; 2]) -> Result<Vec<AsyncRow>> {
-    let mut per_run: [Vec<AsyncRow>; 2] = [Vec::new(), Vec::new()];
-    for round in 0..rounds {
-        let [first, second] = pair();
-        let ordered = if round % 2 == 0 {
-            [(0, first), (1, second)]
-        } else {
-            [(1, second), (0, first)]
-        };
-        for (i, run) in ordered {
-            per_run[i].push(measure(run)?);
-        }
-    }
-    Ok(per_run
-        .into_iter()
-        .filter_map(AsyncRow::over_rounds)
-        .collect())
 }
 
 /// hyper on one core, soft / tokio `current_thread`: the median of the per-round ratios of

@@ -277,6 +277,33 @@ pub struct AsyncExtra {
     pub notes: Vec<String>,
 }
 
+/// Runs the pair of runs `pair` makes `rounds` times through `measure`, the first run first
+/// in even rounds and second in odd ones; returns one row per run of the pair (in its
+/// order) holding the medians over its rounds, each round's figures kept
+/// ([`AsyncRow::over_rounds`]).
+pub(super) fn interleaved<R>(
+    rounds: usize,
+    measure: impl Fn(R) -> Result<AsyncRow>,
+    pair: impl Fn() -> [R; 2],
+) -> Result<Vec<AsyncRow>> {
+    let mut per_run: [Vec<AsyncRow>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        let [first, second] = pair();
+        let ordered = if round % 2 == 0 {
+            [(0, first), (1, second)]
+        } else {
+            [(1, second), (0, first)]
+        };
+        for (i, run) in ordered {
+            per_run[i].push(measure(run)?);
+        }
+    }
+    Ok(per_run
+        .into_iter()
+        .filter_map(AsyncRow::over_rounds)
+        .collect())
+}
+
 /// Process CPU time around `work`: its result and the CPU it took, ns.
 pub fn with_cpu<T>(work: impl FnOnce() -> T) -> (T, u64) {
     let before = process_cpu_ns();

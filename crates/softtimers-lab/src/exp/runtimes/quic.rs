@@ -25,7 +25,7 @@ use softtimer_async::Precision;
 use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
 use softtimers_tools::cpu::{CLIENT_CPU, pin_to, server_cpu};
 
-use super::{AsyncRow, AsyncWorkload, RuntimeKind, with_cpu};
+use super::{AsyncRow, AsyncWorkload, RuntimeKind, interleaved, with_cpu};
 
 /// The baseline of the quinn rows.
 pub const ANCHOR: &str = "quinn 0.11 on tokio current_thread, same run";
@@ -378,28 +378,17 @@ pub fn quinn(quick: bool) -> Result<Vec<AsyncRow>> {
     for kind in [Kind::Soft, Kind::Tokio] {
         rows.push(measure(kind, Scenario::RequestResponse(requests(quick)))?);
     }
-    rows.extend(bulk_interleaved(quick)?);
+    // The bulk download on each runtime once a round, soft first in even rounds.
+    let scenario = Scenario::Bulk(bulk_bytes(quick));
+    rows.extend(interleaved(
+        bulk_rounds(quick),
+        |kind| measure(kind, scenario),
+        || [Kind::Soft, Kind::Tokio],
+    )?);
     Ok(rows)
 }
 
 /// Rounds of the bulk download: each round runs it once on each runtime.
 pub fn bulk_rounds(quick: bool) -> usize {
     if quick { 3 } else { 5 }
-}
-
-/// The bulk download on soft and on tokio, [`bulk_rounds`] times, soft first in even rounds
-/// and second in odd ones: one row per runtime, the medians over its rounds.
-fn bulk_interleaved(quick: bool) -> Result<Vec<AsyncRow>> {
-    let scenario = Scenario::Bulk(bulk_bytes(quick));
-    let mut per_kind: [Vec<AsyncRow>; 2] = Default::default();
-    for round in 0..bulk_rounds(quick) {
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        for i in order {
-            per_kind[i].push(measure([Kind::Soft, Kind::Tokio][i], scenario)?);
-        }
-    }
-    Ok(per_kind
-        .into_iter()
-        .filter_map(AsyncRow::over_rounds)
-        .collect())
 }
