@@ -19,6 +19,15 @@ const WAIT_BUCKETS: usize = 9;
 /// where one wake in ten is later. [`aiming_at`](Self::aiming_at) moves that aim (a named
 /// precision keeps one wake in a hundred within an allowance past the window).
 ///
+/// A window far too narrow is not left to creep up by sixteenths: the calibration measures
+/// waits of up to 1 ms, and a loop that starts blocking 10 ms at a time on a virtual CPU
+/// wakes three or four times as late as that, which steps of a sixteenth would take a few
+/// dozen late wakes (as many seconds at that period) to learn. Two wakes in a row each late
+/// by more than half as much again as the window (plus the margin) set it at once to the
+/// later of the two: one wake so late is noise, two in a row say the window is wrong. Where
+/// the window is right that is rare (two wakes in a row past one and a half times a
+/// 90th percentile), so it does not move the aim.
+///
 /// ```
 /// use softtimer::Span;
 /// use softtimer_rt::WakeupWindows;
@@ -35,6 +44,11 @@ const WAIT_BUCKETS: usize = 9;
 /// }
 /// assert!(w.window_for(us(5_000)) > us(60));
 /// assert_eq!(w.window_for(us(100)), us(10), "other buckets keep theirs");
+/// // Blocks of 100 µs wake 30 µs late, three times the window, twice in a row: the second
+/// // sets the window at once.
+/// w.observe(us(100), us(30));
+/// w.observe(us(100), us(30));
+/// assert_eq!(w.window_for(us(100)), us(31));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WakeupWindows {
@@ -42,6 +56,9 @@ pub struct WakeupWindows {
     first_edge: u64,
     /// Each bucket's window, ticks.
     windows: [u64; WAIT_BUCKETS],
+    /// Each bucket's last wake, if it missed the window by half as much again (its lateness
+    /// plus the margin, ticks); zero if it did not.
+    last_miss: [u64; WAIT_BUCKETS],
     /// Added to each wake's lateness before it is compared with the window.
     margin: u64,
     /// How late past its window a wake may come and still count as on time.
@@ -72,6 +89,7 @@ impl WakeupWindows {
         let mut w = WakeupWindows {
             first_edge,
             windows: [0; WAIT_BUCKETS],
+            last_miss: [0; WAIT_BUCKETS],
             margin: margin.ticks(),
             allowance: 0,
             narrowing: 9,
@@ -146,11 +164,19 @@ impl WakeupWindows {
         let b = self.bucket(wait);
         let w = self.windows[b];
         let step = (w / 16).max(1);
-        let moved = if late.ticks().saturating_add(self.margin) > w.saturating_add(self.allowance) {
-            w.saturating_add(step)
-        } else {
+        let needed = late.ticks().saturating_add(self.margin);
+        let on_time = w.saturating_add(self.allowance);
+        // Missed by half as much again: the window may be wrong, not unlucky.
+        let far = needed > on_time.saturating_add(w / 2);
+        let moved = if needed <= on_time {
             w.saturating_sub((step / self.narrowing).max(1))
+        } else if far && self.last_miss[b] > 0 {
+            // The second far miss in a row: take the later of the two at once.
+            (w + step).max(needed.max(self.last_miss[b]).saturating_sub(self.allowance))
+        } else {
+            w.saturating_add(step)
         };
+        self.last_miss[b] = if far { needed } else { 0 };
         self.windows[b] = self.bounded(b, moved);
     }
 }
@@ -235,5 +261,66 @@ mod tests {
         assert_eq!(half, calibrated.aiming_at(2, Span::ZERO));
         let median = settled_on_uniform_lateness(&mut half, &mut seed, 20_000);
         assert!((40_000..=60_000).contains(&median), "{median}");
+    }
+
+    #[test]
+    fn a_window_far_too_narrow_is_set_by_two_far_misses_in_a_row_and_not_by_one() {
+        let us = |n: u64| span(n * 1_000);
+        // Started from a 1 ms calibration (28 µs) for 10 ms blocks that wake 80-110 µs late.
+        let fresh = WakeupWindows::new(us(64), |_| us(28), us(1), us(2), us(200));
+        let wait = us(10_000);
+        // One wake 90 µs late (an outlier, as far as one wake can tell): a step only.
+        let mut w = fresh;
+        w.observe(wait, us(90));
+        assert_eq!(w.window_for(wait), span(28_000 + 28_000 / 16));
+        // An on-time wake in between: the next far miss is a first one again.
+        w.observe(wait, us(5));
+        w.observe(wait, us(90));
+        assert!(w.window_for(wait) < us(32), "{:?}", w.window_for(wait));
+        // Two in a row: the later of the two, plus the margin, at once.
+        let mut w = fresh;
+        w.observe(wait, us(110));
+        w.observe(wait, us(80));
+        assert_eq!(w.window_for(wait), us(111));
+        // A miss of less than half as much again is the usual step, even twice in a row.
+        let mut w = fresh;
+        w.observe(wait, us(40));
+        w.observe(wait, us(40));
+        let stepped = w.window_for(wait).ticks();
+        assert!(stepped < 32_000, "{stepped}");
+        // Still within the bounds: the bucket of 100 µs blocks is capped at 32 µs.
+        let mut w = fresh;
+        w.observe(us(100), us(500));
+        w.observe(us(100), us(500));
+        assert_eq!(w.window_for(us(100)), us(32));
+    }
+
+    #[test]
+    fn rare_far_misses_leave_the_ninetieth_percentile_aim_where_it_was() {
+        // Wakes 20 µs late, one in fifty 100 µs late (independently): two far misses in a
+        // row come about once in 2,500 wakes, and the window they set comes back down.
+        let us = |n: u64| span(n * 1_000);
+        let mut w = WakeupWindows::new(us(64), |_| us(10), us(1), us(2), us(200));
+        let wait = us(5_000);
+        let mut seed = 3u64;
+        let mut seen = Vec::new();
+        for i in 0..100_000 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let late = if (seed >> 33).is_multiple_of(50) {
+                us(100)
+            } else {
+                us(20)
+            };
+            w.observe(wait, late);
+            if i >= 50_000 {
+                seen.push(w.window_for(wait).ticks());
+            }
+        }
+        seen.sort_unstable();
+        let median = seen[seen.len() / 2];
+        // The 90th percentile is 20 µs: the window sits just past it, plus the margin.
+        assert!((20_000..=24_000).contains(&median), "{median}");
+        let p90 = seen[seen.len() * 9 / 10];
+        assert!(p90 < 40_000, "inflated too long: {p90}");
     }
 }
