@@ -38,7 +38,7 @@ pub const BODY: &[u8] = b"hello from hyper on soft timers";
 /// Serves `hello` on loopback and sends it `requests` requests on one connection; returns
 /// how long each took.
 pub async fn hello(requests: usize) -> Result<Vec<Duration>> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let server = softtimer_async::spawn(async move {
         loop {

@@ -50,7 +50,7 @@ fn main() {
     let cpu_before = process_cpu();
     let start = Instant::now();
     rt.block_on(async {
-        let socket = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let socket = UdpSocket::bind("0.0.0.0:0").await.unwrap();
         let paced = PacedSender::new(&socket, rate);
         let datagram = [0u8; SIZE];
         for _ in 0..count {

@@ -8,7 +8,7 @@
 //!
 //! let rt = Runtime::new().unwrap();
 //! rt.block_on(async {
-//!     let listener = TcpListener::bind("127.0.0.1:8080").unwrap();
+//!     let listener = TcpListener::bind("127.0.0.1:8080").await.unwrap();
 //!     loop {
 //!         let (stream, _) = listener.accept().await.unwrap();
 //!         let service = hyper::service::service_fn(|_req| async {

@@ -310,8 +310,8 @@ fn runtime_gone() -> io::Error {
 ///
 /// let rt = Runtime::new().unwrap();
 /// rt.block_on(async {
-///     let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
-///     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+///     let sink = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+///     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
 ///     // 100 Mbit/s: a 1250-byte datagram every 100 µs.
 ///     let paced = PacedSender::new(&socket, "100M".parse().unwrap());
 ///     let start = Instant::now();

@@ -229,7 +229,7 @@ impl Drop for Signal {
 ///
 /// let rt = Runtime::new().unwrap();
 /// rt.block_on(async {
-///     let listener = TcpListener::bind("127.0.0.1:8080").unwrap();
+///     let listener = TcpListener::bind("127.0.0.1:8080").await.unwrap();
 ///     let serve = softtimer_async::spawn_local(async move {
 ///         while let Ok((_stream, _peer)) = listener.accept().await { /* … */ }
 ///     });

@@ -16,8 +16,8 @@ fn on_runtime<F: Future>(test: F) -> F::Output {
 }
 
 /// A UDP socket on the runtime, bound to a free loopback port.
-fn loopback() -> UdpSocket {
-    UdpSocket::bind("127.0.0.1:0").unwrap()
+async fn loopback() -> UdpSocket {
+    UdpSocket::bind("127.0.0.1:0").await.unwrap()
 }
 
 /// What `f` gives, which must come within [`BOUND`].
@@ -28,7 +28,7 @@ async fn bounded<T>(f: impl Future<Output = T>) -> T {
 #[test]
 fn udp_echo_single_and_batched() {
     on_runtime(async {
-        let echo = loopback();
+        let echo = loopback().await;
         let to = echo.local_addr().unwrap();
         let server = softtimer_async::spawn(async move {
             let mut batch = RecvBatch::new(16, 2048);
@@ -45,7 +45,7 @@ fn udp_echo_single_and_batched() {
             }
             echoed
         });
-        let client = loopback();
+        let client = loopback().await;
         client.send_to(b"one", to).await.unwrap();
         let mut buf = [0u8; 2048];
         let (n, from) = bounded(client.recv_from(&mut buf)).await.unwrap();
@@ -71,8 +71,8 @@ fn a_socket_error_reaches_the_task_as_an_io_error() {
         let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let nobody = closed.local_addr().unwrap();
         drop(closed);
-        let socket = loopback();
-        socket.connect(nobody).unwrap();
+        let socket = loopback().await;
+        socket.connect(nobody).await.unwrap();
         socket.send(b"anyone?").await.unwrap();
         let mut buf = [0u8; 16];
         let err = bounded(socket.recv(&mut buf)).await.unwrap_err();
@@ -89,7 +89,7 @@ fn a_socket_error_reaches_the_task_as_an_io_error() {
 #[test]
 fn tcp_connects_by_name_and_refuses_bad_addresses() {
     on_runtime(async {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         // "localhost" may resolve to ::1 first, where nothing listens: the next address is
         // tried.
@@ -108,9 +108,60 @@ fn tcp_connects_by_name_and_refuses_bad_addresses() {
 }
 
 #[test]
+fn sockets_bind_and_connect_by_name_off_the_loop_and_refuse_bad_addresses() {
+    on_runtime(async {
+        let pool_threads = || softtimer_async::Handle::current().stats().blocking_threads;
+        // A literal address binds at once, on the loop; a name is looked up on the blocking
+        // pool (which starts a thread for it). "localhost" is in every /etc/hosts.
+        let literal = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        assert_eq!(pool_threads(), 0, "a literal address went to the resolver");
+        drop(literal);
+        let listener = bounded(TcpListener::bind("localhost:0")).await.unwrap();
+        assert!(
+            pool_threads() >= 1,
+            "the name was not looked up on the pool"
+        );
+        assert!(listener.local_addr().unwrap().ip().is_loopback());
+        let server = bounded(UdpSocket::bind(("localhost", 0))).await.unwrap();
+        let server_addr = server.local_addr().unwrap();
+        assert!(server_addr.ip().is_loopback());
+        // Connect by name: of localhost's addresses, the one of the server's family
+        // connects (if the other family's comes first, its connect fails and the next is
+        // tried).
+        let family = if server_addr.is_ipv4() {
+            "127.0.0.1:0"
+        } else {
+            "[::1]:0"
+        };
+        let client = UdpSocket::bind(family).await.unwrap();
+        bounded(client.connect(format!("localhost:{}", server_addr.port())))
+            .await
+            .unwrap();
+        assert_eq!(client.peer_addr().unwrap(), server_addr);
+        client.send(b"by name").await.unwrap();
+        let mut buf = [0u8; 16];
+        let (n, from) = bounded(server.recv_from(&mut buf)).await.unwrap();
+        assert_eq!(
+            (&buf[..n], from),
+            (&b"by name"[..], client.local_addr().unwrap())
+        );
+        // Bad strings are refused before any lookup; a taken port is the bind's own error.
+        for bad in ["localhost", "localhost:http", "127.0.0.1:99999", "::1:80"] {
+            let err = TcpListener::bind(bad).await.unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{bad}: {err}");
+            let err = UdpSocket::bind(bad).await.unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{bad}: {err}");
+        }
+        let taken = listener.local_addr().unwrap();
+        let err = TcpListener::bind(taken).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
+    });
+}
+
+#[test]
 fn tcp_echo_with_the_futures_io_and_tokio_traits() {
     on_runtime(async {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = softtimer_async::spawn(async move {
             let (stream, peer) = listener.accept().await.unwrap();
@@ -160,7 +211,7 @@ fn paced_departures_are_spaced_exactly_by_the_rate() {
     sink.set_read_timeout(Some(BOUND)).unwrap();
     let to = sink.local_addr().unwrap();
     let departures = rt.block_on(async move {
-        let socket = loopback();
+        let socket = loopback().await;
         // 100 Mbit/s of 1472-byte datagrams: one every 117.76 µs.
         let paced = PacedSender::with_queue(&socket, "100M".parse().unwrap(), 8);
         paced.record_departures(64);
@@ -194,8 +245,8 @@ fn paced_departures_are_spaced_exactly_by_the_rate() {
 #[test]
 fn send_at_leaves_at_its_time_and_reports_a_failed_departure() {
     on_runtime(async {
-        let rx = loopback();
-        let tx = loopback();
+        let rx = loopback().await;
+        let tx = loopback().await;
         let to = rx.local_addr().unwrap();
         let start = std::time::Instant::now();
         // Queued out of order: they leave in departure order.
@@ -227,8 +278,8 @@ fn send_at_leaves_at_its_time_and_reports_a_failed_departure() {
 #[test]
 fn offloaded_sockets_send_segments_in_one_call() {
     on_runtime(async {
-        let rx = UdpSocket::bind_with_offload("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind_with_offload("127.0.0.1:0").unwrap();
+        let rx = UdpSocket::bind_with_offload("127.0.0.1:0").await.unwrap();
+        let tx = UdpSocket::bind_with_offload("127.0.0.1:0").await.unwrap();
         let segments = tx.max_gso_segments().min(4);
         let contents = vec![7u8; 1000 * segments];
         let transmit = quinn_udp::Transmit {
@@ -261,8 +312,8 @@ fn a_paced_sender_outliving_its_runtime_says_so_and_never_hangs_a_flush() {
     use std::task::{Context, Poll, Waker};
     let rt = Runtime::new().unwrap();
     let (paced, to) = rt.block_on(async {
-        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sink = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         // 1 kbit/s: 1000-byte datagrams 8 s apart, so the later ones are still queued.
         let paced = PacedSender::new(&socket, "1k".parse().unwrap());
         let to = sink.local_addr().unwrap();
@@ -291,8 +342,8 @@ fn a_paced_sender_outliving_its_runtime_says_so_and_never_hangs_a_flush() {
 fn a_udp_socket_clone_is_the_same_socket_and_its_descriptor_takes_options() {
     use std::os::fd::{AsFd, AsRawFd};
     on_runtime(async {
-        let server = loopback();
-        let sender = loopback();
+        let server = loopback().await;
+        let sender = loopback().await;
         let clone = server.clone();
         assert_eq!(clone.as_raw_fd(), server.as_raw_fd());
         // Within the kernel's stock limit (rmem_max, 208 KiB), which doubles what it is given.
@@ -328,8 +379,8 @@ fn a_flush_waiting_when_the_runtime_shuts_down_is_woken_and_told() {
     }
     let rt = Runtime::new().unwrap();
     let paced = rt.block_on(async {
-        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sink = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let paced = PacedSender::new(&socket, "1k".parse().unwrap());
         for _ in 0..3 {
             paced
@@ -363,7 +414,7 @@ fn a_split_stream_reads_and_writes_from_two_tasks_and_its_write_half_closes_on_d
     use futures_io::{AsyncRead, AsyncWrite};
     use std::pin::Pin;
     on_runtime(async {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let client = bounded(TcpStream::connect(addr)).await.unwrap();
         let (server, _) = bounded(listener.accept()).await.unwrap();

@@ -153,7 +153,8 @@ fn bad_input_is_refused_with_a_clear_error() {
     let err = Runtime::builder().threads(0).build().unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     // I/O objects outside a runtime thread: an error, not a panic.
-    let err = softtimer_async::UdpSocket::bind("127.0.0.1:0").unwrap_err();
+    let std_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let err = softtimer_async::UdpSocket::from_std(std_socket).unwrap_err();
     assert!(err.to_string().contains("runtime thread"), "{err}");
 }
 
@@ -302,7 +303,9 @@ fn a_task_that_always_finds_its_socket_ready_or_its_timer_passed_yields_to_the_o
     use std::rc::Rc;
     let rt = Runtime::new().unwrap();
     rt.block_on(async {
-        let socket = softtimer_async::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let socket = softtimer_async::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .unwrap();
         let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         for _ in 0..200 {
             sender

@@ -24,13 +24,13 @@ fn run_and_drop(tasks: usize) -> softtimer_async::Handle {
                     0 => sleep(Duration::from_secs(3600)).await,
                     // Waiting for a datagram that never comes: a registered socket.
                     1 => {
-                        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+                        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
                         let mut buf = [0u8; 8];
                         let _ = socket.recv_from(&mut buf).await;
                     }
                     // A listener nobody connects to.
                     2 => {
-                        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+                        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
                         let _ = listener.accept().await;
                     }
                     // Done after a closure on the blocking pool, whose thread is idle

@@ -7,9 +7,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 
 use crate::blocking::spawn_blocking;
 
-/// What [`lookup_host`] and [`TcpStream::connect`](crate::TcpStream::connect) take: a socket
-/// address, an IP address and port, or a `"host:port"` string (or a host and a port) whose
-/// host may be a name.
+/// What [`lookup_host`], [`TcpStream::connect`](crate::TcpStream::connect),
+/// [`TcpListener::bind`](crate::TcpListener::bind), [`UdpSocket::bind`](crate::UdpSocket::bind)
+/// and [`UdpSocket::connect`](crate::UdpSocket::connect) take: a socket address, an IP
+/// address and port, or a `"host:port"` string (or a host and a port) whose host may be a
+/// name.
 ///
 /// A name is resolved by the system's resolver (`getaddrinfo`, which may block for a DNS
 /// query) on the runtime's blocking pool, so the loop runs its timers meanwhile; a literal
@@ -180,6 +182,22 @@ pub async fn lookup_host(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>
             Ok(found)
         }
     }
+}
+
+/// `open` on each address of `addr` in turn, resolved as [`lookup_host`] does: what the
+/// first that opens gives, or the last error (how `bind` and `connect` take a name).
+pub(crate) async fn first_that_opens<T>(
+    addr: impl ToSocketAddrs,
+    mut open: impl FnMut(SocketAddr) -> io::Result<T>,
+) -> io::Result<T> {
+    let mut last = None;
+    for addr in lookup_host(addr).await? {
+        match open(addr) {
+            Ok(opened) => return Ok(opened),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("lookup_host gives an address or an error"))
 }
 
 /// A task's handle that cancels it when dropped (a lookup nobody waits for any more).

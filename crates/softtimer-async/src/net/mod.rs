@@ -1,7 +1,7 @@
 //! Networking on the runtime: UDP (batched, offloaded, paced), TCP, and name lookup that
 //! does not block the loop. The socket types are also at the crate's root.
 
-mod addr;
+pub(crate) mod addr;
 pub(crate) mod tcp;
 pub(crate) mod udp;
 

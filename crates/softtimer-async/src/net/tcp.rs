@@ -3,7 +3,7 @@
 
 use std::future::poll_fn;
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -41,7 +41,7 @@ fn tcp_socket(addr: &SocketAddr, flags: SocketFlags) -> io::Result<OwnedFd> {
 ///
 /// let rt = Runtime::new().unwrap();
 /// rt.block_on(async {
-///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+///     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
 ///     let addr = listener.local_addr().unwrap();
 ///     softtimer_async::spawn(async move {
 ///         let (stream, _) = listener.accept().await.unwrap();
@@ -65,12 +65,20 @@ pub struct TcpListener {
 super::socket_descriptor!(TcpListener, socket);
 
 impl TcpListener {
-    /// Binds and listens on `addr`, on the calling thread's loop. `addr` is std's
-    /// `ToSocketAddrs`: a host name here is looked up by the system's resolver on the calling
-    /// thread, blocking its loop for the lookup; give an address, or resolve first with
-    /// [`lookup_host`](crate::net::lookup_host).
-    pub fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
-        Self::from_std(std::net::TcpListener::bind(addr)?)
+    /// Binds and listens on `addr`, on the calling thread's loop: the first of its
+    /// addresses that binds (a host name is looked up as
+    /// [`lookup_host`](crate::net::lookup_host) does, off the loop; a literal address binds
+    /// at once). Async, as tokio's: outside async code, bind a std listener and hand it over
+    /// with [`TcpListener::from_std`].
+    ///
+    /// # Errors
+    ///
+    /// The lookup's error, or the last address's bind error; `InvalidInput` for an address
+    /// string that is not `host:port`.
+    pub async fn bind(addr: impl crate::net::ToSocketAddrs) -> io::Result<TcpListener> {
+        let listener =
+            crate::net::addr::first_that_opens(addr, std::net::TcpListener::bind).await?;
+        Self::from_std(listener)
     }
 
     /// Binds with `SO_REUSEPORT`, so that each loop of a thread-per-core server can have a
@@ -150,7 +158,7 @@ impl TcpStream {
     ///
     /// let rt = Runtime::new().unwrap();
     /// rt.block_on(async {
-    ///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     ///     let port = listener.local_addr().unwrap().port();
     ///     let stream = TcpStream::connect(("localhost", port)).await.unwrap();
     ///     let (_, peer) = listener.accept().await.unwrap();
@@ -275,7 +283,7 @@ impl TcpStream {
     ///
     /// let rt = Runtime::new().unwrap();
     /// rt.block_on(async {
-    ///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     ///     let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
     ///     let (server, _) = listener.accept().await.unwrap();
     ///     let (rx, tx) = server.into_split();

@@ -3,7 +3,7 @@
 
 use std::future::poll_fn;
 use std::io::{self, IoSliceMut};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
@@ -14,6 +14,8 @@ use softtimer::TriggerSource;
 use softtimer_rt::RecvBatch;
 
 use crate::executor::{self, LoopShared};
+use crate::net::ToSocketAddrs;
+use crate::net::addr::first_that_opens;
 use crate::pace::Departures;
 use crate::reactor::{Direction, Registration};
 
@@ -30,8 +32,8 @@ use crate::reactor::{Direction, Registration};
 ///
 /// let rt = Runtime::new().unwrap();
 /// rt.block_on(async {
-///     let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
-///     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+///     let echo = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+///     let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
 ///     let to = echo.local_addr().unwrap();
 ///     softtimer_async::spawn(async move {
 ///         let mut buf = [0u8; 1500];
@@ -62,20 +64,27 @@ pub(crate) struct UdpInner {
 }
 
 impl UdpSocket {
-    /// Binds `addr` (the first address it resolves to that binds) on the calling thread's
-    /// loop. `addr` is std's `ToSocketAddrs`: a host name here is looked up by the system's
-    /// resolver on the calling thread, blocking its loop for the lookup; give an address, or
-    /// resolve first with [`lookup_host`](crate::net::lookup_host).
-    pub fn bind(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
-        Self::from_std(std::net::UdpSocket::bind(addr)?)
+    /// Binds `addr` on the calling thread's loop: the first of its addresses that binds (a
+    /// host name is looked up as [`lookup_host`](crate::net::lookup_host) does, off the
+    /// loop; a literal address binds at once). Async, as tokio's: outside async code, bind
+    /// a std socket and hand it over with [`UdpSocket::from_std`].
+    ///
+    /// # Errors
+    ///
+    /// The lookup's error, or the last address's bind error; `InvalidInput` for an address
+    /// string that is not `host:port`.
+    pub async fn bind(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
+        let socket = first_that_opens(addr, std::net::UdpSocket::bind).await?;
+        Self::from_std(socket)
     }
 
     /// As [`UdpSocket::bind`], with segmentation offload (GSO on send, GRO on receive) and
     /// ECN through quinn-udp where the kernel has them: send with
     /// [`UdpSocket::send_transmit`], receive with [`UdpSocket::recv_segments`] (GRO hands
     /// several datagrams over as one buffer that plain `recv_from` cannot split).
-    pub fn bind_with_offload(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
-        Self::from_std_with_offload(std::net::UdpSocket::bind(addr)?)
+    pub async fn bind_with_offload(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
+        let socket = first_that_opens(addr, std::net::UdpSocket::bind).await?;
+        Self::from_std_with_offload(socket)
     }
 
     /// Takes over a bound std socket (made non-blocking).
@@ -123,14 +132,13 @@ impl UdpSocket {
         self.inner.socket.peer_addr()
     }
 
-    /// Connects it to `addr`: [`UdpSocket::send`] and [`UdpSocket::recv`] then go to and
-    /// come from that peer only, and errors the peer reports (ICMP port unreachable) come
-    /// back from them as `io::Error`s. `addr` is std's `ToSocketAddrs`: a host name here is
-    /// looked up by the system's resolver on the calling thread, blocking its loop for the
-    /// lookup; give an address, or resolve first with
-    /// [`lookup_host`](crate::net::lookup_host).
-    pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
-        self.inner.socket.connect(addr)
+    /// Connects it to `addr` (the first of its addresses that connects; a host name is
+    /// looked up off the loop, as [`lookup_host`](crate::net::lookup_host) does):
+    /// [`UdpSocket::send`] and [`UdpSocket::recv`] then go to and come from that peer only,
+    /// and errors the peer reports (ICMP port unreachable) come back from them as
+    /// `io::Error`s.
+    pub async fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
+        first_that_opens(addr, |addr| self.inner.socket.connect(addr)).await
     }
 
     /// Sends one datagram to `to`.
@@ -359,8 +367,8 @@ impl UdpSocket {
     ///
     /// let rt = Runtime::new().unwrap();
     /// rt.block_on(async {
-    ///     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    ///     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    ///     let rx = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    ///     let tx = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     ///     let to = rx.local_addr().unwrap();
     ///     let at = Instant::now() + Duration::from_micros(300);
     ///     tx.send_at(b"later", to, at).await.unwrap();

@@ -148,7 +148,7 @@ pub fn paced_udp(quick: bool) -> Result<(Vec<AsyncRow>, f64)> {
         .context("100 Mbit/s of 1472-byte datagrams")?;
     let by_soft = measure("soft", count, |to| {
         rt.block_on(async {
-            let socket = UdpSocket::bind("127.0.0.1:0")?;
+            let socket = UdpSocket::bind("127.0.0.1:0").await?;
             let paced = PacedSender::new(&socket, rate);
             for _ in 0..count {
                 paced.send_to(&datagram, to).await?;
