@@ -13,8 +13,7 @@ use crate::task::{AbortHandle, JoinError, JoinHandle, spawn, spawn_local};
 /// [`join_next`](JoinSet::join_next) gives each task's output (or its [`JoinError`]) in the
 /// order the tasks finish, whichever loop they run on; it costs nothing per task still
 /// running. Dropping the set aborts every task still in it, as tokio's `JoinSet` does.
-/// Unlike tokio's, it has no `spawn_blocking` (spawn a task that awaits
-/// [`spawn_blocking`](crate::spawn_blocking)'s handle), no `join_all`, and no task ids.
+/// Unlike tokio's, it has no task ids.
 ///
 /// ```
 /// use std::time::Duration;
@@ -114,11 +113,16 @@ impl<T> JoinSet<T> {
         self.tasks.is_empty()
     }
 
-    fn member<F>(&mut self, future: F) -> (u64, Member<F>) {
+    /// A new member's id, and the guard that reports it when dropped.
+    fn report(&mut self) -> (u64, Report) {
         let id = self.next_id;
         self.next_id += 1;
         let done = Arc::clone(&self.done);
-        let report = Report { id, done };
+        (id, Report { id, done })
+    }
+
+    fn member<F>(&mut self, future: F) -> (u64, Member<F>) {
+        let (id, report) = self.report();
         (id, Member { future, report })
     }
 
@@ -177,6 +181,84 @@ impl<T> JoinSet<T> {
         let (id, member) = self.member(future);
         let handle = spawn_local(member);
         self.insert(id, handle);
+    }
+
+    /// Runs `f` on the runtime's blocking pool (as [`spawn_blocking`](crate::spawn_blocking))
+    /// into the set. Aborted (through the handle, [`abort_all`](JoinSet::abort_all) or the
+    /// set's drop) while still queued, it never runs; a closure that has started runs to its
+    /// end, as a thread cannot be stopped (see [`JoinHandle::abort`]).
+    ///
+    /// ```
+    /// use softtimer_async::{JoinSet, Runtime};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// let mut sums = rt.block_on(async {
+    ///     let mut set = JoinSet::new();
+    ///     for n in [10u64, 20, 30] {
+    ///         set.spawn_blocking(move || (1..=n).sum::<u64>());
+    ///     }
+    ///     set.join_all().await
+    /// });
+    /// sums.sort();
+    /// assert_eq!(sums, [55, 210, 465]);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Outside a runtime thread (use [`spawn_blocking_on`](JoinSet::spawn_blocking_on)
+    /// there).
+    #[track_caller]
+    pub fn spawn_blocking<F>(&mut self, f: F) -> AbortHandle
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let handle = crate::Handle::try_current().expect(
+            "JoinSet::spawn_blocking called outside a runtime thread: use spawn_blocking_on there",
+        );
+        self.spawn_blocking_on(f, &handle)
+    }
+
+    /// Runs `f` on the blocking pool of `handle`'s runtime (from any thread) into the set.
+    pub fn spawn_blocking_on<F>(&mut self, f: F, handle: &crate::Handle) -> AbortHandle
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let (id, report) = self.report();
+        // The report is dropped when the closure returns, panics, or is dropped unrun.
+        let task = handle.spawn_blocking(move || {
+            let _report = report;
+            f()
+        });
+        let abort = task.abort_handle();
+        self.insert(id, task);
+        abort
+    }
+
+    /// Awaits every task in the set and returns their outputs in the order they finished,
+    /// as tokio's `JoinSet::join_all` does.
+    ///
+    /// # Panics
+    ///
+    /// If a task panicked, with its panic, or was cancelled: the set is dropped first, which
+    /// aborts the tasks still in it. Use [`join_next`](JoinSet::join_next) to handle each
+    /// [`JoinError`] instead.
+    pub async fn join_all(mut self) -> Vec<T> {
+        let mut outputs = Vec::with_capacity(self.len());
+        while let Some(out) = self.join_next().await {
+            match out {
+                Ok(output) => outputs.push(output),
+                Err(error) => {
+                    drop(self);
+                    match error.into_panic() {
+                        Some(panic) => std::panic::resume_unwind(panic),
+                        None => panic!("JoinSet::join_all: a task in the set was cancelled"),
+                    }
+                }
+            }
+        }
+        outputs
     }
 
     /// The output of the next task to finish, or `None` when the set is empty. Cancel-safe:

@@ -247,3 +247,96 @@ fn shutdown_timeout_waits_for_running_blocking_work_up_to_its_bound() {
     release.send(()).unwrap();
     finished.recv_timeout(BOUND).unwrap();
 }
+
+#[test]
+fn a_join_set_takes_blocking_work_cancels_it_while_queued_and_joins_all() {
+    use softtimer_async::JoinSet;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let rt = Runtime::builder().max_blocking_threads(1).build().unwrap();
+    let handle = rt.handle();
+    rt.block_on(async {
+        // The pool's one thread is held: what the set queues behind it waits.
+        let (running, release, _finished) = held_closure(&handle);
+        let mut set = JoinSet::new();
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ran);
+        let queued = set.spawn_blocking(move || {
+            flag.store(true, Ordering::SeqCst);
+            0u32
+        });
+        set.spawn_blocking_on(|| 7u32, &handle);
+        assert_eq!(set.len(), 2);
+        queued.abort();
+        release.send(()).unwrap();
+        timeout(BOUND, running).await.unwrap().unwrap();
+        let (mut outputs, mut cancelled) = (Vec::new(), 0);
+        while let Some(out) = timeout(BOUND, set.join_next()).await.unwrap() {
+            match out {
+                Ok(n) => outputs.push(n),
+                Err(e) => {
+                    assert!(e.is_cancelled(), "{e}");
+                    cancelled += 1;
+                }
+            }
+        }
+        assert_eq!((outputs, cancelled), (vec![7], 1));
+        assert!(
+            !ran.load(Ordering::SeqCst),
+            "aborted while queued, yet it ran"
+        );
+
+        // join_all: every output, in the order the tasks finished. The blocking member is
+        // released only once the other has finished.
+        let mut set = JoinSet::new();
+        let (go, wait) = mpsc::channel::<()>();
+        set.spawn_blocking(move || {
+            let _ = wait.recv_timeout(BOUND);
+            "slow"
+        });
+        let fast = set.spawn(async { "fast" });
+        softtimer_async::spawn(async move {
+            while !fast.is_finished() {
+                softtimer_async::yield_now().await;
+            }
+            go.send(()).unwrap();
+        });
+        let all = timeout(BOUND, set.join_all()).await.unwrap();
+        assert_eq!(all, ["fast", "slow"]);
+    });
+}
+
+#[test]
+fn join_all_resumes_a_members_panic_and_aborts_the_rest() {
+    use softtimer_async::JoinSet;
+    struct DropsOn(mpsc::Sender<()>);
+    impl Drop for DropsOn {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+    let rt = Runtime::new().unwrap();
+    let (tx, dropped) = mpsc::channel();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(async move {
+            let mut set = JoinSet::new();
+            let guard = DropsOn(tx);
+            set.spawn(async move {
+                let _guard = guard;
+                softtimer_async::time::sleep(Duration::from_secs(3600)).await;
+            });
+            set.spawn_blocking(|| panic!("a blocking member's bug"));
+            set.join_all().await
+        })
+    }));
+    let payload = caught.expect_err("join_all returned despite a panicking member");
+    assert_eq!(
+        payload.downcast_ref::<&str>(),
+        Some(&"a blocking member's bug")
+    );
+    // The sleeper was aborted: its future is dropped (by its loop, which runs on in the
+    // runtime's drop at the latest).
+    drop(rt);
+    dropped
+        .recv_timeout(BOUND)
+        .expect("the other member was not aborted");
+}
