@@ -125,9 +125,9 @@ fn sockets_bind_and_connect_by_name_off_the_loop_and_refuse_bad_addresses() {
         let server = bounded(UdpSocket::bind(("localhost", 0))).await.unwrap();
         let server_addr = server.local_addr().unwrap();
         assert!(server_addr.ip().is_loopback());
-        // Connect by name: of localhost's addresses, the one of the server's family
-        // connects (if the other family's comes first, its connect fails and the next is
-        // tried).
+        // Connect by name: the client is bound in the server's family, the family
+        // localhost's first address has (both lookups give the same order), so that one
+        // connects.
         let family = if server_addr.is_ipv4() {
             "127.0.0.1:0"
         } else {
@@ -155,6 +155,11 @@ fn sockets_bind_and_connect_by_name_off_the_loop_and_refuse_bad_addresses() {
         let taken = listener.local_addr().unwrap();
         let err = TcpListener::bind(taken).await.unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
+        // When no address connects, the last one's error comes back: an IPv4 socket
+        // cannot connect to an IPv6 address.
+        let v4 = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        assert!(v4.connect("[::1]:9").await.is_err());
+        assert!(v4.peer_addr().is_err(), "connected after a failed connect");
     });
 }
 

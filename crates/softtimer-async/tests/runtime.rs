@@ -156,6 +156,25 @@ fn bad_input_is_refused_with_a_clear_error() {
     let std_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let err = softtimer_async::UdpSocket::from_std(std_socket).unwrap_err();
     assert!(err.to_string().contains("runtime thread"), "{err}");
+    // Binding outside one, polled by some other executor: the same error at the first
+    // poll, for a name (whose lookup needs the runtime's pool) as for an address.
+    let first_poll = |bind: std::pin::Pin<
+        &mut dyn std::future::Future<Output = std::io::Result<()>>,
+    >| {
+        match bind.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            Poll::Ready(Err(err)) => err,
+            Poll::Ready(Ok(())) => panic!("bound outside a runtime"),
+            Poll::Pending => panic!("pending outside a runtime"),
+        }
+    };
+    for addr in ["127.0.0.1:0", "localhost:0"] {
+        let udp = async { softtimer_async::UdpSocket::bind(addr).await.map(drop) };
+        let err = first_poll(std::pin::pin!(udp));
+        assert!(err.to_string().contains("runtime thread"), "{addr}: {err}");
+        let tcp = async { softtimer_async::TcpListener::bind(addr).await.map(drop) };
+        let err = first_poll(std::pin::pin!(tcp));
+        assert!(err.to_string().contains("runtime thread"), "{addr}: {err}");
+    }
 }
 
 #[test]

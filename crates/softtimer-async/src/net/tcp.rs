@@ -71,10 +71,16 @@ impl TcpListener {
     /// at once). Async, as tokio's: outside async code, bind a std listener and hand it over
     /// with [`TcpListener::from_std`].
     ///
+    /// A name that resolves to both families binds the first address that binds, so with
+    /// a fixed port taken in one family it listens in the other only (as std's and tokio's
+    /// do); bind each address to listen on both.
+    ///
     /// # Errors
     ///
-    /// The lookup's error, or the last address's bind error; `InvalidInput` for an address
-    /// string that is not `host:port`.
+    /// The last address's bind error when none binds; the resolver's error for a name it
+    /// cannot resolve; `InvalidInput` for an address string that is not `host:port` and for
+    /// a name that resolves to no address; an `Other` error outside a runtime thread, or if
+    /// the lookup could not run (the runtime shutting down).
     pub async fn bind(addr: impl crate::net::ToSocketAddrs) -> io::Result<TcpListener> {
         let listener =
             crate::net::addr::first_that_opens(addr, std::net::TcpListener::bind).await?;

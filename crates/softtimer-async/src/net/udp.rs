@@ -71,8 +71,10 @@ impl UdpSocket {
     ///
     /// # Errors
     ///
-    /// The lookup's error, or the last address's bind error; `InvalidInput` for an address
-    /// string that is not `host:port`.
+    /// The last address's bind error when none binds; the resolver's error for a name it
+    /// cannot resolve; `InvalidInput` for an address string that is not `host:port` and for
+    /// a name that resolves to no address; an `Other` error outside a runtime thread, or if
+    /// the lookup could not run (the runtime shutting down).
     pub async fn bind(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
         let socket = first_that_opens(addr, std::net::UdpSocket::bind).await?;
         Self::from_std(socket)
@@ -82,6 +84,10 @@ impl UdpSocket {
     /// ECN through quinn-udp where the kernel has them: send with
     /// [`UdpSocket::send_transmit`], receive with [`UdpSocket::recv_segments`] (GRO hands
     /// several datagrams over as one buffer that plain `recv_from` cannot split).
+    ///
+    /// # Errors
+    ///
+    /// As [`UdpSocket::bind`]'s, and quinn-udp's if it cannot set the socket up.
     pub async fn bind_with_offload(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
         let socket = first_that_opens(addr, std::net::UdpSocket::bind).await?;
         Self::from_std_with_offload(socket)
@@ -137,6 +143,11 @@ impl UdpSocket {
     /// [`UdpSocket::send`] and [`UdpSocket::recv`] then go to and come from that peer only,
     /// and errors the peer reports (ICMP port unreachable) come back from them as
     /// `io::Error`s.
+    ///
+    /// # Errors
+    ///
+    /// The last address's connect error when none connects (an address of the other
+    /// family than the socket's, for one); otherwise as [`UdpSocket::bind`]'s.
     pub async fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
         first_that_opens(addr, |addr| self.inner.socket.connect(addr)).await
     }
