@@ -7,10 +7,6 @@ use softtimer::Span;
 /// 8,192 µs, and longer.
 const WAIT_BUCKETS: usize = 9;
 
-/// Wakes a bucket observes while it is learning: until then two far misses in a row set its
-/// window at once (see [`WakeupWindows`]); after, it only steps.
-const LEARNING_WAKES: u8 = 32;
-
 /// The spin windows of a calibrated or named-precision idle policy, by how long the loop is
 /// about to block, kept current from the loop's own wake-ups.
 ///
@@ -22,18 +18,6 @@ const LEARNING_WAKES: u8 = 32;
 /// widens it by a sixteenth, an earlier one narrows it by a ninth of that, which balances
 /// where one wake in ten is later. [`aiming_at`](Self::aiming_at) moves that aim (a named
 /// precision keeps one wake in a hundred within an allowance past the window).
-///
-/// A window far too narrow at the start is not left to creep up by sixteenths: the
-/// calibration measures waits of up to 1 ms, and a loop that starts blocking 10 ms at a time
-/// on a virtual CPU wakes three or four times as late as that, which steps of a sixteenth
-/// would take a few dozen late wakes (as many seconds at that period) to learn. So while a
-/// bucket is learning (its first 32 observed wakes), a wake that misses far (its lateness
-/// plus the margin past one and a half times the window plus the allowance), right after an
-/// observed wake of the same bucket that missed far too, sets the window at once to what the
-/// smaller of the two needed, less the allowance: one wake so late is noise, two in a row
-/// say the window is wrong. After that the window only steps, so that a tail of late wakes
-/// (the host taking the CPU away, often for several wakes running) cannot hold it up: the
-/// aim stays where the steps balance.
 ///
 /// ```
 /// use softtimer::Span;
@@ -51,11 +35,6 @@ const LEARNING_WAKES: u8 = 32;
 /// }
 /// assert!(w.window_for(us(5_000)) > us(60));
 /// assert_eq!(w.window_for(us(100)), us(10), "other buckets keep theirs");
-/// // Blocks of 100 µs, a bucket still learning, wake 30 µs late (three times the window)
-/// // twice in a row: the second sets the window at once.
-/// w.observe(us(100), us(30));
-/// w.observe(us(100), us(30));
-/// assert_eq!(w.window_for(us(100)), us(31));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WakeupWindows {
@@ -63,11 +42,6 @@ pub struct WakeupWindows {
     first_edge: u64,
     /// Each bucket's window, ticks.
     windows: [u64; WAIT_BUCKETS],
-    /// Wakes each bucket has observed, up to [`LEARNING_WAKES`].
-    observed: [u8; WAIT_BUCKETS],
-    /// The last wake observed, if it missed far: its bucket, and its lateness plus the
-    /// margin, ticks.
-    last_far: Option<(usize, u64)>,
     /// Added to each wake's lateness before it is compared with the window.
     margin: u64,
     /// How late past its window a wake may come and still count as on time.
@@ -98,8 +72,6 @@ impl WakeupWindows {
         let mut w = WakeupWindows {
             first_edge,
             windows: [0; WAIT_BUCKETS],
-            observed: [0; WAIT_BUCKETS],
-            last_far: None,
             margin: margin.ticks(),
             allowance: 0,
             narrowing: 9,
@@ -116,9 +88,8 @@ impl WakeupWindows {
     /// Aims the windows at one wake in `one_in` (at least 2; [`new`](Self::new) aims at one
     /// in ten) counting as late: a wake is late when its lateness plus the margin exceeds
     /// the window plus `allowance`. That is what a named precision asks (a p99 lateness
-    /// within the allowance). A late wake widens the window by a sixteenth (or, while its
-    /// bucket learns, may set it: see [`WakeupWindows`]) and an on-time one narrows it by
-    /// `one_in − 1` times less, so one late stretch widens quickly and the
+    /// within the allowance). A late wake widens the window by a sixteenth and an on-time
+    /// one narrows it by `one_in − 1` times less, so one late stretch widens quickly and the
     /// window comes back slowly (at one in a hundred, by about e every 1,600 wakes): a
     /// lateness that a spin cannot remove (the host taking the CPU away) costs spin for a
     /// while.
@@ -170,28 +141,16 @@ impl WakeupWindows {
         Span::from_ticks(self.windows[self.bucket(wait)])
     }
 
-    /// A block of `wait` woke `late` after its timeout (zero: on time or early). Calls in
-    /// turn are taken as wakes in turn: a wake not observed in between (a block that
-    /// ended with a descriptor ready) does not break a row of far misses.
+    /// A block of `wait` woke `late` after its timeout (zero: on time or early).
     pub fn observe(&mut self, wait: Span, late: Span) {
         let b = self.bucket(wait);
         let w = self.windows[b];
         let step = (w / 16).max(1);
-        let needed = late.ticks().saturating_add(self.margin);
-        let on_time = w.saturating_add(self.allowance);
-        // Missed by half as much again: the window may be wrong, not unlucky.
-        let far = needed > on_time.saturating_add(w / 2);
-        let learning = self.observed[b] < LEARNING_WAKES;
-        let moved = match self.last_far {
-            _ if needed <= on_time => w.saturating_sub((step / self.narrowing).max(1)),
-            // The second far miss in a row while learning: what both needed, at once.
-            Some((last, before)) if far && learning && last == b => w
-                .saturating_add(step)
-                .max(needed.min(before).saturating_sub(self.allowance)),
-            _ => w.saturating_add(step),
+        let moved = if late.ticks().saturating_add(self.margin) > w.saturating_add(self.allowance) {
+            w.saturating_add(step)
+        } else {
+            w.saturating_sub((step / self.narrowing).max(1))
         };
-        self.last_far = far.then_some((b, needed));
-        self.observed[b] = self.observed[b].saturating_add(1).min(LEARNING_WAKES);
         self.windows[b] = self.bounded(b, moved);
     }
 }
@@ -276,95 +235,5 @@ mod tests {
         assert_eq!(half, calibrated.aiming_at(2, Span::ZERO));
         let median = settled_on_uniform_lateness(&mut half, &mut seed, 20_000);
         assert!((40_000..=60_000).contains(&median), "{median}");
-    }
-
-    #[test]
-    fn a_window_far_too_narrow_is_set_by_two_far_misses_in_a_row_and_not_by_one() {
-        let us = |n: u64| span(n * 1_000);
-        // Started from a 1 ms calibration (28 µs) for 10 ms blocks that wake 80-110 µs late.
-        let fresh = WakeupWindows::new(us(64), |_| us(28), us(1), us(2), us(200));
-        let wait = us(10_000);
-        // One wake 90 µs late (an outlier, as far as one wake can tell): a step only.
-        let mut w = fresh;
-        w.observe(wait, us(90));
-        assert_eq!(w.window_for(wait), span(28_000 + 28_000 / 16));
-        // An on-time wake in between: the next far miss is a first one again.
-        w.observe(wait, us(5));
-        w.observe(wait, us(90));
-        assert!(w.window_for(wait) < us(32), "{:?}", w.window_for(wait));
-        // Two in a row: what both needed (the smaller, plus the margin), at once.
-        let mut w = fresh;
-        w.observe(wait, us(110));
-        w.observe(wait, us(80));
-        assert_eq!(w.window_for(wait), us(81));
-        // A far miss of another bucket in between breaks the row.
-        let mut w = fresh;
-        w.observe(wait, us(110));
-        w.observe(us(2_000), us(110));
-        w.observe(wait, us(80));
-        assert!(w.window_for(wait) < us(32), "{:?}", w.window_for(wait));
-        // Once the bucket has learnt (32 wakes), far misses only step.
-        let mut w = fresh;
-        for _ in 0..LEARNING_WAKES {
-            w.observe(wait, us(28));
-        }
-        let learnt = w.window_for(wait).ticks();
-        w.observe(wait, us(110));
-        w.observe(wait, us(110));
-        let stepped = w.window_for(wait).ticks();
-        assert!(stepped < learnt * 5 / 4, "{learnt} -> {stepped}");
-        // With an allowance (a named precision), a miss is far past one and a half times the
-        // window plus the allowance, and the jump leaves the allowance out.
-        // Here far is past 28 × 1.5 + 10 = 52 µs needed.
-        let precise = fresh.aiming_at(100, us(10));
-        let mut w = precise;
-        w.observe(wait, us(60));
-        w.observe(wait, us(60));
-        assert_eq!(w.window_for(wait), us(51));
-        let mut w = precise;
-        w.observe(wait, us(50));
-        w.observe(wait, us(50));
-        assert!(w.window_for(wait) < us(32), "{:?}", w.window_for(wait));
-        // A miss of less than half as much again is the usual step, even twice in a row.
-        let mut w = fresh;
-        w.observe(wait, us(40));
-        w.observe(wait, us(40));
-        let stepped = w.window_for(wait).ticks();
-        assert!(stepped < 32_000, "{stepped}");
-        // Still within the bounds: the bucket of 100 µs blocks is capped at 32 µs.
-        let mut w = fresh;
-        w.observe(us(100), us(500));
-        w.observe(us(100), us(500));
-        assert_eq!(w.window_for(us(100)), us(32));
-    }
-
-    #[test]
-    fn a_heavy_tail_of_far_misses_leaves_the_ninetieth_percentile_aim_where_it_was() {
-        // Wakes 20 µs late, one in twelve 100 µs late (independently): two far misses in a
-        // row come once in 150 wakes, which while learning would hold the window near the
-        // tail; after the bucket's first wakes they only step.
-        let us = |n: u64| span(n * 1_000);
-        let mut w = WakeupWindows::new(us(64), |_| us(10), us(1), us(2), us(200));
-        let wait = us(5_000);
-        let mut seed = 3u64;
-        let mut seen = Vec::new();
-        for i in 0..100_000 {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            let late = if (seed >> 33).is_multiple_of(12) {
-                us(100)
-            } else {
-                us(20)
-            };
-            w.observe(wait, late);
-            if i >= 50_000 {
-                seen.push(w.window_for(wait).ticks());
-            }
-        }
-        seen.sort_unstable();
-        let median = seen[seen.len() / 2];
-        // The 90th percentile is 20 µs: the window sits just past it, plus the margin.
-        assert!((20_000..=24_000).contains(&median), "{median}");
-        let p90 = seen[seen.len() * 9 / 10];
-        assert!(p90 < 30_000, "held up by the tail: {p90}");
     }
 }
