@@ -185,8 +185,10 @@ impl<T> JoinSet<T> {
 
     /// Runs `f` on the runtime's blocking pool (as [`spawn_blocking`](crate::spawn_blocking))
     /// into the set. Aborted (through the handle, [`abort_all`](JoinSet::abort_all) or the
-    /// set's drop) while still queued, it never runs; a closure that has started runs to its
-    /// end, as a thread cannot be stopped (see [`JoinHandle::abort`]).
+    /// set's drop) while still queued, it never runs, and its cancelled output comes back
+    /// when a pool thread takes it off the queue (behind busy threads, when one frees up) or
+    /// the pool shuts down; a closure that has started runs to its end, as a thread cannot be
+    /// stopped (see [`JoinHandle::abort`]).
     ///
     /// ```
     /// use softtimer_async::{JoinSet, Runtime};
@@ -220,6 +222,12 @@ impl<T> JoinSet<T> {
     }
 
     /// Runs `f` on the blocking pool of `handle`'s runtime (from any thread) into the set.
+    /// After that runtime is dropped, `f` never runs and comes back cancelled.
+    ///
+    /// # Panics
+    ///
+    /// As [`Handle::spawn_blocking`](crate::Handle::spawn_blocking): if no thread can be
+    /// started for `f` and none of the pool's is alive to take it.
     pub fn spawn_blocking_on<F>(&mut self, f: F, handle: &crate::Handle) -> AbortHandle
     where
         F: FnOnce() -> T + Send + 'static,

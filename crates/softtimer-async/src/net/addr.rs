@@ -15,10 +15,11 @@ use crate::blocking::spawn_blocking;
 ///
 /// A name is resolved by the system's resolver (`getaddrinfo`, which may block for a DNS
 /// query) on the runtime's blocking pool, so the loop runs its timers meanwhile; a literal
-/// address never leaves the loop. The trait is sealed: it is implemented for socket
-/// addresses (and references to one), `(IpAddr, u16)` and its v4 and v6 forms, `&str`,
-/// `String` and `&String`, and `(&str, u16)` and `(String, u16)`; not for slices or
-/// references to tuples, which std's takes too.
+/// address never leaves the loop. The trait is sealed: it is implemented for
+/// `SocketAddr`, `&SocketAddr`, `SocketAddrV4` and `SocketAddrV6`, `(IpAddr, u16)` and its
+/// v4 and v6 forms, `&str`, `String` and `&String`, and `(&str, u16)` and `(String, u16)`;
+/// not for slices, nor for references to the v4 and v6 addresses or to tuples, which std's
+/// and tokio's take too (pass them by value: they are `Copy`).
 ///
 /// A host with a colon in it (an IPv6 address) is written in brackets, `"[fe80::1%eth0]:443"`,
 /// or as the tuple's first element, `("fe80::1%eth0", 443)`; `"::1"` alone is refused.

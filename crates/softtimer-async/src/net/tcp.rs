@@ -68,8 +68,10 @@ impl TcpListener {
     /// Binds and listens on `addr`, on the calling thread's loop: the first of its
     /// addresses that binds (a host name is looked up as
     /// [`lookup_host`](crate::net::lookup_host) does, off the loop; a literal address binds
-    /// at once). Async, as tokio's: outside async code, bind a std listener and hand it over
-    /// with [`TcpListener::from_std`].
+    /// at once). Async, as tokio's: in synchronous code on a runtime thread (inside
+    /// `block_on` or a task), bind a std listener and hand it over with
+    /// [`TcpListener::from_std`]; before the runtime exists, bind it and hand it over inside
+    /// `block_on`.
     ///
     /// A name that resolves to both families binds the first address that binds, so with
     /// a fixed port taken in one family it listens in the other only (as std's and tokio's
