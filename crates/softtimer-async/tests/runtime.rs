@@ -10,6 +10,14 @@ use softtimer_async::{Handle, Runtime};
 
 const BOUND: Duration = Duration::from_secs(10);
 
+/// Whether `task` ends (within [`BOUND`]) cancelled.
+async fn ends_cancelled<T>(task: softtimer_async::JoinHandle<T>) -> bool {
+    timeout(BOUND, task)
+        .await
+        .unwrap()
+        .is_err_and(|e| e.is_cancelled())
+}
+
 #[test]
 fn a_panicking_task_is_reported_by_its_handle_and_the_runtime_goes_on() {
     let rt = Runtime::new().unwrap();
@@ -156,8 +164,8 @@ fn bad_input_is_refused_with_a_clear_error() {
     let std_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let err = softtimer_async::UdpSocket::from_std(std_socket).unwrap_err();
     assert!(err.to_string().contains("runtime thread"), "{err}");
-    // Binding outside one, polled by some other executor: the same error at the first
-    // poll, for a name (whose lookup needs the runtime's pool) as for an address.
+    // Binding or connecting outside one, polled by some other executor: the same error at
+    // the first poll, for a name (whose lookup needs the runtime's pool) as for an address.
     let first_poll = |bind: std::pin::Pin<
         &mut dyn std::future::Future<Output = std::io::Result<()>>,
     >| {
@@ -173,6 +181,9 @@ fn bad_input_is_refused_with_a_clear_error() {
         assert!(err.to_string().contains("runtime thread"), "{addr}: {err}");
         let tcp = async { softtimer_async::TcpListener::bind(addr).await.map(drop) };
         let err = first_poll(std::pin::pin!(tcp));
+        assert!(err.to_string().contains("runtime thread"), "{addr}: {err}");
+        let stream = async { softtimer_async::TcpStream::connect(addr).await.map(drop) };
+        let err = first_poll(std::pin::pin!(stream));
         assert!(err.to_string().contains("runtime thread"), "{addr}: {err}");
     }
 }
@@ -593,13 +604,7 @@ fn abort_by_reference_or_from_another_thread_drops_the_future_on_its_loop() {
         let (ran_tx, ran) = mpsc::channel::<()>();
         let never = softtimer_async::spawn(async move { ran_tx.send(()).unwrap() });
         never.abort();
-        assert!(
-            timeout(BOUND, never)
-                .await
-                .unwrap()
-                .unwrap_err()
-                .is_cancelled()
-        );
+        assert!(ends_cancelled(never).await);
         assert!(ran.try_recv().is_err());
     });
 }
@@ -737,13 +742,7 @@ fn abort_reaches_a_running_local_task_from_another_thread_and_queued_blocking_wo
         polled.try_recv().unwrap();
         let stop = local.abort_handle();
         std::thread::spawn(move || stop.abort()).join().unwrap();
-        assert!(
-            timeout(BOUND, local)
-                .await
-                .unwrap()
-                .unwrap_err()
-                .is_cancelled()
-        );
+        assert!(ends_cancelled(local).await);
 
         // Blocking work queued behind the pool's only thread: aborted, it never runs.
         let (release, wait) = mpsc::channel::<()>();
@@ -758,13 +757,7 @@ fn abort_reaches_a_running_local_task_from_another_thread_and_queued_blocking_wo
         queued.abort();
         release.send(()).unwrap();
         assert!(timeout(BOUND, busy).await.unwrap().is_ok());
-        assert!(
-            timeout(BOUND, queued)
-                .await
-                .unwrap()
-                .unwrap_err()
-                .is_cancelled()
-        );
+        assert!(ends_cancelled(queued).await);
         assert!(ran.try_recv().is_err());
     });
 }

@@ -186,19 +186,19 @@ pub async fn lookup_host(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>
 }
 
 /// `open` on each address of `addr` in turn, resolved as [`lookup_host`] does: what the
-/// first that opens gives, or the last error (how `bind` and `connect` take a name). Each
-/// call is followed by a trigger state. Outside a runtime thread, the error every I/O object
-/// gives there, for a name as for an address (a name's lookup would panic).
+/// first that opens gives, or the last error (how `bind` and `connect` take a name).
+/// Outside a runtime thread, the error every I/O object gives there, for a name as for an
+/// address (a name's lookup would panic).
 pub(crate) async fn first_that_opens<T>(
     addr: impl ToSocketAddrs,
-    mut open: impl FnMut(SocketAddr) -> io::Result<T>,
+    mut open: impl AsyncFnMut(SocketAddr) -> io::Result<T>,
 ) -> io::Result<T> {
     if crate::executor::current_shared().is_none() {
         return Err(crate::reactor::no_runtime());
     }
     let mut last = None;
     for addr in lookup_host(addr).await? {
-        match crate::net::udp::syscall(softtimer::TriggerSource::Syscall, || open(addr)) {
+        match open(addr).await {
             Ok(opened) => return Ok(opened),
             Err(e) => last = Some(e),
         }

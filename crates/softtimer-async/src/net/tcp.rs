@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
 use softtimer::TriggerSource;
 
+use crate::net::addr::first_that_opens;
 use crate::net::udp::syscall;
 use crate::reactor::{Direction, Registration, take_socket_error};
 
@@ -84,8 +85,10 @@ impl TcpListener {
     /// a name that resolves to no address; an `Other` error outside a runtime thread, or if
     /// the lookup could not run (the runtime shutting down).
     pub async fn bind(addr: impl crate::net::ToSocketAddrs) -> io::Result<TcpListener> {
-        let listener =
-            crate::net::addr::first_that_opens(addr, std::net::TcpListener::bind).await?;
+        let listener = first_that_opens(addr, async |addr| {
+            syscall(TriggerSource::Syscall, || std::net::TcpListener::bind(addr))
+        })
+        .await?;
         Self::from_std(listener)
     }
 
@@ -180,22 +183,12 @@ impl TcpStream {
     /// # Errors
     ///
     /// What [`lookup_host`] says of a bad address or an unknown name, and the connect error
-    /// of the last address tried (`ConnectionRefused` where nothing listens).
-    ///
-    /// # Panics
-    ///
-    /// For a host name, outside a runtime thread (as [`lookup_host`]).
+    /// of the last address tried (`ConnectionRefused` where nothing listens); an `Other`
+    /// error outside a runtime thread.
     ///
     /// [`lookup_host`]: crate::net::lookup_host
     pub async fn connect(addr: impl crate::net::ToSocketAddrs) -> io::Result<TcpStream> {
-        let mut last = None;
-        for addr in crate::net::lookup_host(addr).await? {
-            match TcpStream::connect_addr(addr).await {
-                Ok(stream) => return Ok(stream),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.expect("lookup_host gives an address or an error"))
+        first_that_opens(addr, TcpStream::connect_addr).await
     }
 
     async fn connect_addr(addr: SocketAddr) -> io::Result<TcpStream> {

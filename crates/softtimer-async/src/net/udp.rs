@@ -78,8 +78,7 @@ impl UdpSocket {
     /// a name that resolves to no address; an `Other` error outside a runtime thread, or if
     /// the lookup could not run (the runtime shutting down).
     pub async fn bind(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
-        let socket = first_that_opens(addr, std::net::UdpSocket::bind).await?;
-        Self::from_std(socket)
+        Self::from_std(first_that_opens(addr, bind_std).await?)
     }
 
     /// As [`UdpSocket::bind`], with segmentation offload (GSO on send, GRO on receive) and
@@ -91,8 +90,7 @@ impl UdpSocket {
     ///
     /// As [`UdpSocket::bind`]'s, and quinn-udp's if it cannot set the socket up.
     pub async fn bind_with_offload(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
-        let socket = first_that_opens(addr, std::net::UdpSocket::bind).await?;
-        Self::from_std_with_offload(socket)
+        Self::from_std_with_offload(first_that_opens(addr, bind_std).await?)
     }
 
     /// Takes over a bound std socket (made non-blocking).
@@ -151,7 +149,11 @@ impl UdpSocket {
     /// The last address's connect error when none connects (an address of the other
     /// family than the socket's, for one); otherwise as [`UdpSocket::bind`]'s.
     pub async fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
-        first_that_opens(addr, |addr| self.inner.socket.connect(addr)).await
+        let socket = &self.inner.socket;
+        first_that_opens(addr, async |addr| {
+            syscall(TriggerSource::Syscall, || socket.connect(addr))
+        })
+        .await
     }
 
     /// Sends one datagram to `to`.
@@ -401,6 +403,11 @@ impl UdpSocket {
 
 /// Runs a non-blocking system call, then a trigger state of the calling thread's loop.
 #[inline]
+/// A std socket bound to `addr`, the `bind` a trigger state.
+async fn bind_std(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    syscall(TriggerSource::Syscall, || std::net::UdpSocket::bind(addr))
+}
+
 pub(crate) fn syscall<R>(source: TriggerSource, call: impl FnOnce() -> R) -> R {
     let result = call();
     executor::trigger(source);
