@@ -1,6 +1,7 @@
 //! A loop whose only work is one event re-armed every P µs: how late it fires, and how much
-//! CPU the loop uses, under the idle policy's spin windows. `cargo run --release -p
-//! softtimer-rt --example idle_probe`
+//! CPU the loop uses, under the idle policy's spin windows (calibrated, none, 30, 100 and
+//! 200 µs, and 2 ms), pinned to CPU 1. `cargo run --release -p softtimer-rt --example idle_probe --
+//! [SECONDS [PERIOD_US ...]]` (2 s a run, periods 100 and 1000 µs by default).
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,8 +21,19 @@ fn main() {
         "calibrated wake-up lateness: {:?}",
         softtimer_rt::wakeup_lateness()
     );
-    for window in [None, Some(Duration::ZERO), Some(Duration::from_millis(2))] {
-        for period_us in [100u64, 1000] {
+    let mut args = std::env::args()
+        .skip(1)
+        .map(|a| a.parse::<f64>().expect("a number"));
+    let secs = args.next().unwrap_or(2.0);
+    let periods: Vec<u64> = args.map(|p| p as u64).collect();
+    let periods = if periods.is_empty() {
+        vec![100, 1000]
+    } else {
+        periods
+    };
+    let windows = [0, 30, 100, 200, 2000].map(|us| Some(Duration::from_micros(us)));
+    for window in std::iter::once(None).chain(windows) {
+        for &period_us in &periods {
             let late = Arc::new(Mutex::new(Vec::with_capacity(100_000)));
             let l2 = Arc::clone(&late);
             let clock = softtimer::SystemClock::new();
@@ -40,25 +52,29 @@ fn main() {
             let stop = ev.stop_handle();
             ev.cx().schedule_soft_event(p, ()).unwrap();
             std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_secs(2));
+                std::thread::sleep(Duration::from_secs_f64(secs));
                 stop.stop();
             });
             let (c0, t0) = (cpu_ns(), std::time::Instant::now());
             ev.run(|_, _| {}).unwrap();
             let cpu = (cpu_ns() - c0) as f64 / t0.elapsed().as_nanos() as f64 * 100.0;
-            let mut v = late.lock().unwrap().clone();
+            let raw = late.lock().unwrap().clone();
+            let mut later_half = raw[raw.len() / 2..].to_vec();
+            later_half.sort();
+            let mut v = raw;
             v.sort();
-            let pct = |q: f64| v[((v.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
+            let at = |v: &[u64], q: f64| v[((v.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
+            let pct = |q: f64| at(&v, q);
+            // The window before a wait of the period, as the run left it (a learnt one's).
+            let learnt = clock.duration(ev.idle_policy().window_for(p));
             println!(
-                "window {:>12} P {:>5} µs: n {:>6} late p50 {:6.2} p99 {:6.2} max {:8.2} µs, cpu {:5.1} %, backstop wakeups {}, arms {}, fired by the backstop {}",
-                format!(
-                    "{:?}",
-                    window.map_or(softtimer_rt::wakeup_lateness(), |w| w)
-                ),
+                "window {:>12} P {:>5} µs: n {:>6} late p50 {:6.2} p99 {:6.2} (later half {:6.2}) max {:8.2} µs, cpu {:5.1} %, backstop wakeups {}, arms {}, fired by the backstop {}",
+                format!("{learnt:.1?}"),
                 period_us,
                 v.len(),
                 pct(0.5),
                 pct(0.99),
+                at(&later_half, 0.99),
                 pct(1.0),
                 cpu,
                 ev.counters().backstop_wakeups,

@@ -113,7 +113,10 @@ pub fn wakeup_probe() -> WakeupProbe {
 
 /// The calibrated idle policy's starting windows, on `clock`'s ticks: [`wakeup_lateness`]
 /// for waits up to [`SHORT_WAIT`], [`long_wait_window`] from [`LONG_WAIT`] on, and a
-/// straight line between; the loop then keeps them current from its own wake-ups.
+/// straight line between, but the widest window before waits of 8 ms and more, which aim at
+/// the lateness's tail
+/// ([`WakeupWindows::aiming_at_the_tail_before_long_waits`](crate::WakeupWindows::aiming_at_the_tail_before_long_waits));
+/// the loop then keeps them current from its own wake-ups.
 pub(crate) fn wakeup_windows<C: Clock>(clock: &C) -> crate::policy::WakeupWindows {
     windows_from(
         clock,
@@ -121,6 +124,7 @@ pub(crate) fn wakeup_windows<C: Clock>(clock: &C) -> crate::policy::WakeupWindow
         clock.span(Duration::from_micros(1)),
         MIN_WINDOW,
     )
+    .aiming_at_the_tail_before_long_waits()
 }
 
 /// The windows of a named precision ([`SpinWindow::Precision`](crate::SpinWindow::Precision)):

@@ -7,6 +7,15 @@ use softtimer::Span;
 /// 8,192 µs, and longer.
 const WAIT_BUCKETS: usize = 9;
 
+/// A bucket whose waits are at least this many widest windows long aims its window at one
+/// wake in [`TAIL_ONE_IN`], not ten: spinning through the lateness's tail costs at most a
+/// fortieth of the wait there.
+const TAIL_AIM_WAITS: u64 = 40;
+
+/// The aim of the buckets of waits [`TAIL_AIM_WAITS`] widest windows long: one late wake in
+/// this many, so that the 99th percentile of lateness is on time, not at the window's edge.
+const TAIL_ONE_IN: u64 = 300;
+
 /// The spin windows of a calibrated or named-precision idle policy, by how long the loop is
 /// about to block, kept current from the loop's own wake-ups.
 ///
@@ -17,7 +26,9 @@ const WAIT_BUCKETS: usize = 9;
 /// actual lateness towards its 90th percentile plus a margin: a wake later than the window
 /// widens it by a sixteenth, an earlier one narrows it by a ninth of that, which balances
 /// where one wake in ten is later. [`aiming_at`](Self::aiming_at) moves that aim (a named
-/// precision keeps one wake in a hundred within an allowance past the window).
+/// precision keeps one wake in a hundred within an allowance past the window);
+/// [`aiming_at_the_tail_before_long_waits`](Self::aiming_at_the_tail_before_long_waits)
+/// moves it before waits of 8 ms and more (the calibrated policy's rule).
 ///
 /// ```
 /// use softtimer::Span;
@@ -46,9 +57,10 @@ pub struct WakeupWindows {
     margin: u64,
     /// How late past its window a wake may come and still count as on time.
     allowance: u64,
-    /// A wake that counts as late widens the window `narrowing` times as much as one that
-    /// does not narrows it: the windows balance where one wake in `narrowing + 1` is late.
-    narrowing: u64,
+    /// Per bucket: a wake that counts as late widens the window `narrowing` times as much as
+    /// one that does not narrows it: the window balances where one wake in `narrowing + 1`
+    /// is late.
+    narrowing: [u64; WAIT_BUCKETS],
     min: u64,
     max: u64,
 }
@@ -74,7 +86,7 @@ impl WakeupWindows {
             windows: [0; WAIT_BUCKETS],
             margin: margin.ticks(),
             allowance: 0,
-            narrowing: 9,
+            narrowing: [9; WAIT_BUCKETS],
             min,
             max,
         };
@@ -110,8 +122,35 @@ impl WakeupWindows {
     /// assert!(window > us(70) && window < us(80), "{window:?}");
     /// ```
     pub fn aiming_at(mut self, one_in: u32, allowance: Span) -> WakeupWindows {
-        self.narrowing = u64::from(one_in.max(2)) - 1;
+        self.narrowing = [u64::from(one_in.max(2)) - 1; WAIT_BUCKETS];
         self.allowance = allowance.ticks();
+        self
+    }
+
+    /// Before waits so long that even the widest window costs at most a fortieth of the wait
+    /// in spinning (from 8 ms with a widest window of 200 µs), starts at the widest window
+    /// and aims at one wake in three hundred (the calibrated policy's rule): the tail of the
+    /// lateness is cheap to spin through there, and the 99th percentile comes on time rather
+    /// than at the window's edge. From the widest window down, not up from the calibration:
+    /// a window learnt upwards would leave the wakes before it late.
+    ///
+    /// ```
+    /// use softtimer::Span;
+    /// use softtimer_rt::WakeupWindows;
+    ///
+    /// let us = |n: u64| Span::from_ticks(n * 1_000); // a 1 GHz clock
+    /// let w = WakeupWindows::new(us(64), |_| us(30), us(1), us(2), us(200))
+    ///     .aiming_at_the_tail_before_long_waits();
+    /// assert_eq!(w.window_for(us(10_000)), us(200));
+    /// assert_eq!(w.window_for(us(5_000)), us(30));
+    /// ```
+    pub fn aiming_at_the_tail_before_long_waits(mut self) -> WakeupWindows {
+        for b in 0..WAIT_BUCKETS {
+            if self.typical(b) >= self.max.saturating_mul(TAIL_AIM_WAITS) {
+                self.narrowing[b] = TAIL_ONE_IN - 1;
+                self.windows[b] = self.bounded(b, self.max);
+            }
+        }
         self
     }
 
@@ -149,7 +188,7 @@ impl WakeupWindows {
         let moved = if late.ticks().saturating_add(self.margin) > w.saturating_add(self.allowance) {
             w.saturating_add(step)
         } else {
-            w.saturating_sub((step / self.narrowing).max(1))
+            w.saturating_sub((step / self.narrowing[b]).max(1))
         };
         self.windows[b] = self.bounded(b, moved);
     }
@@ -212,6 +251,44 @@ mod tests {
             w.observe(us(20_000), span(0));
         }
         assert_eq!(w.window_for(us(20_000)), us(2));
+    }
+
+    #[test]
+    fn before_waits_forty_widest_windows_long_the_windows_aim_at_the_tail() {
+        let us = |n: u64| span(n * 1_000);
+        // The widest window 200 µs: waits from 8,192 µs (the last bucket's) are past 40 of
+        // them, waits of 4,096..8,192 µs are not.
+        let mut w = WakeupWindows::new(us(64), |_| us(10), us(1), us(2), us(200))
+            .aiming_at_the_tail_before_long_waits();
+        // Those start at the widest window, the others where they are told.
+        assert_eq!(w.window_for(us(10_000)), us(200));
+        assert_eq!(w.window_for(us(5_000)), us(10));
+        let mut seed: u64 = 3;
+        let (mut short, mut long) = (Vec::new(), Vec::new());
+        for i in 0..400_000 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let late = span((seed >> 33) % 100_000);
+            w.observe(us(5_000), late);
+            w.observe(us(10_000), late);
+            if i >= 200_000 {
+                short.push(w.window_for(us(5_000)).ticks());
+                long.push(w.window_for(us(10_000)).ticks());
+            }
+        }
+        let median = |v: &mut Vec<u64>| {
+            v.sort_unstable();
+            v[v.len() / 2]
+        };
+        // Lateness spread evenly over 0..100 µs, plus the 1 µs margin: the tenth latest
+        // wake in a hundred before 5 ms waits, the latest in three hundred before 10 ms
+        // waits.
+        let (short, long) = (median(&mut short), median(&mut long));
+        assert!((86_000..=96_000).contains(&short), "{short}");
+        assert!((97_000..=106_000).contains(&long), "{long}");
+        // Without the rule, every bucket aims at one in ten.
+        let plain = WakeupWindows::new(us(64), |_| us(10), us(1), us(2), us(200));
+        assert_eq!(plain.narrowing, [9; WAIT_BUCKETS]);
+        assert_eq!(plain.window_for(us(10_000)), us(10));
     }
 
     #[test]
