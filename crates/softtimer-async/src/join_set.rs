@@ -259,9 +259,9 @@ impl<T> JoinSet<T> {
                 Ok(output) => outputs.push(output),
                 Err(error) => {
                     drop(self);
-                    match error.into_panic() {
-                        Some(panic) => std::panic::resume_unwind(panic),
-                        None => panic!("JoinSet::join_all: a task in the set was cancelled"),
+                    match error.try_into_panic() {
+                        Ok(panic) => std::panic::resume_unwind(panic),
+                        Err(_) => panic!("JoinSet::join_all: a task in the set was cancelled"),
                     }
                 }
             }

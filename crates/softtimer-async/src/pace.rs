@@ -348,7 +348,13 @@ impl PacedSender {
         self.departures.send_paced(buf, to).await
     }
 
-    /// Queues a copy of `buf` for the connected peer.
+    /// Queues a copy of `buf` for the peer the socket was connected to when this sender was
+    /// made (a later `connect` of the socket does not change it: make a new sender).
+    ///
+    /// # Errors
+    ///
+    /// `NotConnected` if the socket had no peer then; as [`send_to`](Self::send_to)'s
+    /// otherwise.
     pub async fn send(&self, buf: &[u8]) -> io::Result<()> {
         let to = self.peer.ok_or_else(|| {
             io::Error::new(
@@ -382,9 +388,11 @@ impl PacedSender {
     }
 
     /// Records the next `limit` departures (for tests and measurements; nothing is
-    /// recorded by default).
+    /// recorded by default). Room for them is taken as they come, from at most 64 Ki at
+    /// once, so a huge `limit` is a bound, not an allocation.
     pub fn record_departures(&self, limit: usize) {
-        lock(&self.departures.state).log = Some((limit, Vec::with_capacity(limit)));
+        let log = Vec::with_capacity(limit.min(1 << 16));
+        lock(&self.departures.state).log = Some((limit, log));
     }
 
     /// The departures recorded so far.

@@ -142,7 +142,6 @@ impl IoSource {
     }
 
     /// Whether `dir` is ready as far as the source knows (the tick if so).
-    #[cfg(feature = "quinn")] // the quinn runtime's
     fn ready_tick(&self, dir: Direction) -> Option<u64> {
         let state = self.state.load(Ordering::Acquire);
         (state & dir.bit() != 0).then_some(state >> 8)
@@ -241,7 +240,6 @@ impl Registration {
         &self.shared
     }
 
-    #[cfg(feature = "quinn")] // the quinn runtime's
     pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.source.poll_ready(dir, cx).map(|_| Ok(()))
     }
@@ -305,7 +303,6 @@ impl Registration {
     }
 
     /// Runs `op` once if `dir` may be ready; `WouldBlock` (and the readiness cleared) if not.
-    #[cfg(feature = "quinn")] // the quinn runtime's
     pub(crate) fn try_io<R>(
         &self,
         dir: Direction,

@@ -252,6 +252,12 @@ impl Builder {
     }
 
     /// Builds the runtime: loop 0 here, the workers on their threads.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for zero threads; the error of making a loop (its `epoll`, `eventfd`
+    /// or backstop helper) or of starting a worker thread, after the loops already made are
+    /// shut down and their threads joined.
     pub fn build(self) -> io::Result<Runtime> {
         if self.threads == 0 {
             return Err(io::Error::new(
@@ -425,6 +431,10 @@ pub struct Runtime {
 
 impl Runtime {
     /// A runtime with one loop, on this thread, at the default precision.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`]'s.
     pub fn new() -> io::Result<Runtime> {
         Builder::default().build()
     }

@@ -182,7 +182,10 @@ where
 ///
 /// Dropping the handle detaches the task (it runs on); [`JoinHandle::abort`] (or an
 /// [`AbortHandle`] from [`JoinHandle::abort_handle`]) cancels it. A task that panics does not
-/// take its runtime down: its handle reports the panic as a [`JoinError`].
+/// take its runtime down: its handle reports the panic as a [`JoinError`]. A panic in the
+/// destructor of a task's future (dropped when the task is cancelled or has completed)
+/// aborts the process, as `async-task`, which runs the tasks, has it; tokio reports that
+/// one through the handle too.
 ///
 /// ```
 /// use softtimer_async::Runtime;
@@ -628,16 +631,41 @@ impl JoinError {
         }
     }
 
-    /// What the task panicked with (to resume the panic with); `None` if it was cancelled.
-    pub fn into_panic(self) -> Option<Panic> {
+    /// What the task panicked with, to resume the panic with (as tokio's).
+    ///
+    /// ```
+    /// use softtimer_async::Runtime;
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// let err = rt.block_on(rt.spawn(async { panic!("boom") })).unwrap_err();
+    /// let resumed = std::panic::catch_unwind(|| std::panic::resume_unwind(err.into_panic()));
+    /// assert_eq!(resumed.unwrap_err().downcast_ref::<&str>(), Some(&"boom"));
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If the task was cancelled; [`try_into_panic`](Self::try_into_panic) does not.
+    pub fn into_panic(self) -> Panic {
+        self.try_into_panic()
+            .expect("JoinError::into_panic: the task was cancelled, it did not panic")
+    }
+
+    /// What the task panicked with, or the error back if it was cancelled.
+    pub fn try_into_panic(self) -> Result<Panic, JoinError> {
         match self.repr {
-            Repr::Panic { payload, .. } => Some(
-                payload
-                    .into_inner()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            ),
-            Repr::Cancelled => None,
+            Repr::Panic { payload, .. } => Ok(payload
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)),
+            Repr::Cancelled => Err(self),
         }
+    }
+}
+
+/// A task's error as an I/O error (`Other`, the [`JoinError`] its source), as tokio's, so
+/// that `handle.await?` works in a function returning `io::Result`.
+impl From<JoinError> for std::io::Error {
+    fn from(error: JoinError) -> std::io::Error {
+        std::io::Error::other(error)
     }
 }
 

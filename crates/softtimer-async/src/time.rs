@@ -431,8 +431,48 @@ impl Interval {
 
     /// Restarts the schedule: the next tick a period from now.
     pub fn reset(&mut self) {
-        self.first_due = false;
         let next = self.entry.now().checked_add(self.period);
+        self.reset_to(next);
+    }
+
+    /// Restarts the schedule from now: the next tick at once, without a timer.
+    pub fn reset_immediately(&mut self) {
+        let now = self.entry.now();
+        self.entry.reset(Some(now));
+        self.first_due = true;
+    }
+
+    /// Restarts the schedule: the next tick `after` from now (never, past what an `Instant`
+    /// can hold), then every period.
+    pub fn reset_after(&mut self, after: Duration) {
+        let next = self.entry.now().checked_add(after);
+        self.reset_to(next);
+    }
+
+    /// Restarts the schedule: the next tick at `deadline` (at once if it has passed), then
+    /// every period.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use softtimer_async::{Runtime, time::interval};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let mut ticks = interval(Duration::from_secs(3600));
+    ///     ticks.tick().await; // the first tick, at once
+    ///     let soon = Instant::now() + Duration::from_micros(300);
+    ///     ticks.reset_at(soon);
+    ///     assert_eq!(ticks.tick().await, soon);
+    ///     ticks.reset_immediately();
+    ///     assert!(ticks.tick().await <= Instant::now());
+    /// });
+    /// ```
+    pub fn reset_at(&mut self, deadline: Instant) {
+        self.reset_to(Some(deadline));
+    }
+
+    fn reset_to(&mut self, next: Option<Instant>) {
+        self.first_due = false;
         self.entry.reset(next);
     }
 }
@@ -493,6 +533,14 @@ fn interval_on(shared: Arc<LoopShared>, start: Instant, period: Duration) -> Int
 #[error("deadline has elapsed")]
 pub struct Elapsed(());
 
+/// A timeout as an I/O error (`TimedOut`), as tokio's, so that
+/// `timeout(d, socket.recv(buf)).await??` works in a function returning `io::Result`.
+impl From<Elapsed> for std::io::Error {
+    fn from(elapsed: Elapsed) -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::TimedOut, elapsed)
+    }
+}
+
 pin_project_lite::pin_project! {
     /// A future with a deadline. See [`timeout`].
     #[derive(Debug)]
@@ -501,6 +549,23 @@ pin_project_lite::pin_project! {
         #[pin]
         future: F,
         sleep: Sleep,
+    }
+}
+
+impl<F> Timeout<F> {
+    /// The future it runs.
+    pub fn get_ref(&self) -> &F {
+        &self.future
+    }
+
+    /// The future it runs, to change (a `Timeout` not pinned yet).
+    pub fn get_mut(&mut self) -> &mut F {
+        &mut self.future
+    }
+
+    /// The future it runs, its deadline dropped (and its soft event cancelled).
+    pub fn into_inner(self) -> F {
+        self.future
     }
 }
 

@@ -164,6 +164,51 @@ fn sockets_bind_and_connect_by_name_off_the_loop_and_refuse_bad_addresses() {
 }
 
 #[test]
+fn a_list_binds_its_first_free_address_and_a_listener_queues_a_burst_of_connects() {
+    on_runtime(async {
+        // A slice is tried in order, as std's and tokio's are: a taken port, then a free one.
+        let first = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let taken = first.local_addr().unwrap();
+        let free: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let second = TcpListener::bind(&[taken, free][..]).await.unwrap();
+        assert_ne!(second.local_addr().unwrap(), taken);
+        let udp = UdpSocket::bind(&&[free][..]).await.unwrap();
+        assert!(udp.local_addr().unwrap().ip().is_loopback());
+        let none: &[SocketAddr] = &[];
+        for err in [
+            TcpListener::bind(none).await.unwrap_err(),
+            UdpSocket::bind(none).await.unwrap_err(),
+            TcpStream::connect(none).await.unwrap_err(),
+        ] {
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+        }
+        assert!(
+            softtimer_async::net::lookup_host(none)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // 300 connects before any accept: std's backlog of 128 would drop the SYNs past it
+        // (the client sends them again a second later, past the connects' bound); tokio's
+        // 1024 queues them all.
+        const BURST: usize = 300;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let clients = softtimer_async::spawn_blocking(move || {
+            (0..BURST)
+                .map(|_| std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(900)))
+                .collect::<std::io::Result<Vec<_>>>()
+        });
+        let clients = bounded(clients).await.unwrap();
+        let clients = clients.expect("a connect of the burst was not queued");
+        for _ in 0..BURST {
+            bounded(listener.accept()).await.unwrap();
+        }
+        drop(clients);
+    });
+}
+
+#[test]
 fn tcp_echo_with_the_futures_io_and_tokio_traits() {
     on_runtime(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -188,8 +233,12 @@ fn tcp_echo_with_the_futures_io_and_tokio_traits() {
         // through futures-io's.
         let data: Vec<u8> = (0..65_536u32).map(|i| (i % 251) as u8).collect();
         use tokio::io::AsyncWriteExt;
-        bounded(stream.write_all(&data)).await.unwrap();
-        AsyncWriteExt::shutdown(&mut stream).await.unwrap();
+        bounded(AsyncWriteExt::write_all(&mut stream, &data))
+            .await
+            .unwrap();
+        // The stream's own `shutdown` is tokio's: async, the write direction, and what the
+        // call resolves to with tokio's trait in scope.
+        bounded(stream.shutdown()).await.unwrap();
         let mut back = Vec::new();
         let mut buf = [0u8; 8192];
         loop {
@@ -294,11 +343,17 @@ fn offloaded_sockets_send_segments_in_one_call() {
             segment_size: (segments > 1).then_some(1000),
             src_ip: None,
         };
+        // Twice, so that two receives wait: with room for one description only, one
+        // buffer of the two is filled at a time.
+        tx.send_transmit(&transmit).await.unwrap();
         tx.send_transmit(&transmit).await.unwrap();
         let mut received = 0;
-        while received < contents.len() {
-            let mut storage = vec![0u8; 65_536];
-            let mut bufs = [std::io::IoSliceMut::new(&mut storage)];
+        while received < 2 * contents.len() {
+            let (mut first, mut second) = (vec![0u8; 65_536], vec![0u8; 65_536]);
+            let mut bufs = [
+                std::io::IoSliceMut::new(&mut first),
+                std::io::IoSliceMut::new(&mut second),
+            ];
             let mut meta = [quinn_udp::RecvMeta::default()];
             let n = bounded(rx.recv_segments(&mut bufs, &mut meta))
                 .await
@@ -307,7 +362,7 @@ fn offloaded_sockets_send_segments_in_one_call() {
             assert_eq!(meta[0].stride, 1000, "segments keep their size");
             received += meta[0].len;
         }
-        assert_eq!(received, contents.len());
+        assert_eq!(received, 2 * contents.len());
     });
 }
 
@@ -447,7 +502,8 @@ fn a_split_stream_reads_and_writes_from_two_tasks_and_its_write_half_closes_on_d
             .await
             .unwrap();
         let mut back = [0u8; 4];
-        bounded(client.read_exact(&mut back)).await.unwrap();
+        let n = bounded(client.read_exact(&mut back)).await.unwrap();
+        assert_eq!(n, back.len(), "read_exact gives the length, as tokio's");
         assert_eq!(&back, b"back");
         // Halves of different streams are refused and handed back.
         let other = bounded(TcpStream::connect(addr)).await.unwrap();

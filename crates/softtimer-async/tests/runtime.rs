@@ -32,7 +32,21 @@ fn a_panicking_task_is_reported_by_its_handle_and_the_runtime_goes_on() {
         let err = timeout(BOUND, bad).await.unwrap().unwrap_err();
         assert!(err.is_panic() && !err.is_cancelled());
         assert_eq!(err.panic_message(), Some("the task's own bug"));
-        assert!(err.into_panic().is_some());
+        let payload = err.into_panic();
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"the task's own bug"));
+        // As an I/O error (tokio's conversion), and a cancelled task's error handed back.
+        let io = std::io::Error::from(
+            timeout(BOUND, softtimer_async::spawn(async { panic!("as io") }))
+                .await
+                .unwrap()
+                .unwrap_err(),
+        );
+        assert_eq!(io.kind(), std::io::ErrorKind::Other);
+        assert_eq!(io.to_string(), "task panicked: as io");
+        let asleep = softtimer_async::spawn(sleep(Duration::from_secs(3600)));
+        asleep.abort();
+        let cancelled = timeout(BOUND, asleep).await.unwrap().unwrap_err();
+        assert!(cancelled.try_into_panic().unwrap_err().is_cancelled());
         assert!(local.await.unwrap_err().is_panic());
         // The loop still runs tasks and timers.
         let fine = softtimer_async::spawn(async {

@@ -10,19 +10,31 @@ use crate::blocking::spawn_blocking;
 /// What [`lookup_host`], [`TcpStream::connect`](crate::TcpStream::connect),
 /// [`TcpListener::bind`](crate::TcpListener::bind), [`UdpSocket::bind`](crate::UdpSocket::bind)
 /// and [`UdpSocket::connect`](crate::UdpSocket::connect) take: a socket address, an IP
-/// address and port, or a `"host:port"` string (or a host and a port) whose host may be a
-/// name.
+/// address and port, a slice of socket addresses (tried in order), or a `"host:port"` string
+/// (or a host and a port) whose host may be a name.
 ///
 /// A name is resolved by the system's resolver (`getaddrinfo`, which may block for a DNS
 /// query) on the runtime's blocking pool, so the loop runs its timers meanwhile; a literal
-/// address never leaves the loop. The trait is sealed: it is implemented for
-/// `SocketAddr`, `&SocketAddr`, `SocketAddrV4` and `SocketAddrV6`, `(IpAddr, u16)` and its
-/// v4 and v6 forms, `&str`, `String` and `&String`, and `(&str, u16)` and `(String, u16)`;
-/// not for slices, nor for references to the v4 and v6 addresses or to tuples, which std's
-/// and tokio's take too (pass them by value: they are `Copy`).
+/// address never leaves the loop. The trait is sealed and implemented for the types tokio's
+/// is: `SocketAddr`, `SocketAddrV4` and `SocketAddrV6`, `(IpAddr, u16)` and its v4 and v6
+/// forms, `&[SocketAddr]`, `str` and `String`, `(&str, u16)` and `(String, u16)`, and a
+/// reference to any of them.
 ///
 /// A host with a colon in it (an IPv6 address) is written in brackets, `"[fe80::1%eth0]:443"`,
 /// or as the tuple's first element, `("fe80::1%eth0", 443)`; `"::1"` alone is refused.
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use softtimer_async::{Runtime, UdpSocket};
+///
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     // The first address that binds: 127.0.0.1's port 0 always does.
+///     let addrs: [SocketAddr; 2] = ["127.0.0.1:0".parse().unwrap(), "[::1]:0".parse().unwrap()];
+///     let socket = UdpSocket::bind(&addrs[..]).await.unwrap();
+///     assert!(socket.local_addr().unwrap().is_ipv4());
+/// });
+/// ```
 pub trait ToSocketAddrs: sealed::Sealed {}
 
 mod sealed {
@@ -37,7 +49,12 @@ mod sealed {
     }
 
     pub trait Sealed {
-        fn resolve(self) -> io::Result<Resolve>;
+        fn resolve(&self) -> io::Result<Resolve>;
+
+        /// The address, when it is exactly one socket address (no allocation, no lookup).
+        fn one(&self) -> Option<SocketAddr> {
+            None
+        }
     }
 }
 use sealed::{Resolve, Sealed};
@@ -46,8 +63,12 @@ macro_rules! ready {
     ($($t:ty),*) => {$(
         impl ToSocketAddrs for $t {}
         impl Sealed for $t {
-            fn resolve(self) -> io::Result<Resolve> {
-                Ok(Resolve::Ready(vec![SocketAddr::from(self)]))
+            fn resolve(&self) -> io::Result<Resolve> {
+                Ok(Resolve::Ready(vec![SocketAddr::from(*self)]))
+            }
+
+            fn one(&self) -> Option<SocketAddr> {
+                Some(SocketAddr::from(*self))
             }
         }
     )*};
@@ -61,16 +82,27 @@ ready!(
     (Ipv6Addr, u16)
 );
 
-impl ToSocketAddrs for &SocketAddr {}
-impl Sealed for &SocketAddr {
-    fn resolve(self) -> io::Result<Resolve> {
-        Ok(Resolve::Ready(vec![*self]))
+impl ToSocketAddrs for [SocketAddr] {}
+impl Sealed for [SocketAddr] {
+    fn resolve(&self) -> io::Result<Resolve> {
+        Ok(Resolve::Ready(self.to_vec()))
     }
 }
 
-impl ToSocketAddrs for &str {}
-impl Sealed for &str {
-    fn resolve(self) -> io::Result<Resolve> {
+impl<T: ToSocketAddrs + ?Sized> ToSocketAddrs for &T {}
+impl<T: ToSocketAddrs + ?Sized> Sealed for &T {
+    fn resolve(&self) -> io::Result<Resolve> {
+        (**self).resolve()
+    }
+
+    fn one(&self) -> Option<SocketAddr> {
+        (**self).one()
+    }
+}
+
+impl ToSocketAddrs for str {}
+impl Sealed for str {
+    fn resolve(&self) -> io::Result<Resolve> {
         if let Ok(addr) = self.parse::<SocketAddr>() {
             return Ok(Resolve::Ready(vec![addr]));
         }
@@ -103,22 +135,15 @@ impl Sealed for &str {
 
 impl ToSocketAddrs for String {}
 impl Sealed for String {
-    fn resolve(self) -> io::Result<Resolve> {
-        self.as_str().resolve()
-    }
-}
-
-impl ToSocketAddrs for &String {}
-impl Sealed for &String {
-    fn resolve(self) -> io::Result<Resolve> {
+    fn resolve(&self) -> io::Result<Resolve> {
         self.as_str().resolve()
     }
 }
 
 impl ToSocketAddrs for (&str, u16) {}
 impl Sealed for (&str, u16) {
-    fn resolve(self) -> io::Result<Resolve> {
-        let (host, port) = self;
+    fn resolve(&self) -> io::Result<Resolve> {
+        let (host, port) = *self;
         if host.is_empty() {
             return Err(invalid("an empty host name".to_string()));
         }
@@ -131,7 +156,7 @@ impl Sealed for (&str, u16) {
 
 impl ToSocketAddrs for (String, u16) {}
 impl Sealed for (String, u16) {
-    fn resolve(self) -> io::Result<Resolve> {
+    fn resolve(&self) -> io::Result<Resolve> {
         (self.0.as_str(), self.1).resolve()
     }
 }
@@ -140,8 +165,8 @@ fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, message)
 }
 
-/// The socket addresses of `addr`, in the resolver's order: a literal address at once, a
-/// host name through the system's resolver on the blocking pool (the loop goes on running
+/// The socket addresses of `addr`, in the resolver's order: a literal address (or a slice
+/// of them, perhaps empty) at once, a host name through the system's resolver on the blocking pool (the loop goes on running
 /// meanwhile; a lookup whose future is dropped before it has started is cancelled). A
 /// `Vec`, where tokio's gives an iterator (`.into_iter()` makes one).
 ///
@@ -185,10 +210,17 @@ pub async fn lookup_host(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>
     }
 }
 
+/// `addr` when it is exactly one socket address, without allocating or looking anything up
+/// (a hot path's fast case).
+pub(crate) fn single(addr: &impl ToSocketAddrs) -> Option<SocketAddr> {
+    addr.one()
+}
+
 /// `open` on each address of `addr` in turn, resolved as [`lookup_host`] does: what the
-/// first that opens gives, or the last error (how `bind` and `connect` take a name).
-/// Outside a runtime thread, the error every I/O object gives there, for a name as for an
-/// address (a name's lookup would panic).
+/// first that opens gives, or the last error (how `bind` and `connect` take a name);
+/// `InvalidInput` for no address at all (an empty slice). Outside a runtime thread, the
+/// error every I/O object gives there, for a name as for an address (a name's lookup would
+/// panic).
 pub(crate) async fn first_that_opens<T>(
     addr: impl ToSocketAddrs,
     mut open: impl AsyncFnMut(SocketAddr) -> io::Result<T>,
@@ -203,7 +235,7 @@ pub(crate) async fn first_that_opens<T>(
             Err(e) => last = Some(e),
         }
     }
-    Err(last.expect("lookup_host gives an address or an error"))
+    Err(last.unwrap_or_else(|| invalid("no address to try (an empty list)".to_string())))
 }
 
 /// A task's handle that cancels it when dropped (a lookup nobody waits for any more).

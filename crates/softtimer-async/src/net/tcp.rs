@@ -34,6 +34,19 @@ fn tcp_socket(addr: &SocketAddr, flags: SocketFlags) -> io::Result<OwnedFd> {
     Ok(socket)
 }
 
+/// A listening socket on `addr` with `SO_REUSEADDR` (and `SO_REUSEPORT` if `reuse_port`),
+/// its backlog [`TcpListener::LISTEN_BACKLOG`].
+fn listen(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener> {
+    let fd = tcp_socket(&addr, SocketFlags::empty())?;
+    sockopt::set_socket_reuseaddr(&fd, true)?;
+    if reuse_port {
+        sockopt::set_socket_reuseport(&fd, true)?;
+    }
+    rustix::net::bind(&fd, &addr)?;
+    rustix::net::listen(&fd, TcpListener::LISTEN_BACKLOG)?;
+    Ok(std::net::TcpListener::from(fd))
+}
+
 /// A TCP listener registered with the loop of the thread that made it; the streams it
 /// accepts are registered with the loop of the task that accepts them.
 ///
@@ -69,10 +82,13 @@ impl TcpListener {
     /// Binds and listens on `addr`, on the calling thread's loop: the first of its
     /// addresses that binds (a host name is looked up as
     /// [`lookup_host`](crate::net::lookup_host) does, off the loop; a literal address binds
-    /// at once). Async, as tokio's: in synchronous code on a runtime thread (inside
-    /// `block_on` or a task), bind a std listener and hand it over with
-    /// [`TcpListener::from_std`]; before the runtime exists, bind it and hand it over inside
-    /// `block_on`.
+    /// at once). As tokio's: async, with `SO_REUSEADDR` set (a restarted server rebinds a
+    /// port whose old connections linger in `TIME_WAIT`) and a backlog of
+    /// [`LISTEN_BACKLOG`](Self::LISTEN_BACKLOG) (std's is 128: a burst of connects beyond it
+    /// waits a second for the client's SYN to be sent again). In synchronous code on a
+    /// runtime thread (inside `block_on` or a task), bind a std listener and hand it over
+    /// with [`TcpListener::from_std`]; before the runtime exists, bind it and hand it over
+    /// inside `block_on`.
     ///
     /// A name that resolves to both families binds the first address that binds, so with
     /// a fixed port taken in one family it listens in the other only (as std's and tokio's
@@ -82,28 +98,38 @@ impl TcpListener {
     ///
     /// The last address's bind error when none binds; the resolver's error for a name it
     /// cannot resolve; `InvalidInput` for an address string that is not `host:port` and for
-    /// a name that resolves to no address; an `Other` error outside a runtime thread, or if
-    /// the lookup could not run (the runtime shutting down).
+    /// a name that resolves to no address (or an empty slice); an `Other` error outside a
+    /// runtime thread, or if the lookup could not run (the runtime shutting down).
     pub async fn bind(addr: impl crate::net::ToSocketAddrs) -> io::Result<TcpListener> {
         let listener = first_that_opens(addr, async |addr| {
-            syscall(TriggerSource::Syscall, || std::net::TcpListener::bind(addr))
+            syscall(TriggerSource::Syscall, || listen(addr, false))
         })
         .await?;
         Self::from_std(listener)
     }
 
-    /// Binds with `SO_REUSEPORT`, so that each loop of a thread-per-core server can have a
-    /// listener of its own on one port (the kernel spreads connections over them).
+    /// The backlog [`bind`](Self::bind) and [`bind_reuse_port`](Self::bind_reuse_port)
+    /// listen with: tokio's (the kernel caps it at `net.core.somaxconn`, 4096 by default).
+    pub const LISTEN_BACKLOG: i32 = 1024;
+
+    /// Binds with `SO_REUSEPORT` as well, so that each loop of a thread-per-core server can
+    /// have a listener of its own on one port (the kernel spreads connections over them).
+    ///
+    /// # Errors
+    ///
+    /// The socket's, the bind's or the listen's error (`AddrInUse` when a listener without
+    /// `SO_REUSEPORT`, or another user's, has the port); an `Other` error outside a runtime
+    /// thread.
     pub fn bind_reuse_port(addr: SocketAddr) -> io::Result<TcpListener> {
-        let fd = tcp_socket(&addr, SocketFlags::empty())?;
-        sockopt::set_socket_reuseaddr(&fd, true)?;
-        sockopt::set_socket_reuseport(&fd, true)?;
-        rustix::net::bind(&fd, &addr)?;
-        rustix::net::listen(&fd, 1024)?;
-        Self::from_std(std::net::TcpListener::from(fd))
+        Self::from_std(listen(addr, true)?)
     }
 
-    /// Takes over a listening std socket (made non-blocking).
+    /// Takes over a listening std socket (made non-blocking), on the calling thread's loop.
+    ///
+    /// # Errors
+    ///
+    /// An `Other` error outside a runtime thread; the `ioctl` or the loop's `epoll_ctl`'s
+    /// error if the socket cannot be made non-blocking or watched.
     pub fn from_std(socket: std::net::TcpListener) -> io::Result<TcpListener> {
         let reg = register_nonblocking(socket.as_fd())?;
         Ok(TcpListener { socket, reg })
@@ -215,7 +241,11 @@ impl TcpStream {
         Ok(stream)
     }
 
-    /// Takes over a connected std stream (made non-blocking).
+    /// Takes over a connected std stream (made non-blocking), on the calling thread's loop.
+    ///
+    /// # Errors
+    ///
+    /// As [`TcpListener::from_std`]'s.
     pub fn from_std(socket: std::net::TcpStream) -> io::Result<TcpStream> {
         let reg = register_nonblocking(socket.as_fd())?;
         Ok(TcpStream { socket, reg })
@@ -236,9 +266,94 @@ impl TcpStream {
         self.socket.set_nodelay(nodelay)
     }
 
-    /// Shuts down the read side, the write side, or both.
-    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+    /// Shuts the write direction down: the peer reads end of stream once it has read what
+    /// was written (what tokio's `AsyncWriteExt::shutdown` does; a stream already shut, or
+    /// reset by its peer, counts as shut). To shut the read direction too, see
+    /// [`shutdown_direction`](Self::shutdown_direction).
+    ///
+    /// # Errors
+    ///
+    /// The `shutdown` system call's, but `NotConnected`.
+    pub async fn shutdown(&self) -> io::Result<()> {
+        poll_fn(|_| self.poll_shutdown_write()).await
+    }
+
+    /// Shuts down the read direction, the write direction, or both, at once (std's
+    /// `shutdown`).
+    ///
+    /// # Errors
+    ///
+    /// The `shutdown` system call's (`NotConnected` on a stream not connected any more).
+    pub fn shutdown_direction(&self, how: Shutdown) -> io::Result<()> {
         self.socket.shutdown(how)
+    }
+
+    /// Waits until the stream may be readable: bytes, the end of the stream or an error are
+    /// probably there (readiness can be stale: a [`try_read`](Self::try_read) that says
+    /// `WouldBlock` clears it, and the next `readable` waits).
+    ///
+    /// # Errors
+    ///
+    /// None today; an `io::Result` as tokio's.
+    pub async fn readable(&self) -> io::Result<()> {
+        poll_fn(|cx| self.reg.poll_ready(Direction::Read, cx)).await
+    }
+
+    /// Waits until the stream may be writable (see [`readable`](Self::readable)).
+    ///
+    /// # Errors
+    ///
+    /// None today; an `io::Result` as tokio's.
+    pub async fn writable(&self) -> io::Result<()> {
+        poll_fn(|cx| self.reg.poll_ready(Direction::Write, cx)).await
+    }
+
+    /// Reads what is there into `buf` without waiting: `Ok(0)` at the end of the stream,
+    /// `WouldBlock` if nothing is there yet.
+    ///
+    /// ```
+    /// use softtimer_async::{Runtime, TcpListener, TcpStream};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    ///     let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+    ///     let (server, _) = listener.accept().await.unwrap();
+    ///     let mut buf = [0u8; 16];
+    ///     let nothing = server.try_read(&mut buf).unwrap_err();
+    ///     assert_eq!(nothing.kind(), std::io::ErrorKind::WouldBlock);
+    ///     client.writable().await.unwrap();
+    ///     assert_eq!(client.try_write(b"hi").unwrap(), 2);
+    ///     let n = loop {
+    ///         server.readable().await.unwrap();
+    ///         match server.try_read(&mut buf) {
+    ///             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+    ///             read => break read.unwrap(),
+    ///         }
+    ///     };
+    ///     assert_eq!(&buf[..n], b"hi");
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` when nothing is there yet; the read's error otherwise.
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.reg.try_io(Direction::Read, || {
+            syscall(TriggerSource::Recv, || (&self.socket).read(buf))
+        })
+    }
+
+    /// Writes what the stream takes of `buf` now, without waiting: `WouldBlock` if its
+    /// buffer is full.
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` when the stream's buffer is full; the write's error otherwise.
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.reg.try_io(Direction::Write, || {
+            syscall(TriggerSource::Send, || (&self.socket).write(buf))
+        })
     }
 
     /// Reads into `buf`; `Ok(0)` at the end of the stream.
@@ -246,15 +361,21 @@ impl TcpStream {
         poll_fn(|cx| self.poll_read_buf(cx, buf)).await
     }
 
-    /// Fills `buf`, or fails with `UnexpectedEof`.
-    pub async fn read_exact(&self, mut buf: &mut [u8]) -> io::Result<()> {
-        while !buf.is_empty() {
-            match self.read(buf).await? {
+    /// Fills `buf` and returns its length, as tokio's `read_exact` does.
+    ///
+    /// # Errors
+    ///
+    /// `UnexpectedEof` when the stream ends first (what was read stays in `buf`); the read's
+    /// error otherwise.
+    pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut rest = &mut *buf;
+        while !rest.is_empty() {
+            match self.read(rest).await? {
                 0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-                n => buf = &mut buf[n..],
+                n => rest = &mut rest[n..],
             }
         }
-        Ok(())
+        Ok(buf.len())
     }
 
     /// Writes some of `buf`.
@@ -419,8 +540,12 @@ impl OwnedReadHalf {
         self.stream.read(buf).await
     }
 
-    /// Fills `buf`.
-    pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<()> {
+    /// Fills `buf` and returns its length ([`TcpStream::read_exact`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`TcpStream::read_exact`]'s.
+    pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.stream.read_exact(buf).await
     }
 

@@ -93,7 +93,12 @@ impl UdpSocket {
         Self::from_std_with_offload(first_that_opens(addr, bind_std).await?)
     }
 
-    /// Takes over a bound std socket (made non-blocking).
+    /// Takes over a bound std socket (made non-blocking), on the calling thread's loop.
+    ///
+    /// # Errors
+    ///
+    /// An `Other` error outside a runtime thread; the error of making the socket
+    /// non-blocking or of the loop's `epoll_ctl` otherwise.
     pub fn from_std(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
         let shared = executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
         Self::on(shared, socket, false)
@@ -101,6 +106,10 @@ impl UdpSocket {
 
     /// Takes over a bound std socket, with segmentation offload (see
     /// [`UdpSocket::bind_with_offload`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`UdpSocket::from_std`]'s, and quinn-udp's if it cannot set the socket up.
     pub fn from_std_with_offload(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
         let shared = executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
         Self::on(shared, socket, true)
@@ -156,8 +165,28 @@ impl UdpSocket {
         .await
     }
 
-    /// Sends one datagram to `to`.
-    pub async fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
+    /// Sends one datagram to `to`: a socket address (sent at once), or anything else
+    /// [`ToSocketAddrs`] takes, whose first address it goes to (a host name looked up off
+    /// the loop first, as tokio's `send_to` does; look a name up once with
+    /// [`lookup_host`](crate::net::lookup_host) to send to it often).
+    ///
+    /// # Errors
+    ///
+    /// The send's error (a socket error the kernel queued for an earlier datagram, such as
+    /// `ConnectionRefused`, comes back here too); `InvalidInput` for an address string that
+    /// is not `host:port` or that resolves to no address; the resolver's error for a name it
+    /// cannot resolve.
+    pub async fn send_to(&self, buf: &[u8], to: impl ToSocketAddrs) -> io::Result<usize> {
+        let to = match crate::net::addr::single(&to) {
+            Some(addr) => addr,
+            None => crate::net::lookup_host(to)
+                .await?
+                .into_iter()
+                .next()
+                .ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, "no address to send to")
+                })?,
+        };
         poll_fn(|cx| self.poll_send_to(cx, buf, to)).await
     }
 
@@ -183,6 +212,102 @@ impl UdpSocket {
     ) -> Poll<io::Result<R>> {
         let result = self.inner.reg.poll_io(Direction::Write, cx, op);
         if result.is_pending() {
+            self.inner.reg.watch_writable(self.inner.socket.as_fd());
+        }
+        result
+    }
+
+    /// Waits until the socket may be readable: a datagram is probably waiting (readiness
+    /// can be stale: a [`try_recv_from`](Self::try_recv_from) that says `WouldBlock`
+    /// clears it, and the next `readable` waits).
+    ///
+    /// ```
+    /// use softtimer_async::{Runtime, UdpSocket};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let rx = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    ///     let tx = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    ///     tx.send_to(b"hi", rx.local_addr().unwrap()).await.unwrap();
+    ///     let mut buf = [0u8; 16];
+    ///     loop {
+    ///         rx.readable().await.unwrap();
+    ///         match rx.try_recv_from(&mut buf) {
+    ///             Ok((n, _)) => break assert_eq!(&buf[..n], b"hi"),
+    ///             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+    ///             Err(e) => panic!("{e}"),
+    ///         }
+    ///     }
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// None today; an `io::Result` as tokio's.
+    pub async fn readable(&self) -> io::Result<()> {
+        poll_fn(|cx| self.inner.reg.poll_ready(Direction::Read, cx)).await
+    }
+
+    /// Waits until the socket may be writable (see [`readable`](Self::readable)).
+    ///
+    /// # Errors
+    ///
+    /// None today; an `io::Result` as tokio's.
+    pub async fn writable(&self) -> io::Result<()> {
+        poll_fn(|cx| self.poll_writable(cx)).await
+    }
+
+    /// Receives one datagram if one is waiting, without waiting: `WouldBlock` if none is.
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` when nothing is waiting; the receive's error otherwise.
+    pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        let socket = &self.inner.socket;
+        self.inner.reg.try_io(Direction::Read, || {
+            syscall(TriggerSource::Recv, || socket.recv_from(buf))
+        })
+    }
+
+    /// Receives one datagram from the connected peer if one is waiting (see
+    /// [`try_recv_from`](Self::try_recv_from)).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_recv_from`](Self::try_recv_from)'s.
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let socket = &self.inner.socket;
+        self.inner.reg.try_io(Direction::Read, || {
+            syscall(TriggerSource::Recv, || socket.recv(buf))
+        })
+    }
+
+    /// Sends one datagram to `to` if the socket takes it now: `WouldBlock` if its buffer is
+    /// full (then [`writable`](Self::writable) waits for room).
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` when the socket's buffer is full; the send's error otherwise.
+    pub fn try_send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
+        let socket = &self.inner.socket;
+        self.try_write_io(|| syscall(TriggerSource::Send, || socket.send_to(buf, to)))
+    }
+
+    /// Sends one datagram to the connected peer if the socket takes it now (see
+    /// [`try_send_to`](Self::try_send_to)).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_send_to`](Self::try_send_to)'s.
+    pub fn try_send(&self, buf: &[u8]) -> io::Result<usize> {
+        let socket = &self.inner.socket;
+        self.try_write_io(|| syscall(TriggerSource::Send, || socket.send(buf)))
+    }
+
+    /// A send tried once; one that says `WouldBlock` makes the loop watch writability.
+    fn try_write_io<R>(&self, op: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        let result = self.inner.reg.try_io(Direction::Write, op);
+        if matches!(&result, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
             self.inner.reg.watch_writable(self.inner.socket.as_fd());
         }
         result
@@ -245,13 +370,19 @@ impl UdpSocket {
     }
 
     /// Sends `(payload, destination)` datagrams with `sendmmsg`, as many per call as the
-    /// socket's buffer takes, until all are sent.
+    /// socket's buffer takes, until all are sent; returns how many were.
+    ///
+    /// # Errors
+    ///
+    /// The error of a call that sent nothing, when nothing was sent before it; after some
+    /// were sent, an error ends the batch with their count instead (the rest are not sent,
+    /// so none is sent twice on a retry from there), as a short `write` does.
     pub async fn send_batch(&self, messages: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
         let socket = &self.inner.socket;
         let mut sent = 0;
         while sent < messages.len() {
             let rest = &messages[sent..];
-            sent += poll_fn(|cx| {
+            let result = poll_fn(|cx| {
                 self.poll_write_io(cx, || {
                     match syscall(TriggerSource::Send, || {
                         softtimer_rt::send_batch(&**socket, rest)
@@ -261,7 +392,12 @@ impl UdpSocket {
                     }
                 })
             })
-            .await?;
+            .await;
+            match result {
+                Ok(n) => sent += n,
+                Err(_) if sent > 0 => break,
+                Err(e) => return Err(e),
+            }
         }
         Ok(sent)
     }
@@ -308,8 +444,12 @@ impl UdpSocket {
     }
 
     /// Receives into `bufs`, describing each in `meta` (sender, length, the stride of the
-    /// datagrams GRO coalesced into it, ECN). Refused (`Unsupported`) on a socket made
-    /// without offload.
+    /// datagrams GRO coalesced into it, ECN): the number of buffers filled, at most the
+    /// shorter of the two slices' lengths.
+    ///
+    /// # Errors
+    ///
+    /// `Unsupported` on a socket made without offload; the receive's error otherwise.
     pub async fn recv_segments(
         &self,
         bufs: &mut [IoSliceMut<'_>],
@@ -335,8 +475,9 @@ impl UdpSocket {
         self.inner
             .reg
             .poll_io_partial(Direction::Read, cx, room, || {
+                // quinn-udp fills a `meta` for every buffer it receives into.
                 syscall(TriggerSource::Recv, || {
-                    state.recv((&**socket).into(), &mut *bufs, &mut *meta)
+                    state.recv((&**socket).into(), &mut bufs[..room], &mut meta[..room])
                 })
             })
     }
@@ -353,7 +494,6 @@ impl UdpSocket {
         })
     }
 
-    #[cfg(feature = "quinn")] // the quinn runtime's
     pub(crate) fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let ready = self.inner.reg.poll_ready(Direction::Write, cx);
         if ready.is_pending() {
@@ -401,13 +541,13 @@ impl UdpSocket {
     }
 }
 
-/// Runs a non-blocking system call, then a trigger state of the calling thread's loop.
-#[inline]
 /// A std socket bound to `addr`, the `bind` a trigger state.
 async fn bind_std(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
     syscall(TriggerSource::Syscall, || std::net::UdpSocket::bind(addr))
 }
 
+/// Runs a non-blocking system call, then a trigger state of the calling thread's loop.
+#[inline]
 pub(crate) fn syscall<R>(source: TriggerSource, call: impl FnOnce() -> R) -> R {
     let result = call();
     executor::trigger(source);
