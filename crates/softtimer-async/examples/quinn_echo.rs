@@ -5,10 +5,8 @@
 //! cargo run -p softtimer-async --example quinn_echo
 //! ```
 //!
-//! The server is made by quinn's own `Endpoint::new`, with the one line that is not plain
-//! quinn: the runtime handed to it, `Arc::new(SoftRuntime::current())`. The client is made
-//! by `softtimer_async::quinn::client`, which does the same for quinn's `Endpoint::client`
-//! (quinn's `Endpoint::server` and `Endpoint::client` look for tokio).
+//! The only line that is not plain quinn is the runtime handed to `Endpoint::new`:
+//! `Arc::new(SoftRuntime::current())`.
 
 use std::error::Error;
 use std::net::UdpSocket;
@@ -47,12 +45,17 @@ pub async fn echo(streams: usize, bytes: usize) -> Result<Vec<Duration>> {
         EndpointConfig::default(),
         Some(server_config),
         UdpSocket::bind("127.0.0.1:0")?,
-        runtime,
+        runtime.clone(),
     )?;
     let addr = server.local_addr()?;
     let serving = softtimer_async::spawn(serve(server.clone()));
 
-    let mut client = softtimer_async::quinn::client("127.0.0.1:0".parse()?)?;
+    let mut client = Endpoint::new(
+        EndpointConfig::default(),
+        None,
+        UdpSocket::bind("127.0.0.1:0")?,
+        runtime,
+    )?;
     client.set_default_client_config(client_config(cert)?);
     let connection = client.connect(addr, "localhost")?.await?;
     let message: Vec<u8> = (0..bytes).map(|i| i as u8).collect();

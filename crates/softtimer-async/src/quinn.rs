@@ -25,9 +25,11 @@
 //! });
 //! ```
 //!
-//! quinn's own `Endpoint::server` and `Endpoint::client` look for a tokio (or smol) runtime
-//! and fail here with "no async runtime found"; [`server`] and [`client`] are the same two
-//! constructors on this runtime (`Endpoint::new` with a [`SoftRuntime`]).
+//! quinn's own `Endpoint::server` and `Endpoint::client` (there with one of quinn's
+//! `runtime-*` features) look for a tokio, smol or async-std runtime, and on this one fail
+//! with "no async runtime found": make the endpoint with `Endpoint::new`, as above, binding
+//! the socket yourself (a std socket bound to `[::]:0` takes IPv4 peers too where
+//! `net.ipv6.bindv6only` is 0, Linux's default, as quinn's `client` does).
 //!
 //! What it gives and what it does not: quinn's timers fire on time (µs after their
 //! deadline, not up to a millisecond); quinn's pacer still releases its private bursts (2 ms
@@ -84,75 +86,6 @@ impl SoftRuntime {
     pub fn current() -> SoftRuntime {
         SoftRuntime::new(Handle::current())
     }
-}
-
-/// quinn's `Endpoint::server` on the runtime whose loop this thread runs: a UDP socket bound
-/// to `addr`, serving with `config` (and able to connect out), its timers soft events.
-///
-/// ```no_run
-/// # fn config() -> quinn::ServerConfig { unimplemented!() }
-/// use softtimer_async::Runtime;
-///
-/// let rt = Runtime::new().unwrap();
-/// rt.block_on(async {
-///     let endpoint = softtimer_async::quinn::server(config(), "[::]:4433".parse().unwrap())
-///         .unwrap();
-///     while let Some(incoming) = endpoint.accept().await {
-///         // ...
-/// #       drop(incoming);
-///     }
-/// });
-/// ```
-///
-/// # Errors
-///
-/// An `Other` error outside a runtime thread; the bind's error; quinn-udp's if it cannot
-/// set the socket up.
-pub fn server(config: ::quinn::ServerConfig, addr: SocketAddr) -> io::Result<::quinn::Endpoint> {
-    let runtime = on_this_thread()?;
-    let socket = std::net::UdpSocket::bind(addr)?;
-    ::quinn::Endpoint::new(
-        ::quinn::EndpointConfig::default(),
-        Some(config),
-        socket,
-        runtime,
-    )
-}
-
-/// quinn's `Endpoint::client` on the runtime whose loop this thread runs: a UDP socket bound
-/// to `addr` for outgoing connections (an IPv6 address takes IPv4 peers too, as quinn's
-/// does), its timers soft events. Set its client configuration with
-/// `set_default_client_config`, or pass one to each `connect_with`.
-///
-/// # Errors
-///
-/// As [`server`]'s.
-pub fn client(addr: SocketAddr) -> io::Result<::quinn::Endpoint> {
-    let runtime = on_this_thread()?;
-    let family = if addr.is_ipv4() {
-        rustix::net::AddressFamily::INET
-    } else {
-        rustix::net::AddressFamily::INET6
-    };
-    let flags = rustix::net::SocketFlags::CLOEXEC;
-    let fd = rustix::net::socket_with(family, rustix::net::SocketType::DGRAM, flags, None)?;
-    if addr.is_ipv6() {
-        // Dual-stack where the system allows it, as quinn's `client` (a failure is not one).
-        let _ = rustix::net::sockopt::set_ipv6_v6only(&fd, false);
-    }
-    rustix::net::bind(&fd, &addr)?;
-    ::quinn::Endpoint::new(
-        ::quinn::EndpointConfig::default(),
-        None,
-        std::net::UdpSocket::from(fd),
-        runtime,
-    )
-}
-
-/// A [`SoftRuntime`] on this thread's runtime, or the error of I/O outside one.
-fn on_this_thread() -> io::Result<Arc<SoftRuntime>> {
-    let handle = Handle::try_current().ok_or_else(crate::reactor::no_runtime)?;
-    Ok(Arc::new(SoftRuntime::new(handle)))
 }
 
 impl fmt::Debug for SoftRuntime {

@@ -28,7 +28,7 @@ use crate::task::{JoinHandle, spawn_local_onto, spawn_onto};
 /// | setting | spins | lateness | CPU per timer |
 /// | --- | --- | --- | --- |
 /// | [`Coarse`](Precision::Coarse) | never | one wake-up | one wake-up: the cheapest |
-/// | [`Calibrated`](Precision::Calibrated) (default) | this machine's measured wake-up lateness, for a wait as long as this one | a few µs | one wake-up and the window |
+/// | [`Calibrated`](Precision::Calibrated) (default) | this machine's measured wake-up lateness, for a wait as long as this one (its 90th percentile; before waits of 8 ms and more, nearly its whole tail, up to 200 µs) | a few µs | one wake-up and the window |
 /// | [`Window(d)`](Precision::Window) | `d` | as `Calibrated` when `d` covers the wake-up lateness | one wake-up and `d` |
 /// | [`Within(d)`](Precision::Within) | what keeps 99 % of wake-ups within `d` of their due time, learnt from the loop's own | aims at a p99 of `d`; no better than `Busy`'s, which is the host's floor | one wake-up and that window, more after a late stretch |
 /// | [`Busy`](Precision::Busy) | through the whole backstop interval (1 ms) | the trigger check's | a core while a timer is due within 1 ms |
@@ -44,7 +44,8 @@ pub enum Precision {
     /// Block until this machine's wake-up lateness (calibrated once per process) before each
     /// due time, and spin the rest. A longer wait wakes later (an idle CPU sinks deeper), so
     /// the loop keeps a window per wait length, starting from probes at 100 µs and 1 ms and
-    /// following its own wake-ups (towards their 90th percentile).
+    /// following its own wake-ups (towards their 90th percentile; before waits of 8,192 µs
+    /// and more, down from 200 µs towards one late wake-up in 300).
     #[default]
     Calibrated,
     /// Spin this long before each due time.

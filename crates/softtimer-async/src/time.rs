@@ -435,7 +435,7 @@ impl Interval {
         self.reset_to(next);
     }
 
-    /// Restarts the schedule from now: the next tick at once, without a timer.
+    /// Restarts the schedule from now: the next tick at once.
     pub fn reset_immediately(&mut self) {
         let now = self.entry.now();
         self.entry.reset(Some(now));
@@ -454,7 +454,7 @@ impl Interval {
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// use softtimer_async::{Runtime, time::interval};
+    /// use softtimer_async::{Runtime, time::{interval, timeout}};
     ///
     /// let rt = Runtime::new().unwrap();
     /// rt.block_on(async {
@@ -464,7 +464,12 @@ impl Interval {
     ///     ticks.reset_at(soon);
     ///     assert_eq!(ticks.tick().await, soon);
     ///     ticks.reset_immediately();
-    ///     assert!(ticks.tick().await <= Instant::now());
+    ///     let now = timeout(Duration::from_secs(10), ticks.tick()).await;
+    ///     assert!(now.expect("the tick came at once") <= Instant::now());
+    ///     let before = Instant::now();
+    ///     ticks.reset_after(Duration::from_micros(200));
+    ///     let at = ticks.tick().await;
+    ///     assert!(at >= before + Duration::from_micros(200) && Instant::now() >= at);
     /// });
     /// ```
     pub fn reset_at(&mut self, deadline: Instant) {

@@ -166,12 +166,22 @@ fn sockets_bind_and_connect_by_name_off_the_loop_and_refuse_bad_addresses() {
 #[test]
 fn a_list_binds_its_first_free_address_and_a_listener_queues_a_burst_of_connects() {
     on_runtime(async {
-        // A slice is tried in order, as std's and tokio's are: a taken port, then a free one.
+        // A slice is tried in order, as std's and tokio's are: a taken port, then two free
+        // ones (freed just now), of which the first binds.
         let first = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let taken = first.local_addr().unwrap();
+        let freed = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+        };
+        let (free_a, free_b) = (freed(), freed());
+        let second = TcpListener::bind(&[taken, free_a, free_b][..])
+            .await
+            .unwrap();
+        assert_eq!(second.local_addr().unwrap(), free_a);
         let free: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let second = TcpListener::bind(&[taken, free][..]).await.unwrap();
-        assert_ne!(second.local_addr().unwrap(), taken);
         let udp = UdpSocket::bind(&&[free][..]).await.unwrap();
         assert!(udp.local_addr().unwrap().ip().is_loopback());
         let none: &[SocketAddr] = &[];
@@ -188,23 +198,83 @@ fn a_list_binds_its_first_free_address_and_a_listener_queues_a_burst_of_connects
                 .unwrap()
                 .is_empty()
         );
-        // 300 connects before any accept: std's backlog of 128 would drop the SYNs past it
-        // (the client sends them again a second later, past the connects' bound); tokio's
-        // 1024 queues them all.
-        const BURST: usize = 300;
+        // 300 connects before any accept: a backlog of 128 (std's and tokio's) would drop
+        // the SYNs past it (the client sends them again a second later, past the connects'
+        // bound); 1024 queues them all, where the kernel's cap allows (it is 4096 unless
+        // lowered).
+        let cap: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(4096);
+        let burst = cap.min(300);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let clients = softtimer_async::spawn_blocking(move || {
-            (0..BURST)
+            (0..burst)
                 .map(|_| std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(900)))
                 .collect::<std::io::Result<Vec<_>>>()
         });
         let clients = bounded(clients).await.unwrap();
         let clients = clients.expect("a connect of the burst was not queued");
-        for _ in 0..BURST {
+        for _ in 0..burst {
             bounded(listener.accept()).await.unwrap();
         }
         drop(clients);
+    });
+}
+
+#[test]
+fn udp_without_waiting_readiness_and_send_to_by_name() {
+    on_runtime(async {
+        let rx = loopback().await;
+        let tx = loopback().await;
+        let to = rx.local_addr().unwrap();
+        let mut buf = [0u8; 16];
+        // Nothing waits yet: WouldBlock, not a wait.
+        let err = rx.try_recv_from(&mut buf).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+        bounded(tx.writable()).await.unwrap();
+        assert_eq!(tx.try_send_to(b"one", to).unwrap(), 3);
+        let (n, from) = loop {
+            bounded(rx.readable()).await.unwrap();
+            match rx.try_recv_from(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                got => break got.unwrap(),
+            }
+        };
+        assert_eq!((&buf[..n], from), (&b"one"[..], tx.local_addr().unwrap()));
+        // Connected: try_send and try_recv; send_to by name (looked up) and by a list.
+        tx.connect(to).await.unwrap();
+        assert_eq!(tx.try_send(b"two").unwrap(), 3);
+        let n = loop {
+            bounded(rx.readable()).await.unwrap();
+            match rx.try_recv(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                got => break got.unwrap(),
+            }
+        };
+        assert_eq!(&buf[..n], b"two");
+        // By name, to the family of localhost's first address (the one send_to takes).
+        let first = softtimer_async::net::lookup_host(("localhost", 0))
+            .await
+            .unwrap()[0];
+        let family = if first.is_ipv4() {
+            "127.0.0.1:0"
+        } else {
+            "[::1]:0"
+        };
+        let (named_rx, sender) = (
+            UdpSocket::bind(family).await.unwrap(),
+            UdpSocket::bind(family).await.unwrap(),
+        );
+        let by_name = format!("localhost:{}", named_rx.local_addr().unwrap().port());
+        let sent = bounded(sender.send_to(b"three", by_name.as_str())).await;
+        assert_eq!(sent.unwrap(), 5);
+        let (n, _) = bounded(named_rx.recv_from(&mut buf)).await.unwrap();
+        assert_eq!(&buf[..n], b"three");
+        let none: &[SocketAddr] = &[];
+        let err = sender.send_to(b"four", none).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     });
 }
 
@@ -236,8 +306,8 @@ fn tcp_echo_with_the_futures_io_and_tokio_traits() {
         bounded(AsyncWriteExt::write_all(&mut stream, &data))
             .await
             .unwrap();
-        // The stream's own `shutdown` is tokio's: async, the write direction, and what the
-        // call resolves to with tokio's trait in scope.
+        // The stream's own `shutdown` has tokio's shape (async, the write direction): with
+        // tokio's trait in scope the call compiles as a tokio user writes it.
         bounded(stream.shutdown()).await.unwrap();
         let mut back = Vec::new();
         let mut buf = [0u8; 8192];

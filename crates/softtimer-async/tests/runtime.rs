@@ -200,6 +200,15 @@ fn bad_input_is_refused_with_a_clear_error() {
         let err = first_poll(std::pin::pin!(stream));
         assert!(err.to_string().contains("runtime thread"), "{addr}: {err}");
     }
+    // A socket made on the runtime, sending to a name from outside it: the same error (the
+    // name's lookup needs the runtime's pool).
+    let rt = Runtime::new().unwrap();
+    let socket = rt
+        .block_on(softtimer_async::UdpSocket::bind("127.0.0.1:0"))
+        .unwrap();
+    let send = async { socket.send_to(b"x", "localhost:9").await.map(drop) };
+    let err = first_poll(std::pin::pin!(send));
+    assert!(err.to_string().contains("runtime thread"), "{err}");
 }
 
 #[test]

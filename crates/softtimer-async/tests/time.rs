@@ -115,6 +115,19 @@ fn a_timeout_fires_once_and_cancels_its_event_when_the_future_wins() {
         let won = timeout(Duration::from_secs(1), sleep(Duration::from_micros(10))).await;
         assert!(won.is_ok());
         assert_eq!(handle.pending_timers(), 0);
+        // As tokio's: the future inside it, and its error as an I/O error (`?` in a
+        // function returning `io::Result`).
+        let deadline = time::now() + Duration::from_micros(50);
+        let mut wrapped = timeout(Duration::from_micros(1), time::sleep_until(deadline));
+        assert_eq!(wrapped.get_ref().deadline(), Some(deadline));
+        let later = deadline + Duration::from_micros(50);
+        wrapped.get_mut().reset(later);
+        // Out of the timeout, the sleep runs past the 1 µs that would have cut it short.
+        wrapped.into_inner().await;
+        assert_eq!(time::now(), later);
+        let elapsed = timeout(Duration::from_micros(5), std::future::pending::<()>()).await;
+        let io = std::io::Error::from(elapsed.unwrap_err());
+        assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
     });
 }
 

@@ -161,7 +161,9 @@ pub enum SpinWindow {
     /// runs again that much later), calibrated once per process. The default. The loop
     /// keeps a window per wait length and follows its own wake-ups
     /// ([`WakeupWindows`](crate::WakeupWindows)): a thread that slept 1 ms wakes later than
-    /// one that slept 100 µs, and the lateness drifts with the host's load.
+    /// one that slept 100 µs, and the lateness drifts with the host's load. Before waits of
+    /// 8,192 µs and more it spins nearly the whole tail of that lateness, up to 200 µs
+    /// ([`WakeupWindows::aiming_at_the_tail_before_long_waits`](crate::WakeupWindows::aiming_at_the_tail_before_long_waits)).
     /// [`resolve`](Self::resolve) gives the calibrated window for short waits.
     #[default]
     Calibrated,

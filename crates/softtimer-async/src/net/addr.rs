@@ -210,10 +210,14 @@ pub async fn lookup_host(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>
     }
 }
 
-/// `addr` when it is exactly one socket address, without allocating or looking anything up
-/// (a hot path's fast case).
-pub(crate) fn single(addr: &impl ToSocketAddrs) -> Option<SocketAddr> {
-    addr.one()
+/// The first address of `addr`: at once, without allocating, for one socket address (a
+/// hot path's case); otherwise as [`first_that_opens`] finds it (the same errors, outside a
+/// runtime thread too).
+pub(crate) async fn first_address(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
+    match addr.one() {
+        Some(addr) => Ok(addr),
+        None => first_that_opens(addr, async |addr| Ok(addr)).await,
+    }
 }
 
 /// `open` on each address of `addr` in turn, resolved as [`lookup_host`] does: what the

@@ -82,10 +82,11 @@ impl TcpListener {
     /// Binds and listens on `addr`, on the calling thread's loop: the first of its
     /// addresses that binds (a host name is looked up as
     /// [`lookup_host`](crate::net::lookup_host) does, off the loop; a literal address binds
-    /// at once). As tokio's: async, with `SO_REUSEADDR` set (a restarted server rebinds a
-    /// port whose old connections linger in `TIME_WAIT`) and a backlog of
-    /// [`LISTEN_BACKLOG`](Self::LISTEN_BACKLOG) (std's is 128: a burst of connects beyond it
-    /// waits a second for the client's SYN to be sent again). In synchronous code on a
+    /// at once). Async and with `SO_REUSEADDR` set (a restarted server rebinds a port whose
+    /// old connections linger in `TIME_WAIT`), as tokio's; unlike std's and tokio's (128), its
+    /// backlog is [`LISTEN_BACKLOG`](Self::LISTEN_BACKLOG): a burst of connects past the
+    /// backlog has its SYNs dropped and waits a second for the client to send them again.
+    /// In synchronous code on a
     /// runtime thread (inside `block_on` or a task), bind a std listener and hand it over
     /// with [`TcpListener::from_std`]; before the runtime exists, bind it and hand it over
     /// inside `block_on`.
@@ -109,7 +110,9 @@ impl TcpListener {
     }
 
     /// The backlog [`bind`](Self::bind) and [`bind_reuse_port`](Self::bind_reuse_port)
-    /// listen with: tokio's (the kernel caps it at `net.core.somaxconn`, 4096 by default).
+    /// listen with (the kernel caps it at `net.core.somaxconn`, 4096 by default): room for
+    /// a burst of connects a loop has not accepted yet, where std's and tokio's 128 (mio's
+    /// since 1.1) drop the rest's SYNs. nginx listens with 511, Go with `somaxconn`.
     pub const LISTEN_BACKLOG: i32 = 1024;
 
     /// Binds with `SO_REUSEPORT` as well, so that each loop of a thread-per-core server can
@@ -208,9 +211,9 @@ impl TcpStream {
     ///
     /// # Errors
     ///
-    /// What [`lookup_host`] says of a bad address or an unknown name, and the connect error
-    /// of the last address tried (`ConnectionRefused` where nothing listens); an `Other`
-    /// error outside a runtime thread.
+    /// What [`lookup_host`] says of a bad address or an unknown name, `InvalidInput` for an
+    /// empty slice, and the connect error of the last address tried (`ConnectionRefused`
+    /// where nothing listens); an `Other` error outside a runtime thread.
     ///
     /// [`lookup_host`]: crate::net::lookup_host
     pub async fn connect(addr: impl crate::net::ToSocketAddrs) -> io::Result<TcpStream> {
@@ -267,7 +270,8 @@ impl TcpStream {
     }
 
     /// Shuts the write direction down: the peer reads end of stream once it has read what
-    /// was written (what tokio's `AsyncWriteExt::shutdown` does; a stream already shut, or
+    /// was written (what tokio's `AsyncWriteExt::shutdown` does, and what a call of
+    /// `stream.shutdown()` resolves to with that trait in scope; a stream already shut, or
     /// reset by its peer, counts as shut). To shut the read direction too, see
     /// [`shutdown_direction`](Self::shutdown_direction).
     ///
@@ -484,7 +488,10 @@ impl TcpStream {
     }
 
     pub(crate) fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
-        Poll::Ready(match self.socket.shutdown(Shutdown::Write) {
+        let shut = syscall(TriggerSource::Syscall, || {
+            self.socket.shutdown(Shutdown::Write)
+        });
+        Poll::Ready(match shut {
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
             other => other,
         })

@@ -74,9 +74,9 @@ impl UdpSocket {
     /// # Errors
     ///
     /// The last address's bind error when none binds; the resolver's error for a name it
-    /// cannot resolve; `InvalidInput` for an address string that is not `host:port` and for
-    /// a name that resolves to no address; an `Other` error outside a runtime thread, or if
-    /// the lookup could not run (the runtime shutting down).
+    /// cannot resolve; `InvalidInput` for an address string that is not `host:port`, for
+    /// a name that resolves to no address and for an empty slice; an `Other` error outside
+    /// a runtime thread, or if the lookup could not run (the runtime shutting down).
     pub async fn bind(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
         Self::from_std(first_that_opens(addr, bind_std).await?)
     }
@@ -173,20 +173,11 @@ impl UdpSocket {
     /// # Errors
     ///
     /// The send's error (a socket error the kernel queued for an earlier datagram, such as
-    /// `ConnectionRefused`, comes back here too); `InvalidInput` for an address string that
-    /// is not `host:port` or that resolves to no address; the resolver's error for a name it
-    /// cannot resolve.
+    /// `ConnectionRefused`, comes back here too); as [`UdpSocket::bind`]'s for an address
+    /// that gives none (`InvalidInput`, the resolver's error, or `Other` for a name outside
+    /// a runtime thread).
     pub async fn send_to(&self, buf: &[u8], to: impl ToSocketAddrs) -> io::Result<usize> {
-        let to = match crate::net::addr::single(&to) {
-            Some(addr) => addr,
-            None => crate::net::lookup_host(to)
-                .await?
-                .into_iter()
-                .next()
-                .ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidInput, "no address to send to")
-                })?,
-        };
+        let to = crate::net::addr::first_address(to).await?;
         poll_fn(|cx| self.poll_send_to(cx, buf, to)).await
     }
 
@@ -374,9 +365,11 @@ impl UdpSocket {
     ///
     /// # Errors
     ///
-    /// The error of a call that sent nothing, when nothing was sent before it; after some
-    /// were sent, an error ends the batch with their count instead (the rest are not sent,
-    /// so none is sent twice on a retry from there), as a short `write` does.
+    /// The error of the first call, when it sent nothing. An error after some were sent
+    /// ends the batch with their count instead, as `sendmmsg` itself does, so that a retry
+    /// from there sends none twice: an error of a datagram (too large, no route) comes back
+    /// when the rest is sent again; an error of the socket (an ICMP error queued on a
+    /// connected one) is lost, as `sendmmsg` loses it.
     pub async fn send_batch(&self, messages: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
         let socket = &self.inner.socket;
         let mut sent = 0;

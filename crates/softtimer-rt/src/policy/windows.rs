@@ -28,7 +28,7 @@ const TAIL_ONE_IN: u64 = 300;
 /// where one wake in ten is later. [`aiming_at`](Self::aiming_at) moves that aim (a named
 /// precision keeps one wake in a hundred within an allowance past the window);
 /// [`aiming_at_the_tail_before_long_waits`](Self::aiming_at_the_tail_before_long_waits)
-/// moves it before waits of 8 ms and more (the calibrated policy's rule).
+/// moves it before waits of 8,192 µs and more (the calibrated policy's rule).
 ///
 /// ```
 /// use softtimer::Span;
@@ -128,11 +128,14 @@ impl WakeupWindows {
     }
 
     /// Before waits so long that even the widest window costs at most a fortieth of the wait
-    /// in spinning (from 8 ms with a widest window of 200 µs), starts at the widest window
-    /// and aims at one wake in three hundred (the calibrated policy's rule): the tail of the
-    /// lateness is cheap to spin through there, and the 99th percentile comes on time rather
-    /// than at the window's edge. From the widest window down, not up from the calibration:
-    /// a window learnt upwards would leave the wakes before it late.
+    /// in spinning (the buckets from 8,192 µs, with a widest window of 200 µs), starts at
+    /// the widest window and aims at one wake in three hundred (the calibrated policy's
+    /// rule): the tail of the lateness is cheap to spin through there, and the 99th
+    /// percentile comes on time rather than at the window's edge. From the widest window
+    /// down, not up from the calibration: a window learnt upwards would leave the wakes
+    /// before it late. Down is slow: where wake-ups come on time the window halves in about
+    /// 3,300 of them (half a minute of 10 ms waits). [`aiming_at`](Self::aiming_at) called
+    /// after it sets every bucket's aim again, and leaves the windows where they are.
     ///
     /// ```
     /// use softtimer::Span;
