@@ -279,7 +279,8 @@ impl Sleep {
         }
     }
 
-    /// The deadline; `None` for a sleep too long to represent, which never completes.
+    /// The deadline; `None` for a sleep too long to represent, which never completes (where
+    /// tokio's returns an `Instant` about 30 years away).
     pub fn deadline(&self) -> Option<Instant> {
         self.entry.deadline()
     }

@@ -279,6 +279,38 @@ fn udp_without_waiting_readiness_and_send_to_by_name() {
 }
 
 #[test]
+fn a_borrowed_split_copies_a_stream_back_with_tokios_copy() {
+    on_runtime(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = softtimer_async::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let (mut reader, mut writer) = stream.split();
+            // Until the client's end of stream, then the write direction shut.
+            let copied = tokio::io::copy(&mut reader, &mut writer).await.unwrap();
+            tokio::io::AsyncWriteExt::shutdown(&mut writer)
+                .await
+                .unwrap();
+            copied
+        });
+        let client = bounded(TcpStream::connect(addr)).await.unwrap();
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i % 253) as u8).collect();
+        client.write_all(&data).await.unwrap();
+        bounded(client.shutdown()).await.unwrap();
+        let mut back = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match bounded(client.read(&mut buf)).await.unwrap() {
+                0 => break,
+                n => back.extend_from_slice(&buf[..n]),
+            }
+        }
+        assert!(back == data, "{} bytes back of {}", back.len(), data.len());
+        assert_eq!(bounded(server).await.unwrap(), data.len() as u64);
+    });
+}
+
+#[test]
 fn tcp_echo_with_the_futures_io_and_tokio_traits() {
     on_runtime(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -6,7 +6,9 @@ pub(crate) mod tcp;
 pub(crate) mod udp;
 
 pub use addr::{ToSocketAddrs, lookup_host};
-pub use tcp::{OwnedReadHalf, OwnedWriteHalf, ReuniteError, TcpListener, TcpStream};
+pub use tcp::{
+    OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, TcpListener, TcpStream, WriteHalf,
+};
 pub use udp::UdpSocket;
 
 /// `AsFd` and `AsRawFd` for a socket type, from the `std` socket at `self.$path`: its

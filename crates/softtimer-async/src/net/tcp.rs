@@ -437,6 +437,34 @@ impl TcpStream {
         (OwnedReadHalf { stream }, write)
     }
 
+    /// Splits the stream into a read half and a write half borrowed from it, for two
+    /// futures of one task (a copy each way, a `select!`), as tokio's `split`; halves that
+    /// move to different tasks come from [`into_split`](Self::into_split). Dropping this
+    /// write half leaves the stream as it is; closing it through an I/O trait shuts the
+    /// write direction down.
+    ///
+    /// ```
+    /// use softtimer_async::{Runtime, TcpListener, TcpStream};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    ///     let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+    ///     let (mut server, _) = listener.accept().await.unwrap();
+    ///     let (reader, writer) = server.split();
+    ///     client.write_all(b"ping").await.unwrap();
+    ///     let mut got = [0u8; 4];
+    ///     reader.read_exact(&mut got).await.unwrap();
+    ///     writer.write_all(&got).await.unwrap();
+    ///     client.read_exact(&mut got).await.unwrap();
+    ///     assert_eq!(&got, b"ping");
+    /// });
+    /// ```
+    pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
+        let stream: &TcpStream = self;
+        (ReadHalf { stream }, WriteHalf { stream })
+    }
+
     pub(crate) fn poll_read_buf(
         &self,
         cx: &mut Context<'_>,
@@ -609,6 +637,83 @@ impl OwnedWriteHalf {
     }
 }
 
+/// The read half of a [`TcpStream`] borrowed from it ([`TcpStream::split`]):
+/// `futures-io`'s `AsyncRead` (and tokio's with the `tokio-io` feature) and the stream's
+/// `read` methods.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadHalf<'a> {
+    stream: &'a TcpStream,
+}
+
+/// The write half of a [`TcpStream`] borrowed from it ([`TcpStream::split`]): `futures-io`'s
+/// `AsyncWrite` (and tokio's with the `tokio-io` feature) and the stream's `write` methods.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteHalf<'a> {
+    stream: &'a TcpStream,
+}
+
+impl ReadHalf<'_> {
+    /// Reads some bytes into `buf` (0 at end of stream).
+    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.read(buf).await
+    }
+
+    /// Fills `buf` and returns its length ([`TcpStream::read_exact`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`TcpStream::read_exact`]'s.
+    pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.read_exact(buf).await
+    }
+
+    fn poll_read_buf(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        self.stream.poll_read_buf(cx, buf)
+    }
+}
+
+impl WriteHalf<'_> {
+    /// Writes some of `buf`.
+    pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.write(buf).await
+    }
+
+    /// Writes all of `buf`.
+    pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+        self.stream.write_all(buf).await
+    }
+
+    fn poll_write_buf(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.stream.poll_write_buf(cx, buf)
+    }
+
+    fn poll_write_vectored_buf(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.stream.poll_write_vectored_buf(cx, bufs)
+    }
+
+    fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
+        self.stream.poll_shutdown_write()
+    }
+}
+
+/// The whole stream, for its socket options (`set_nodelay`, its descriptor).
+impl AsRef<TcpStream> for ReadHalf<'_> {
+    fn as_ref(&self) -> &TcpStream {
+        self.stream
+    }
+}
+
+/// The whole stream, for its socket options (`set_nodelay`, its descriptor).
+impl AsRef<TcpStream> for WriteHalf<'_> {
+    fn as_ref(&self) -> &TcpStream {
+        self.stream
+    }
+}
+
 /// The whole stream, for its socket options (`set_nodelay`, its descriptor).
 impl AsRef<TcpStream> for OwnedReadHalf {
     fn as_ref(&self) -> &TcpStream {
@@ -695,13 +800,15 @@ macro_rules! futures_io_read {
 }
 
 // The stream, a shared reference to one (so that one task may read while another writes),
-// and its owned halves.
+// and its halves, owned and borrowed.
 futures_io_read!(TcpStream);
 futures_io_read!(&TcpStream);
 futures_io_read!(OwnedReadHalf);
+futures_io_read!(ReadHalf<'_>);
 write_trait!(futures_io::AsyncWrite, TcpStream, close: poll_close);
 write_trait!(futures_io::AsyncWrite, &TcpStream, close: poll_close);
 write_trait!(futures_io::AsyncWrite, OwnedWriteHalf, close: poll_close);
+write_trait!(futures_io::AsyncWrite, WriteHalf<'_>, close: poll_close);
 
 #[cfg(feature = "tokio-io")]
 mod tokio_io {
@@ -727,6 +834,8 @@ mod tokio_io {
 
     tokio_read!(TcpStream);
     tokio_read!(OwnedReadHalf);
+    tokio_read!(ReadHalf<'_>);
     write_trait!(tokio::io::AsyncWrite, TcpStream, close: poll_shutdown, is_write_vectored);
     write_trait!(tokio::io::AsyncWrite, OwnedWriteHalf, close: poll_shutdown, is_write_vectored);
+    write_trait!(tokio::io::AsyncWrite, WriteHalf<'_>, close: poll_shutdown, is_write_vectored);
 }
