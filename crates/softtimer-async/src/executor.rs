@@ -204,8 +204,16 @@ thread_local! {
     /// What is left of the running poll's budget ([`POLL_BUDGET`]); [`UNLIMITED`] outside a
     /// runtime's polls (spending leaves it so).
     static BUDGET: Cell<u32> = const { Cell::new(UNLIMITED) };
-    /// The loop this thread runs now (null: none). Compared, never dereferenced.
+    /// The loop this thread runs now, or whose runtime it has entered (null: none).
+    /// Compared, never dereferenced.
     static CURRENT: Cell<*const LoopShared> = const { Cell::new(std::ptr::null()) };
+    /// Whether this thread is inside a loop's run (`block_on`, a worker, a shutdown), not
+    /// only in a runtime's context ([`Runtime::enter`](crate::Runtime::enter)): a loop
+    /// running must not block on another.
+    static RUNNING: Cell<bool> = const { Cell::new(false) };
+    /// How many [`Enter`] guards this thread holds: each checks, when dropped, that it is
+    /// the latest, so that one dropped out of turn is caught before it moves anything.
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
     /// Tasks woken on this thread, ready to run.
     static QUEUE: RefCell<VecDeque<Runnable>> = const { RefCell::new(VecDeque::new()) };
     static LOCAL: RefCell<Option<Rc<LocalLoop>>> = const { RefCell::new(None) };
@@ -291,6 +299,10 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<&LoopShared>) -> R) -> R {
 /// made, on whatever loop its descriptor is registered with: trigger states are a thread's).
 #[inline]
 pub(crate) fn trigger(source: TriggerSource) {
+    // In a runtime's context without running it, nothing fires before `block_on`.
+    if !RUNNING.with(Cell::get) {
+        return;
+    }
     let _ = LOCAL.try_with(|l| {
         if let Some(local) = &*l.borrow()
             && let Ok(mut ev) = local.ev.try_borrow_mut()
@@ -387,6 +399,7 @@ impl LocalLoop {
                 let budget = Budgeted::begin();
                 let polled = fut.as_mut().poll(&mut cx);
                 drop(budget);
+                self.assert_still_current();
                 if let Poll::Ready(out) = polled {
                     return Some(out);
                 }
@@ -435,6 +448,7 @@ impl LocalLoop {
             let budget = Budgeted::begin();
             runnable.run();
             drop(budget);
+            self.assert_still_current();
             self.trigger(TriggerSource::Loop);
             ran += 1;
         }
@@ -444,6 +458,18 @@ impl LocalLoop {
     #[inline(always)]
     fn trigger(&self, source: TriggerSource) {
         self.ev.borrow_mut().cx().trigger(source);
+    }
+
+    /// After a poll: the poll left this thread in this loop (a guard of another runtime's
+    /// context held across an `.await` would not, and the loop would run that runtime's
+    /// tasks).
+    #[inline(always)]
+    fn assert_still_current(&self) {
+        assert!(
+            is_current(Arc::as_ptr(&self.shared)),
+            "softtimer-async: a poll left this thread in another runtime's context (an \
+             EnterGuard held across an .await?)"
+        );
     }
 
     /// Moves the tasks other threads woke onto this thread's queue.
@@ -570,37 +596,90 @@ fn queue_is_empty() -> bool {
 /// ready queue.
 type SetAside = (*const LoopShared, Option<Rc<LocalLoop>>, VecDeque<Runnable>);
 
-/// This thread runs `local`'s loop while the guard lives.
+/// This thread runs `local`'s loop (or is in its runtime's context) while the guard lives.
 pub(crate) struct Enter {
-    /// What this thread ran before (a runtime dropped inside another's task): restored.
+    /// What this thread was in before (a runtime dropped inside another's task, a context
+    /// entered inside one): restored. `None` with `installed` false: it was in this loop's
+    /// context already, and stays so.
     previous: Option<SetAside>,
+    /// Whether the guard installed the loop (and takes it out again when dropped).
+    installed: bool,
+    /// [`RUNNING`] as it was, restored (`None`: a context guard, which leaves it alone).
+    was_running: Option<bool>,
+    /// [`DEPTH`] before it: the guard is the latest while `DEPTH` is one more.
+    depth: u32,
 }
 
 impl Enter {
-    /// Enters `local` on this thread. Refused (with a clear message) inside another loop:
-    /// a loop thread must not block on another runtime.
+    /// Enters `local` on this thread to run it. Refused (with a clear message) inside a
+    /// running loop: a loop thread must not block on another runtime. In the context of
+    /// `local`'s runtime ([`Enter::context`]) it runs the loop in place; in another
+    /// runtime's context, that one is set aside and restored after.
     pub(crate) fn new(local: &Rc<LocalLoop>) -> Enter {
         assert!(
-            CURRENT.with(Cell::get).is_null(),
+            !RUNNING.with(Cell::get),
             "softtimer-async: cannot block on a runtime from a thread that already runs one \
              (inside a task or block_on); spawn the future instead"
         );
-        Self::install(local);
-        Enter { previous: None }
+        let mut enter = Self::context(local);
+        enter.was_running = Some(RUNNING.with(|r| r.replace(true)));
+        enter
     }
 
     /// Enters `local` to shut it down, from any thread state: a loop this thread was running
     /// (a runtime dropped inside another runtime's task) is set aside and restored after.
+    ///
+    /// A thread left in `local`'s own context (a guard forgotten, or one whose out-of-turn
+    /// drop panicked) is not set aside but shut down with it, and left in no context.
     pub(crate) fn for_shutdown(local: &Rc<LocalLoop>) -> Enter {
+        let previous = if CURRENT.with(Cell::get) == Arc::as_ptr(&local.shared) {
+            None
+        } else {
+            Self::set_aside()
+        };
+        Self::install(local);
+        Enter {
+            previous,
+            installed: true,
+            was_running: Some(RUNNING.with(|r| r.replace(true))),
+            depth: DEPTH.with(|d| d.replace(d.get() + 1)),
+        }
+    }
+
+    /// Puts this thread in `local`'s context without running it (what
+    /// [`Runtime::enter`](crate::Runtime::enter) does): what is made here registers with
+    /// its loop, and what is spawned here waits in its queue for it to run. A context or a
+    /// running loop of another runtime is set aside and restored after; `local`'s own is
+    /// left as it is.
+    pub(crate) fn context(local: &Rc<LocalLoop>) -> Enter {
+        let depth = DEPTH.with(|d| d.replace(d.get() + 1));
+        if CURRENT.with(Cell::get) == Arc::as_ptr(&local.shared) {
+            return Enter {
+                previous: None,
+                installed: false,
+                was_running: None,
+                depth,
+            };
+        }
+        let previous = Self::set_aside();
+        Self::install(local);
+        Enter {
+            previous,
+            installed: true,
+            was_running: None,
+            depth,
+        }
+    }
+
+    /// What this thread is in now, taken out of its thread-locals (`None`: nothing).
+    fn set_aside() -> Option<SetAside> {
         let current = CURRENT.with(Cell::get);
-        let previous = (!current.is_null()).then(|| {
+        (!current.is_null()).then(|| {
             let previous_local = LOCAL.with(|l| l.borrow_mut().take());
             let queue = QUEUE.with(|queue| std::mem::take(&mut *queue.borrow_mut()));
             CURRENT.with(|c| c.set(std::ptr::null()));
             (current, previous_local, queue)
-        });
-        Self::install(local);
-        Enter { previous }
+        })
     }
 
     fn install(local: &Rc<LocalLoop>) {
@@ -613,6 +692,25 @@ impl Enter {
 
 impl Drop for Enter {
     fn drop(&mut self) {
+        // Only the latest guard may go: one dropped out of turn (a context guard dropped
+        // inside a `block_on` begun after it, or before a guard entered after it) would
+        // take a running loop's queue away. It moves nothing, and says so.
+        if DEPTH.with(Cell::get) != self.depth + 1 {
+            if !std::thread::panicking() {
+                panic!(
+                    "softtimer-async: EnterGuard values dropped out of order (or inside a \
+                     block_on begun after it)"
+                );
+            }
+            return;
+        }
+        DEPTH.with(|d| d.set(self.depth));
+        if let Some(was_running) = self.was_running {
+            RUNNING.with(|r| r.set(was_running));
+        }
+        if !self.installed {
+            return;
+        }
         let local = LOCAL.with(|l| l.borrow_mut().take());
         CURRENT.with(|c| c.set(std::ptr::null()));
         let queue = QUEUE.with(|queue| std::mem::take(&mut *queue.borrow_mut()));

@@ -122,7 +122,7 @@ pub use blocking::spawn_blocking;
 pub use join_set::JoinSet;
 pub use net::{TcpListener, TcpStream, UdpSocket};
 pub use pace::{Departure, PacedSender};
-pub use runtime::{Builder, Handle, Precision, Runtime, RuntimeStats};
+pub use runtime::{Builder, EnterGuard, Handle, Precision, Runtime, RuntimeStats};
 pub use task::{AbortHandle, JoinError, JoinHandle, spawn, spawn_local, yield_now};
 
 /// Re-exported for [`UdpSocket::send_transmit`] and [`UdpSocket::recv_segments`].

@@ -340,7 +340,8 @@ impl std::fmt::Debug for Registration {
 /// The error of an I/O object made outside a runtime thread.
 pub(crate) fn no_runtime() -> io::Error {
     io::Error::other(
-        "softtimer-async: I/O objects are made on a runtime thread (inside block_on or a task)",
+        "softtimer-async: I/O objects are made on a runtime thread (inside block_on, a task, \
+         or Runtime::enter's context)",
     )
 }
 

@@ -463,6 +463,48 @@ impl Runtime {
             .expect("loop 0 is asked to shut down only when the runtime is dropped")
     }
 
+    /// Puts this thread in the runtime's context without running it, as tokio's `enter`,
+    /// for as long as the guard lives: sockets made here (`from_std`) register with loop 0,
+    /// tasks spawned here ([`spawn`](crate::spawn), [`spawn_local`](crate::spawn_local))
+    /// wait in its queue and run in the next [`block_on`](Self::block_on), and
+    /// [`Handle::current`] finds the runtime. Nothing runs until then: a timer made here
+    /// fires, and a task runs, inside `block_on` (on a runtime of several loops, a task
+    /// spawned here goes to loop 0 as `block_on`'s do; [`Handle::spawn_on`] puts it on a
+    /// worker). Inside `block_on` or one of its tasks it changes nothing. Guards of several
+    /// runtimes nest: drop them in the reverse order, never inside a `block_on` begun after
+    /// them, and never hold one across an `.await` (the task's loop would go on in the
+    /// other runtime's context); each of these panics, as tokio's do.
+    ///
+    /// ```
+    /// use softtimer_async::{Runtime, UdpSocket};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// let _context = rt.enter();
+    /// // Synchronous set-up code, as with tokio's guard.
+    /// let socket = UdpSocket::from_std(std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).unwrap();
+    /// let task = softtimer_async::spawn(async { 7 });
+    /// let seven = rt.block_on(async move {
+    ///     let to = socket.local_addr().unwrap();
+    ///     socket.send_to(b"hi", to).await.unwrap();
+    ///     task.await.unwrap()
+    /// });
+    /// assert_eq!(seven, 7);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Its guard panics when dropped out of order (see above), and moves nothing then.
+    pub fn enter(&self) -> EnterGuard<'_> {
+        let local = self
+            .local
+            .as_ref()
+            .expect("loop 0 lives as long as the runtime");
+        EnterGuard {
+            _enter: Enter::context(local),
+            _runtime: PhantomData,
+        }
+    }
+
     /// Spawns `future` (see [`Handle::spawn`]).
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
     where
@@ -562,6 +604,19 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.shutdown(Duration::ZERO);
+    }
+}
+
+/// This thread is in a runtime's context while it lives (see [`Runtime::enter`]).
+#[must_use = "the thread leaves the runtime's context when the guard is dropped"]
+pub struct EnterGuard<'a> {
+    _enter: Enter,
+    _runtime: PhantomData<&'a Runtime>,
+}
+
+impl std::fmt::Debug for EnterGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnterGuard").finish_non_exhaustive()
     }
 }
 

@@ -255,8 +255,10 @@ impl std::fmt::Debug for TimerEntry {
 /// The calling thread's loop, for a timer.
 #[track_caller]
 fn here() -> Arc<LoopShared> {
-    executor::current_shared()
-        .expect("softtimer-async timers are made on a runtime thread (inside block_on or a task)")
+    executor::current_shared().expect(
+        "softtimer-async timers are made on a runtime thread (inside block_on, a task, \
+             or Runtime::enter's context)",
+    )
 }
 
 /// The runtime's time: `std::time::Instant::now()`, or the simulated time of a runtime on a

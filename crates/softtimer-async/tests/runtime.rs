@@ -212,6 +212,99 @@ fn bad_input_is_refused_with_a_clear_error() {
 }
 
 #[test]
+fn entering_a_runtime_lets_synchronous_code_make_sockets_and_spawn_before_block_on() {
+    let rt = Runtime::new().unwrap();
+    assert!(Handle::try_current().is_none());
+    let context = rt.enter();
+    assert!(Handle::try_current().is_some());
+    // What sync set-up code does with tokio's guard: a socket from std, a task, a timer.
+    let std_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let socket = softtimer_async::UdpSocket::from_std(std_socket).unwrap();
+    let to = socket.local_addr().unwrap();
+    let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&ran);
+    let task = softtimer_async::spawn(async move {
+        sleep(Duration::from_micros(100)).await;
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        "slept"
+    });
+    // Nothing runs outside block_on.
+    std::thread::sleep(Duration::from_millis(2));
+    assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+    // block_on inside the guard runs the loop in place, the task and the socket with it;
+    // entering again inside it changes nothing.
+    let (said, got) = rt.block_on(async {
+        let again = rt.enter();
+        drop(again);
+        socket.send_to(b"made before", to).await.unwrap();
+        let mut buf = [0u8; 16];
+        let (n, _) = timeout(BOUND, socket.recv_from(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        (
+            timeout(BOUND, task).await.unwrap().unwrap(),
+            buf[..n].to_vec(),
+        )
+    });
+    assert_eq!((said, &got[..]), ("slept", &b"made before"[..]));
+    assert!(
+        Handle::try_current().is_some(),
+        "still in the context after block_on"
+    );
+    // Another runtime's block_on inside this context sets it aside and gives it back.
+    let other = Runtime::new().unwrap();
+    assert_eq!(other.block_on(async { 5 }), 5);
+    assert!(Handle::try_current().is_some());
+    drop(context);
+    assert!(Handle::try_current().is_none());
+    let err =
+        softtimer_async::UdpSocket::from_std(std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+            .unwrap_err();
+    assert!(err.to_string().contains("runtime thread"), "{err}");
+}
+
+#[test]
+#[should_panic(expected = "dropped out of order")]
+fn context_guards_dropped_out_of_order_are_refused() {
+    let (first, second) = (Runtime::new().unwrap(), Runtime::new().unwrap());
+    let outer = first.enter();
+    let inner = second.enter();
+    drop(outer);
+    drop(inner);
+}
+
+#[test]
+fn a_context_guard_dropped_inside_a_later_block_on_is_refused_and_leaves_nothing_behind() {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let rt = Runtime::new().unwrap();
+    let guard = rt.enter();
+    let refused = catch_unwind(AssertUnwindSafe(|| {
+        rt.block_on(async move {
+            drop(guard);
+        })
+    }));
+    let message = refused.unwrap_err();
+    let message = message.downcast_ref::<&str>().copied().unwrap_or_default();
+    assert!(message.contains("dropped out of order"), "{message}");
+    // Dropping the runtime shuts its loop down and takes the thread out of its context.
+    drop(rt);
+    assert!(Handle::try_current().is_none());
+    let rt = Runtime::new().unwrap();
+    assert_eq!(rt.block_on(async { 3 }), 3);
+}
+
+#[test]
+#[should_panic(expected = "EnterGuard held across an .await")]
+fn a_context_guard_held_across_an_await_is_caught() {
+    let (running, other) = (Runtime::new().unwrap(), Runtime::new().unwrap());
+    running.block_on(async {
+        let _context = other.enter();
+        softtimer_async::yield_now().await;
+    });
+}
+
+#[test]
 #[should_panic(expected = "cannot block on a runtime from a thread that already runs one")]
 fn block_on_inside_a_runtime_is_refused() {
     let rt = Runtime::new().unwrap();

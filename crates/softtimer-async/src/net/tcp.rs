@@ -86,10 +86,9 @@ impl TcpListener {
     /// old connections linger in `TIME_WAIT`), as tokio's; unlike std's and tokio's (128), its
     /// backlog is [`LISTEN_BACKLOG`](Self::LISTEN_BACKLOG): a burst of connects past the
     /// backlog has its SYNs dropped and waits a second for the client to send them again.
-    /// In synchronous code on a
-    /// runtime thread (inside `block_on` or a task), bind a std listener and hand it over
-    /// with [`TcpListener::from_std`]; before the runtime exists, bind it and hand it over
-    /// inside `block_on`.
+    /// In synchronous code, bind a std listener and hand it over with
+    /// [`TcpListener::from_std`] on a runtime thread (inside `block_on`, a task, or
+    /// [`Runtime::enter`](crate::Runtime::enter)'s context).
     ///
     /// A name that resolves to both families binds the first address that binds, so with
     /// a fixed port taken in one family it listens in the other only (as std's and tokio's

@@ -66,10 +66,9 @@ pub(crate) struct UdpInner {
 impl UdpSocket {
     /// Binds `addr` on the calling thread's loop: the first of its addresses that binds (a
     /// host name is looked up as [`lookup_host`](crate::net::lookup_host) does, off the
-    /// loop; a literal address binds at once). Async, as tokio's: in synchronous code on a
-    /// runtime thread (inside `block_on` or a task), bind a std socket and hand it over with
-    /// [`UdpSocket::from_std`]; before the runtime exists, bind it and hand it over inside
-    /// `block_on`.
+    /// loop; a literal address binds at once). Async, as tokio's: in synchronous code, bind
+    /// a std socket and hand it over with [`UdpSocket::from_std`] on a runtime thread
+    /// (inside `block_on`, a task, or [`Runtime::enter`](crate::Runtime::enter)'s context).
     ///
     /// # Errors
     ///
