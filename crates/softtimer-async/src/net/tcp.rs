@@ -525,6 +525,77 @@ impl TcpStream {
     }
 }
 
+/// A half's methods, the stream's own (`self.stream` derefs to it): an owned half's and a
+/// borrowed one's are the same.
+macro_rules! half_methods {
+    (read) => {
+        /// Reads some bytes into `buf` (0 at end of stream).
+        pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+            self.stream.read(buf).await
+        }
+
+        /// Fills `buf` and returns its length ([`TcpStream::read_exact`]).
+        ///
+        /// # Errors
+        ///
+        /// As [`TcpStream::read_exact`]'s.
+        pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<usize> {
+            self.stream.read_exact(buf).await
+        }
+
+        /// The stream's peer.
+        pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+            self.stream.peer_addr()
+        }
+
+        /// The stream's local address.
+        pub fn local_addr(&self) -> io::Result<SocketAddr> {
+            self.stream.local_addr()
+        }
+
+        fn poll_read_buf(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+            self.stream.poll_read_buf(cx, buf)
+        }
+    };
+    (write) => {
+        /// Writes some of `buf`.
+        pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
+            self.stream.write(buf).await
+        }
+
+        /// Writes all of `buf`.
+        pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+            self.stream.write_all(buf).await
+        }
+
+        /// The stream's peer.
+        pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+            self.stream.peer_addr()
+        }
+
+        /// The stream's local address.
+        pub fn local_addr(&self) -> io::Result<SocketAddr> {
+            self.stream.local_addr()
+        }
+
+        fn poll_write_buf(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            self.stream.poll_write_buf(cx, buf)
+        }
+
+        fn poll_write_vectored_buf(
+            &self,
+            cx: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            self.stream.poll_write_vectored_buf(cx, bufs)
+        }
+
+        fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
+            self.stream.poll_shutdown_write()
+        }
+    };
+}
+
 /// The read half of a [`TcpStream`] ([`TcpStream::into_split`]): `futures-io`'s
 /// `AsyncRead` (and tokio's with the `tokio-io` feature) and the stream's `read` methods.
 #[derive(Debug)]
@@ -569,71 +640,11 @@ impl OwnedReadHalf {
         Ok(std::sync::Arc::into_inner(self.stream).expect("both halves were given back"))
     }
 
-    /// Reads some bytes into `buf` (0 at end of stream).
-    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.stream.read(buf).await
-    }
-
-    /// Fills `buf` and returns its length ([`TcpStream::read_exact`]).
-    ///
-    /// # Errors
-    ///
-    /// As [`TcpStream::read_exact`]'s.
-    pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.stream.read_exact(buf).await
-    }
-
-    /// The stream's peer.
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.stream.peer_addr()
-    }
-
-    /// The stream's local address.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.stream.local_addr()
-    }
-
-    fn poll_read_buf(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        self.stream.poll_read_buf(cx, buf)
-    }
+    half_methods!(read);
 }
 
 impl OwnedWriteHalf {
-    /// Writes some of `buf`.
-    pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
-        self.stream.write(buf).await
-    }
-
-    /// Writes all of `buf`.
-    pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
-        self.stream.write_all(buf).await
-    }
-
-    /// The stream's peer.
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.stream.peer_addr()
-    }
-
-    /// The stream's local address.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.stream.local_addr()
-    }
-
-    fn poll_write_buf(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.stream.poll_write_buf(cx, buf)
-    }
-
-    fn poll_write_vectored_buf(
-        &self,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        self.stream.poll_write_vectored_buf(cx, bufs)
-    }
-
-    fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
-        self.stream.poll_shutdown_write()
-    }
+    half_methods!(write);
 }
 
 /// The read half of a [`TcpStream`] borrowed from it ([`TcpStream::split`]):
@@ -652,51 +663,11 @@ pub struct WriteHalf<'a> {
 }
 
 impl ReadHalf<'_> {
-    /// Reads some bytes into `buf` (0 at end of stream).
-    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.stream.read(buf).await
-    }
-
-    /// Fills `buf` and returns its length ([`TcpStream::read_exact`]).
-    ///
-    /// # Errors
-    ///
-    /// As [`TcpStream::read_exact`]'s.
-    pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.stream.read_exact(buf).await
-    }
-
-    fn poll_read_buf(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        self.stream.poll_read_buf(cx, buf)
-    }
+    half_methods!(read);
 }
 
 impl WriteHalf<'_> {
-    /// Writes some of `buf`.
-    pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
-        self.stream.write(buf).await
-    }
-
-    /// Writes all of `buf`.
-    pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
-        self.stream.write_all(buf).await
-    }
-
-    fn poll_write_buf(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.stream.poll_write_buf(cx, buf)
-    }
-
-    fn poll_write_vectored_buf(
-        &self,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        self.stream.poll_write_vectored_buf(cx, bufs)
-    }
-
-    fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
-        self.stream.poll_shutdown_write()
-    }
+    half_methods!(write);
 }
 
 /// The whole stream, for its socket options (`set_nodelay`, its descriptor).
