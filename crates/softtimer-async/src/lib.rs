@@ -31,14 +31,16 @@
 //!
 //! | soft timers (the kernel) | this runtime |
 //! | --- | --- |
-//! | return from a system call | return from every system call a future makes (`recv`, `recvmmsg`, `send`, `sendmmsg`, `accept`, `read`, `write`, `connect`) and from the loop's `epoll_wait` |
+//! | return from a system call | return from every system call a future makes (`recv`, `recvmmsg`, `send`, `sendmmsg`, `accept`, `read`, `write`, `connect`, `bind`, `shutdown`) and from the loop's `epoll_wait` |
 //! | end of an interrupt handler | the end of every task poll: the runtime's own work makes the trigger states |
 //! | the idle loop | the runtime's park: block in `epoll_wait` with a precise timeout until a window before the next due timer, spin on trigger checks for the rest ([`Precision`]) |
 //! | the periodic interrupt that backs them up | `softtimer-rt`'s backstop, a one-shot timer armed only while the loop falls behind |
 //! | a soft event and its handler | a timer (each `sleep`, `interval` tick, `timeout`, quinn's and hyper's timers) whose handler wakes its task; a paced departure whose handler sends the datagram |
 //! | a network interrupt | edge-triggered readiness from the loop's epoll set |
 //!
-//! With nothing due, the check after a poll or a system call is one `rdtsc` and one compare.
+//! With nothing due, the check after a poll or a system call is one `rdtsc` and one compare
+//! (and a thread-local flag or two: whether the loop runs, and that a poll left the thread in
+//! it).
 //! A task waiting for a timer costs one `epoll_wait` and the spin window; a task woken on its
 //! own loop thread is queued with no lock, atomic or system call beyond what `async-task`
 //! does; a task woken from another thread goes through the loop's remote queue and an
@@ -66,7 +68,7 @@
 //! | --- | --- | --- |
 //! | `quinn` | [`quinn::SoftRuntime`] | quinn 0.11 without its default features: no crypto provider and no tokio (a quinn program names its own, e.g. quinn's `rustls-ring`) |
 //! | `hyper` | [`hyper`]'s executor, timer and I/O traits | hyper 1.x |
-//! | `tokio-io` | tokio's `AsyncRead`/`AsyncWrite` on [`TcpStream`] and its owned halves ([`TcpStream::into_split`]), for tokio codecs | tokio without its runtime |
+//! | `tokio-io` | tokio's `AsyncRead`/`AsyncWrite` on [`TcpStream`] and its halves, owned ([`TcpStream::into_split`]) and borrowed ([`TcpStream::split`]), for tokio codecs | tokio without its runtime |
 //!
 //! ## Where to start
 //!

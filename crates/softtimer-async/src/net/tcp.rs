@@ -187,8 +187,9 @@ pub struct TcpStream {
 super::socket_descriptor!(TcpStream, socket);
 
 impl TcpStream {
-    /// Connects to `addr`: a socket address, or a `"host:port"` string (or a host and a
-    /// port) whose host may be a name, resolved off the loop ([`lookup_host`]). Each of its
+    /// Connects to `addr`: a socket address (or a slice of them), or a `"host:port"` string
+    /// (or a host and a port) whose host may be a name, resolved off the loop
+    /// ([`lookup_host`]). Each of its
     /// addresses is tried in turn (non-blocking `connect`, waiting for the handshake) until
     /// one connects; the error is the last address's.
     ///
