@@ -299,10 +299,6 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<&LoopShared>) -> R) -> R {
 /// made, on whatever loop its descriptor is registered with: trigger states are a thread's).
 #[inline]
 pub(crate) fn trigger(source: TriggerSource) {
-    // In a runtime's context without running it, nothing fires before `block_on`.
-    if !RUNNING.with(Cell::get) {
-        return;
-    }
     let _ = LOCAL.try_with(|l| {
         if let Some(local) = &*l.borrow()
             && let Ok(mut ev) = local.ev.try_borrow_mut()
@@ -448,10 +444,10 @@ impl LocalLoop {
             let budget = Budgeted::begin();
             runnable.run();
             drop(budget);
-            self.assert_still_current();
             self.trigger(TriggerSource::Loop);
             ran += 1;
         }
+        self.assert_still_current();
         ran
     }
 
@@ -460,9 +456,10 @@ impl LocalLoop {
         self.ev.borrow_mut().cx().trigger(source);
     }
 
-    /// After a poll: the poll left this thread in this loop (a guard of another runtime's
-    /// context held across an `.await` would not, and the loop would run that runtime's
-    /// tasks).
+    /// After a poll of `block_on`'s future or a batch of task polls: they left this thread
+    /// in this loop (a guard of another runtime's context held across an `.await` would
+    /// not, and the loop would go on with that runtime's queue). Once per batch, not per
+    /// task: a misuse is caught within one batch, and a task's poll pays nothing for it.
     #[inline(always)]
     fn assert_still_current(&self) {
         assert!(

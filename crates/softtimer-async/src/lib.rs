@@ -38,9 +38,7 @@
 //! | a soft event and its handler | a timer (each `sleep`, `interval` tick, `timeout`, quinn's and hyper's timers) whose handler wakes its task; a paced departure whose handler sends the datagram |
 //! | a network interrupt | edge-triggered readiness from the loop's epoll set |
 //!
-//! With nothing due, the check after a poll or a system call is one `rdtsc` and one compare
-//! (and a thread-local flag or two: whether the loop runs, and that a poll left the thread in
-//! it).
+//! With nothing due, the check after a poll or a system call is one `rdtsc` and one compare.
 //! A task waiting for a timer costs one `epoll_wait` and the spin window; a task woken on its
 //! own loop thread is queued with no lock, atomic or system call beyond what `async-task`
 //! does; a task woken from another thread goes through the loop's remote queue and an

@@ -467,10 +467,10 @@ impl Runtime {
     /// for as long as the guard lives: sockets made here (`from_std`) register with loop 0,
     /// tasks spawned here ([`spawn`](crate::spawn), [`spawn_local`](crate::spawn_local))
     /// wait in its queue and run in the next [`block_on`](Self::block_on), and
-    /// [`Handle::current`] finds the runtime. Nothing runs until then: a timer made here
-    /// fires, and a task runs, inside `block_on` (on a runtime of several loops, a task
-    /// spawned here goes to loop 0 as `block_on`'s do; [`Handle::spawn_on`] puts it on a
-    /// worker). Inside `block_on` or one of its tasks it changes nothing. Guards of several
+    /// [`Handle::current`] finds the runtime. No task runs until then (on a runtime of
+    /// several loops, a task spawned here goes to loop 0 as `block_on`'s do;
+    /// [`Handle::spawn_on`] puts it on a worker); a socket call made here is a trigger state
+    /// like any other, so a timer due by then fires at it and its task runs in `block_on`. Inside `block_on` or one of its tasks it changes nothing. Guards of several
     /// runtimes nest: drop them in the reverse order, never inside a `block_on` begun after
     /// them, and never hold one across an `.await` (the task's loop would go on in the
     /// other runtime's context); each of these panics, as tokio's do.

@@ -434,8 +434,7 @@ impl Interval {
 
     /// Restarts the schedule: the next tick a period from now.
     pub fn reset(&mut self) {
-        let next = self.entry.now().checked_add(self.period);
-        self.reset_to(next);
+        self.reset_after(self.period);
     }
 
     /// Restarts the schedule from now: the next tick at once.

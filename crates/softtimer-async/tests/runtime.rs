@@ -296,6 +296,19 @@ fn a_context_guard_dropped_inside_a_later_block_on_is_refused_and_leaves_nothing
 
 #[test]
 #[should_panic(expected = "EnterGuard held across an .await")]
+fn a_context_guard_held_across_an_await_in_a_task_is_caught() {
+    let (running, other) = (Runtime::new().unwrap(), Runtime::new().unwrap());
+    running.block_on(async {
+        let task = softtimer_async::spawn_local(async move {
+            let _context = other.enter();
+            softtimer_async::yield_now().await;
+        });
+        let _ = task.await;
+    });
+}
+
+#[test]
+#[should_panic(expected = "EnterGuard held across an .await")]
 fn a_context_guard_held_across_an_await_is_caught() {
     let (running, other) = (Runtime::new().unwrap(), Runtime::new().unwrap());
     running.block_on(async {

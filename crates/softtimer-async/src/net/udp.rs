@@ -479,7 +479,7 @@ impl UdpSocket {
     pub(crate) fn try_send_transmit(&self, transmit: &Transmit<'_>) -> io::Result<()> {
         let state = self.offload()?;
         let socket = &self.inner.socket;
-        self.inner.reg.try_io(Direction::Write, || {
+        self.try_write_io(|| {
             syscall(TriggerSource::Send, || {
                 state.send((&**socket).into(), transmit)
             })
