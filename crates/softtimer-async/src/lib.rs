@@ -59,18 +59,19 @@
 //!
 //! ## Cargo features
 //!
-//! All three are on by default; `default-features = false` gives the runtime, its timers,
+//! All four are on by default; `default-features = false` gives the runtime, its timers,
 //! sockets and paced sends alone.
 //!
 //! | feature | what it adds | what it pulls in |
 //! | --- | --- | --- |
+//! | `macros` | [`macro@main`] and [`macro@test`], as tokio's `#[tokio::main]` and `#[tokio::test]` | `softtimer-async-macros` (`syn`, `quote`) at build time |
 //! | `quinn` | [`quinn::SoftRuntime`] | quinn 0.11 without its default features: no crypto provider and no tokio (a quinn program names its own, e.g. quinn's `rustls-ring`) |
 //! | `hyper` | [`hyper`]'s executor, timer and I/O traits | hyper 1.x |
 //! | `tokio-io` | tokio's `AsyncRead`/`AsyncWrite` on [`TcpStream`] and its halves, owned ([`TcpStream::into_split`]) and borrowed ([`TcpStream::split`]), for tokio codecs | tokio without its runtime |
 //!
 //! ## Where to start
 //!
-//! [`Runtime::block_on`] and [`time::sleep`]; then [`Precision`] for what a timer costs;
+//! [`Runtime::block_on`] (or [`macro@main`]) and [`time::sleep`]; then [`Precision`] for what a timer costs;
 //! [`UdpSocket`] and [`PacedSender`] for pacing; [`quinn::SoftRuntime`] to put an unchanged
 //! quinn program on soft timers. The examples: `quinn_echo` and `hyper_hello` (stock quinn
 //! and hyper over loopback), `hyper_server` (a hyper server on several loops, a listener
@@ -123,6 +124,8 @@ pub use join_set::JoinSet;
 pub use net::{TcpListener, TcpStream, UdpSocket};
 pub use pace::{Departure, PacedSender};
 pub use runtime::{Builder, EnterGuard, Handle, Precision, Runtime, RuntimeStats};
+#[cfg(feature = "macros")]
+pub use softtimer_async_macros::{main, test};
 pub use task::{AbortHandle, JoinError, JoinHandle, spawn, spawn_local, yield_now};
 
 /// Re-exported for [`UdpSocket::send_transmit`] and [`UdpSocket::recv_segments`].
