@@ -156,7 +156,7 @@ where
         if spin {
             watch_spinning(&shared, stop_flag);
         } else {
-            watch_sleeping(&shared, stop, placement);
+            watch_sleeping(&shared, stop, stop_flag, placement);
         }
         let cpu = if placement.shares_loop_cpu() {
             &shared.helper.loop_cpu_ns
@@ -189,7 +189,12 @@ fn watch_spinning<E, C: Clock>(shared: &Shared<E, C>, stop: &AtomicBool) {
 
 /// The watch, sleeping until its alarm (and serving the one-shot timers when it shares the
 /// loop's only CPU).
-fn watch_sleeping<E, C: Clock>(shared: &Shared<E, C>, stop: &OwnedFd, placement: HelperPlacement) {
+fn watch_sleeping<E, C: Clock>(
+    shared: &Shared<E, C>,
+    stop: &OwnedFd,
+    stop_flag: &AtomicBool,
+    placement: HelperPlacement,
+) {
     let Some(link) = &shared.link else {
         return;
     };
@@ -216,7 +221,9 @@ fn watch_sleeping<E, C: Clock>(shared: &Shared<E, C>, stop: &OwnedFd, placement:
     let watch = shared.watch();
     let hz = shared.clock.resolution_hz();
     let mut events = Vec::with_capacity(fds.len());
-    loop {
+    // The flag, not only the eventfd: a helper that never catches up (each pass leaves its
+    // events overdue again) never reaches the `epoll_wait` that would see the eventfd.
+    while !stop_flag.load(Ordering::Acquire) {
         let (next, deadline) = shared.watched_times();
         let now = shared.clock.now();
         let until = match watch.decide(now, next, deadline) {

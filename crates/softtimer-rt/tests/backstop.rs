@@ -319,3 +319,50 @@ fn deadline_fires_when_no_trigger_state_comes(design: DeadlineDesign, helper_cpu
     }
     assert_eq!(c.deadline_enforced, 1, "{design:?}");
 }
+
+/// A helper that never catches up (each pass of its handler lasts longer than `X`, and the
+/// handler arms its event again at once, so the event is `X` overdue after every pass) still
+/// stops when its loop is dropped: the drop used to wait for it forever.
+#[test]
+fn a_helper_that_never_catches_up_still_stops_with_its_loop() {
+    let (done, finished) = std::sync::mpsc::channel();
+    let fired = Arc::new(AtomicU64::new(0));
+    let count = Arc::clone(&fired);
+    std::thread::spawn(move || {
+        let mut ev: EventLoop<()> = EventLoop::new(
+            config(),
+            move |timers: &mut softtimer::SoftTimers<()>, fired: Fired<()>| {
+                count.fetch_add(1, Ordering::Relaxed);
+                // Asleep, not spinning: the helper is a real-time thread, and the tests
+                // beside this one need the CPU.
+                std::thread::sleep(Duration::from_millis(3));
+                timers
+                    .schedule_from(fired.now, Span::from_ticks(1), ())
+                    .unwrap();
+            },
+        )
+        .unwrap();
+        let kick = UdpSocket::bind("127.0.0.1:0").unwrap();
+        kick.set_nonblocking(true).unwrap();
+        kick.send_to(b"go", kick.local_addr().unwrap()).unwrap();
+        ev.cx().register(&kick, Interest::READABLE, 1).unwrap();
+        ev.run(|cx, _| {
+            let _ = cx.recv(&kick, &mut [0u8; 8]);
+            cx.schedule_soft_event(Span::from_ticks(1), ()).unwrap();
+            // No trigger state for 50 ms: the helper takes the event over.
+            std::thread::sleep(Duration::from_millis(50));
+            cx.stop();
+        })
+        .unwrap();
+        drop(ev);
+        let _ = done.send(());
+    });
+    assert!(
+        finished.recv_timeout(Duration::from_secs(20)).is_ok(),
+        "the loop's drop did not return: its helper never stopped"
+    );
+    assert!(
+        fired.load(Ordering::Relaxed) >= 2,
+        "the helper fired the event"
+    );
+}
