@@ -80,6 +80,18 @@ fn bench_core_quick_writes_every_column() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `--slot-ticks` rounds down to a power of two as its help says (3 panicked in the
+/// facility's config check), and refuses widths that would make the benchmark quadratic.
+#[test]
+fn bench_core_takes_any_slot_width_in_its_range() {
+    for bad in ["0", "65537", "4294967296", "-1"] {
+        refused(&[&format!("bench core --quick --slot-ticks {bad}")]);
+    }
+    let out = softtimers(&["bench", "core", "--quick", "--slot-ticks", "3"]);
+    succeeded(&out);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
+
 #[test]
 fn bench_timers_rejects_bad_intervals() {
     for bad in ["0", "3600000001", "-5", "ten"] {

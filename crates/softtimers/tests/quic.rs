@@ -281,3 +281,55 @@ impl Drop for KillOnDrop {
         softtimers_tools::process::kill(&mut self.0);
     }
 }
+
+/// One peer's bad request ends its own connection, not the kernel-TCP server: a header that
+/// asks for 2^64 − 1 bytes and then closes made the server exit with "Broken pipe", losing
+/// what it had counted and refusing the next client.
+#[test]
+fn a_bad_tcp_peer_does_not_take_the_server_down() {
+    let dir = std::env::temp_dir().join(format!("st-quic-badpeer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("server.json");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut server = Command::new(BIN)
+        .args(["quic", "server", "--listen", &addr, "--stack", "kernel-tcp"])
+        .args(["--connections", "2", "--json"])
+        .arg(&json)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if !common::wait_for_port(port, Duration::from_secs(10), || {
+        matches!(server.try_wait(), Ok(None))
+    }) {
+        softtimers_tools::process::kill(&mut server);
+        panic!("the server did not bind {addr}");
+    }
+    {
+        use std::io::Write;
+        let mut bad = std::net::TcpStream::connect(&addr).unwrap();
+        let mut header = [0xffu8; 16];
+        header[8..].fill(0);
+        bad.write_all(&header).unwrap();
+        // Closed before the answer: the server's writes fail.
+    }
+    let out = Command::new(BIN)
+        .args(["quic", "client", "--to", &addr, "--stack", "kernel-tcp"])
+        .args(["--download", "100k"])
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let status = server.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut server.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("ended"),
+        "the bad connection is reported: {stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["served"]["connections"], 2, "{v}");
+    assert!(v["served"]["requests"].as_u64().unwrap() >= 1, "{v}");
+    let _ = std::fs::remove_dir_all(dir);
+}

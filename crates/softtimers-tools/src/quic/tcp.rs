@@ -15,33 +15,14 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
     let listener = TcpListener::bind(opts.listen)
         .with_context(|| format!("cannot listen on {}", opts.listen))?;
     let mut report = ServerReport::default();
-    let pattern = Pattern::default();
     let mut closed = 0;
     loop {
-        let (mut stream, _) = listener.accept().context("accept")?;
+        let (mut stream, peer) = listener.accept().context("accept")?;
         let _ = stream.set_nodelay(true);
         report.connections += 1;
-        let mut header = [0u8; 16];
-        while stream.read_exact(&mut header).is_ok() {
-            let download = u64::from_be_bytes(header[..8].try_into().expect("8"));
-            let mut upload = u64::from_be_bytes(header[8..].try_into().expect("8"));
-            let mut sink = vec![0u8; 64 * 1024];
-            while upload > 0 {
-                let n = stream.read(&mut sink[..upload.min(65536) as usize])?;
-                if n == 0 {
-                    break;
-                }
-                upload -= n as u64;
-                report.bytes_received += n as u64;
-            }
-            let mut sent = 0;
-            while sent < download {
-                let chunk = pattern.at(sent, download - sent);
-                stream.write_all(chunk)?;
-                sent += chunk.len() as u64;
-            }
-            report.bytes_sent += sent;
-            report.requests += 1;
+        // One peer's error ends its connection, not the server (and not what it counted).
+        if let Err(e) = serve_connection(&mut stream, &mut report) {
+            eprintln!("softtimers quic server: the connection from {peer} ended: {e:#}");
         }
         // The connection's own count of what it sent and resent, as QUIC's stacks report
         // theirs (a plain socket has no other way to say).
@@ -55,6 +36,52 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
         }
     }
 }
+
+/// A connection's requests until the peer closes it, counted into `report` as they are
+/// served. A peer silent for [`PEER_TIMEOUT`] is given up on, so that it cannot hold the
+/// (one-connection-at-a-time) server for ever.
+fn serve_connection(stream: &mut TcpStream, report: &mut ServerReport) -> Result<()> {
+    stream.set_read_timeout(Some(PEER_TIMEOUT))?;
+    stream.set_write_timeout(Some(PEER_TIMEOUT))?;
+    let pattern = Pattern::default();
+    let mut sink = vec![0u8; 64 * 1024];
+    let mut header = [0u8; 16];
+    loop {
+        match stream.read_exact(&mut header) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e).context("reading a request"),
+        }
+        let download = u64::from_be_bytes(header[..8].try_into().expect("8"));
+        let mut upload = u64::from_be_bytes(header[8..].try_into().expect("8"));
+        while upload > 0 {
+            let n = stream
+                .read(&mut sink[..upload.min(65536) as usize])
+                .context("reading an upload")?;
+            if n == 0 {
+                break;
+            }
+            upload -= n as u64;
+            report.bytes_received += n as u64;
+        }
+        let mut sent = 0;
+        while sent < download {
+            let chunk = pattern.at(sent, download - sent);
+            let written = stream.write_all(chunk);
+            report.bytes_sent += if written.is_ok() {
+                chunk.len() as u64
+            } else {
+                0
+            };
+            written.with_context(|| format!("sending a {download}-byte download"))?;
+            sent += chunk.len() as u64;
+        }
+        report.requests += 1;
+    }
+}
+
+/// How long the TCP server waits on a silent peer.
+const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub(super) fn tcp_client(opts: &ClientOptions) -> Result<ClientReport> {
     let plan = &opts.plan;

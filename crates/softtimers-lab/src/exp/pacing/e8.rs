@@ -133,10 +133,19 @@ impl Ramp {
     }
 
     /// The rate of the largest window: `max_cwnd` packets per RTT.
+    ///
+    /// # Errors
+    ///
+    /// A ramp with no RTT, or whose rate does not fit (a hand-edited JSON file's).
     pub fn top_rate(&self) -> Result<Rate> {
-        Ok(Rate::from_bits_per_sec(
-            self.max_cwnd * self.size as u64 * 8 * 1_000_000 / self.rtt_us,
-        )?)
+        let bits_per_rtt = self
+            .max_cwnd
+            .checked_mul(self.size as u64 * 8 * 1_000_000)
+            .context("the ramp's largest window overflows")?;
+        let bits_per_sec = bits_per_rtt
+            .checked_div(self.rtt_us)
+            .context("the ramp has an RTT of 0 µs")?;
+        Ok(Rate::from_bits_per_sec(bits_per_sec)?)
     }
 
     /// Seconds of the constant-rate comparison (iperf3 takes whole seconds).
@@ -512,5 +521,36 @@ impl Section for E8 {
         page.paper(PAPER_TABLE_II);
         page.targets(&self.targets);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ramp;
+
+    /// The report reads the ramp back from JSON: a hand-edited one is an error, not a panic
+    /// (an RTT of 0 divided by zero).
+    #[test]
+    fn a_ramp_without_rtt_or_with_an_overflowing_window_has_no_rate() {
+        let ramp = Ramp::new(true);
+        assert_eq!(ramp.top_rate().unwrap().bits_per_sec(), 512 * 1472 * 8 * 10);
+        let no_rtt = Ramp { rtt_us: 0, ..ramp };
+        assert!(
+            no_rtt
+                .top_rate()
+                .unwrap_err()
+                .to_string()
+                .contains("RTT of 0")
+        );
+        let huge = Ramp {
+            max_cwnd: u64::MAX,
+            ..ramp
+        };
+        assert!(
+            huge.top_rate()
+                .unwrap_err()
+                .to_string()
+                .contains("overflows")
+        );
     }
 }
