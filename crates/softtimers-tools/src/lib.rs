@@ -13,6 +13,7 @@
 //! | [`quic`] | `softtimers quic server|client`: QUIC's perf protocol on soft timers, on stock quinn and tokio, and on kernel TCP |
 //! | [`netns`] | network namespaces joined by veth links, made for one run and removed after it |
 //! | [`cpu`], [`process`], [`tcp_info`] | CPU time and pinning; finding and reaping external programs; the kernel's TCP counts of a connection |
+//! | [`interrupt`] | Ctrl-C for a program that runs until stopped: its run ends and it reports |
 //! | [`output`], [`parse`], [`json`] | a program's typed report and how a command shows it; the command-line value parsers the tools share; JSON files written and read back |
 //!
 //! The layers: everything here stands on `softtimer-rt` (the event loop), `softtimer-net`
@@ -23,6 +24,7 @@
 
 pub mod cpu;
 pub mod http;
+pub mod interrupt;
 pub mod json;
 pub mod netns;
 pub mod output;

@@ -83,9 +83,14 @@ enum Bench {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Ctrl-C (or SIGTERM) removes the network namespaces an experiment made before it exits;
-    // the experiment's child processes get the same signal from the terminal.
+    // Ctrl-C (or SIGTERM) first asks a program that runs until stopped to end its run and
+    // report; otherwise (or the second time) it removes the network namespaces an experiment
+    // made and exits. The experiment's child processes get the same signal from the terminal.
     let _ = ctrlc::set_handler(|| {
+        if softtimers_tools::interrupt::interrupt() {
+            eprintln!("softtimers: interrupted: reporting what was measured (again to quit now)");
+            return;
+        }
         netns::remove_live();
         eprintln!("softtimers: interrupted");
         std::process::exit(130);

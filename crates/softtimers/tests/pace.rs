@@ -230,3 +230,62 @@ fn the_router_forwards_every_datagram_at_a_low_rate() {
         assert_eq!(report["dropped_in_queue"], 0, "{design}: {report}");
     }
 }
+
+/// Ctrl-C ends a sink that would wait for more, and it still prints and writes what it
+/// measured (it used to exit at once, losing the run); a second Ctrl-C quits at once.
+#[test]
+fn ctrl_c_ends_a_sink_with_its_report() {
+    use std::process::{Command, Stdio};
+    let dir = scratch("sink-interrupted");
+    let json = dir.join("sink.json");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let sink = Command::new(env!("CARGO_BIN_EXE_softtimers"))
+        .args(["sink", "--listen", &listen, "--idle", "60s", "--json"])
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(support::common::wait_for_port(
+        port,
+        Duration::from_secs(10),
+        || true
+    ));
+    succeeded(&softtimers(&[
+        "pace",
+        "--to",
+        &listen,
+        "--rate",
+        "5M",
+        "--duration",
+        "100ms",
+    ]));
+    let interrupt = |pid: u32| {
+        let sent = Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    };
+    interrupt(sink.id());
+    let out = sink.wait_with_output().unwrap();
+    succeeded(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(" datagrams, "), "{text}");
+    let report = json_with("sink", &json, &["packets"]);
+    assert!(report["packets"].as_u64().unwrap() >= 40, "{report}");
+
+    // A program that cannot stop early (here pace, for 60 s) ends at the first signal.
+    let pace = Command::new(env!("CARGO_BIN_EXE_softtimers"))
+        .args(["pace", "--to", &listen, "--rate", "1M", "--duration", "60s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    interrupt(pace.id());
+    let out = pace.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let _ = std::fs::remove_dir_all(dir);
+}

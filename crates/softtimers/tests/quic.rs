@@ -333,3 +333,52 @@ fn a_bad_tcp_peer_does_not_take_the_server_down() {
     assert!(v["served"]["requests"].as_u64().unwrap() >= 1, "{v}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A server without `--connections` serves until Ctrl-C: the signal ends the run and the
+/// server reports what it served (it used to exit at once, so that mode never reported).
+#[test]
+fn ctrl_c_ends_a_server_with_its_report() {
+    let dir = std::env::temp_dir().join(format!("st-quic-interrupted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (stack, client_stack) in [
+        ("soft", "soft"),
+        ("quinn-tokio", "soft"),
+        ("kernel-tcp", "kernel-tcp"),
+    ] {
+        let json = dir.join(format!("{stack}.json"));
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut server = Command::new(BIN)
+            .args([
+                "quic", "server", "--listen", &addr, "--stack", stack, "--json",
+            ])
+            .arg(&json)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        if !common::wait_for_port(port, Duration::from_secs(10), || {
+            matches!(server.try_wait(), Ok(None))
+        }) {
+            softtimers_tools::process::kill(&mut server);
+            panic!("the {stack} server did not bind {addr}");
+        }
+        let client = Command::new(BIN)
+            .args(["quic", "client", "--to", &addr, "--insecure"])
+            .args(["--stack", client_stack, "--download", "100k"])
+            .output()
+            .unwrap();
+        succeeded(&client);
+        let sent = Command::new("kill")
+            .args(["-INT", &server.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let status = server.wait().unwrap();
+        assert!(status.success(), "{stack}: {status}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!(v["served"]["connections"], 1, "{stack}: {v}");
+        assert_eq!(v["served"]["bytes_sent"], 100_000, "{stack}: {v}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

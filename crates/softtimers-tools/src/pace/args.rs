@@ -114,7 +114,8 @@ pub struct SinkArgs {
     /// The interface --observe captures on.
     #[arg(long, default_value = "lo", requires = "observe")]
     pub interface: String,
-    /// Stop after this long (default: when the traffic stops).
+    /// Stop after this long (default: when the traffic stops). Ctrl-C stops it too, with its
+    /// report.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Stop after this long without a datagram, once one has come.

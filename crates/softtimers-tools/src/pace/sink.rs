@@ -3,6 +3,8 @@
 //! statistics, the longest back-to-back burst and the burstiness index.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::{Context, Result, ensure};
@@ -237,6 +239,11 @@ const MAX_FLOWS: usize = 1 << 20;
 
 /// Runs `sink` on an already bound receiver until its duration or idle time is up.
 pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkReport> {
+    receive(input, options, &AtomicBool::new(false))
+}
+
+/// [`sink_on`], ending early (and reporting) once `stop` is set: it is read every 50 ms.
+fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> Result<SinkReport> {
     ensure!(
         options.rtt >= Duration::from_micros(1),
         "--rtt {:?}: want at least 1 µs",
@@ -269,7 +276,9 @@ pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkRepor
         {
             break;
         }
-        if last_arrival.is_some_and(|t| now.duration_since(t) >= options.idle) {
+        if last_arrival.is_some_and(|t| now.duration_since(t) >= options.idle)
+            || stop.load(Ordering::Relaxed)
+        {
             break;
         }
         let n = input.recv(options.gso_segment, |arrival| {
@@ -363,10 +372,15 @@ pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkRepor
     })
 }
 
-/// Opens `options.target` and runs `sink`.
+/// Opens `options.target` and runs `sink`; Ctrl-C ends the run and reports what came
+/// ([`crate::interrupt`]).
 pub fn sink(options: &SinkOptions) -> Result<SinkReport> {
     let mut input = SinkInput::open(&options.target)?;
-    sink_on(&mut input, options)
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let _interrupt =
+        crate::interrupt::stop_on_interrupt(move || flag.store(true, Ordering::Relaxed));
+    receive(&mut input, options, &stop)
 }
 
 impl Report for SinkReport {

@@ -26,7 +26,8 @@ pub struct ServerArgs {
     /// Where to listen (`host:port`).
     #[arg(long)]
     pub listen: SocketAddr,
-    /// Exit after this many connections have closed (default: serve until Ctrl-C).
+    /// Exit after this many connections have closed (default: serve until Ctrl-C, which
+    /// ends the run with its report; a second Ctrl-C quits at once).
     #[arg(long)]
     pub connections: Option<u64>,
     /// Write the server's self-signed certificate (DER) here, for a client's --cert.

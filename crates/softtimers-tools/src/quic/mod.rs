@@ -406,6 +406,8 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
             let config = server_config(&identity, &tuning)?;
             let (mut quic, spin_window) = opts.common.quic_loop(socket, Some(config))?;
             let mut app = PerfServer::new(opts.connections);
+            let stop = quic.stop_handle();
+            let _interrupt = crate::interrupt::stop_on_interrupt(move || stop.stop());
             quic.run(&mut app)?;
             Ok((app.report, driver_side(&mut quic, spin_window)))
         },

@@ -313,6 +313,11 @@ pub(super) fn server(
                     .with_context(|| format!("cannot listen on {}", opts.listen))?
             }
         };
+        // Ctrl-C closes the endpoint: accept ends, the connections close, the report follows.
+        let closing = endpoint.clone();
+        let _interrupt = crate::interrupt::stop_on_interrupt(move || {
+            closing.close(0u32.into(), b"interrupted");
+        });
         let report = Arc::new(Mutex::new(ServerReport::default()));
         let udp = Arc::new(Mutex::new((0u64, 0u64)));
         let mut tasks = Vec::new();

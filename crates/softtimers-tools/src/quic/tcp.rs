@@ -4,6 +4,9 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -16,8 +19,23 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
         .with_context(|| format!("cannot listen on {}", opts.listen))?;
     let mut report = ServerReport::default();
     let mut closed = 0;
+    // Ctrl-C shuts the listener down, which ends a blocked accept (EINVAL): the report
+    // follows. A connection being served finishes first (a silent one within PEER_TIMEOUT).
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let _interrupt = {
+        let listening = OwnedFd::from(listener.try_clone().context("the listener")?);
+        let flag = Arc::clone(&interrupted);
+        crate::interrupt::stop_on_interrupt(move || {
+            flag.store(true, Ordering::Relaxed);
+            let _ = rustix::net::shutdown(&listening, rustix::net::Shutdown::Read);
+        })
+    };
     loop {
-        let (mut stream, peer) = listener.accept().context("accept")?;
+        let (mut stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(_) if interrupted.load(Ordering::Relaxed) => return Ok(report),
+            Err(e) => return Err(e).context("accept"),
+        };
         let _ = stream.set_nodelay(true);
         report.connections += 1;
         // One peer's error ends its connection, not the server (and not what it counted).
