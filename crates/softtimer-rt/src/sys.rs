@@ -382,6 +382,10 @@ pub struct BatchSent {
     pub refused: usize,
     /// System calls made.
     pub calls: usize,
+    /// The last refusal's `errno` (`std::io::Error::from_raw_os_error` says what it was:
+    /// `ECONNREFUSED` for a port nothing listens on, `EMSGSIZE` for a datagram or GSO
+    /// batch too large for the path, `EAGAIN` for a full buffer without waiting).
+    pub last_error: Option<i32>,
 }
 
 /// Sends every datagram of `datagrams` on the connected socket `fd`, each made of its parts
@@ -421,10 +425,13 @@ pub fn send_all(fd: impl AsFd, datagrams: &[&[IoSlice<'_>]], wait: bool) -> Batc
                 flags,
             ) {
                 Err(rustix::io::Errno::INTR) => continue,
-                other => break other.is_ok(),
+                other => break other,
             }
         };
-        (out.sent, out.refused) = if sent { (1, 0) } else { (0, 1) };
+        match sent {
+            Ok(_) => out.sent = 1,
+            Err(e) => (out.refused, out.last_error) = (1, Some(e.raw_os_error())),
+        }
         return out;
     }
     let mut controls: Vec<rustix::net::SendAncillaryBuffer<'_, '_, '_>> =
@@ -444,9 +451,12 @@ pub fn send_all(fd: impl AsFd, datagrams: &[&[IoSlice<'_>]], wait: bool) -> Batc
             }
             Err(rustix::io::Errno::INTR) => {}
             // The first datagram left was refused: skip it and go on.
-            _ => {
+            refused => {
                 done += 1;
                 out.refused += 1;
+                if let Err(e) = refused {
+                    out.last_error = Some(e.raw_os_error());
+                }
             }
         }
     }

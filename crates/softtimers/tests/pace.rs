@@ -176,8 +176,90 @@ fn forwarding_commands_refuse_bad_input() {
         "router --listen 127.0.0.1:0 --forward-to 127.0.0.1:9 --cpu-budget 0",
         "router --listen 127.0.0.1:0 --forward-to 127.0.0.1:9 --cpu-budget 101",
         "router --listen 127.0.0.1:0 --forward-to nowhere --duration 1s",
+        "router --listen 127.0.0.1:7 --forward-to 127.0.0.1:7 --duration 1s",
     ];
     refused(&cases);
+}
+
+/// Sends the kernel refuses are counted and said why, by every sender, and a router's
+/// counts add up when its next hop refuses: pace to a port nothing listens on said nothing
+/// wrong but a halved rate, flood blamed its own speed, and the router's baseline lost them.
+#[test]
+fn refused_sends_are_counted_and_explained() {
+    let closed = format!("127.0.0.1:{}", free_port());
+    let dir = scratch("refused");
+    let json = dir.join("pace.json");
+    let out = softtimers(&[
+        "pace",
+        "--to",
+        &closed,
+        "--rate",
+        "5M",
+        "--duration",
+        "200ms",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    succeeded(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Connection refused"), "{text}");
+    let report = take_json(&json);
+    assert!(report["send_errors"].as_u64().unwrap() > 0, "{report}");
+    assert!(
+        report["last_send_error"]
+            .as_str()
+            .unwrap()
+            .contains("refused"),
+        "{report}"
+    );
+
+    let out = softtimers(&[
+        "flood",
+        "--to",
+        &closed,
+        "--rate",
+        "1000",
+        "--duration",
+        "200ms",
+    ]);
+    succeeded(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("refused by the kernel (the last: Connection refused"),
+        "{text}"
+    );
+    assert!(!text.contains("as fast as this sender goes"), "{text}");
+
+    for design in ["polling", "baseline"] {
+        if design == "baseline" && !rustix::process::geteuid().is_root() {
+            continue; // its receive thread needs SCHED_FIFO
+        }
+        let json = dir.join(format!("router-{design}.json"));
+        serve_and_send(
+            "router",
+            &[
+                "--forward-to",
+                &closed,
+                "--design",
+                design,
+                "--duration",
+                "2s",
+                "--json",
+                json.to_str().unwrap(),
+            ],
+            "flood",
+            &["--rate", "1000", "--duration", "300ms"],
+        );
+        let r = take_json(&json);
+        let count = |k: &str| r[k].as_u64().unwrap();
+        assert!(count("send_errors") > 0, "{design}: {r}");
+        assert_eq!(
+            count("received"),
+            count("forwarded") + count("dropped_in_queue") + count("send_errors"),
+            "{design}: {r}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The router forwards every datagram on loopback at a low rate, in both designs.

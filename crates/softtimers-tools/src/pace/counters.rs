@@ -3,7 +3,7 @@
 //! writer at a time: the facility runs one handler at a time), and the summary of it. `pace`
 //! counts with it, and so does the flow the lab's server loop paces while it serves (E6, E7).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 /// What a paced sender counted: datagrams, refusals, system calls, the first and last send
 /// time, and the gaps between a flow's consecutive sends.
@@ -23,6 +23,8 @@ pub struct SendCounters {
     calls: AtomicU64,
     packets: AtomicU64,
     refused: AtomicU64,
+    /// The last refusal's `errno` (0: none, or none known).
+    last_error: AtomicI32,
     first_ns: AtomicU64,
     last_ns: AtomicU64,
     gaps: AtomicU64,
@@ -39,6 +41,8 @@ pub struct SendSummary {
     pub packets: u64,
     /// Datagrams the kernel refused.
     pub refused: u64,
+    /// The last refusal's `errno`, when known.
+    pub last_error: Option<i32>,
     /// Send system calls.
     pub calls: u64,
     /// From the first send to the last, ns.
@@ -70,15 +74,24 @@ impl SendCounters {
         }
     }
 
-    /// `n` datagrams counted as sent were refused by the kernel after all (a batch's).
-    pub fn unsent(&self, n: u64) {
+    /// `n` datagrams counted as sent were refused by the kernel after all (a batch's), the
+    /// last with `errno` where it is known.
+    pub fn unsent(&self, n: u64, errno: Option<i32>) {
         self.refused.fetch_add(n, Ordering::Relaxed);
         self.packets.fetch_sub(n, Ordering::Relaxed);
+        self.note_error(errno);
     }
 
-    /// A datagram the kernel refused, not counted as sent.
-    pub fn refused(&self) {
+    /// A datagram the kernel refused, not counted as sent, with `errno` where it is known.
+    pub fn refused(&self, errno: Option<i32>) {
         self.refused.fetch_add(1, Ordering::Relaxed);
+        self.note_error(errno);
+    }
+
+    fn note_error(&self, errno: Option<i32>) {
+        if let Some(errno) = errno.filter(|&e| e != 0) {
+            self.last_error.store(errno, Ordering::Relaxed);
+        }
     }
 
     /// `n` send system calls were made.
@@ -105,6 +118,7 @@ impl SendCounters {
         SendSummary {
             packets: self.packets(),
             refused: self.refused.load(Ordering::Relaxed),
+            last_error: Some(self.last_error.load(Ordering::Relaxed)).filter(|&e| e != 0),
             calls: self.calls.load(Ordering::Relaxed),
             span_ns: self
                 .last_ns()

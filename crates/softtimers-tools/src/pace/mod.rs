@@ -207,6 +207,9 @@ pub struct PaceReport {
     pub packets: u64,
     /// Sends the kernel refused (buffer full, unreachable port): not counted as sent.
     pub send_errors: u64,
+    /// What the last refused send said, when one was (absent from older reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_send_error: Option<String>,
     /// The process's CPU time (user + system, every thread) per datagram sent, ns.
     #[serde(deserialize_with = "crate::json::num")]
     pub cpu_ns_per_packet: f64,
@@ -416,11 +419,13 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
     let elapsed = started.elapsed();
     let cpu_ns = process_cpu_ns().saturating_sub(cpu_before);
     let c = sender.counters.summary();
+    let last_send_error = c.last_error.map(send_error_text);
     if c.packets == 0 && c.refused > 0 {
         bail!(
-            "every send to {} was refused ({} tries): is anything listening there?",
+            "every send to {} was refused ({} tries): {}",
             options.to,
-            c.refused
+            c.refused,
+            last_send_error.as_deref().unwrap_or("no reason given")
         );
     }
     let achieved_bps = if c.packets > 1 && c.span_ns > 0 {
@@ -436,6 +441,7 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         conformance_pct: (achieved_bps - target).abs() / target * 100.0,
         packets: c.packets,
         send_errors: c.refused,
+        last_send_error,
         cpu_ns_per_packet: cpu_ns as f64 / c.packets.max(1) as f64,
         cpu_pct: cpu_ns as f64 / elapsed.as_nanos().max(1) as f64 * 100.0,
         size: options.size,
@@ -537,6 +543,20 @@ impl Plan {
 }
 
 /// The fastest burst rate: catch up at once.
+/// What a refused send's `errno` means for `pace`, with what to do where that is clear.
+fn send_error_text(errno: i32) -> String {
+    let error = std::io::Error::from_raw_os_error(errno);
+    let hint = match rustix::io::Errno::from_raw_os_error(errno) {
+        rustix::io::Errno::CONNREFUSED => ": is anything listening there?",
+        rustix::io::Errno::MSGSIZE => {
+            ": a datagram (or a GSO batch) larger than the path takes: a smaller --size, or \
+             --batch-send sendmmsg"
+        }
+        _ => "",
+    };
+    format!("{error}{hint}")
+}
+
 fn unlimited_burst() -> Rate {
     Rate::from_bits_per_sec(softtimer_net::MAX_RATE_BPS).expect("the maximum rate is a rate")
 }
@@ -547,7 +567,7 @@ impl Report for PaceReport {
         format!(
             "timer {}, io {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
              target {:.3} Mbit/s, achieved {:.3} Mbit/s (off by {:.3} %)\n\
-             CPU {:.1} % of a core, {:.0} ns per datagram; {} send calls; send errors {}\n\
+             CPU {:.1} % of a core, {:.0} ns per datagram; {} send calls; send errors {}{}\n\
              send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n{}",
             r.timer.name(),
             r.io,
@@ -562,6 +582,9 @@ impl Report for PaceReport {
             r.cpu_ns_per_packet,
             r.send_calls,
             r.send_errors,
+            r.last_send_error
+                .as_ref()
+                .map_or_else(String::new, |e| format!(" (the last: {e})")),
             r.send_interval_mean_us,
             r.send_interval_stddev_us,
             r.send_interval_max_us,

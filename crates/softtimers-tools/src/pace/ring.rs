@@ -88,7 +88,7 @@ pub(super) fn run_ring(run: Run<'_>) -> Result<Option<Duration>> {
             match cx.send_ring(socket, &parts, &SendOptions::default()) {
                 Ok(()) => sender.counters.sent(d.sent_ns, d.gap_ns),
                 Err(e) => {
-                    sender.counters.refused();
+                    sender.counters.refused(None);
                     failed.get_or_insert(e);
                 }
             }
@@ -115,7 +115,7 @@ pub(super) fn run_ring(run: Run<'_>) -> Result<Option<Duration>> {
         return Err(e).context("a send through the ring");
     }
     let counters = ev.cx().ring_counters(socket).unwrap_or_default();
-    sender.counters.unsent(counters.refused);
+    sender.counters.unsent(counters.refused, None);
     // The ring's system calls carry the sends and the waits alike: all count.
     let enters = ev.ring_stats().map_or(0, |s| s.enters);
     sender.counters.calls(enters);

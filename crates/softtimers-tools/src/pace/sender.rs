@@ -88,7 +88,7 @@ impl Sender {
         let out = send_all(&self.socket, &[&parts], true);
         self.counters.calls(1);
         if out.sent == 0 {
-            self.counters.refused();
+            self.counters.refused(out.last_error);
             return false;
         }
         self.account(flow, now, sent_ns);
@@ -149,7 +149,7 @@ impl Sender {
                 let out = send_all(&self.socket, &[&parts], true);
                 self.counters.calls(1);
                 if out.sent == 0 {
-                    self.counters.unsent(chunk.len() as u64);
+                    self.counters.unsent(chunk.len() as u64, out.last_error);
                 }
             }
             batch.clear();
@@ -163,7 +163,7 @@ impl Sender {
         let out = send_all(&self.socket, &datagrams, true);
         self.counters.calls(out.calls as u64);
         if out.refused > 0 {
-            self.counters.unsent(out.refused as u64);
+            self.counters.unsent(out.refused as u64, out.last_error);
         }
         batch.clear();
     }

@@ -40,6 +40,9 @@ pub struct FloodReport {
     pub sent: u64,
     /// Sends refused.
     pub send_errors: u64,
+    /// What the last refused send said, when one was (absent from older reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_send_error: Option<String>,
     /// Whether the generator fell short of the rate asked for (by more than 2 %).
     pub saturated: bool,
     /// The run's length, s.
@@ -83,7 +86,7 @@ pub fn flood(options: &FloodOptions) -> Result<FloodReport> {
     let hz = clock.resolution_hz();
     let start = clock.now();
     let end_ticks = Span::from_duration(options.duration, hz).ticks();
-    let (mut sent, mut errors) = (0u64, 0u64);
+    let (mut sent, mut errors, mut last_error) = (0u64, 0u64, None);
     loop {
         let now = clock.now();
         let elapsed = now.saturating_since(start).ticks();
@@ -106,6 +109,7 @@ pub fn flood(options: &FloodOptions) -> Result<FloodReport> {
         let out = send_all(&socket, &datagrams[..n], true);
         sent += out.sent as u64;
         errors += out.refused as u64;
+        last_error = out.last_error.or(last_error);
     }
     let duration_s = clock
         .now()
@@ -118,6 +122,7 @@ pub fn flood(options: &FloodOptions) -> Result<FloodReport> {
         achieved_pps,
         sent,
         send_errors: errors,
+        last_send_error: last_error.map(|e| std::io::Error::from_raw_os_error(e).to_string()),
         saturated: achieved_pps < options.rate_pps as f64 * 0.98,
         duration_s,
     })
@@ -126,11 +131,20 @@ pub fn flood(options: &FloodOptions) -> Result<FloodReport> {
 impl Report for FloodReport {
     fn text(&self) -> String {
         format!(
-            "{} datagrams in {:.2} s: {:.0} datagrams/s{}\n",
+            "{} datagrams in {:.2} s: {:.0} datagrams/s{}{}\n",
             self.sent,
             self.duration_s,
             self.achieved_pps,
-            if self.saturated {
+            if self.send_errors > 0 {
+                format!(
+                    "; {} sends refused by the kernel (the last: {})",
+                    self.send_errors,
+                    self.last_send_error.as_deref().unwrap_or("no reason given")
+                )
+            } else {
+                String::new()
+            },
+            if self.saturated && self.send_errors == 0 {
                 format!(
                     " (asked for {}: this is as fast as this sender goes here)",
                     self.offered_pps

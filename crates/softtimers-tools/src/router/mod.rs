@@ -188,15 +188,23 @@ impl Queue {
     }
 }
 
+/// What a consumer behind a queue sent on, and what the kernel refused of it.
+#[derive(Debug, Default)]
+struct Consumed {
+    sent: AtomicU64,
+    refused: AtomicU64,
+}
+
 /// The consumer behind a queue: per-packet work, then send; until `stop`, and then what is
 /// left in the queue (at most its capacity), so that every datagram the queue accepted is
-/// forwarded and `received = forwarded + dropped` holds at the end of a run.
+/// forwarded or refused, and `received = forwarded + dropped + send errors` holds at the end
+/// of a run.
 fn consume(
     queue: &Queue,
     sender: &softtimer_net::forward::Sender,
     work: &PacketWork,
     stop: &AtomicBool,
-    sent: &AtomicU64,
+    consumed: &Consumed,
 ) {
     loop {
         let stopping = stop.load(Ordering::Relaxed);
@@ -214,7 +222,10 @@ fn consume(
         }
         work.run(batch.len());
         let refs: Vec<&[u8]> = batch.iter().map(|b| &b[..]).collect();
-        sent.fetch_add(sender.send(&refs) as u64, Ordering::Relaxed);
+        let sent = sender.send(&refs);
+        consumed.sent.fetch_add(sent as u64, Ordering::Relaxed);
+        let refused = refs.len().saturating_sub(sent) as u64;
+        consumed.refused.fetch_add(refused, Ordering::Relaxed);
     }
 }
 
@@ -224,6 +235,11 @@ pub fn check_router(options: &RouterOptions) -> Result<()> {
     ensure!(
         options.work_ns <= 1_000_000 && options.screen_ns <= 1_000_000,
         "per-packet work over 1 ms is not a router"
+    );
+    ensure!(
+        options.listen != options.forward_to,
+        "--forward-to {} is where the router listens: it would forward its own output for ever",
+        options.forward_to
     );
     if let Some(share) = options.cpu_budget {
         ensure!(
@@ -303,7 +319,7 @@ fn run_polling(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRepo
         .transpose()?;
     // The screening stage: a thread on this core behind a 32-packet queue, with feedback.
     let stop = Arc::new(AtomicBool::new(false));
-    let screened = Arc::new(AtomicU64::new(0));
+    let screened = Arc::new(Consumed::default());
     let queue = Arc::new(Queue::new(32));
     let mut feedback = options
         .screen
@@ -428,10 +444,10 @@ fn run_polling(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRepo
     let c = fwd.counters();
     let mut report = empty_report(options);
     report.received = c.received;
-    report.forwarded = c.forwarded + screened.load(Ordering::Relaxed);
+    report.forwarded = c.forwarded + screened.sent.load(Ordering::Relaxed);
     report.dropped_in_queue = queue.dropped.load(Ordering::Relaxed);
     report.kernel_drops = fwd.kernel_drops();
-    report.send_errors = c.send_errors;
+    report.send_errors = c.send_errors + screened.refused.load(Ordering::Relaxed);
     report.feedback_stops = feedback.map_or((0, 0), |f| f.counts());
     report.budget_stops = budget.map_or(0, |b| b.inhibited_periods());
     Ok(report)
@@ -457,7 +473,7 @@ fn run_baseline(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRep
     let capacity = if options.screen { 32 } else { 50 };
     let queue = Arc::new(Queue::new(capacity));
     let stop = Arc::new(AtomicBool::new(false));
-    let sent = Arc::new(AtomicU64::new(0));
+    let sent = Arc::new(Consumed::default());
     let processor = {
         let (queue, stop, sent) = (Arc::clone(&queue), Arc::clone(&stop), Arc::clone(&sent));
         let sender = fwd.sender()?;
@@ -500,7 +516,8 @@ fn run_baseline(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRep
     let c = receiver.counters();
     let mut report = empty_report(options);
     report.received = c.received;
-    report.forwarded = sent.load(Ordering::Relaxed);
+    report.forwarded = sent.sent.load(Ordering::Relaxed);
+    report.send_errors = sent.refused.load(Ordering::Relaxed);
     report.dropped_in_queue = queue.dropped.load(Ordering::Relaxed);
     report.kernel_drops = receiver.kernel_drops();
     if let Err(e) = fifo {
@@ -512,8 +529,14 @@ fn run_baseline(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRep
 impl Report for RouterReport {
     fn text(&self) -> String {
         format!(
-            "received {}, forwarded {}, dropped in a queue {}, dropped by the kernel {}, CPU {:.1} %\n",
-            self.received, self.forwarded, self.dropped_in_queue, self.kernel_drops, self.cpu_pct
+            "received {}, forwarded {}, dropped in a queue {}, dropped by the kernel {}, \
+             refused by the kernel on the way out {}, CPU {:.1} %\n",
+            self.received,
+            self.forwarded,
+            self.dropped_in_queue,
+            self.kernel_drops,
+            self.send_errors,
+            self.cpu_pct
         )
     }
 }
@@ -537,7 +560,7 @@ mod tests {
         let queue = Queue::new(50);
         let packets: Vec<[u8; 4]> = (0u32..5).map(u32::to_be_bytes).collect();
         queue.push_all(packets.iter().map(|p| &p[..]));
-        let (stop, sent) = (AtomicBool::new(true), AtomicU64::new(0));
+        let (stop, sent) = (AtomicBool::new(true), Consumed::default());
         consume(
             &queue,
             &fwd.sender().unwrap(),
@@ -545,7 +568,8 @@ mod tests {
             &stop,
             &sent,
         );
-        assert_eq!(sent.load(Ordering::Relaxed), 5);
+        assert_eq!(sent.sent.load(Ordering::Relaxed), 5);
+        assert_eq!(sent.refused.load(Ordering::Relaxed), 0);
         assert_eq!(queue.len(), 0);
         let mut buf = [0u8; 16];
         for want in packets {
