@@ -1,5 +1,5 @@
-//! Ctrl-C and `SIGTERM` for the programs that run until stopped (`sink`, `quic server`):
-//! while such a program runs it says how to end its run early
+//! Ctrl-C and `SIGTERM` for the programs that run until stopped (`sink`, `quic server`,
+//! `path` and its command): while such a program runs it says how to end its run early
 //! ([`stop_on_interrupt`]), and the first signal does that, so the program prints its report
 //! and writes its JSON instead of losing what it measured. A second signal, or one that comes
 //! while no program can stop early, ends the process at once (the binary's handler).

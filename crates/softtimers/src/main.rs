@@ -126,10 +126,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => execute(&args),
         Command::Path(args) => {
             // The report, then the command's own failure, if it failed.
-            let (code, report) = args.args.run()?;
+            let (status, report) = args.args.run()?;
             emit(&report, args.json.as_deref())?;
-            anyhow::ensure!(code == 0, "the command exited with status {code}");
-            Ok(())
+            match softtimers_tools::path::command_failure(status) {
+                Some(failure) => anyhow::bail!(failure),
+                None => Ok(()),
+            }
         }
         Command::Lab(args) => {
             println!("report written to {}", args.run()?.display());

@@ -55,6 +55,65 @@ fn the_path_command_refuses_bad_input_and_runs_a_command() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("status 3"), "{err}");
+
+    // A command killed by a signal is said to be (it was "status 128").
+    let out = Command::new(bin)
+        .args(["path", "--delay", "1ms", "--", "sh", "-c", "kill -9 $$"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("killed by signal 9"), "{err}");
+}
+
+/// `SIGTERM` to `path` ends its command and the path still reports (the report was lost and
+/// the command left running).
+#[test]
+fn a_terminated_path_ends_its_command_and_reports() {
+    let _serial = serial();
+    if !can_run() {
+        return;
+    }
+    let dir = scratch("path-terminated");
+    let json = dir.join("path.json");
+    let marker = format!("sleep {}", 30 + std::process::id() % 1000);
+    let mut path = Command::new(env!("CARGO_BIN_EXE_softtimers"))
+        .args(["path", "--delay", "1ms", "--json"])
+        .arg(&json)
+        .args(["--", "sh", "-c", &format!("exec {marker}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The command itself, not `path` (whose arguments name it too).
+    let running = |command: &str| {
+        Command::new("pgrep")
+            .args(["-f", &format!("^{command}$")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let start = std::time::Instant::now();
+    while !running(&marker) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "the command never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let sent = Command::new("kill")
+        .args(["-TERM", &path.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = path.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut path.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("killed by signal 15"), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(report.get("a_to_b").is_some(), "{report}");
+    assert!(!running(&marker), "the command was left running");
+    let _ = std::fs::remove_dir_all(dir);
 }
 #[test]
 fn without_root_the_path_command_says_so() {

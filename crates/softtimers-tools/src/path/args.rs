@@ -77,9 +77,9 @@ impl PathArgs {
         PathSpec { a_to_b, b_to_a }
     }
 
-    /// Runs the command with the path set up; returns its exit code and what the emulator
+    /// Runs the command with the path set up; returns how it ended and what the emulator
     /// measured.
-    pub fn run(&self) -> Result<(i32, PathReport)> {
+    pub fn run(&self) -> Result<(std::process::ExitStatus, PathReport)> {
         let cpus = crate::cpu::cpus();
         if let Some(cpu) = self.cpu
             && cpu >= cpus

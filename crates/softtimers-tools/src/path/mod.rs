@@ -12,7 +12,7 @@
 //! Addresses: `a` is 10.201.0.1 and `b` is 10.201.0.2, point to point.
 
 use std::net::Ipv4Addr;
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -173,26 +173,50 @@ pub fn parse_loss(text: &str) -> Result<f64, String> {
 
 /// Runs `argv` with a path set up (namespaces named in `SOFTTIMERS_PATH_A` and `_B`,
 /// addresses in `SOFTTIMERS_PATH_ADDR_A` and `_B`), then removes everything and returns
-/// the command's exit code with what the emulator measured.
+/// how the command ended with what the emulator measured. Ctrl-C or `SIGTERM` to this
+/// process ends the command (`SIGTERM` to it) and the path still reports
+/// ([`crate::interrupt`]).
 pub fn run_command(
     spec: PathSpec,
     options: EmulatorOptions,
     argv: &[String],
-) -> Result<(i32, PathReport)> {
+) -> Result<(ExitStatus, PathReport)> {
     let Some((program, args)) = argv.split_first() else {
         bail!("no command given: write `softtimers path [OPTIONS] -- CMD ARGS...`");
     };
     let path = RunningPath::start_with("cmd", spec, options)?;
-    let status = Command::new(program)
+    let child = Command::new(program)
         .args(args)
         .env("SOFTTIMERS_PATH_A", path.namespace(Side::A))
         .env("SOFTTIMERS_PATH_B", path.namespace(Side::B))
         .env("SOFTTIMERS_PATH_ADDR_A", ADDR_A.to_string())
         .env("SOFTTIMERS_PATH_ADDR_B", ADDR_B.to_string())
-        .status();
+        .spawn();
+    let status = child.and_then(|mut child| {
+        let pid = rustix::process::Pid::from_raw(child.id() as i32);
+        let _interrupt = crate::interrupt::stop_on_interrupt(move || {
+            if let Some(pid) = pid {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+        });
+        child.wait()
+    });
     let report = path.finish()?;
     let status = status.with_context(|| format!("cannot run {program}"))?;
-    Ok((status.code().unwrap_or(128), report))
+    Ok((status, report))
+}
+
+/// How a command ended, as a shell says it: `None` when it succeeded.
+pub fn command_failure(status: ExitStatus) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt as _;
+    if status.success() {
+        return None;
+    }
+    Some(match (status.code(), status.signal()) {
+        (Some(code), _) => format!("the command exited with status {code}"),
+        (None, Some(signal)) => format!("the command was killed by signal {signal}"),
+        (None, None) => format!("the command ended: {status}"),
+    })
 }
 
 /// A line per direction, on stderr: the command's stdout is its child's.
