@@ -27,8 +27,32 @@ fn bad_input_is_a_clear_error() {
         "sink --duration 1s",
         "sink --listen 127.0.0.1:9 --observe 9",
         "sink --observe 9 --interface no-such-if0",
+        "sink --listen 127.0.0.1:0 --duration 0s",
+        "sink --listen 127.0.0.1:0 --idle 0s",
+        "compute --duration 0s",
+        "quic server --listen 127.0.0.1:0 --connections 0",
+        "quic client --to 127.0.0.1:9 --connect-timeout 0s",
     ];
     refused(&cases);
+}
+
+/// A run too short for a second datagram says so instead of printing "NaN Mbit/s".
+#[test]
+fn a_run_shorter_than_one_interval_says_so() {
+    let closed = format!("127.0.0.1:{}", free_port());
+    let out = softtimers(&[
+        "pace",
+        "--to",
+        &closed,
+        "--rate",
+        "5k",
+        "--duration",
+        "100ms",
+    ]);
+    succeeded(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("NaN"), "{text}");
+    assert!(text.contains("fewer than two datagrams"), "{text}");
 }
 
 /// Runs the command `server` (`--listen` a free loopback port, then `server_options`) and,

@@ -566,7 +566,7 @@ impl Report for PaceReport {
         let r = self;
         format!(
             "timer {}, io {}: {} datagrams of {} B in {:.2} s, {} flow(s)\n\
-             target {:.3} Mbit/s, achieved {:.3} Mbit/s (off by {:.3} %)\n\
+             target {:.3} Mbit/s, {}\n\
              CPU {:.1} % of a core, {:.0} ns per datagram; {} send calls; send errors {}{}\n\
              send interval per flow: mean {:.2} µs, stddev {:.2} µs, max {:.1} µs{}\n{}",
             r.timer.name(),
@@ -576,8 +576,17 @@ impl Report for PaceReport {
             r.duration_s,
             r.flows,
             r.target_bps as f64 / 1e6,
-            r.achieved_bps / 1e6,
-            r.conformance_pct,
+            if r.achieved_bps.is_finite() {
+                format!(
+                    "achieved {:.3} Mbit/s (off by {:.3} %)",
+                    r.achieved_bps / 1e6,
+                    r.conformance_pct
+                )
+            } else {
+                "no rate achieved: fewer than two datagrams left (a run shorter than the \
+                 interval between them?)"
+                    .to_string()
+            },
             r.cpu_pct,
             r.cpu_ns_per_packet,
             r.send_calls,

@@ -244,6 +244,14 @@ pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkRepor
 
 /// [`sink_on`], ending early (and reporting) once `stop` is set: it is read every 50 ms.
 fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> Result<SinkReport> {
+    if let Some(duration) = options.duration {
+        crate::parse::check_run_duration(duration)?;
+    }
+    ensure!(
+        options.idle >= Duration::from_millis(10),
+        "--idle {:?}: want at least 10 ms",
+        options.idle
+    );
     ensure!(
         options.rtt >= Duration::from_micros(1),
         "--rtt {:?}: want at least 1 µs",

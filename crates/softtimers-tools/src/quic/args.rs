@@ -28,7 +28,7 @@ pub struct ServerArgs {
     pub listen: SocketAddr,
     /// Exit after this many connections have closed (default: serve until Ctrl-C, which
     /// ends the run with its report; a second Ctrl-C quits at once).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub connections: Option<u64>,
     /// Write the server's self-signed certificate (DER) here, for a client's --cert.
     #[arg(long)]
@@ -82,8 +82,8 @@ pub struct ClientArgs {
     /// The name the server's certificate must carry.
     #[arg(long, default_value = "localhost")]
     pub server_name: String,
-    /// Give up if the handshake has not completed in this time.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    /// Give up if the handshake has not completed in this time (1 ms to 1 hour).
+    #[arg(long, default_value = "5s", value_parser = parse_connect_timeout)]
     pub connect_timeout: Duration,
     /// Do not check the bytes received against the perf pattern (for other servers).
     #[arg(long)]
@@ -167,4 +167,14 @@ mod tests {
                 .is_err()
         );
     }
+}
+
+/// `--connect-timeout`: a duration from 1 ms (a handshake takes at least a round trip) to
+/// an hour.
+fn parse_connect_timeout(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
+        return Err(format!("{text}: want 1 ms to 1 hour"));
+    }
+    Ok(d)
 }

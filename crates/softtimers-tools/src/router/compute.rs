@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant as StdInstant};
 
-use anyhow::{Result, ensure};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::cpu::process_cpu_ns;
@@ -19,10 +19,7 @@ pub struct ComputeReport {
 
 /// Spins for `duration` (a compute-bound process) and reports the share of a core it got.
 pub fn compute(duration: Duration) -> Result<ComputeReport> {
-    ensure!(
-        duration <= Duration::from_secs(3600),
-        "--duration {duration:?}: want at most 1 hour"
-    );
+    crate::parse::check_run_duration(duration)?;
     let started = StdInstant::now();
     let cpu_before = process_cpu_ns();
     let mut x = 0u64;

@@ -100,7 +100,9 @@ pub fn flood(options: &FloodOptions) -> Result<FloodReport> {
             // The next one is due in 1/rate: spin (short) or sleep (long).
             let gap_ns = 1_000_000_000 / options.rate_pps;
             if gap_ns > 200_000 {
-                std::thread::sleep(Duration::from_nanos(gap_ns / 2));
+                // Half the gap, but not past the run's end.
+                let left = Span::from_ticks(end_ticks - elapsed).to_duration(hz);
+                std::thread::sleep(Duration::from_nanos(gap_ns / 2).min(left));
             } else {
                 std::hint::spin_loop();
             }
