@@ -119,6 +119,16 @@ crate::program! {
     ClientArgs => ClientRun, |args| client(&args.options());
 }
 
+/// `--connect-timeout`: a duration from 1 ms (a handshake takes at least a round trip) to
+/// an hour.
+fn parse_connect_timeout(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
+        return Err(format!("{text}: want 1 ms to 1 hour"));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,14 +177,4 @@ mod tests {
                 .is_err()
         );
     }
-}
-
-/// `--connect-timeout`: a duration from 1 ms (a handshake takes at least a round trip) to
-/// an hour.
-fn parse_connect_timeout(text: &str) -> Result<Duration, String> {
-    let d = parse_duration(text)?;
-    if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
-        return Err(format!("{text}: want 1 ms to 1 hour"));
-    }
-    Ok(d)
 }
