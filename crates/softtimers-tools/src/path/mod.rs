@@ -219,6 +219,16 @@ pub fn command_failure(status: ExitStatus) -> Option<String> {
     })
 }
 
+impl DirectionReport {
+    /// Packets read but neither delivered, dropped, lost nor failed to write: still delayed
+    /// or queued when the path was taken down.
+    pub fn left_in_path(&self) -> u64 {
+        self.packets.saturating_sub(
+            self.delivered + self.queue_drops + self.random_losses + self.write_errors,
+        )
+    }
+}
+
 /// A line per direction, on stderr: the command's stdout is its child's.
 impl Report for PathReport {
     const ON_STDERR: bool = true;
@@ -229,9 +239,10 @@ impl Report for PathReport {
         let mut out = String::new();
         for (name, d) in [("a→b", &report.a_to_b), ("b→a", &report.b_to_a)] {
             out += &format!(
-                "{name}: {} packets, {} delivered, {} queue drops ({} in the second half), {} lost, {} device drops; delay error p50 {} µs, p99 {} µs, max {} µs; queueing p99 {} µs; rate error {} %\n",
+                "{name}: {} packets, {} delivered, {} still in the path at the end, {} queue drops ({} in the second half), {} lost, {} device drops; delay error p50 {} µs, p99 {} µs, max {} µs; queueing p99 {} µs; rate error {} %\n",
                 d.packets,
                 d.delivered,
+                d.left_in_path(),
                 d.queue_drops,
                 d.queue_drops_second_half,
                 d.random_losses,
@@ -256,6 +267,29 @@ pub fn device_exists(name: &str) -> bool {
 mod tests {
     use super::*;
     use softtimer_rt::SpinWindow;
+
+    /// Every packet read is accounted for: what was neither delivered, dropped, lost nor
+    /// failed was still in the path (a run that ended within a delay, or a slow queue).
+    #[test]
+    fn packets_left_in_the_path_complete_the_count() {
+        let d = DirectionReport {
+            packets: 128,
+            delivered: 80,
+            queue_drops: 6,
+            random_losses: 2,
+            write_errors: 1,
+            ..DirectionReport::default()
+        };
+        assert_eq!(d.left_in_path(), 39);
+        let report = PathReport {
+            delay_error_p99_us: None,
+            rate_error_pct: None,
+            a_to_b: d,
+            b_to_a: DirectionReport::default(),
+            duration_s: 1.0,
+        };
+        assert!(report.text().contains("80 delivered, 39 still in the path"));
+    }
 
     #[test]
     fn the_command_spin_argument_is_the_command_spin() {
