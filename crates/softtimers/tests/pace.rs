@@ -32,6 +32,7 @@ fn bad_input_is_a_clear_error() {
         "compute --duration 0s",
         "quic server --listen 127.0.0.1:0 --connections 0",
         "quic client --to 127.0.0.1:9 --connect-timeout 0s",
+        "quic client --to 127.0.0.1:9 --download 1k --stack quinn-tokio --io uring",
     ];
     refused(&cases);
 }

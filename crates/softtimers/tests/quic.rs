@@ -382,3 +382,49 @@ fn ctrl_c_ends_a_server_with_its_report() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A server told to listen on port 0 says which port it got, so that a client can reach it.
+#[test]
+fn a_server_on_port_0_says_where_it_listens() {
+    use std::io::BufRead;
+    for stack in ["soft", "kernel-tcp"] {
+        let mut server = Command::new(BIN)
+            .args([
+                "quic",
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--stack",
+                stack,
+            ])
+            .args(["--connections", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(server.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("softtimers quic server: listening on ")
+            .unwrap_or_else(|| panic!("{stack}: {line}"))
+            .to_string();
+        let client = Command::new(BIN)
+            .args([
+                "quic",
+                "client",
+                "--to",
+                &addr,
+                "--insecure",
+                "--stack",
+                stack,
+            ])
+            .args(["--download", "10k"])
+            .output()
+            .unwrap();
+        succeeded(&client);
+        assert!(server.wait().unwrap().success(), "{stack}");
+    }
+}

@@ -15,7 +15,7 @@ use crate::parse::{parse_duration, parse_spin_window};
 /// `softtimers pace`: send UDP datagrams at a rate, paced by the timer chosen.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PaceArgs {
-    /// Where to send (`host:port`).
+    /// Where to send (an IP address and a port: `10.0.0.2:9000`, `[::1]:9000`).
     #[arg(long)]
     pub to: SocketAddr,
     /// The rate, bits per second with an optional k, M, G suffix (for example 500M).
@@ -103,7 +103,7 @@ impl PaceArgs {
 #[derive(clap::Args, Debug, Clone)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["listen", "observe"])))]
 pub struct SinkArgs {
-    /// Where to listen (`host:port`).
+    /// Where to listen (an IP address and a port).
     #[arg(long)]
     pub listen: Option<SocketAddr>,
     /// Observe datagrams to this port without owning it (a capture on --interface, with

@@ -384,6 +384,12 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
 /// ([`crate::interrupt`]).
 pub fn sink(options: &SinkOptions) -> Result<SinkReport> {
     let mut input = SinkInput::open(&options.target)?;
+    if let (SinkTarget::Listen(asked), SinkInput::Socket(socket)) = (&options.target, &input)
+        && asked.port() == 0
+    {
+        // The kernel chose the port: a sender needs to know it.
+        eprintln!("softtimers sink: listening on {}", socket.local_addr()?);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     let _interrupt =
@@ -394,6 +400,9 @@ pub fn sink(options: &SinkOptions) -> Result<SinkReport> {
 impl Report for SinkReport {
     fn text(&self) -> String {
         let r = self;
+        if r.packets == 0 {
+            return format!("{}: no datagrams came\n", r.source);
+        }
         let mut out = format!(
             "{}: {} datagrams, {} bytes: {:.3} Mbit/s\n\
              inter-arrival: mean {:.2} µs, stddev {:.2} µs, p50 {:.2} µs, p99 {:.2} µs, max {:.1} µs, \

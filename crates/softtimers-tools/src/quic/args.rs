@@ -23,7 +23,7 @@ pub enum QuicCommand {
 /// `softtimers quic server`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServerArgs {
-    /// Where to listen (`host:port`).
+    /// Where to listen (an IP address and a port: `0.0.0.0:4433`, `[::]:4433`).
     #[arg(long)]
     pub listen: SocketAddr,
     /// Exit after this many connections have closed (default: serve until Ctrl-C, which
@@ -52,7 +52,7 @@ impl ServerArgs {
 /// `softtimers quic client`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ClientArgs {
-    /// The server (`host:port`).
+    /// The server (an IP address and a port; name its certificate with --server-name).
     #[arg(long)]
     pub to: SocketAddr,
     /// Bytes to download per request (k, M, G suffixes).

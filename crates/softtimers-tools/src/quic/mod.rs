@@ -230,6 +230,9 @@ impl Common {
         if self.spin.is_some() && stock_or_tcp {
             bail!("--spin applies to the soft-timer stacks only (soft, soft-paced, soft-1ms)");
         }
+        if self.io != IoBackend::Epoll && stock_or_tcp {
+            bail!("--io applies to the soft-timer stacks only (soft, soft-paced, soft-1ms)");
+        }
         if !self.tail_probe && stock_or_tcp {
             bail!(
                 "--no-tail-probe applies to the soft-timer stacks only (soft, soft-paced, soft-1ms)"
@@ -403,6 +406,7 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
         || {
             let socket = UdpSocket::bind(opts.listen)
                 .with_context(|| format!("cannot listen on {}", opts.listen))?;
+            announce_port(opts.listen, socket.local_addr());
             let config = server_config(&identity, &tuning)?;
             let (mut quic, spin_window) = opts.common.quic_loop(socket, Some(config))?;
             let mut app = PerfServer::new(opts.connections);
@@ -421,6 +425,16 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
         cpu_ns,
         driver,
     })
+}
+
+/// Says on stderr where a server listens when the kernel chose its port (`--listen` with
+/// port 0): a client needs to know it.
+pub(crate) fn announce_port(asked: SocketAddr, bound: std::io::Result<SocketAddr>) {
+    if asked.port() == 0
+        && let Ok(bound) = bound
+    {
+        eprintln!("softtimers quic server: listening on {bound}");
+    }
 }
 
 /// Runs one side on `stack`, counting the process's CPU time meanwhile: the soft-timer

@@ -17,6 +17,7 @@ use super::{ClientOptions, ServerOptions, check, count_request};
 pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
     let listener = TcpListener::bind(opts.listen)
         .with_context(|| format!("cannot listen on {}", opts.listen))?;
+    super::announce_port(opts.listen, listener.local_addr());
     let mut report = ServerReport::default();
     let mut closed = 0;
     // Ctrl-C shuts the listener down, which ends a blocked accept (EINVAL): the report
