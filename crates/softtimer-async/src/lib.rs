@@ -128,6 +128,13 @@ pub use runtime::{Builder, EnterGuard, Handle, Precision, Runtime, RuntimeStats}
 pub use softtimer_async_macros::{main, test};
 pub use task::{AbortHandle, JoinError, JoinHandle, spawn, spawn_local, yield_now};
 
+/// The README's examples, compiled (and, where they end, run) as doctests so that they cannot
+/// rot. They live here because this crate depends on `softtimer`, `softtimer-rt` and itself
+/// (with its attributes, the `macros` feature).
+#[cfg(all(doctest, feature = "macros"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 /// Re-exported for [`UdpSocket::send_transmit`] and [`UdpSocket::recv_segments`].
 pub use quinn_udp::{EcnCodepoint, RecvMeta, Transmit};
 /// Re-exported for [`Builder::simulated`] and [`Runtime::trigger_stats`].

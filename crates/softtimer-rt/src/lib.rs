@@ -125,9 +125,3 @@ pub use uring::{
     Received, RingCounters, RingFd, RingRecv, RingStats, SendOptions, UringOptions,
     UringUnavailable,
 };
-
-/// The README's examples, compiled (and, where they end, run) as doctests so that they cannot
-/// rot. They live here because this crate depends on both `softtimer` and itself.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
