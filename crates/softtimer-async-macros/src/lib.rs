@@ -67,16 +67,16 @@ pub fn main(
 }
 
 /// A `#[test]` whose body is async, run on a fresh softtimer-async runtime. (The examples
-/// are marked `ignore` because a doctest compiles without `--test`, which would drop a
-/// `#[test]` function unseen; softtimer-async's `tests/macros.rs` runs them.)
+/// are `no_run`: a doctest compiles without `--test`, which drops a `#[test]` function once
+/// the attribute has expanded; softtimer-async's `tests/macros.rs` runs them.)
 ///
-/// ```ignore
+/// ```no_run
 /// use std::time::Duration;
 /// use softtimer_async::time::{self, timeout};
 ///
 /// #[softtimer_async::test]
-/// async fn a_reply_within_a_millisecond() {
-///     let slow = time::sleep(Duration::from_millis(50));
+/// async fn no_reply_within_a_millisecond() {
+///     let slow = time::sleep(Duration::from_secs(5));
 ///     assert!(timeout(Duration::from_millis(1), slow).await.is_err());
 /// }
 /// ```
@@ -87,7 +87,7 @@ pub fn main(
 /// timeouts then takes no time, and its timers fire exactly at their deadlines. Read the time
 /// with `softtimer_async::time::now()`: `std::time::Instant::now()` is the machine's.
 ///
-/// ```ignore
+/// ```no_run
 /// use std::time::Duration;
 /// use softtimer_async::time::{self, sleep};
 ///
@@ -101,8 +101,13 @@ pub fn main(
 /// }
 /// ```
 ///
+/// `simulated` takes one thread (loops sharing the clock would each jump it). A test of
+/// several threads does not pin them (`Builder::pin(false)`): tests run side by side.
+///
 /// Other attributes (`#[should_panic]`, `#[ignore]`, docs) stay on the test. A second test
 /// attribute (`#[test]`, `#[tokio::test]`) is a compile error: this one adds `#[test]`.
+/// Both attributes take free functions: the body becomes an inner function, where `Self`
+/// is not in scope.
 #[proc_macro_attribute]
 pub fn test(
     args: proc_macro::TokenStream,
@@ -295,14 +300,26 @@ impl Options {
             }
             seen.push(name);
         }
+        if options.simulated && options.threads.is_some_and(|n| n > 1) {
+            return Err(syn::Error::new(
+                proc_macro2::Span::call_site(),
+                "`simulated` takes one thread: loops sharing a simulated clock would each jump \
+                 it to their own next timer",
+            ));
+        }
         Ok(options)
     }
 
-    /// The expression that builds the runtime.
-    fn builder(&self, krate: &syn::Path) -> TokenStream {
+    /// The expression that builds the runtime of `kind`.
+    fn builder(&self, kind: Kind, krate: &syn::Path) -> TokenStream {
         let mut builder = quote!(#krate::Runtime::builder());
         if let Some(n) = self.threads {
             builder.extend(quote!(.threads(#n)));
+            if kind == Kind::Test && n > 1 {
+                // Tests run side by side: pinning each one's loops to the first CPUs would
+                // stack them there.
+                builder.extend(quote!(.pin(false)));
+            }
         }
         if let Some(p) = self.precision {
             let p = p.to_tokens(krate);
@@ -365,7 +382,7 @@ fn expand(kind: Kind, args: TokenStream, item: TokenStream) -> syn::Result<Token
         .krate
         .clone()
         .unwrap_or_else(|| syn::parse_quote!(::softtimer_async));
-    let builder = options.builder(&krate);
+    let builder = options.builder(kind, &krate);
     let vis = &function.vis;
     let name = &sig.ident;
     let mut outer_sig = sig.clone();
@@ -479,7 +496,7 @@ mod tests {
     fn options_become_builder_calls() {
         let out = expanded(
             Kind::Test,
-            r#"threads = 2, precision = "window-20us", simulated, crate = "my::rt""#,
+            r#"precision = "window-20us", simulated, crate = "my::rt""#,
             "#[doc = \" Docs.\"] #[should_panic] async fn t() { #![allow(unused)] boom() }",
         );
         let want = tokens(quote! {
@@ -489,7 +506,6 @@ mod tests {
             fn t() {
                 async fn t() { #![allow(unused)] boom() }
                 my::rt::Runtime::builder()
-                    .threads(2usize)
                     .precision(my::rt::Precision::Window(::core::time::Duration::from_nanos(20000u64)))
                     .simulated(my::rt::SimClock::new(1_000_000_000))
                     .build()
@@ -533,7 +549,12 @@ mod tests {
             ),
             (Kind::Test, "start_paused = true", "`simulated` and `crate"),
             (Kind::Main, "threads", "unknown option"),
-            (Kind::Main, "crate = \"not a path\"", "expected"),
+            (Kind::Main, "crate = \"not a path\"", "unexpected token"),
+            (
+                Kind::Test,
+                "simulated, threads = 2",
+                "`simulated` takes one thread",
+            ),
         ] {
             let e = error(kind, args, f);
             assert!(e.contains(says), "{args}: {e}");

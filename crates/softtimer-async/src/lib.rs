@@ -64,14 +64,14 @@
 //!
 //! | feature | what it adds | what it pulls in |
 //! | --- | --- | --- |
-//! | `macros` | [`macro@main`] and [`macro@test`], as tokio's `#[tokio::main]` and `#[tokio::test]` | `softtimer-async-macros` (`syn`, `quote`) at build time |
+//! | `macros` | `#[softtimer_async::main]` and `#[softtimer_async::test]`, as tokio's `#[tokio::main]` and `#[tokio::test]` | `softtimer-async-macros` (`syn`, `quote`) at build time |
 //! | `quinn` | [`quinn::SoftRuntime`] | quinn 0.11 without its default features: no crypto provider and no tokio (a quinn program names its own, e.g. quinn's `rustls-ring`) |
 //! | `hyper` | [`hyper`]'s executor, timer and I/O traits | hyper 1.x |
 //! | `tokio-io` | tokio's `AsyncRead`/`AsyncWrite` on [`TcpStream`] and its halves, owned ([`TcpStream::into_split`]) and borrowed ([`TcpStream::split`]), for tokio codecs | tokio without its runtime |
 //!
 //! ## Where to start
 //!
-//! [`Runtime::block_on`] (or [`macro@main`]) and [`time::sleep`]; then [`Precision`] for what a timer costs;
+//! [`Runtime::block_on`] (or `#[softtimer_async::main]`) and [`time::sleep`]; then [`Precision`] for what a timer costs;
 //! [`UdpSocket`] and [`PacedSender`] for pacing; [`quinn::SoftRuntime`] to put an unchanged
 //! quinn program on soft timers. The examples: `quinn_echo` and `hyper_hello` (stock quinn
 //! and hyper over loopback), `hyper_server` (a hyper server on several loops, a listener

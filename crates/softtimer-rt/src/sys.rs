@@ -375,6 +375,7 @@ impl RecvBatch {
 
 /// What sending a batch of datagrams did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BatchSent {
     /// Datagrams the kernel accepted.
     pub sent: usize,

@@ -361,8 +361,7 @@ fn a_helper_that_never_catches_up_still_stops_with_its_loop() {
         finished.recv_timeout(Duration::from_secs(20)).is_ok(),
         "the loop's drop did not return: its helper never stopped"
     );
-    assert!(
-        fired.load(Ordering::Relaxed) >= 2,
-        "the helper fired the event"
-    );
+    // 50 ms of 3 ms passes: about 15 fires, nearly all by the helper.
+    let fired = fired.load(Ordering::Relaxed);
+    assert!(fired >= 5, "the helper fired the event {fired} times");
 }

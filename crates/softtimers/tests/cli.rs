@@ -87,9 +87,13 @@ fn bench_core_takes_any_slot_width_in_its_range() {
     for bad in ["0", "65537", "4294967296", "-1"] {
         refused(&[&format!("bench core --quick --slot-ticks {bad}")]);
     }
-    let out = softtimers(&["bench", "core", "--quick", "--slot-ticks", "3"]);
-    succeeded(&out);
-    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    succeeded(&softtimers(&[
+        "bench",
+        "core",
+        "--quick",
+        "--slot-ticks",
+        "3",
+    ]));
 }
 
 #[test]

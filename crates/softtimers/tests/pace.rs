@@ -29,6 +29,7 @@ fn bad_input_is_a_clear_error() {
         "sink --observe 9 --interface no-such-if0",
         "sink --listen 127.0.0.1:0 --duration 0s",
         "sink --listen 127.0.0.1:0 --idle 0s",
+        "sink --listen 127.0.0.1:0 --idle 7200s",
         "compute --duration 0s",
         "quic server --listen 127.0.0.1:0 --connections 0",
         "quic client --to 127.0.0.1:9 --connect-timeout 0s",
@@ -202,6 +203,7 @@ fn forwarding_commands_refuse_bad_input() {
         "router --listen 127.0.0.1:0 --forward-to 127.0.0.1:9 --cpu-budget 101",
         "router --listen 127.0.0.1:0 --forward-to nowhere --duration 1s",
         "router --listen 127.0.0.1:7 --forward-to 127.0.0.1:7 --duration 1s",
+        "router --listen 0.0.0.0:7 --forward-to 127.0.0.1:7 --duration 1s",
     ];
     refused(&cases);
 }
@@ -390,7 +392,24 @@ fn ctrl_c_ends_a_sink_with_its_report() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // Once its handler is in place (before it, SIGINT's default would end it, not the handler).
+    let catches_sigint = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", pace.id())).unwrap();
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .unwrap_or(0);
+        caught & (1 << (2 - 1)) != 0
+    };
+    let start = std::time::Instant::now();
+    while !catches_sigint() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "pace never caught SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     interrupt(pace.id());
     let out = pace.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130));

@@ -66,55 +66,72 @@ fn the_path_command_refuses_bad_input_and_runs_a_command() {
     assert!(err.contains("killed by signal 9"), "{err}");
 }
 
-/// `SIGTERM` to `path` ends its command and the path still reports (the report was lost and
-/// the command left running).
+/// `SIGTERM` to `path` alone ends its command (after a grace period) and the path still
+/// reports (the report was lost and the command left running); Ctrl-C at a terminal, which
+/// reaches the command too, gets it no second signal from `path`.
 #[test]
-fn a_terminated_path_ends_its_command_and_reports() {
+fn an_interrupted_path_ends_its_command_and_reports() {
+    use std::os::unix::process::CommandExt as _;
     let _serial = serial();
     if !can_run() {
         return;
     }
     let dir = scratch("path-terminated");
-    let json = dir.join("path.json");
-    let marker = format!("sleep {}", 30 + std::process::id() % 1000);
-    let mut path = Command::new(env!("CARGO_BIN_EXE_softtimers"))
-        .args(["path", "--delay", "1ms", "--json"])
-        .arg(&json)
-        .args(["--", "sh", "-c", &format!("exec {marker}")])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The command itself, not `path` (whose arguments name it too).
-    let running = |command: &str| {
-        Command::new("pgrep")
-            .args(["-f", &format!("^{command}$")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let start = std::time::Instant::now();
-    while !running(&marker) {
+    // (signal, sent to: the path alone, or its process group as a terminal does, what the
+    // command dies of)
+    for (signal, group, dies_of) in [("TERM", false, 15), ("INT", true, 2)] {
+        let json = dir.join(format!("path-{signal}.json"));
+        let command = format!("sleep {}", 30 + std::process::id() % 1000);
+        let mut path = Command::new(env!("CARGO_BIN_EXE_softtimers"))
+            .args(["path", "--delay", "1ms", "--json"])
+            .arg(&json)
+            .args(["--", "sh", "-c", &format!("exec {command}")])
+            .process_group(0)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The command itself, not `path` (whose arguments name it too).
+        let running = || {
+            Command::new("pgrep")
+                .args(["-f", &format!("^{command}$")])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        let start = std::time::Instant::now();
+        while !running() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(20),
+                "the command never ran"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let target = if group {
+            format!("-{}", path.id())
+        } else {
+            path.id().to_string()
+        };
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), "--", &target])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let status = path.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut path.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(1), "{signal}: {err}");
         assert!(
-            start.elapsed() < std::time::Duration::from_secs(20),
-            "the command never ran"
+            err.contains(&format!("killed by signal {dies_of}")),
+            "{signal}: {err}"
         );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert!(report.get("a_to_b").is_some(), "{report}");
+        assert!(!running(), "{signal}: the command was left running");
     }
-    let sent = Command::new("kill")
-        .args(["-TERM", &path.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let status = path.wait().unwrap();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut path.stderr.take().unwrap(), &mut err).unwrap();
-    assert_eq!(status.code(), Some(1), "{err}");
-    assert!(err.contains("killed by signal 15"), "{err}");
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert!(report.get("a_to_b").is_some(), "{report}");
-    assert!(!running(&marker), "the command was left running");
     let _ = std::fs::remove_dir_all(dir);
 }
+
 #[test]
 fn without_root_the_path_command_says_so() {
     let bin = env!("CARGO_BIN_EXE_softtimers");

@@ -542,7 +542,6 @@ impl Plan {
     }
 }
 
-/// The fastest burst rate: catch up at once.
 /// What a refused send's `errno` means for `pace`, with what to do where that is clear.
 fn send_error_text(errno: i32) -> String {
     let error = std::io::Error::from_raw_os_error(errno);
@@ -557,6 +556,7 @@ fn send_error_text(errno: i32) -> String {
     format!("{error}{hint}")
 }
 
+/// The fastest burst rate: catch up at once.
 fn unlimited_burst() -> Rate {
     Rate::from_bits_per_sec(softtimer_net::MAX_RATE_BPS).expect("the maximum rate is a rate")
 }
@@ -582,10 +582,12 @@ impl Report for PaceReport {
                     r.achieved_bps / 1e6,
                     r.conformance_pct
                 )
-            } else {
+            } else if r.packets < 2 {
                 "no rate achieved: fewer than two datagrams left (a run shorter than the \
                  interval between them?)"
                     .to_string()
+            } else {
+                "no rate to measure: every datagram left at one time (one burst)".to_string()
             },
             r.cpu_pct,
             r.cpu_ns_per_packet,

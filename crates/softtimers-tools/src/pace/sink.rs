@@ -244,19 +244,7 @@ pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkRepor
 
 /// [`sink_on`], ending early (and reporting) once `stop` is set: it is read every 50 ms.
 fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> Result<SinkReport> {
-    if let Some(duration) = options.duration {
-        crate::parse::check_run_duration(duration)?;
-    }
-    ensure!(
-        options.idle >= Duration::from_millis(10),
-        "--idle {:?}: want at least 10 ms",
-        options.idle
-    );
-    ensure!(
-        options.rtt >= Duration::from_micros(1),
-        "--rtt {:?}: want at least 1 µs",
-        options.rtt
-    );
+    check_sink(options)?;
     input.set_timeout(Duration::from_millis(50))?;
     let rtt_ns = options.rtt.as_nanos() as u64;
     let bottleneck = match options.bottleneck {
@@ -380,9 +368,29 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
     })
 }
 
+/// Checks `sink`'s options: a duration and an idle time of 10 ms to 1 hour, an RTT of at
+/// least 1 µs.
+fn check_sink(options: &SinkOptions) -> Result<()> {
+    if let Some(duration) = options.duration {
+        crate::parse::check_run_duration(duration)?;
+    }
+    ensure!(
+        options.idle >= Duration::from_millis(10) && options.idle <= Duration::from_secs(3600),
+        "--idle {:?}: want 10 ms ..= 1 hour",
+        options.idle
+    );
+    ensure!(
+        options.rtt >= Duration::from_micros(1),
+        "--rtt {:?}: want at least 1 µs",
+        options.rtt
+    );
+    Ok(())
+}
+
 /// Opens `options.target` and runs `sink`; Ctrl-C ends the run and reports what came
 /// ([`crate::interrupt`]).
 pub fn sink(options: &SinkOptions) -> Result<SinkReport> {
+    check_sink(options)?;
     let mut input = SinkInput::open(&options.target)?;
     if let (SinkTarget::Listen(asked), SinkInput::Socket(socket)) = (&options.target, &input)
         && asked.port() == 0

@@ -12,7 +12,9 @@
 //! Addresses: `a` is 10.201.0.1 and `b` is 10.201.0.2, point to point.
 
 use std::net::Ipv4Addr;
+use std::os::fd::OwnedFd;
 use std::process::{Command, ExitStatus};
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -174,8 +176,8 @@ pub fn parse_loss(text: &str) -> Result<f64, String> {
 /// Runs `argv` with a path set up (namespaces named in `SOFTTIMERS_PATH_A` and `_B`,
 /// addresses in `SOFTTIMERS_PATH_ADDR_A` and `_B`), then removes everything and returns
 /// how the command ended with what the emulator measured. Ctrl-C or `SIGTERM` to this
-/// process ends the command (`SIGTERM` to it) and the path still reports
-/// ([`crate::interrupt`]).
+/// process ends the command (`SIGTERM` to it, [`COMMAND_GRACE`] later if it has not ended
+/// by itself) and the path still reports ([`crate::interrupt`]).
 pub fn run_command(
     spec: PathSpec,
     options: EmulatorOptions,
@@ -185,6 +187,23 @@ pub fn run_command(
         bail!("no command given: write `softtimers path [OPTIONS] -- CMD ARGS...`");
     };
     let path = RunningPath::start_with("cmd", spec, options)?;
+    // Ctrl-C reaches the command from the terminal already (one process group), and a
+    // command with its own summary needs a moment for it; `SIGTERM` to `path` alone does
+    // not reach it. So the command gets `SIGTERM` after a grace period, through a pidfd (no
+    // other process by a reused PID), unless it has ended. Registered before the command
+    // starts, so that no signal finds neither handler.
+    let pidfd: Arc<OnceLock<OwnedFd>> = Arc::new(OnceLock::new());
+    let _interrupt = {
+        let pidfd = Arc::clone(&pidfd);
+        crate::interrupt::stop_on_interrupt(move || {
+            std::thread::spawn(move || {
+                std::thread::sleep(COMMAND_GRACE);
+                if let Some(fd) = pidfd.get() {
+                    let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::TERM);
+                }
+            });
+        })
+    };
     let child = Command::new(program)
         .args(args)
         .env("SOFTTIMERS_PATH_A", path.namespace(Side::A))
@@ -193,18 +212,20 @@ pub fn run_command(
         .env("SOFTTIMERS_PATH_ADDR_B", ADDR_B.to_string())
         .spawn();
     let status = child.and_then(|mut child| {
-        let pid = rustix::process::Pid::from_raw(child.id() as i32);
-        let _interrupt = crate::interrupt::stop_on_interrupt(move || {
-            if let Some(pid) = pid {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            }
-        });
+        let opened = rustix::process::Pid::from_raw(child.id() as i32)
+            .map(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()));
+        if let Some(Ok(fd)) = opened {
+            let _ = pidfd.set(fd);
+        }
         child.wait()
     });
     let report = path.finish()?;
     let status = status.with_context(|| format!("cannot run {program}"))?;
     Ok((status, report))
 }
+
+/// How long an interrupted `path` gives its command to end on its own before `SIGTERM`.
+pub const COMMAND_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How a command ended, as a shell says it: `None` when it succeeded.
 pub fn command_failure(status: ExitStatus) -> Option<String> {

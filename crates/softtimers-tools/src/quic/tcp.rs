@@ -7,7 +7,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use softtimer_quic::perf::{ClientReport, Pattern, ServerReport};
@@ -26,12 +26,19 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
     let _interrupt = {
         let listening = OwnedFd::from(listener.try_clone().context("the listener")?);
         let flag = Arc::clone(&interrupted);
+        let own = listener.local_addr().context("the listener's address")?;
         crate::interrupt::stop_on_interrupt(move || {
             flag.store(true, Ordering::Relaxed);
-            let _ = rustix::net::shutdown(&listening, rustix::net::Shutdown::Read);
+            if rustix::net::shutdown(&listening, rustix::net::Shutdown::Read).is_err() {
+                // Wake the accept another way: a connection, which the loop closes unserved.
+                let _ = TcpStream::connect_timeout(&own, Duration::from_secs(1));
+            }
         })
     };
     loop {
+        if interrupted.load(Ordering::Relaxed) {
+            return Ok(report);
+        }
         let (mut stream, peer) = match listener.accept() {
             Ok(accepted) => accepted,
             Err(_) if interrupted.load(Ordering::Relaxed) => return Ok(report),
@@ -57,16 +64,22 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
 }
 
 /// A connection's requests until the peer closes it, counted into `report` as they are
-/// served. A peer silent for [`PEER_TIMEOUT`] is given up on, so that it cannot hold the
-/// (one-connection-at-a-time) server for ever.
+/// served. Between requests a client may pause as long as it likes; within one, a peer that
+/// stops sending its upload or reading its download for [`PEER_TIMEOUT`] is given up on, so
+/// that it cannot hold the (one-connection-at-a-time) server for ever.
 fn serve_connection(stream: &mut TcpStream, report: &mut ServerReport) -> Result<()> {
-    stream.set_read_timeout(Some(PEER_TIMEOUT))?;
     stream.set_write_timeout(Some(PEER_TIMEOUT))?;
     let pattern = Pattern::default();
     let mut sink = vec![0u8; 64 * 1024];
     let mut header = [0u8; 16];
     loop {
-        match stream.read_exact(&mut header) {
+        stream.set_read_timeout(None)?;
+        let first = stream.read(&mut header[..1]).context("reading a request")?;
+        if first == 0 {
+            return Ok(());
+        }
+        stream.set_read_timeout(Some(PEER_TIMEOUT))?;
+        match stream.read_exact(&mut header[1..]) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e).context("reading a request"),
@@ -99,7 +112,7 @@ fn serve_connection(stream: &mut TcpStream, report: &mut ServerReport) -> Result
     }
 }
 
-/// How long the TCP server waits on a silent peer.
+/// How long the TCP server waits on a peer that stalls within a request.
 const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub(super) fn tcp_client(opts: &ClientOptions) -> Result<ClientReport> {

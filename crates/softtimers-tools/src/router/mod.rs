@@ -229,6 +229,15 @@ fn consume(
     }
 }
 
+/// Whether datagrams sent to `to` would come back to a router listening on `listen`: the
+/// same port, and the same address, or a listener on every address (or loopback's) with the
+/// next hop on loopback.
+fn forwards_to_itself(listen: SocketAddr, to: SocketAddr) -> bool {
+    listen.port() == to.port()
+        && (listen.ip() == to.ip()
+            || (listen.ip().is_unspecified() || listen.ip().is_loopback()) && to.ip().is_loopback())
+}
+
 /// Checks the router's options.
 pub fn check_router(options: &RouterOptions) -> Result<()> {
     crate::parse::check_run_duration(options.duration)?;
@@ -237,7 +246,7 @@ pub fn check_router(options: &RouterOptions) -> Result<()> {
         "per-packet work over 1 ms is not a router"
     );
     ensure!(
-        options.listen != options.forward_to,
+        !forwards_to_itself(options.listen, options.forward_to),
         "--forward-to {} is where the router listens: it would forward its own output for ever",
         options.forward_to
     );

@@ -138,9 +138,9 @@ impl Ramp {
     ///
     /// A ramp with no RTT, or whose rate does not fit (a hand-edited JSON file's).
     pub fn top_rate(&self) -> Result<Rate> {
-        let bits_per_rtt = self
-            .max_cwnd
-            .checked_mul(self.size as u64 * 8 * 1_000_000)
+        let bits_per_rtt = (self.size as u64)
+            .checked_mul(8 * 1_000_000)
+            .and_then(|bits| bits.checked_mul(self.max_cwnd))
             .context("the ramp's largest window overflows")?;
         let bits_per_sec = bits_per_rtt
             .checked_div(self.rtt_us)
@@ -544,6 +544,16 @@ mod tests {
         );
         let huge = Ramp {
             max_cwnd: u64::MAX,
+            ..ramp
+        };
+        assert!(
+            huge.top_rate()
+                .unwrap_err()
+                .to_string()
+                .contains("overflows")
+        );
+        let huge = Ramp {
+            size: usize::MAX,
             ..ramp
         };
         assert!(
