@@ -11,24 +11,30 @@ use support::{common, free_port, succeeded};
 
 const BIN: &str = env!("CARGO_BIN_EXE_softtimers");
 
-/// Starts `softtimers quic server` of `stack` on a free loopback port for one connection, and
-/// waits until it listens; returns it and its address.
-fn serve_one_connection(stack: &str) -> (std::process::Child, String) {
+/// Starts `softtimers quic server` of `stack` on a free loopback port with `options`, its
+/// stderr to `stderr`, and waits until it listens; returns it and its address.
+fn start_server(stack: &str, options: &[&str], stderr: Stdio) -> (std::process::Child, String) {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let mut server = Command::new(BIN)
         .args(["quic", "server", "--listen", &addr, "--stack", stack])
-        .args(["--connections", "1"])
+        .args(options)
         .stdout(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     if !common::wait_for_port(port, Duration::from_secs(10), || {
         matches!(server.try_wait(), Ok(None))
     }) {
         softtimers_tools::process::kill(&mut server);
-        panic!("the server did not bind {addr}");
+        panic!("the {stack} server did not bind {addr}");
     }
     (server, addr)
+}
+
+/// [`start_server`] for one connection.
+fn serve_one_connection(stack: &str) -> (std::process::Child, String) {
+    start_server(stack, &["--connections", "1"], Stdio::inherit())
 }
 
 /// Runs a server of `server_stack` for one connection and a client of `client_stack`
@@ -290,22 +296,8 @@ fn a_bad_tcp_peer_does_not_take_the_server_down() {
     let dir = std::env::temp_dir().join(format!("st-quic-badpeer-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("server.json");
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut server = Command::new(BIN)
-        .args(["quic", "server", "--listen", &addr, "--stack", "kernel-tcp"])
-        .args(["--connections", "2", "--json"])
-        .arg(&json)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if !common::wait_for_port(port, Duration::from_secs(10), || {
-        matches!(server.try_wait(), Ok(None))
-    }) {
-        softtimers_tools::process::kill(&mut server);
-        panic!("the server did not bind {addr}");
-    }
+    let options = ["--connections", "2", "--json", json.to_str().unwrap()];
+    let (mut server, addr) = start_server("kernel-tcp", &options, Stdio::piped());
     {
         use std::io::Write;
         let mut bad = std::net::TcpStream::connect(&addr).unwrap();
@@ -346,23 +338,8 @@ fn ctrl_c_ends_a_server_with_its_report() {
         ("kernel-tcp", "kernel-tcp"),
     ] {
         let json = dir.join(format!("{stack}.json"));
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let mut server = Command::new(BIN)
-            .args([
-                "quic", "server", "--listen", &addr, "--stack", stack, "--json",
-            ])
-            .arg(&json)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        if !common::wait_for_port(port, Duration::from_secs(10), || {
-            matches!(server.try_wait(), Ok(None))
-        }) {
-            softtimers_tools::process::kill(&mut server);
-            panic!("the {stack} server did not bind {addr}");
-        }
+        let options = ["--json", json.to_str().unwrap()];
+        let (mut server, addr) = start_server(stack, &options, Stdio::null());
         let client = Command::new(BIN)
             .args(["quic", "client", "--to", &addr, "--insecure"])
             .args(["--stack", client_stack, "--download", "100k"])

@@ -542,25 +542,17 @@ mod tests {
                 .to_string()
                 .contains("RTT of 0")
         );
-        let huge = Ramp {
+        let huge_window = Ramp {
             max_cwnd: u64::MAX,
             ..ramp
         };
-        assert!(
-            huge.top_rate()
-                .unwrap_err()
-                .to_string()
-                .contains("overflows")
-        );
-        let huge = Ramp {
+        let huge_size = Ramp {
             size: usize::MAX,
             ..ramp
         };
-        assert!(
-            huge.top_rate()
-                .unwrap_err()
-                .to_string()
-                .contains("overflows")
-        );
+        for huge in [huge_window, huge_size] {
+            let e = huge.top_rate().unwrap_err().to_string();
+            assert!(e.contains("overflows"), "{e}");
+        }
     }
 }
