@@ -372,14 +372,24 @@ pub const SUMMARY_END: &str = "<!-- end of summary -->";
 
 /// Every target of the steps whose JSON is in `dir`, one row each: the step, the target and
 /// its goal, its anchor, the figure now, and whether it is met; with a count at the top.
+///
+/// A file that cannot be read (a hand-edited or truncated one) is named under the count, and
+/// its targets are not in it; the rest are.
 pub fn summary(dir: &Path) -> Result<String> {
     let mut table = Table::new("step | target | goal | anchor | now: | met");
     let (mut all, mut met) = (0, 0);
+    let mut unreadable = Vec::new();
     for step in Step::ALL {
         let Some(targets) = step.targets(dir) else {
             continue;
         };
-        let targets = targets.with_context(|| format!("reading {}", step.file()))?;
+        let targets = match targets {
+            Ok(targets) => targets,
+            Err(e) => {
+                unreadable.push(format!("`{}` ({e:#})", step.file()));
+                continue;
+            }
+        };
         for t in targets {
             all += 1;
             met += usize::from(t.met);
@@ -393,7 +403,17 @@ pub fn summary(dir: &Path) -> Result<String> {
             ]);
         }
     }
-    Ok(format!("{met} of {all} targets met.\n\n{table}"))
+    let not_counted = if unreadable.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "Not counted, cannot be read: {}.\n\n",
+            unreadable.join("; ")
+        )
+    };
+    Ok(format!(
+        "{met} of {all} targets met.\n\n{not_counted}{table}"
+    ))
 }
 
 /// Writes `dir/summary.md`: the [`summary`] of the results in `dir`.
@@ -434,6 +454,27 @@ pub fn update_results(file: &Path, dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A corrupt JSON file beside the others is named, and the rest still render: it failed
+    /// the whole report and summary.
+    #[test]
+    fn a_corrupt_result_file_is_named_and_the_rest_still_render() {
+        let dir = std::env::temp_dir().join(format!("softtimers-corrupt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("async.json"), "{").unwrap();
+        let summary = summary(&dir).unwrap();
+        assert!(summary.starts_with("0 of 0 targets met."), "{summary}");
+        assert!(
+            summary.contains("cannot be read: `async.json`"),
+            "{summary}"
+        );
+        let report = std::fs::read_to_string(rewrite(&dir).unwrap()).unwrap();
+        assert!(
+            report.contains("cannot be rendered: `async.json`"),
+            "{report}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     #[test]
     fn the_estimate_counts_down_and_learns_from_finished_steps() {

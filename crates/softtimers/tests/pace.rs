@@ -30,6 +30,8 @@ fn bad_input_is_a_clear_error() {
         "sink --listen 127.0.0.1:0 --duration 0s",
         "sink --listen 127.0.0.1:0 --idle 0s",
         "sink --listen 127.0.0.1:0 --idle 7200s",
+        "sink --listen 127.0.0.1:0 --gso-segment 5",
+        "sink --listen 127.0.0.1:0 --interface eth0",
         "compute --duration 0s",
         "quic server --listen 127.0.0.1:0 --connections 0",
         "quic client --to 127.0.0.1:9 --connect-timeout 0s",

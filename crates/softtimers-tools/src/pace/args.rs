@@ -111,9 +111,9 @@ pub struct SinkArgs {
     /// `iperf3 -u`, whose own server receives it.
     #[arg(long, conflicts_with = "listen")]
     pub observe: Option<u16>,
-    /// The interface --observe captures on.
-    #[arg(long, default_value = "lo", requires = "observe")]
-    pub interface: String,
+    /// The interface --observe captures on (default `lo`).
+    #[arg(long)]
+    pub interface: Option<String>,
     /// Stop after this long (default: when the traffic stops). Ctrl-C stops it too, with its
     /// report.
     #[arg(long, value_parser = parse_duration)]
@@ -138,22 +138,35 @@ pub struct SinkArgs {
     /// With --observe: the sender's datagram size, for a sender that may use UDP
     /// segmentation (`pace --batch-send gso`): a capture sees one packet of k datagrams,
     /// counted as k datagrams at its time, as the receiving socket gets them.
-    #[arg(long, requires = "observe")]
+    #[arg(long)]
     pub gso_segment: Option<usize>,
 }
 
 impl SinkArgs {
     /// The options these arguments stand for.
-    pub fn options(&self) -> SinkOptions {
+    ///
+    /// # Errors
+    ///
+    /// `--interface` or `--gso-segment` without `--observe` (a socket's datagrams come
+    /// whole, on its own address).
+    pub fn options(&self) -> anyhow::Result<SinkOptions> {
         let target = match (self.listen, self.observe) {
-            (Some(addr), _) => SinkTarget::Listen(addr),
+            (Some(addr), _) => {
+                for (given, flag) in [
+                    (self.interface.is_some(), "--interface"),
+                    (self.gso_segment.is_some(), "--gso-segment"),
+                ] {
+                    anyhow::ensure!(!given, "{flag} applies to --observe, not to --listen");
+                }
+                SinkTarget::Listen(addr)
+            }
             (None, Some(port)) => SinkTarget::Observe {
-                interface: self.interface.clone(),
+                interface: self.interface.clone().unwrap_or_else(|| "lo".into()),
                 port,
             },
-            (None, None) => unreachable!("clap requires --listen or --observe"),
+            (None, None) => anyhow::bail!("sink needs --listen or --observe"),
         };
-        SinkOptions {
+        Ok(SinkOptions {
             target,
             duration: self.duration,
             idle: self.idle,
@@ -162,11 +175,11 @@ impl SinkArgs {
             burst_gap: self.burst_gap,
             expected_rate: self.rate,
             gso_segment: self.gso_segment,
-        }
+        })
     }
 }
 
 crate::program! {
     PaceArgs => PaceReport, |args| pace(&args.options());
-    SinkArgs => SinkReport, |args| sink(&args.options());
+    SinkArgs => SinkReport, |args| sink(&args.options()?);
 }
