@@ -361,7 +361,8 @@ fn a_helper_that_never_catches_up_still_stops_with_its_loop() {
         finished.recv_timeout(Duration::from_secs(20)).is_ok(),
         "the loop's drop did not return: its helper never stopped"
     );
-    // 50 ms of 3 ms passes: about 15 fires, nearly all by the helper.
+    // 50 ms of 3 ms passes, each X late: about a dozen fires, all by the helper (the loop
+    // passes no trigger state in those 50 ms).
     let fired = fired.load(Ordering::Relaxed);
-    assert!(fired >= 5, "the helper fired the event {fired} times");
+    assert!(fired >= 3, "the helper fired the event {fired} times");
 }

@@ -204,10 +204,27 @@ fn forwarding_commands_refuse_bad_input() {
         "router --listen 127.0.0.1:0 --forward-to 127.0.0.1:9 --cpu-budget 0",
         "router --listen 127.0.0.1:0 --forward-to 127.0.0.1:9 --cpu-budget 101",
         "router --listen 127.0.0.1:0 --forward-to nowhere --duration 1s",
-        "router --listen 127.0.0.1:7 --forward-to 127.0.0.1:7 --duration 1s",
-        "router --listen 0.0.0.0:7 --forward-to 127.0.0.1:7 --duration 1s",
     ];
     refused(&cases);
+    // Refused for what they are, before any socket is bound.
+    let port = free_port();
+    for (listen, to) in [("127.0.0.1", "127.0.0.1"), ("0.0.0.0", "127.0.0.1")] {
+        let out = softtimers(&[
+            "router",
+            "--listen",
+            &format!("{listen}:{port}"),
+            "--forward-to",
+            &format!("{to}:{port}"),
+            "--duration",
+            "1s",
+        ]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("is where the router listens"),
+            "{listen}: {err}"
+        );
+    }
 }
 
 /// Sends the kernel refuses are counted and said why, by every sender, and a router's

@@ -405,3 +405,38 @@ fn a_server_on_port_0_says_where_it_listens() {
         assert!(server.wait().unwrap().success(), "{stack}");
     }
 }
+
+/// Ctrl-C ends a kernel-TCP server that waits on a connected client's next request (it
+/// waited for ever; a second Ctrl-C lost the report).
+#[test]
+fn ctrl_c_ends_a_tcp_server_waiting_on_an_idle_client() {
+    let dir = std::env::temp_dir().join(format!("st-quic-idle-tcp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("server.json");
+    let options = ["--json", json.to_str().unwrap()];
+    let (mut server, addr) = start_server("kernel-tcp", &options, Stdio::null());
+    let idle = std::net::TcpStream::connect(&addr).unwrap();
+    // Accepted and waiting on it: the server's stderr says nothing, so give it a moment.
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = Command::new("kill")
+        .args(["-INT", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = server.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            softtimers_tools::process::kill(&mut server);
+            panic!("the server kept waiting on its idle client");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["served"]["connections"], 1, "{v}");
+    drop(idle);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -14,6 +14,7 @@
 use std::net::Ipv4Addr;
 use std::os::fd::OwnedFd;
 use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result, bail};
@@ -193,13 +194,19 @@ pub fn run_command(
     // other process by a reused PID), unless it has ended. Registered before the command
     // starts, so that no signal finds neither handler.
     let pidfd: Arc<OnceLock<OwnedFd>> = Arc::new(OnceLock::new());
+    let fallback_pid = Arc::new(AtomicU32::new(0));
     let _interrupt = {
-        let pidfd = Arc::clone(&pidfd);
+        let (pidfd, fallback_pid) = (Arc::clone(&pidfd), Arc::clone(&fallback_pid));
         crate::interrupt::stop_on_interrupt(move || {
             std::thread::spawn(move || {
                 std::thread::sleep(COMMAND_GRACE);
+                let term = rustix::process::Signal::TERM;
                 if let Some(fd) = pidfd.get() {
-                    let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::TERM);
+                    let _ = rustix::process::pidfd_send_signal(fd, term);
+                } else if let Some(pid) =
+                    rustix::process::Pid::from_raw(fallback_pid.load(Ordering::Relaxed) as i32)
+                {
+                    let _ = rustix::process::kill_process(pid, term);
                 }
             });
         })
@@ -212,10 +219,16 @@ pub fn run_command(
         .env("SOFTTIMERS_PATH_ADDR_B", ADDR_B.to_string())
         .spawn();
     let status = child.and_then(|mut child| {
-        let opened = rustix::process::Pid::from_raw(child.id() as i32)
-            .map(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()));
-        if let Some(Ok(fd)) = opened {
-            let _ = pidfd.set(fd);
+        let pid = rustix::process::Pid::from_raw(child.id() as i32);
+        let opened =
+            pid.map(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()));
+        match opened {
+            Some(Ok(fd)) => {
+                let _ = pidfd.set(fd);
+            }
+            // No pidfds (Linux before 5.3): the PID itself, which a reaped child's
+            // successor could reuse; the grace period is short, so that is unlikely.
+            _ => fallback_pid.store(child.id(), Ordering::Relaxed),
         }
         child.wait()
     });

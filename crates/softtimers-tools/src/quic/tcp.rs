@@ -5,8 +5,10 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rustix::net::sockopt;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -20,34 +22,43 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
     super::announce_port(opts.listen, listener.local_addr());
     let mut report = ServerReport::default();
     let mut closed = 0;
-    // Ctrl-C shuts the listener down, which ends a blocked accept (EINVAL): the report
-    // follows. A connection being served finishes first (a silent one within PEER_TIMEOUT).
+    // Ctrl-C shuts the listener down, which ends a blocked accept (EINVAL), and the read
+    // side of the connection being served, which ends a wait for its next request: the
+    // report follows. A request under way finishes first (a stalled one within PEER_TIMEOUT).
     let interrupted = Arc::new(AtomicBool::new(false));
+    let serving: Arc<Mutex<Option<OwnedFd>>> = Arc::new(Mutex::new(None));
     let _interrupt = {
         let listening = OwnedFd::from(listener.try_clone().context("the listener")?);
-        let flag = Arc::clone(&interrupted);
+        let (flag, serving) = (Arc::clone(&interrupted), Arc::clone(&serving));
         let own = listener.local_addr().context("the listener's address")?;
         crate::interrupt::stop_on_interrupt(move || {
             flag.store(true, Ordering::Relaxed);
+            if let Some(connection) = &*serving.lock().unwrap_or_else(PoisonError::into_inner) {
+                let _ = rustix::net::shutdown(connection, rustix::net::Shutdown::Read);
+            }
             if rustix::net::shutdown(&listening, rustix::net::Shutdown::Read).is_err() {
-                // Wake the accept another way: a connection, which the loop closes unserved.
+                // Wake the accept another way: a connection, which the loop does not serve.
                 let _ = TcpStream::connect_timeout(&own, Duration::from_secs(1));
             }
         })
     };
     loop {
+        let accepted = listener.accept();
         if interrupted.load(Ordering::Relaxed) {
             return Ok(report);
         }
-        let (mut stream, peer) = match listener.accept() {
-            Ok(accepted) => accepted,
-            Err(_) if interrupted.load(Ordering::Relaxed) => return Ok(report),
-            Err(e) => return Err(e).context("accept"),
-        };
+        let (mut stream, peer) = accepted.context("accept")?;
         let _ = stream.set_nodelay(true);
         report.connections += 1;
+        *serving.lock().unwrap_or_else(PoisonError::into_inner) =
+            stream.try_clone().ok().map(OwnedFd::from);
         // One peer's error ends its connection, not the server (and not what it counted).
-        if let Err(e) = serve_connection(&mut stream, &mut report) {
+        let served = serve_connection(&mut stream, &mut report);
+        serving
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Err(e) = served {
             eprintln!("softtimers quic server: the connection from {peer} ended: {e:#}");
         }
         // The connection's own count of what it sent and resent, as QUIC's stacks report
@@ -64,11 +75,16 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
 }
 
 /// A connection's requests until the peer closes it, counted into `report` as they are
-/// served. Between requests a client may pause as long as it likes; within one, a peer that
+/// served. Between requests a client may pause as long as it likes (a peer that is gone
+/// is found by TCP keepalive, within about a minute and a half); within one, a peer that
 /// stops sending its upload or reading its download for [`PEER_TIMEOUT`] is given up on, so
 /// that it cannot hold the (one-connection-at-a-time) server for ever.
 fn serve_connection(stream: &mut TcpStream, report: &mut ServerReport) -> Result<()> {
     stream.set_write_timeout(Some(PEER_TIMEOUT))?;
+    sockopt::set_socket_keepalive(&*stream, true)?;
+    sockopt::set_tcp_keepidle(&*stream, Duration::from_secs(60))?;
+    sockopt::set_tcp_keepintvl(&*stream, Duration::from_secs(10))?;
+    sockopt::set_tcp_keepcnt(&*stream, 3)?;
     let pattern = Pattern::default();
     let mut sink = vec![0u8; 64 * 1024];
     let mut header = [0u8; 16];
@@ -79,11 +95,9 @@ fn serve_connection(stream: &mut TcpStream, report: &mut ServerReport) -> Result
             return Ok(());
         }
         stream.set_read_timeout(Some(PEER_TIMEOUT))?;
-        match stream.read_exact(&mut header[1..]) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e).context("reading a request"),
-        }
+        stream
+            .read_exact(&mut header[1..])
+            .context("reading a request (cut short?)")?;
         let download = u64::from_be_bytes(header[..8].try_into().expect("8"));
         let mut upload = u64::from_be_bytes(header[8..].try_into().expect("8"));
         while upload > 0 {

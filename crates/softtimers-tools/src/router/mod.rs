@@ -230,12 +230,13 @@ fn consume(
 }
 
 /// Whether datagrams sent to `to` would come back to a router listening on `listen`: the
-/// same port, and the same address, or a listener on every address (or loopback's) with the
-/// next hop on loopback.
+/// same port, and the same address, or a listener on every address with the next hop on
+/// loopback. (A listener on every address reached by one of the host's own other
+/// addresses loops too; the router cannot tell those from a neighbour's without asking
+/// the kernel, and does not.)
 fn forwards_to_itself(listen: SocketAddr, to: SocketAddr) -> bool {
     listen.port() == to.port()
-        && (listen.ip() == to.ip()
-            || (listen.ip().is_unspecified() || listen.ip().is_loopback()) && to.ip().is_loopback())
+        && (listen.ip() == to.ip() || listen.ip().is_unspecified() && to.ip().is_loopback())
 }
 
 /// Checks the router's options.
