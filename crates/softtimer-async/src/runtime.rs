@@ -470,8 +470,9 @@ impl Runtime {
     /// [`Handle::current`] finds the runtime. No task runs until then (on a runtime of
     /// several loops, a task spawned here goes to loop 0 as `block_on`'s do;
     /// [`Handle::spawn_on`] puts it on a worker); a socket call made here is a trigger state
-    /// like any other, so a timer due by then fires at it and its task runs in `block_on`. Inside `block_on` or one of its tasks it changes nothing. Guards of several
-    /// runtimes nest: drop them in the reverse order, never inside a `block_on` begun after
+    /// like any other, so a timer due by then fires at it and its task runs in `block_on`.
+    /// Inside `block_on` or one of its tasks it changes nothing. Guards of several runtimes
+    /// nest: drop them in the reverse order, never inside a `block_on` begun after
     /// them, and never hold one across an `.await` (the task's loop would go on in the
     /// other runtime's context); each of these panics, as tokio's do.
     ///

@@ -7,6 +7,7 @@
 //! run it, get its report. [`WithJson`] adds the `--json FILE` every command takes, and
 //! [`execute`] is the whole of a command.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// The result of a program's run.
@@ -102,6 +103,16 @@ pub struct WithJson<A: clap::Args> {
     /// Also write the result as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// Says on stderr where `program` listens when the kernel chose its port (`asked` has port
+/// 0): whoever sends to it needs to know it. Nothing otherwise.
+pub fn announce_port(program: &str, asked: SocketAddr, bound: std::io::Result<SocketAddr>) {
+    if asked.port() == 0
+        && let Ok(bound) = bound
+    {
+        eprintln!("softtimers {program}: listening on {bound}");
+    }
 }
 
 /// Prints `report` and writes it as JSON to `json` if given.

@@ -392,11 +392,8 @@ fn check_sink(options: &SinkOptions) -> Result<()> {
 pub fn sink(options: &SinkOptions) -> Result<SinkReport> {
     check_sink(options)?;
     let mut input = SinkInput::open(&options.target)?;
-    if let (SinkTarget::Listen(asked), SinkInput::Socket(socket)) = (&options.target, &input)
-        && asked.port() == 0
-    {
-        // The kernel chose the port: a sender needs to know it.
-        eprintln!("softtimers sink: listening on {}", socket.local_addr()?);
+    if let (SinkTarget::Listen(asked), SinkInput::Socket(socket)) = (&options.target, &input) {
+        crate::output::announce_port("sink", *asked, socket.local_addr());
     }
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);

@@ -42,7 +42,7 @@ use softtimer_quic::{DriverConfig, Pacing, QuicLoop, TransmitCauses};
 use softtimer_rt::{IoBackend, LoopConfig, SpinWindow};
 
 use crate::cpu::process_cpu_ns;
-use crate::output::Report;
+use crate::output::{Report, announce_port};
 use crate::parse::{parse_bytes, parse_duration, parse_spin_window};
 use tcp::{tcp_client, tcp_server};
 
@@ -406,7 +406,7 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
         || {
             let socket = UdpSocket::bind(opts.listen)
                 .with_context(|| format!("cannot listen on {}", opts.listen))?;
-            announce_port(opts.listen, socket.local_addr());
+            announce_port("quic server", opts.listen, socket.local_addr());
             let config = server_config(&identity, &tuning)?;
             let (mut quic, spin_window) = opts.common.quic_loop(socket, Some(config))?;
             let mut app = PerfServer::new(opts.connections);
@@ -425,16 +425,6 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
         cpu_ns,
         driver,
     })
-}
-
-/// Says on stderr where a server listens when the kernel chose its port (`--listen` with
-/// port 0): a client needs to know it.
-pub(crate) fn announce_port(asked: SocketAddr, bound: std::io::Result<SocketAddr>) {
-    if asked.port() == 0
-        && let Ok(bound) = bound
-    {
-        eprintln!("softtimers quic server: listening on {bound}");
-    }
 }
 
 /// Runs one side on `stack`, counting the process's CPU time meanwhile: the soft-timer

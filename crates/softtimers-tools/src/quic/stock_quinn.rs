@@ -318,7 +318,7 @@ pub(super) fn server(
         let _interrupt = crate::interrupt::stop_on_interrupt(move || {
             closing.close(0u32.into(), b"interrupted");
         });
-        super::announce_port(opts.listen, endpoint.local_addr());
+        crate::output::announce_port("quic server", opts.listen, endpoint.local_addr());
         let report = Arc::new(Mutex::new(ServerReport::default()));
         let udp = Arc::new(Mutex::new((0u64, 0u64)));
         let mut tasks = Vec::new();

@@ -2,16 +2,15 @@
 //! `TCP_NODELAY`, each request framed as `[download u64][upload u64][upload bytes]` on one
 //! connection; the connection's own counts of what it sent and resent come from `TCP_INFO`.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-
-use rustix::net::sockopt;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use rustix::net::sockopt;
 use softtimer_quic::perf::{ClientReport, Pattern, ServerReport};
 
 use super::{ClientOptions, ServerOptions, check, count_request};
@@ -19,7 +18,7 @@ use super::{ClientOptions, ServerOptions, check, count_request};
 pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
     let listener = TcpListener::bind(opts.listen)
         .with_context(|| format!("cannot listen on {}", opts.listen))?;
-    super::announce_port(opts.listen, listener.local_addr());
+    crate::output::announce_port("quic server", opts.listen, listener.local_addr());
     let mut report = ServerReport::default();
     let mut closed = 0;
     // Ctrl-C shuts the listener down, which ends a blocked accept (EINVAL), and the read
@@ -80,6 +79,8 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
 /// stops sending its upload or reading its download for [`PEER_TIMEOUT`] is given up on, so
 /// that it cannot hold the (one-connection-at-a-time) server for ever.
 fn serve_connection(stream: &mut TcpStream, report: &mut ServerReport) -> Result<()> {
+    // Set once per connection: a request costs the system calls it did before.
+    stream.set_read_timeout(Some(PEER_TIMEOUT))?;
     stream.set_write_timeout(Some(PEER_TIMEOUT))?;
     sockopt::set_socket_keepalive(&*stream, true)?;
     sockopt::set_tcp_keepidle(&*stream, Duration::from_secs(60))?;
@@ -89,15 +90,9 @@ fn serve_connection(stream: &mut TcpStream, report: &mut ServerReport) -> Result
     let mut sink = vec![0u8; 64 * 1024];
     let mut header = [0u8; 16];
     loop {
-        stream.set_read_timeout(None)?;
-        let first = stream.read(&mut header[..1]).context("reading a request")?;
-        if first == 0 {
+        if !read_header(stream, &mut header)? {
             return Ok(());
         }
-        stream.set_read_timeout(Some(PEER_TIMEOUT))?;
-        stream
-            .read_exact(&mut header[1..])
-            .context("reading a request (cut short?)")?;
         let download = u64::from_be_bytes(header[..8].try_into().expect("8"));
         let mut upload = u64::from_be_bytes(header[8..].try_into().expect("8"));
         while upload > 0 {
@@ -126,8 +121,27 @@ fn serve_connection(stream: &mut TcpStream, report: &mut ServerReport) -> Result
     }
 }
 
+/// Reads a request's header into `header`: `false` when the peer closed between requests.
+/// A read timeout ([`PEER_TIMEOUT`]) before the first byte is a client pausing between
+/// requests, waited out; after it, a request cut short.
+fn read_header(stream: &mut TcpStream, header: &mut [u8; 16]) -> Result<bool> {
+    let mut got = 0;
+    while got < header.len() {
+        match stream.read(&mut header[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => bail!("a request cut short after {got} of its 16 header bytes"),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            // SO_RCVTIMEO ran out (EAGAIN); a peer keepalive found gone is ETIMEDOUT, an error.
+            Err(e) if got == 0 && e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e).context("reading a request"),
+        }
+    }
+    Ok(true)
+}
+
 /// How long the TCP server waits on a peer that stalls within a request.
-const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+const PEER_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(super) fn tcp_client(opts: &ClientOptions) -> Result<ClientReport> {
     let plan = &opts.plan;

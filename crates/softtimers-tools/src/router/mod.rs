@@ -343,11 +343,12 @@ fn run_polling(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRepo
         })
         .transpose()?;
     let screener = if options.screen {
-        let (queue, stop, sent) = (Arc::clone(&queue), Arc::clone(&stop), Arc::clone(&screened));
+        let (queue, stop, screened) =
+            (Arc::clone(&queue), Arc::clone(&stop), Arc::clone(&screened));
         let sender = fwd.sender()?;
         let screen_work = PacketWork::new(options.screen_ns);
         Some(std::thread::spawn(move || {
-            consume(&queue, &sender, &screen_work, &stop, &sent)
+            consume(&queue, &sender, &screen_work, &stop, &screened)
         }))
     } else {
         None
@@ -483,13 +484,14 @@ fn run_baseline(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRep
     let capacity = if options.screen { 32 } else { 50 };
     let queue = Arc::new(Queue::new(capacity));
     let stop = Arc::new(AtomicBool::new(false));
-    let sent = Arc::new(Consumed::default());
+    let consumed = Arc::new(Consumed::default());
     let processor = {
-        let (queue, stop, sent) = (Arc::clone(&queue), Arc::clone(&stop), Arc::clone(&sent));
+        let (queue, stop, consumed) =
+            (Arc::clone(&queue), Arc::clone(&stop), Arc::clone(&consumed));
         let sender = fwd.sender()?;
         let work =
             PacketWork::new(options.work_ns + if options.screen { options.screen_ns } else { 0 });
-        std::thread::spawn(move || consume(&queue, &sender, &work, &stop, &sent))
+        std::thread::spawn(move || consume(&queue, &sender, &work, &stop, &consumed))
     };
     // This thread receives, at real-time priority, like a device interrupt.
     let fifo = set_fifo(50);
@@ -526,8 +528,8 @@ fn run_baseline(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRep
     let c = receiver.counters();
     let mut report = empty_report(options);
     report.received = c.received;
-    report.forwarded = sent.sent.load(Ordering::Relaxed);
-    report.send_errors = sent.refused.load(Ordering::Relaxed);
+    report.forwarded = consumed.sent.load(Ordering::Relaxed);
+    report.send_errors = consumed.refused.load(Ordering::Relaxed);
     report.dropped_in_queue = queue.dropped.load(Ordering::Relaxed);
     report.kernel_drops = receiver.kernel_drops();
     if let Err(e) = fifo {
