@@ -7,6 +7,8 @@
 //! so a client can check every byte it receives.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -90,9 +92,19 @@ pub struct PerfServer {
     /// Stop after this many connections have closed (`None`: serve until stopped).
     pub stop_after_connections: Option<u64>,
     closed: u64,
+    /// Set from another thread to close every connection and stop (see
+    /// [`PerfServer::close_on`]).
+    closing: Option<Arc<AtomicBool>>,
+    /// The flag was seen and the connections closed (their path counts taken then).
+    shut_down: bool,
     /// What was served so far.
     pub report: ServerReport,
 }
+
+/// The application error code of a [`PerfServer`]'s connections when it shuts down.
+pub const SHUTDOWN_CODE: u32 = 0;
+/// The reason a [`PerfServer`] gives its clients when it shuts down.
+pub const SHUTDOWN_REASON: &[u8] = b"server shutting down";
 
 impl PerfServer {
     /// A server that serves until stopped, or until `stop_after_connections` have closed.
@@ -102,8 +114,36 @@ impl PerfServer {
             pattern: Pattern::default(),
             stop_after_connections,
             closed: 0,
+            closing: None,
+            shut_down: false,
             report: ServerReport::default(),
         }
+    }
+
+    /// Shuts down once `flag` is set: at its next turn the server closes every connection
+    /// (application code [`SHUTDOWN_CODE`], reason [`SHUTDOWN_REASON`]) and stops the loop,
+    /// which sends the closes first. Clients learn at once that the server is gone, instead
+    /// of at their idle timeout. Whoever sets the flag wakes the loop
+    /// ([`softtimer_rt::LoopWaker`]) so that the turn comes.
+    ///
+    /// ```no_run
+    /// use std::sync::{Arc, atomic::{AtomicBool, Ordering}};
+    /// use softtimer_quic::{QuicLoop, perf::PerfServer};
+    /// # fn serve(mut quic: QuicLoop) -> Result<(), softtimer_quic::QuicError> {
+    /// let closing = Arc::new(AtomicBool::new(false));
+    /// let mut server = PerfServer::new(None).close_on(Arc::clone(&closing));
+    /// let waker = quic.event_loop().waker();
+    /// // On Ctrl-C, say: close every connection, then stop.
+    /// std::thread::spawn(move || {
+    ///     closing.store(true, Ordering::Release);
+    ///     waker.wake();
+    /// });
+    /// quic.run(&mut server)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn close_on(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.closing = Some(flag);
+        self
     }
 
     fn read<C: Clock + Clone>(&mut self, driver: &mut Driver<C>, conn: ConnId, stream: StreamId) {
@@ -174,6 +214,28 @@ impl PerfServer {
 }
 
 impl<C: Clock + Clone> App<C> for PerfServer {
+    fn on_turn(&mut self, driver: &mut Driver<C>) -> bool {
+        if !self
+            .closing
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Acquire))
+        {
+            return false;
+        }
+        if !self.shut_down {
+            self.shut_down = true;
+            for conn in driver.connection_ids() {
+                // Counted now: the loop stops before the connections drain.
+                if let Some(stats) = driver.connection_stats(conn) {
+                    self.report.add_path_stats(&stats.path);
+                }
+                let _ = driver.close(conn, VarInt::from_u32(SHUTDOWN_CODE), SHUTDOWN_REASON);
+            }
+        }
+        driver.stop();
+        true
+    }
+
     fn on_event(&mut self, driver: &mut Driver<C>, event: QuicEvent) {
         match event {
             QuicEvent::Connected(_) => self.report.connections += 1,
@@ -191,7 +253,9 @@ impl<C: Clock + Clone> App<C> for PerfServer {
                 }
             }
             QuicEvent::Lost(conn, _) => {
-                if let Some(stats) = driver.connection_stats(conn) {
+                if !self.shut_down
+                    && let Some(stats) = driver.connection_stats(conn)
+                {
                     self.report.add_path_stats(&stats.path);
                 }
                 self.streams.retain(|(c, _), _| *c != conn);

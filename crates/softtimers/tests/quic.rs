@@ -360,6 +360,73 @@ fn ctrl_c_ends_a_server_with_its_report() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Ctrl-C on a QUIC server closes its connections: a client in the middle of a run hears at
+/// once that the server shut down (the soft stacks used to stop without a word, and their
+/// clients waited out their 30 s idle timeout, "timed out"), and the server's report counts
+/// the packets of the connections it closed.
+#[test]
+fn ctrl_c_on_a_quic_server_closes_its_connections() {
+    let dir = std::env::temp_dir().join(format!("st-quic-close-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for stack in ["soft", "soft-paced", "quinn-tokio"] {
+        let json = dir.join(format!("{stack}.json"));
+        let options = ["--json", json.to_str().unwrap()];
+        let (mut server, addr) = start_server(stack, &options, Stdio::null());
+        // Fifty seconds of requests: still running when the server goes.
+        let mut client = Command::new(BIN)
+            .args([
+                "quic",
+                "client",
+                "--to",
+                &addr,
+                "--insecure",
+                "--stack",
+                "soft",
+            ])
+            .args([
+                "--requests",
+                "1000",
+                "--interval",
+                "50ms",
+                "--download",
+                "1k",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        let sent = Command::new("kill")
+            .args(["-INT", &server.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        assert!(server.wait().unwrap().success(), "{stack}");
+        let start = Instant::now();
+        while client.try_wait().unwrap().is_none() {
+            if start.elapsed() > Duration::from_secs(20) {
+                softtimers_tools::process::kill(&mut client);
+                panic!("{stack}: the client was never told the server had gone");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = client.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stack}: the run was cut short");
+        assert!(
+            stderr.contains("closed by peer: server shutting down (code 0)"),
+            "{stack}: {stderr}"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!(v["served"]["connections"], 1, "{stack}: {v}");
+        assert!(
+            v["served"]["sent_packets"].as_u64().unwrap() > 0,
+            "{stack}: {v}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A server told to listen on port 0 says which port it got, so that a client can reach it.
 #[test]
 fn a_server_on_port_0_says_where_it_listens() {

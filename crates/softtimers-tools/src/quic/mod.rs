@@ -409,9 +409,14 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
             announce_port("quic server", opts.listen, socket.local_addr());
             let config = server_config(&identity, &tuning)?;
             let (mut quic, spin_window) = opts.common.quic_loop(socket, Some(config))?;
-            let mut app = PerfServer::new(opts.connections);
-            let stop = quic.stop_handle();
-            let _interrupt = crate::interrupt::stop_on_interrupt(move || stop.stop());
+            // Ctrl-C closes every connection (the clients hear of it at once) and stops.
+            let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let mut app = PerfServer::new(opts.connections).close_on(Arc::clone(&closing));
+            let waker = quic.event_loop().waker();
+            let _interrupt = crate::interrupt::stop_on_interrupt(move || {
+                closing.store(true, std::sync::atomic::Ordering::Release);
+                waker.wake();
+            });
             quic.run(&mut app)?;
             Ok((app.report, driver_side(&mut quic, spin_window)))
         },

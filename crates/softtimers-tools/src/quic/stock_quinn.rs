@@ -316,7 +316,8 @@ pub(super) fn server(
         // Ctrl-C closes the endpoint: accept ends, the connections close, the report follows.
         let closing = endpoint.clone();
         let _interrupt = crate::interrupt::stop_on_interrupt(move || {
-            closing.close(0u32.into(), b"interrupted");
+            use softtimer_quic::perf::{SHUTDOWN_CODE, SHUTDOWN_REASON};
+            closing.close(SHUTDOWN_CODE.into(), SHUTDOWN_REASON);
         });
         crate::output::announce_port("quic server", opts.listen, endpoint.local_addr());
         let report = Arc::new(Mutex::new(ServerReport::default()));
