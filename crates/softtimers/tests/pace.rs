@@ -206,9 +206,22 @@ fn forwarding_commands_refuse_bad_input() {
         "router --listen 127.0.0.1:0 --forward-to nowhere --duration 1s",
     ];
     refused(&cases);
-    // Refused for what they are, before any socket is bound.
+    // Refused for what they are, before any socket is bound; a listener on every address
+    // loops through another of the host's own addresses too (the one its route out uses,
+    // where it has one).
     let port = free_port();
-    for (listen, to) in [("127.0.0.1", "127.0.0.1"), ("0.0.0.0", "127.0.0.1")] {
+    let own = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("198.51.100.1:9").and_then(|()| s.local_addr()))
+        .map(|a| a.ip().to_string());
+    let mut pairs = vec![
+        ("127.0.0.1", "127.0.0.1".to_string()),
+        ("0.0.0.0", "127.0.0.1".into()),
+    ];
+    match own {
+        Ok(own) => pairs.push(("0.0.0.0", own)),
+        Err(e) => eprintln!("no route out ({e}): the own-address case is not run"),
+    }
+    for (listen, to) in pairs {
         let out = softtimers(&[
             "router",
             "--listen",

@@ -231,12 +231,16 @@ fn consume(
 
 /// Whether datagrams sent to `to` would come back to a router listening on `listen`: the
 /// same port, and the same address, or a listener on every address with the next hop on
-/// loopback. (A listener on every address reached by one of the host's own other
-/// addresses loops too; the router cannot tell those from a neighbour's without asking
-/// the kernel, and does not.)
+/// loopback or on another of this host's own addresses.
 fn forwards_to_itself(listen: SocketAddr, to: SocketAddr) -> bool {
     listen.port() == to.port()
-        && (listen.ip() == to.ip() || listen.ip().is_unspecified() && to.ip().is_loopback())
+        && (listen.ip() == to.ip()
+            || listen.ip().is_unspecified() && (to.ip().is_loopback() || is_own_address(to.ip())))
+}
+
+/// Whether `ip` is one of this host's addresses: the kernel lets a socket bind only those.
+fn is_own_address(ip: std::net::IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
 /// Checks the router's options.
