@@ -1,6 +1,6 @@
-//! hyper 1.x on the runtime: `rt::Read` and `rt::Write` on [`TcpStream`], a timer whose
-//! sleeps are soft events ([`HyperTimer`], `reset` in place), and an executor
-//! ([`HyperExecutor`]).
+//! hyper 1.x on the runtime: `rt::Read` and `rt::Write` on [`TcpStream`] and
+//! [`UnixStream`], a timer whose sleeps are soft events ([`HyperTimer`], `reset` in place),
+//! and an executor ([`HyperExecutor`]).
 //!
 //! ```no_run
 //! use softtimer_async::hyper::{HyperExecutor, HyperTimer};
@@ -34,30 +34,40 @@ use std::time::{Duration, Instant};
 use ::hyper::rt::{self, ReadBufCursor};
 
 use crate::net::tcp::TcpStream;
+use crate::net::unix::UnixStream;
 use crate::runtime::Handle;
 use crate::time::Sleep;
 
-impl rt::Read for TcpStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        mut buf: ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        // SAFETY: `read` only writes into the memory it is given, so no byte hyper had
-        // initialised is uninitialised again.
-        #[allow(unsafe_code)]
-        let unfilled = unsafe { buf.as_mut() };
-        let n = ready!(self.poll_read_uninit(cx, unfilled))?;
-        // SAFETY: `read` initialised the first `n` bytes of the unfilled part.
-        #[allow(unsafe_code)]
-        unsafe {
-            buf.advance(n)
-        };
-        Poll::Ready(Ok(()))
-    }
+/// hyper's `rt::Read` and `rt::Write` for a stream with `poll_read_uninit` and the write
+/// methods [`crate::net::tcp::write_trait`] calls.
+macro_rules! hyper_io {
+    ($stream:ty) => {
+        impl rt::Read for $stream {
+            fn poll_read(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                mut buf: ReadBufCursor<'_>,
+            ) -> Poll<io::Result<()>> {
+                // SAFETY: `read` only writes into the memory it is given, so no byte hyper
+                // had initialised is uninitialised again.
+                #[allow(unsafe_code)]
+                let unfilled = unsafe { buf.as_mut() };
+                let n = ready!(self.poll_read_uninit(cx, unfilled))?;
+                // SAFETY: `read` initialised the first `n` bytes of the unfilled part.
+                #[allow(unsafe_code)]
+                unsafe {
+                    buf.advance(n)
+                };
+                Poll::Ready(Ok(()))
+            }
+        }
+
+        crate::net::tcp::write_trait!(rt::Write, $stream, close: poll_shutdown, is_write_vectored);
+    };
 }
 
-crate::net::tcp::write_trait!(rt::Write, TcpStream, close: poll_shutdown, is_write_vectored);
+hyper_io!(TcpStream);
+hyper_io!(UnixStream);
 
 /// hyper's timer on the runtime: each sleep one soft event, `reset` moved in place.
 #[derive(Clone, Debug)]

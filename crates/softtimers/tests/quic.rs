@@ -37,6 +37,30 @@ fn serve_one_connection(stack: &str) -> (std::process::Child, String) {
     start_server(stack, &["--connections", "1"], Stdio::inherit())
 }
 
+/// `softtimers quic client --to addr --insecure --stack stack`, to add to.
+fn quic_client(addr: &str, stack: &str) -> Command {
+    let mut client = Command::new(BIN);
+    client.args([
+        "quic",
+        "client",
+        "--to",
+        addr,
+        "--insecure",
+        "--stack",
+        stack,
+    ]);
+    client
+}
+
+/// Sends the server the terminal's Ctrl-C.
+fn interrupt(server: &std::process::Child) {
+    let sent = Command::new("kill")
+        .args(["-INT", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
 /// Runs a server of `server_stack` for one connection and a client of `client_stack`
 /// against it; returns the client's JSON.
 fn transfer(server_stack: &str, client_stack: &str) -> serde_json::Value {
@@ -340,17 +364,12 @@ fn ctrl_c_ends_a_server_with_its_report() {
         let json = dir.join(format!("{stack}.json"));
         let options = ["--json", json.to_str().unwrap()];
         let (mut server, addr) = start_server(stack, &options, Stdio::null());
-        let client = Command::new(BIN)
-            .args(["quic", "client", "--to", &addr, "--insecure"])
-            .args(["--stack", client_stack, "--download", "100k"])
+        let client = quic_client(&addr, client_stack)
+            .args(["--download", "100k"])
             .output()
             .unwrap();
         succeeded(&client);
-        let sent = Command::new("kill")
-            .args(["-INT", &server.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
+        interrupt(&server);
         let status = server.wait().unwrap();
         assert!(status.success(), "{stack}: {status}");
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -373,16 +392,7 @@ fn ctrl_c_on_a_quic_server_closes_its_connections() {
         let options = ["--json", json.to_str().unwrap()];
         let (mut server, addr) = start_server(stack, &options, Stdio::null());
         // Fifty seconds of requests: still running when the server goes.
-        let mut client = Command::new(BIN)
-            .args([
-                "quic",
-                "client",
-                "--to",
-                &addr,
-                "--insecure",
-                "--stack",
-                "soft",
-            ])
+        let mut client = quic_client(&addr, "soft")
             .args([
                 "--requests",
                 "1000",
@@ -396,11 +406,7 @@ fn ctrl_c_on_a_quic_server_closes_its_connections() {
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(700));
-        let sent = Command::new("kill")
-            .args(["-INT", &server.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
+        interrupt(&server);
         assert!(server.wait().unwrap().success(), "{stack}");
         let start = Instant::now();
         while client.try_wait().unwrap().is_none() {
@@ -455,16 +461,7 @@ fn a_server_on_port_0_says_where_it_listens() {
             .strip_prefix("softtimers quic server: listening on ")
             .unwrap_or_else(|| panic!("{stack}: {line}"))
             .to_string();
-        let client = Command::new(BIN)
-            .args([
-                "quic",
-                "client",
-                "--to",
-                &addr,
-                "--insecure",
-                "--stack",
-                stack,
-            ])
+        let client = quic_client(&addr, stack)
             .args(["--download", "10k"])
             .output()
             .unwrap();
@@ -485,11 +482,7 @@ fn ctrl_c_ends_a_tcp_server_waiting_on_an_idle_client() {
     let idle = std::net::TcpStream::connect(&addr).unwrap();
     // Accepted and waiting on it: the server's stderr says nothing, so give it a moment.
     std::thread::sleep(Duration::from_millis(300));
-    let sent = Command::new("kill")
-        .args(["-INT", &server.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    interrupt(&server);
     let start = Instant::now();
     let status = loop {
         if let Some(status) = server.try_wait().unwrap() {

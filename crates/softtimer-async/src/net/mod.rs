@@ -1,15 +1,18 @@
-//! Networking on the runtime: UDP (batched, offloaded, paced), TCP, and name lookup that
-//! does not block the loop. The socket types are also at the crate's root.
+//! Networking on the runtime: UDP (batched, offloaded, paced), TCP, Unix-domain streams,
+//! and name lookup that does not block the loop. The socket types are also at the crate's root.
 
 pub(crate) mod addr;
+pub(crate) mod stream;
 pub(crate) mod tcp;
 pub(crate) mod udp;
+pub(crate) mod unix;
 
 pub use addr::{ToSocketAddrs, lookup_host};
 pub use tcp::{
     OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, TcpListener, TcpStream, WriteHalf,
 };
 pub use udp::UdpSocket;
+pub use unix::{UnixListener, UnixStream};
 
 /// `AsFd` and `AsRawFd` for a socket type, from the `std` socket at `self.$path`: its
 /// descriptor, for socket options (e.g. through `rustix` or `socket2`).

@@ -5,19 +5,19 @@ use std::future::poll_fn;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
 use softtimer::TriggerSource;
 
 use crate::net::addr::first_that_opens;
+use crate::net::stream::{read_exact_with, shut_write, write_all_with};
 use crate::net::udp::syscall;
 use crate::reactor::{Direction, Registration, take_socket_error};
 
 /// `socket` made non-blocking (`FIONBIO`, as std's `set_nonblocking`) and registered with the
 /// calling thread's loop.
-fn register_nonblocking(socket: BorrowedFd<'_>) -> io::Result<Registration> {
+pub(crate) fn register_nonblocking(socket: BorrowedFd<'_>) -> io::Result<Registration> {
     rustix::io::ioctl_fionbio(socket, true)?;
     Registration::current(socket)
 }
@@ -178,6 +178,33 @@ impl TcpListener {
 /// so one task may read while another writes), tokio's with the `tokio-io` feature, and
 /// hyper's `rt::Read` and `rt::Write` with the `hyper` feature. Every `read`, `write` and
 /// `writev` is followed by a trigger state.
+///
+/// Reading without waiting: [`try_read`](Self::try_read) when
+/// [`readable`](Self::readable) says bytes may be there.
+///
+/// ```
+/// use softtimer_async::{Runtime, TcpListener, TcpStream};
+///
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+///     let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+///     let (server, _) = listener.accept().await.unwrap();
+///     let mut buf = [0u8; 16];
+///     let nothing = server.try_read(&mut buf).unwrap_err();
+///     assert_eq!(nothing.kind(), std::io::ErrorKind::WouldBlock);
+///     client.writable().await.unwrap();
+///     assert_eq!(client.try_write(b"hi").unwrap(), 2);
+///     let n = loop {
+///         server.readable().await.unwrap();
+///         match server.try_read(&mut buf) {
+///             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+///             read => break read.unwrap(),
+///         }
+///     };
+///     assert_eq!(&buf[..n], b"hi");
+/// });
+/// ```
 #[derive(Debug)]
 pub struct TcpStream {
     socket: std::net::TcpStream,
@@ -269,134 +296,7 @@ impl TcpStream {
         self.socket.set_nodelay(nodelay)
     }
 
-    /// Shuts the write direction down: the peer reads end of stream once it has read what
-    /// was written (what tokio's `AsyncWriteExt::shutdown` does, and what a call of
-    /// `stream.shutdown()` resolves to with that trait in scope; a stream already shut, or
-    /// reset by its peer, counts as shut). To shut the read direction too, see
-    /// [`shutdown_direction`](Self::shutdown_direction).
-    ///
-    /// # Errors
-    ///
-    /// The `shutdown` system call's, but `NotConnected`.
-    pub async fn shutdown(&self) -> io::Result<()> {
-        poll_fn(|_| self.poll_shutdown_write()).await
-    }
-
-    /// Shuts down the read direction, the write direction, or both, at once (std's
-    /// `shutdown`).
-    ///
-    /// # Errors
-    ///
-    /// The `shutdown` system call's (`NotConnected` on a stream not connected any more).
-    pub fn shutdown_direction(&self, how: Shutdown) -> io::Result<()> {
-        self.socket.shutdown(how)
-    }
-
-    /// Waits until the stream may be readable: bytes, the end of the stream or an error are
-    /// probably there (readiness can be stale: a [`try_read`](Self::try_read) that says
-    /// `WouldBlock` clears it, and the next `readable` waits).
-    ///
-    /// # Errors
-    ///
-    /// None today; an `io::Result` as tokio's.
-    pub async fn readable(&self) -> io::Result<()> {
-        poll_fn(|cx| self.reg.poll_ready(Direction::Read, cx)).await
-    }
-
-    /// Waits until the stream may be writable (see [`readable`](Self::readable)).
-    ///
-    /// # Errors
-    ///
-    /// None today; an `io::Result` as tokio's.
-    pub async fn writable(&self) -> io::Result<()> {
-        poll_fn(|cx| self.reg.poll_ready(Direction::Write, cx)).await
-    }
-
-    /// Reads what is there into `buf` without waiting: `Ok(0)` at the end of the stream,
-    /// `WouldBlock` if nothing is there yet.
-    ///
-    /// ```
-    /// use softtimer_async::{Runtime, TcpListener, TcpStream};
-    ///
-    /// let rt = Runtime::new().unwrap();
-    /// rt.block_on(async {
-    ///     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    ///     let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-    ///     let (server, _) = listener.accept().await.unwrap();
-    ///     let mut buf = [0u8; 16];
-    ///     let nothing = server.try_read(&mut buf).unwrap_err();
-    ///     assert_eq!(nothing.kind(), std::io::ErrorKind::WouldBlock);
-    ///     client.writable().await.unwrap();
-    ///     assert_eq!(client.try_write(b"hi").unwrap(), 2);
-    ///     let n = loop {
-    ///         server.readable().await.unwrap();
-    ///         match server.try_read(&mut buf) {
-    ///             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-    ///             read => break read.unwrap(),
-    ///         }
-    ///     };
-    ///     assert_eq!(&buf[..n], b"hi");
-    /// });
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// `WouldBlock` when nothing is there yet; the read's error otherwise.
-    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.reg.try_io(Direction::Read, || {
-            syscall(TriggerSource::Recv, || (&self.socket).read(buf))
-        })
-    }
-
-    /// Writes what the stream takes of `buf` now, without waiting: `WouldBlock` if its
-    /// buffer is full.
-    ///
-    /// # Errors
-    ///
-    /// `WouldBlock` when the stream's buffer is full; the write's error otherwise.
-    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        self.reg.try_io(Direction::Write, || {
-            syscall(TriggerSource::Send, || (&self.socket).write(buf))
-        })
-    }
-
-    /// Reads into `buf`; `Ok(0)` at the end of the stream.
-    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        poll_fn(|cx| self.poll_read_buf(cx, buf)).await
-    }
-
-    /// Fills `buf` and returns its length, as tokio's `read_exact` does.
-    ///
-    /// # Errors
-    ///
-    /// `UnexpectedEof` when the stream ends first (what was read stays in `buf`); the read's
-    /// error otherwise.
-    pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<usize> {
-        let mut rest = &mut *buf;
-        while !rest.is_empty() {
-            match self.read(rest).await? {
-                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-                n => rest = &mut rest[n..],
-            }
-        }
-        Ok(buf.len())
-    }
-
-    /// Writes some of `buf`.
-    pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
-        poll_fn(|cx| self.poll_write_buf(cx, buf)).await
-    }
-
-    /// Writes all of `buf`.
-    pub async fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
-        while !buf.is_empty() {
-            match self.write(buf).await? {
-                0 => return Err(io::ErrorKind::WriteZero.into()),
-                n => buf = &buf[n..],
-            }
-        }
-        Ok(())
-    }
+    crate::net::stream::stream_io!();
 
     /// Splits the stream into a read half and a write half that can move to different tasks
     /// and be dropped separately; [`OwnedReadHalf::reunite`]
@@ -463,66 +363,6 @@ impl TcpStream {
     pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
         let stream: &TcpStream = self;
         (ReadHalf { stream }, WriteHalf { stream })
-    }
-
-    pub(crate) fn poll_read_buf(
-        &self,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        let want = buf.len();
-        self.reg.poll_io_partial(Direction::Read, cx, want, || {
-            syscall(TriggerSource::Recv, || (&self.socket).read(&mut *buf))
-        })
-    }
-
-    /// Reads into uninitialised memory (hyper's buffers); returns how many bytes it filled.
-    #[cfg(feature = "hyper")]
-    pub(crate) fn poll_read_uninit(
-        &self,
-        cx: &mut Context<'_>,
-        buf: &mut [std::mem::MaybeUninit<u8>],
-    ) -> Poll<io::Result<usize>> {
-        let want = buf.len();
-        self.reg.poll_io_partial(Direction::Read, cx, want, || {
-            syscall(TriggerSource::Recv, || {
-                rustix::io::read(&self.socket, &mut *buf)
-                    .map(|(filled, _)| filled.len())
-                    .map_err(io::Error::from)
-            })
-        })
-    }
-
-    pub(crate) fn poll_write_buf(
-        &self,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.reg
-            .poll_io_partial(Direction::Write, cx, buf.len(), || {
-                syscall(TriggerSource::Send, || (&self.socket).write(buf))
-            })
-    }
-
-    pub(crate) fn poll_write_vectored_buf(
-        &self,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let want = bufs.iter().map(|b| b.len()).sum();
-        self.reg.poll_io_partial(Direction::Write, cx, want, || {
-            syscall(TriggerSource::Send, || (&self.socket).write_vectored(bufs))
-        })
-    }
-
-    pub(crate) fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
-        let shut = syscall(TriggerSource::Syscall, || {
-            self.socket.shutdown(Shutdown::Write)
-        });
-        Poll::Ready(match shut {
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
-            other => other,
-        })
     }
 }
 
@@ -752,7 +592,6 @@ macro_rules! write_trait {
         }
     };
 }
-#[cfg(feature = "hyper")]
 pub(crate) use write_trait;
 
 /// `futures-io`'s `AsyncRead` for a type with the stream's `poll_read_buf`.
@@ -760,15 +599,36 @@ macro_rules! futures_io_read {
     ($reader:ty) => {
         impl futures_io::AsyncRead for $reader {
             fn poll_read(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
                 buf: &mut [u8],
-            ) -> Poll<io::Result<usize>> {
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
                 self.poll_read_buf(cx, buf)
             }
         }
     };
 }
+pub(crate) use futures_io_read;
+
+/// tokio's `AsyncRead` for a type with the stream's `poll_read_buf`.
+#[cfg(feature = "tokio-io")]
+macro_rules! tokio_read {
+    ($reader:ty) => {
+        impl tokio::io::AsyncRead for $reader {
+            fn poll_read(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                let n = ::std::task::ready!(self.poll_read_buf(cx, buf.initialize_unfilled()))?;
+                buf.advance(n);
+                ::std::task::Poll::Ready(Ok(()))
+            }
+        }
+    };
+}
+#[cfg(feature = "tokio-io")]
+pub(crate) use tokio_read;
 
 // The stream, a shared reference to one (so that one task may read while another writes),
 // and its halves, owned and borrowed.
@@ -784,24 +644,6 @@ write_trait!(futures_io::AsyncWrite, WriteHalf<'_>, close: poll_close);
 #[cfg(feature = "tokio-io")]
 mod tokio_io {
     use super::*;
-    use tokio::io::ReadBuf;
-
-    /// tokio's `AsyncRead` for a type with the stream's `poll_read_buf`.
-    macro_rules! tokio_read {
-        ($reader:ty) => {
-            impl tokio::io::AsyncRead for $reader {
-                fn poll_read(
-                    self: Pin<&mut Self>,
-                    cx: &mut Context<'_>,
-                    buf: &mut ReadBuf<'_>,
-                ) -> Poll<io::Result<()>> {
-                    let n = std::task::ready!(self.poll_read_buf(cx, buf.initialize_unfilled()))?;
-                    buf.advance(n);
-                    Poll::Ready(Ok(()))
-                }
-            }
-        };
-    }
 
     tokio_read!(TcpStream);
     tokio_read!(OwnedReadHalf);

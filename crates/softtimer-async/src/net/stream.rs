@@ -1,0 +1,206 @@
+//! What TCP and Unix-domain streams share: their reads, writes and shutdowns through the
+//! loop's readiness, each system call followed by a trigger state. One macro writes the
+//! methods into both types (each has a `socket`, a std stream, and a `reg`, its
+//! [`Registration`](crate::reactor::Registration)), so that the two cannot drift apart.
+
+use std::future::poll_fn;
+use std::io;
+use std::task::{Context, Poll};
+
+use softtimer::TriggerSource;
+
+use crate::net::udp::syscall;
+
+/// `read_exact` of a stream whose `poll_read` is given: fills `buf`, or `UnexpectedEof`
+/// when the stream ends first (what was read stays in `buf`).
+pub(crate) async fn read_exact_with(
+    buf: &mut [u8],
+    mut poll_read: impl FnMut(&mut Context<'_>, &mut [u8]) -> Poll<io::Result<usize>>,
+) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match poll_fn(|cx| poll_read(cx, &mut buf[filled..])).await? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => filled += n,
+        }
+    }
+    Ok(buf.len())
+}
+
+/// `write_all` of a stream whose `poll_write` is given: `WriteZero` if it takes nothing.
+pub(crate) async fn write_all_with(
+    mut buf: &[u8],
+    mut poll_write: impl FnMut(&mut Context<'_>, &[u8]) -> Poll<io::Result<usize>>,
+) -> io::Result<()> {
+    while !buf.is_empty() {
+        match poll_fn(|cx| poll_write(cx, buf)).await? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => buf = &buf[n..],
+        }
+    }
+    Ok(())
+}
+
+/// Shuts a stream's write direction (`shutdown`, a trigger state after it); one already
+/// shut, or reset by its peer, counts as shut.
+pub(crate) fn shut_write(shutdown: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    match syscall(TriggerSource::Syscall, shutdown) {
+        Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
+        other => other,
+    }
+}
+
+/// The stream methods of a type with a `socket` (a std stream: `Read` and `Write` on a
+/// shared reference, `shutdown`) and a `reg`. The names it uses are the caller's imports
+/// (`io`, `IoSlice`, `Read`, `Write`, `Shutdown`, `Context`, `Poll`, `poll_fn`, `syscall`,
+/// `TriggerSource`, `Direction` and this module's helpers).
+macro_rules! stream_io {
+    () => {
+        /// Shuts the write direction down: the peer reads end of stream once it has read what
+        /// was written (what tokio's `AsyncWriteExt::shutdown` does, and what a call of
+        /// `stream.shutdown()` resolves to with that trait in scope; a stream already shut, or
+        /// reset by its peer, counts as shut). To shut the read direction too, see
+        /// [`shutdown_direction`](Self::shutdown_direction).
+        ///
+        /// # Errors
+        ///
+        /// The `shutdown` system call's, but `NotConnected`.
+        pub async fn shutdown(&self) -> io::Result<()> {
+            poll_fn(|_| self.poll_shutdown_write()).await
+        }
+
+        /// Shuts down the read direction, the write direction, or both, at once (std's
+        /// `shutdown`).
+        ///
+        /// # Errors
+        ///
+        /// The `shutdown` system call's (`NotConnected` on a stream not connected any more).
+        pub fn shutdown_direction(&self, how: Shutdown) -> io::Result<()> {
+            self.socket.shutdown(how)
+        }
+
+        /// Waits until the stream may be readable: bytes, the end of the stream or an error are
+        /// probably there (readiness can be stale: a [`try_read`](Self::try_read) that says
+        /// `WouldBlock` clears it, and the next `readable` waits).
+        ///
+        /// # Errors
+        ///
+        /// None today; an `io::Result` as tokio's.
+        pub async fn readable(&self) -> io::Result<()> {
+            poll_fn(|cx| self.reg.poll_ready(Direction::Read, cx)).await
+        }
+
+        /// Waits until the stream may be writable (see [`readable`](Self::readable)).
+        ///
+        /// # Errors
+        ///
+        /// None today; an `io::Result` as tokio's.
+        pub async fn writable(&self) -> io::Result<()> {
+            poll_fn(|cx| self.reg.poll_ready(Direction::Write, cx)).await
+        }
+
+        /// Reads what is there into `buf` without waiting: `Ok(0)` at the end of the stream,
+        /// `WouldBlock` if nothing is there yet.
+        ///
+        /// # Errors
+        ///
+        /// `WouldBlock` when nothing is there yet; the read's error otherwise.
+        pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+            self.reg.try_io(Direction::Read, || {
+                syscall(TriggerSource::Recv, || (&self.socket).read(buf))
+            })
+        }
+
+        /// Writes what the stream takes of `buf` now, without waiting: `WouldBlock` if its
+        /// buffer is full.
+        ///
+        /// # Errors
+        ///
+        /// `WouldBlock` when the stream's buffer is full; the write's error otherwise.
+        pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+            self.reg.try_io(Direction::Write, || {
+                syscall(TriggerSource::Send, || (&self.socket).write(buf))
+            })
+        }
+
+        /// Reads into `buf`; `Ok(0)` at the end of the stream.
+        pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+            poll_fn(|cx| self.poll_read_buf(cx, buf)).await
+        }
+
+        /// Fills `buf` and returns its length, as tokio's `read_exact` does.
+        ///
+        /// # Errors
+        ///
+        /// `UnexpectedEof` when the stream ends first (what was read stays in `buf`); the read's
+        /// error otherwise.
+        pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<usize> {
+            read_exact_with(buf, |cx, rest| self.poll_read_buf(cx, rest)).await
+        }
+
+        /// Writes some of `buf`.
+        pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
+            poll_fn(|cx| self.poll_write_buf(cx, buf)).await
+        }
+
+        /// Writes all of `buf`.
+        pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+            write_all_with(buf, |cx, rest| self.poll_write_buf(cx, rest)).await
+        }
+
+        pub(crate) fn poll_read_buf(
+            &self,
+            cx: &mut Context<'_>,
+            buf: &mut [u8],
+        ) -> Poll<io::Result<usize>> {
+            let want = buf.len();
+            self.reg.poll_io_partial(Direction::Read, cx, want, || {
+                syscall(TriggerSource::Recv, || (&self.socket).read(&mut *buf))
+            })
+        }
+
+        /// Reads into uninitialised memory (hyper's buffers); returns how many bytes it filled.
+        #[cfg(feature = "hyper")]
+        pub(crate) fn poll_read_uninit(
+            &self,
+            cx: &mut Context<'_>,
+            buf: &mut [std::mem::MaybeUninit<u8>],
+        ) -> Poll<io::Result<usize>> {
+            let want = buf.len();
+            self.reg.poll_io_partial(Direction::Read, cx, want, || {
+                syscall(TriggerSource::Recv, || {
+                    rustix::io::read(&self.socket, &mut *buf)
+                        .map(|(filled, _)| filled.len())
+                        .map_err(io::Error::from)
+                })
+            })
+        }
+
+        pub(crate) fn poll_write_buf(
+            &self,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.reg
+                .poll_io_partial(Direction::Write, cx, buf.len(), || {
+                    syscall(TriggerSource::Send, || (&self.socket).write(buf))
+                })
+        }
+
+        pub(crate) fn poll_write_vectored_buf(
+            &self,
+            cx: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let want = bufs.iter().map(|b| b.len()).sum();
+            self.reg.poll_io_partial(Direction::Write, cx, want, || {
+                syscall(TriggerSource::Send, || (&self.socket).write_vectored(bufs))
+            })
+        }
+
+        pub(crate) fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
+            Poll::Ready(shut_write(|| self.socket.shutdown(Shutdown::Write)))
+        }
+    };
+}
+pub(crate) use stream_io;

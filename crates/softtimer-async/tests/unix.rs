@@ -1,0 +1,199 @@
+//! Unix-domain streams on the runtime: an echo through a listener, a pair, tokio's I/O
+//! traits, hyper over a socket file, and the errors of bad paths.
+
+use std::convert::Infallible;
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::{Request, Response};
+use softtimer_async::hyper::HyperTimer;
+use softtimer_async::time::timeout;
+use softtimer_async::{Runtime, UnixListener, UnixStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BOUND: Duration = Duration::from_secs(10);
+
+/// A fresh directory for this test's socket files, removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!("st-uds-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn an_echo_through_a_socket_file_with_many_clients() {
+    let dir = Dir::new("echo");
+    let path = dir.0.join("echo.sock");
+    Runtime::new().unwrap().block_on(async {
+        let listener = UnixListener::bind(&path).unwrap();
+        assert_eq!(listener.local_addr().unwrap().as_pathname(), Some(&*path));
+        let server = softtimer_async::spawn_local(async move {
+            loop {
+                let (mut stream, peer) = listener.accept().await.unwrap();
+                assert!(peer.is_unnamed());
+                softtimer_async::spawn_local(async move {
+                    // A request is a length byte and that many bytes; the answer, the same.
+                    loop {
+                        let Ok(len) = stream.read_u8().await else {
+                            return;
+                        };
+                        let mut body = vec![0u8; usize::from(len)];
+                        stream.read_exact(&mut body).await.unwrap();
+                        stream.write_u8(len).await.unwrap();
+                        AsyncWriteExt::write_all(&mut stream, &body).await.unwrap();
+                    }
+                });
+            }
+        });
+        let clients: Vec<_> = (0..20u8)
+            .map(|i| {
+                let path = path.clone();
+                softtimer_async::spawn_local(async move {
+                    let mut stream = UnixStream::connect(&path).await.unwrap();
+                    for round in 0..50u8 {
+                        let body = vec![i ^ round; usize::from(i) * 10];
+                        stream.write_u8(body.len() as u8).await.unwrap();
+                        AsyncWriteExt::write_all(&mut stream, &body).await.unwrap();
+                        let len = stream.read_u8().await.unwrap();
+                        let mut back = vec![0u8; usize::from(len)];
+                        AsyncReadExt::read_exact(&mut stream, &mut back)
+                            .await
+                            .unwrap();
+                        assert_eq!(back, body);
+                    }
+                    stream.shutdown().await.unwrap();
+                })
+            })
+            .collect();
+        timeout(BOUND, async {
+            for client in clients {
+                client.await.unwrap();
+            }
+        })
+        .await
+        .expect("the clients took too long");
+        server.abort();
+    });
+}
+
+#[test]
+fn a_pair_shuts_down_and_reads_without_waiting() {
+    fn sendable<T: Send>(t: T) -> T {
+        t
+    }
+    Runtime::new().unwrap().block_on(async {
+        let (a, _b) = UnixStream::pair().unwrap();
+        // Its futures move between threads, as `spawn` needs.
+        sendable(softtimer_async::spawn(async move {
+            let mut buf = [0u8; 8];
+            let _ = sendable(a.read_exact(&mut buf)).await;
+            let _ = sendable(a.write_all(b"x")).await;
+        }))
+        .abort();
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            b.try_read(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        a.write_all(b"last").await.unwrap();
+        a.shutdown().await.unwrap();
+        assert_eq!(b.read_exact(&mut buf[..4]).await.unwrap(), 4);
+        assert_eq!(&buf[..4], b"last");
+        assert_eq!(
+            b.read(&mut buf).await.unwrap(),
+            0,
+            "end of stream after the shutdown"
+        );
+        assert_eq!(
+            b.read_exact(&mut buf).await.unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+    });
+}
+
+#[test]
+fn hyper_serves_over_a_socket_file() {
+    let dir = Dir::new("hyper");
+    let path = dir.0.join("http.sock");
+    Runtime::new().unwrap().block_on(async {
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = softtimer_async::spawn_local(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                softtimer_async::spawn_local(async move {
+                    let service = hyper::service::service_fn(|request: Request<_>| async move {
+                        let body = format!("hello {}", request.uri().path());
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .timer(HyperTimer::current())
+                        .serve_connection(stream, service)
+                        .await;
+                });
+            }
+        });
+        let stream = UnixStream::connect(&path).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(stream).await.unwrap();
+        let driving = softtimer_async::spawn_local(connection);
+        for name in ["a", "bc"] {
+            let request = Request::builder()
+                .uri(format!("/{name}"))
+                .header(hyper::header::HOST, "localhost")
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let response = timeout(BOUND, sender.send_request(request))
+                .await
+                .expect("no answer in time")
+                .unwrap();
+            assert!(response.status().is_success());
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body, format!("hello /{name}").as_bytes());
+        }
+        drop(sender);
+        driving.await.unwrap().unwrap();
+        server.abort();
+    });
+}
+
+#[test]
+fn bad_paths_say_what_is_wrong() {
+    let dir = Dir::new("errors");
+    Runtime::new().unwrap().block_on(async {
+        let missing = dir.0.join("nothing-here.sock");
+        let err = UnixStream::connect(&missing).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+
+        // A socket file whose listener is gone refuses.
+        let stale = dir.0.join("stale.sock");
+        drop(UnixListener::bind(&stale).unwrap());
+        let err = UnixStream::connect(&stale).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
+
+        // The file stays, so binding it again says so.
+        let err = UnixListener::bind(&stale).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+
+        let too_long = dir.0.join("x".repeat(200));
+        let err = UnixListener::bind(&too_long).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        let err = UnixListener::bind(dir.0.join("no-dir/a.sock")).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+    });
+    // Outside a runtime there is no loop to register with.
+    let err = UnixStream::pair().unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::Other, "{err}");
+}
