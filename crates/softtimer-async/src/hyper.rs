@@ -39,7 +39,7 @@ use crate::runtime::Handle;
 use crate::time::Sleep;
 
 /// hyper's `rt::Read` and `rt::Write` for a stream with `poll_read_uninit` and the write
-/// methods [`crate::net::tcp::write_trait`] calls.
+/// methods [`crate::net::stream::write_trait`] calls.
 macro_rules! hyper_io {
     ($stream:ty) => {
         impl rt::Read for $stream {
@@ -62,7 +62,7 @@ macro_rules! hyper_io {
             }
         }
 
-        crate::net::tcp::write_trait!(rt::Write, $stream, close: poll_shutdown, is_write_vectored);
+        crate::net::stream::write_trait!(rt::Write, $stream, close: poll_shutdown, is_write_vectored);
     };
 }
 

@@ -90,20 +90,32 @@ fn an_echo_through_a_socket_file_with_many_clients() {
     });
 }
 
+/// Its futures move between threads, as `spawn` needs (made here, never polled).
 #[test]
-fn a_pair_shuts_down_and_reads_without_waiting() {
+fn its_futures_are_send() {
     fn sendable<T: Send>(t: T) -> T {
         t
     }
+    let dir = Dir::new("send");
     Runtime::new().unwrap().block_on(async {
         let (a, _b) = UnixStream::pair().unwrap();
-        // Its futures move between threads, as `spawn` needs.
-        sendable(softtimer_async::spawn(async move {
-            let mut buf = [0u8; 8];
-            let _ = sendable(a.read_exact(&mut buf)).await;
-            let _ = sendable(a.write_all(b"x")).await;
-        }))
-        .abort();
+        let listener = UnixListener::bind(dir.0.join("s.sock")).unwrap();
+        let mut buf = [0u8; 8];
+        drop(sendable(a.read_exact(&mut buf)));
+        drop(sendable(a.read(&mut buf)));
+        drop(sendable(a.write_all(b"x")));
+        drop(sendable(a.write(b"x")));
+        drop(sendable(a.readable()));
+        drop(sendable(a.writable()));
+        drop(sendable(a.shutdown()));
+        drop(sendable(UnixStream::connect("/nowhere")));
+        drop(sendable(listener.accept()));
+    });
+}
+
+#[test]
+fn a_pair_shuts_down_and_reads_without_waiting() {
+    Runtime::new().unwrap().block_on(async {
         let (a, b) = UnixStream::pair().unwrap();
         let mut buf = [0u8; 8];
         assert_eq!(

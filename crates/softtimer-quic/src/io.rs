@@ -496,6 +496,43 @@ impl<C: Clock + Clone> QuicSocket<C> {
         bytes
     }
 
+    /// Sends what the driver has due before a run ends, so that a last CONNECTION_CLOSE
+    /// leaves: through the ring, [`flush_ring`](Self::flush_ring); on the socket itself,
+    /// the send a full socket held back and then the driver's others, waiting (up to
+    /// `limit` in all) for the socket to take them. Returns whether everything left.
+    pub fn flush_before_end<E>(
+        &mut self,
+        cx: &mut LoopCx<'_, E, C>,
+        limit: std::time::Duration,
+    ) -> Result<bool, QuicError> {
+        if self.ring.is_some() {
+            return self.flush_ring(cx, limit);
+        }
+        let end = std::time::Instant::now() + limit;
+        loop {
+            if let Some((t, bytes)) = self.blocked.take()
+                && self.send(cx, t, bytes).is_none()
+            {
+                let left = end.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Ok(false);
+                }
+                let timeout = rustix::event::Timespec::try_from(left).unwrap_or_default();
+                let mut fds = [rustix::event::PollFd::new(
+                    &self.socket,
+                    rustix::event::PollFlags::OUT,
+                )];
+                // Interrupted or not, the loop sends again and looks at the time.
+                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                continue;
+            }
+            self.flush(cx);
+            if self.blocked.is_none() {
+                return Ok(true);
+            }
+        }
+    }
+
     /// Where the socket sends through the loop's ring: submits what is queued and waits, up
     /// to `limit`, until every send has completed (what a run does before it ends, so that a
     /// last CONNECTION_CLOSE leaves). Returns whether they all did; true without a ring.

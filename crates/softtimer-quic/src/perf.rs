@@ -97,6 +97,8 @@ pub struct PerfServer {
     closing: Option<Arc<AtomicBool>>,
     /// The flag was seen and the connections closed (their path counts taken then).
     shut_down: bool,
+    /// Connections up and not yet reported lost: whose path counts a shutdown takes.
+    open: std::collections::HashSet<ConnId>,
     /// What was served so far.
     pub report: ServerReport,
 }
@@ -116,13 +118,14 @@ impl PerfServer {
             closed: 0,
             closing: None,
             shut_down: false,
+            open: std::collections::HashSet::new(),
             report: ServerReport::default(),
         }
     }
 
     /// Shuts down once `flag` is set: at its next turn the server closes every connection
     /// (application code [`SHUTDOWN_CODE`], reason [`SHUTDOWN_REASON`]) and stops the loop,
-    /// which sends the closes first. Clients learn at once that the server is gone, instead
+    /// which sends the closes first (waiting up to 100 ms for a full socket to take them). Clients learn at once that the server is gone, instead
     /// of at their idle timeout. Whoever sets the flag wakes the loop
     /// ([`softtimer_rt::LoopWaker`]) so that the turn comes.
     ///
@@ -224,11 +227,15 @@ impl<C: Clock + Clone> App<C> for PerfServer {
         }
         if !self.shut_down {
             self.shut_down = true;
-            for conn in driver.connection_ids() {
-                // Counted now: the loop stops before the connections drain.
+            // Counted now (the loop stops before the connections drain): those not counted
+            // at their loss already.
+            for &conn in &self.open {
                 if let Some(stats) = driver.connection_stats(conn) {
                     self.report.add_path_stats(&stats.path);
                 }
+            }
+            // Every connection, those still in their handshake too.
+            for conn in driver.connection_ids() {
                 let _ = driver.close(conn, VarInt::from_u32(SHUTDOWN_CODE), SHUTDOWN_REASON);
             }
         }
@@ -238,7 +245,10 @@ impl<C: Clock + Clone> App<C> for PerfServer {
 
     fn on_event(&mut self, driver: &mut Driver<C>, event: QuicEvent) {
         match event {
-            QuicEvent::Connected(_) => self.report.connections += 1,
+            QuicEvent::Connected(conn) => {
+                self.report.connections += 1;
+                self.open.insert(conn);
+            }
             QuicEvent::StreamOpened(conn) => {
                 while let Ok(Some(stream)) = driver.accept_bi(conn) {
                     self.streams.insert((conn, stream), ServerStream::default());
@@ -253,7 +263,9 @@ impl<C: Clock + Clone> App<C> for PerfServer {
                 }
             }
             QuicEvent::Lost(conn, _) => {
-                if !self.shut_down
+                let was_open = self.open.remove(&conn);
+                // Counted at the shutdown already if it was up then.
+                if !(self.shut_down && was_open)
                     && let Some(stats) = driver.connection_stats(conn)
                 {
                     self.report.add_path_stats(&stats.path);

@@ -200,9 +200,10 @@ impl QuicLoop {
         );
         let _ = cell.into_inner();
         quic.unwatch_writable(&mut ev.cx());
-        // Sends still queued in a ring (a last CONNECTION_CLOSE) leave before the run ends,
-        // as far as they do within 100 ms; the run's own error comes first.
-        let flushed = quic.flush_ring(&mut ev.cx(), std::time::Duration::from_millis(100));
+        // Sends still due (a last CONNECTION_CLOSE, held back by a full socket or queued in a
+        // ring) leave before the run ends, as far as they do within 100 ms; the run's own
+        // error comes first.
+        let flushed = quic.flush_before_end(&mut ev.cx(), std::time::Duration::from_millis(100));
         result.map_err(QuicError::Loop)?;
         if let Some(e) = loop_error {
             return Err(e);

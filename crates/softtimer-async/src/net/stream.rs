@@ -5,11 +5,13 @@
 
 use std::future::poll_fn;
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::task::{Context, Poll};
 
 use softtimer::TriggerSource;
 
 use crate::net::udp::syscall;
+use crate::reactor::Registration;
 
 /// `read_exact` of a stream whose `poll_read` is given: fills `buf`, or `UnexpectedEof`
 /// when the stream ends first (what was read stays in `buf`).
@@ -51,9 +53,8 @@ pub(crate) fn shut_write(shutdown: impl FnOnce() -> io::Result<()>) -> io::Resul
 }
 
 /// The stream methods of a type with a `socket` (a std stream: `Read` and `Write` on a
-/// shared reference, `shutdown`) and a `reg`. The names it uses are the caller's imports
-/// (`io`, `IoSlice`, `Read`, `Write`, `Shutdown`, `Context`, `Poll`, `poll_fn`, `syscall`,
-/// `TriggerSource`, `Direction` and this module's helpers).
+/// shared reference, `shutdown`) and a `reg` (its [`Registration`](crate::reactor::Registration)). Its paths are absolute,
+/// so that it needs no import where it is used.
 macro_rules! stream_io {
     () => {
         /// Shuts the write direction down: the peer reads end of stream once it has read what
@@ -65,8 +66,8 @@ macro_rules! stream_io {
         /// # Errors
         ///
         /// The `shutdown` system call's, but `NotConnected`.
-        pub async fn shutdown(&self) -> io::Result<()> {
-            poll_fn(|_| self.poll_shutdown_write()).await
+        pub async fn shutdown(&self) -> ::std::io::Result<()> {
+            ::std::future::poll_fn(|_| self.poll_shutdown_write()).await
         }
 
         /// Shuts down the read direction, the write direction, or both, at once (std's
@@ -75,7 +76,7 @@ macro_rules! stream_io {
         /// # Errors
         ///
         /// The `shutdown` system call's (`NotConnected` on a stream not connected any more).
-        pub fn shutdown_direction(&self, how: Shutdown) -> io::Result<()> {
+        pub fn shutdown_direction(&self, how: ::std::net::Shutdown) -> ::std::io::Result<()> {
             self.socket.shutdown(how)
         }
 
@@ -85,18 +86,20 @@ macro_rules! stream_io {
         ///
         /// # Errors
         ///
-        /// None today; an `io::Result` as tokio's.
-        pub async fn readable(&self) -> io::Result<()> {
-            poll_fn(|cx| self.reg.poll_ready(Direction::Read, cx)).await
+        /// None today; an `::std::io::Result` as tokio's.
+        pub async fn readable(&self) -> ::std::io::Result<()> {
+            ::std::future::poll_fn(|cx| self.reg.poll_ready($crate::reactor::Direction::Read, cx))
+                .await
         }
 
         /// Waits until the stream may be writable (see [`readable`](Self::readable)).
         ///
         /// # Errors
         ///
-        /// None today; an `io::Result` as tokio's.
-        pub async fn writable(&self) -> io::Result<()> {
-            poll_fn(|cx| self.reg.poll_ready(Direction::Write, cx)).await
+        /// None today; an `::std::io::Result` as tokio's.
+        pub async fn writable(&self) -> ::std::io::Result<()> {
+            ::std::future::poll_fn(|cx| self.reg.poll_ready($crate::reactor::Direction::Write, cx))
+                .await
         }
 
         /// Reads what is there into `buf` without waiting: `Ok(0)` at the end of the stream,
@@ -105,9 +108,11 @@ macro_rules! stream_io {
         /// # Errors
         ///
         /// `WouldBlock` when nothing is there yet; the read's error otherwise.
-        pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-            self.reg.try_io(Direction::Read, || {
-                syscall(TriggerSource::Recv, || (&self.socket).read(buf))
+        pub fn try_read(&self, buf: &mut [u8]) -> ::std::io::Result<usize> {
+            self.reg.try_io($crate::reactor::Direction::Read, || {
+                $crate::net::udp::syscall(::softtimer::TriggerSource::Recv, || {
+                    ::std::io::Read::read(&mut &self.socket, buf)
+                })
             })
         }
 
@@ -117,15 +122,17 @@ macro_rules! stream_io {
         /// # Errors
         ///
         /// `WouldBlock` when the stream's buffer is full; the write's error otherwise.
-        pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-            self.reg.try_io(Direction::Write, || {
-                syscall(TriggerSource::Send, || (&self.socket).write(buf))
+        pub fn try_write(&self, buf: &[u8]) -> ::std::io::Result<usize> {
+            self.reg.try_io($crate::reactor::Direction::Write, || {
+                $crate::net::udp::syscall(::softtimer::TriggerSource::Send, || {
+                    ::std::io::Write::write(&mut &self.socket, buf)
+                })
             })
         }
 
         /// Reads into `buf`; `Ok(0)` at the end of the stream.
-        pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-            poll_fn(|cx| self.poll_read_buf(cx, buf)).await
+        pub async fn read(&self, buf: &mut [u8]) -> ::std::io::Result<usize> {
+            ::std::future::poll_fn(|cx| self.poll_read_buf(cx, buf)).await
         }
 
         /// Fills `buf` and returns its length, as tokio's `read_exact` does.
@@ -134,73 +141,174 @@ macro_rules! stream_io {
         ///
         /// `UnexpectedEof` when the stream ends first (what was read stays in `buf`); the read's
         /// error otherwise.
-        pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<usize> {
-            read_exact_with(buf, |cx, rest| self.poll_read_buf(cx, rest)).await
+        pub async fn read_exact(&self, buf: &mut [u8]) -> ::std::io::Result<usize> {
+            $crate::net::stream::read_exact_with(buf, |cx, rest| self.poll_read_buf(cx, rest)).await
         }
 
         /// Writes some of `buf`.
-        pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
-            poll_fn(|cx| self.poll_write_buf(cx, buf)).await
+        pub async fn write(&self, buf: &[u8]) -> ::std::io::Result<usize> {
+            ::std::future::poll_fn(|cx| self.poll_write_buf(cx, buf)).await
         }
 
         /// Writes all of `buf`.
-        pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
-            write_all_with(buf, |cx, rest| self.poll_write_buf(cx, rest)).await
+        pub async fn write_all(&self, buf: &[u8]) -> ::std::io::Result<()> {
+            $crate::net::stream::write_all_with(buf, |cx, rest| self.poll_write_buf(cx, rest)).await
         }
 
         pub(crate) fn poll_read_buf(
             &self,
-            cx: &mut Context<'_>,
+            cx: &mut ::std::task::Context<'_>,
             buf: &mut [u8],
-        ) -> Poll<io::Result<usize>> {
+        ) -> ::std::task::Poll<::std::io::Result<usize>> {
             let want = buf.len();
-            self.reg.poll_io_partial(Direction::Read, cx, want, || {
-                syscall(TriggerSource::Recv, || (&self.socket).read(&mut *buf))
-            })
+            self.reg
+                .poll_io_partial($crate::reactor::Direction::Read, cx, want, || {
+                    $crate::net::udp::syscall(::softtimer::TriggerSource::Recv, || {
+                        ::std::io::Read::read(&mut &self.socket, &mut *buf)
+                    })
+                })
         }
 
         /// Reads into uninitialised memory (hyper's buffers); returns how many bytes it filled.
         #[cfg(feature = "hyper")]
         pub(crate) fn poll_read_uninit(
             &self,
-            cx: &mut Context<'_>,
-            buf: &mut [std::mem::MaybeUninit<u8>],
-        ) -> Poll<io::Result<usize>> {
+            cx: &mut ::std::task::Context<'_>,
+            buf: &mut [::std::mem::MaybeUninit<u8>],
+        ) -> ::std::task::Poll<::std::io::Result<usize>> {
             let want = buf.len();
-            self.reg.poll_io_partial(Direction::Read, cx, want, || {
-                syscall(TriggerSource::Recv, || {
-                    rustix::io::read(&self.socket, &mut *buf)
-                        .map(|(filled, _)| filled.len())
-                        .map_err(io::Error::from)
+            self.reg
+                .poll_io_partial($crate::reactor::Direction::Read, cx, want, || {
+                    $crate::net::udp::syscall(::softtimer::TriggerSource::Recv, || {
+                        ::rustix::io::read(&self.socket, &mut *buf)
+                            .map(|(filled, _)| filled.len())
+                            .map_err(io::Error::from)
+                    })
                 })
-            })
         }
 
         pub(crate) fn poll_write_buf(
             &self,
-            cx: &mut Context<'_>,
+            cx: &mut ::std::task::Context<'_>,
             buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
+        ) -> ::std::task::Poll<::std::io::Result<usize>> {
             self.reg
-                .poll_io_partial(Direction::Write, cx, buf.len(), || {
-                    syscall(TriggerSource::Send, || (&self.socket).write(buf))
+                .poll_io_partial($crate::reactor::Direction::Write, cx, buf.len(), || {
+                    $crate::net::udp::syscall(::softtimer::TriggerSource::Send, || {
+                        ::std::io::Write::write(&mut &self.socket, buf)
+                    })
                 })
         }
 
         pub(crate) fn poll_write_vectored_buf(
             &self,
-            cx: &mut Context<'_>,
-            bufs: &[IoSlice<'_>],
-        ) -> Poll<io::Result<usize>> {
+            cx: &mut ::std::task::Context<'_>,
+            bufs: &[::std::io::IoSlice<'_>],
+        ) -> ::std::task::Poll<::std::io::Result<usize>> {
             let want = bufs.iter().map(|b| b.len()).sum();
-            self.reg.poll_io_partial(Direction::Write, cx, want, || {
-                syscall(TriggerSource::Send, || (&self.socket).write_vectored(bufs))
-            })
+            self.reg
+                .poll_io_partial($crate::reactor::Direction::Write, cx, want, || {
+                    $crate::net::udp::syscall(::softtimer::TriggerSource::Send, || {
+                        ::std::io::Write::write_vectored(&mut &self.socket, bufs)
+                    })
+                })
         }
 
-        pub(crate) fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
-            Poll::Ready(shut_write(|| self.socket.shutdown(Shutdown::Write)))
+        pub(crate) fn poll_shutdown_write(&self) -> ::std::task::Poll<::std::io::Result<()>> {
+            ::std::task::Poll::Ready($crate::net::stream::shut_write(|| {
+                self.socket.shutdown(::std::net::Shutdown::Write)
+            }))
         }
     };
 }
 pub(crate) use stream_io;
+
+/// `socket` made non-blocking (`FIONBIO`, as std's `set_nonblocking`) and registered with the
+/// calling thread's loop.
+pub(crate) fn register_nonblocking(socket: BorrowedFd<'_>) -> io::Result<Registration> {
+    rustix::io::ioctl_fionbio(socket, true)?;
+    Registration::current(socket)
+}
+
+/// The write half of an I/O trait (futures-io's, tokio's or hyper's) on a stream: each
+/// one's methods are the stream's own, and only the name of the closing method (`close:`)
+/// differs. `vectored` adds `is_write_vectored` where the trait has it. Paths are absolute,
+/// so that the macro needs no import where it is used.
+macro_rules! write_trait {
+    ($trait_:path, $stream:ty, close: $close:ident $(, $vectored:ident)?) => {
+        impl $trait_ for $stream {
+            fn poll_write(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                buf: &[u8],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                self.poll_write_buf(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                bufs: &[::std::io::IoSlice<'_>],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                self.poll_write_vectored_buf(cx, bufs)
+            }
+
+            $(
+                fn $vectored(&self) -> bool {
+                    true
+                }
+            )?
+
+            fn poll_flush(
+                self: ::std::pin::Pin<&mut Self>,
+                _: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ::std::task::Poll::Ready(Ok(()))
+            }
+
+            fn $close(
+                self: ::std::pin::Pin<&mut Self>,
+                _: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                self.poll_shutdown_write()
+            }
+        }
+    };
+}
+pub(crate) use write_trait;
+
+/// `futures-io`'s `AsyncRead` for a type with the stream's `poll_read_buf`.
+macro_rules! futures_io_read {
+    ($reader:ty) => {
+        impl futures_io::AsyncRead for $reader {
+            fn poll_read(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                buf: &mut [u8],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                self.poll_read_buf(cx, buf)
+            }
+        }
+    };
+}
+pub(crate) use futures_io_read;
+
+/// tokio's `AsyncRead` for a type with the stream's `poll_read_buf`.
+#[cfg(feature = "tokio-io")]
+macro_rules! tokio_read {
+    ($reader:ty) => {
+        impl tokio::io::AsyncRead for $reader {
+            fn poll_read(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                let n = ::std::task::ready!(self.poll_read_buf(cx, buf.initialize_unfilled()))?;
+                buf.advance(n);
+                ::std::task::Poll::Ready(Ok(()))
+            }
+        }
+    };
+}
+#[cfg(feature = "tokio-io")]
+pub(crate) use tokio_read;

@@ -2,25 +2,18 @@
 //! hyper's behind their features).
 
 use std::future::poll_fn;
-use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, SocketAddr};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::task::{Context, Poll};
 
 use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
 use softtimer::TriggerSource;
 
 use crate::net::addr::first_that_opens;
-use crate::net::stream::{read_exact_with, shut_write, write_all_with};
+use crate::net::stream::{futures_io_read, register_nonblocking, write_trait};
 use crate::net::udp::syscall;
 use crate::reactor::{Direction, Registration, take_socket_error};
-
-/// `socket` made non-blocking (`FIONBIO`, as std's `set_nonblocking`) and registered with the
-/// calling thread's loop.
-pub(crate) fn register_nonblocking(socket: BorrowedFd<'_>) -> io::Result<Registration> {
-    rustix::io::ioctl_fionbio(socket, true)?;
-    Registration::current(socket)
-}
 
 /// A close-on-exec TCP socket (with `flags` besides) of `addr`'s address family.
 fn tcp_socket(addr: &SocketAddr, flags: SocketFlags) -> io::Result<OwnedFd> {
@@ -547,89 +540,6 @@ impl Drop for OwnedWriteHalf {
     }
 }
 
-/// The write half of an I/O trait (futures-io's, tokio's or hyper's) on a stream: each
-/// one's methods are the stream's own, and only the name of the closing method (`close:`)
-/// differs. `vectored` adds `is_write_vectored` where the trait has it. Paths are absolute,
-/// so that the macro needs no import where it is used.
-macro_rules! write_trait {
-    ($trait_:path, $stream:ty, close: $close:ident $(, $vectored:ident)?) => {
-        impl $trait_ for $stream {
-            fn poll_write(
-                self: ::std::pin::Pin<&mut Self>,
-                cx: &mut ::std::task::Context<'_>,
-                buf: &[u8],
-            ) -> ::std::task::Poll<::std::io::Result<usize>> {
-                self.poll_write_buf(cx, buf)
-            }
-
-            fn poll_write_vectored(
-                self: ::std::pin::Pin<&mut Self>,
-                cx: &mut ::std::task::Context<'_>,
-                bufs: &[::std::io::IoSlice<'_>],
-            ) -> ::std::task::Poll<::std::io::Result<usize>> {
-                self.poll_write_vectored_buf(cx, bufs)
-            }
-
-            $(
-                fn $vectored(&self) -> bool {
-                    true
-                }
-            )?
-
-            fn poll_flush(
-                self: ::std::pin::Pin<&mut Self>,
-                _: &mut ::std::task::Context<'_>,
-            ) -> ::std::task::Poll<::std::io::Result<()>> {
-                ::std::task::Poll::Ready(Ok(()))
-            }
-
-            fn $close(
-                self: ::std::pin::Pin<&mut Self>,
-                _: &mut ::std::task::Context<'_>,
-            ) -> ::std::task::Poll<::std::io::Result<()>> {
-                self.poll_shutdown_write()
-            }
-        }
-    };
-}
-pub(crate) use write_trait;
-
-/// `futures-io`'s `AsyncRead` for a type with the stream's `poll_read_buf`.
-macro_rules! futures_io_read {
-    ($reader:ty) => {
-        impl futures_io::AsyncRead for $reader {
-            fn poll_read(
-                self: ::std::pin::Pin<&mut Self>,
-                cx: &mut ::std::task::Context<'_>,
-                buf: &mut [u8],
-            ) -> ::std::task::Poll<::std::io::Result<usize>> {
-                self.poll_read_buf(cx, buf)
-            }
-        }
-    };
-}
-pub(crate) use futures_io_read;
-
-/// tokio's `AsyncRead` for a type with the stream's `poll_read_buf`.
-#[cfg(feature = "tokio-io")]
-macro_rules! tokio_read {
-    ($reader:ty) => {
-        impl tokio::io::AsyncRead for $reader {
-            fn poll_read(
-                self: ::std::pin::Pin<&mut Self>,
-                cx: &mut ::std::task::Context<'_>,
-                buf: &mut tokio::io::ReadBuf<'_>,
-            ) -> ::std::task::Poll<::std::io::Result<()>> {
-                let n = ::std::task::ready!(self.poll_read_buf(cx, buf.initialize_unfilled()))?;
-                buf.advance(n);
-                ::std::task::Poll::Ready(Ok(()))
-            }
-        }
-    };
-}
-#[cfg(feature = "tokio-io")]
-pub(crate) use tokio_read;
-
 // The stream, a shared reference to one (so that one task may read while another writes),
 // and its halves, owned and borrowed.
 futures_io_read!(TcpStream);
@@ -644,6 +554,7 @@ write_trait!(futures_io::AsyncWrite, WriteHalf<'_>, close: poll_close);
 #[cfg(feature = "tokio-io")]
 mod tokio_io {
     use super::*;
+    use crate::net::stream::tokio_read;
 
     tokio_read!(TcpStream);
     tokio_read!(OwnedReadHalf);

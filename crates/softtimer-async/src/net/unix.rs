@@ -3,8 +3,7 @@
 //! local server (a control socket, a sidecar, hyper behind a reverse proxy).
 
 use std::future::poll_fn;
-use std::io::{self, IoSlice, Read, Write};
-use std::net::Shutdown;
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::SocketAddr;
 use std::path::Path;
@@ -13,10 +12,9 @@ use std::task::{Context, Poll};
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use softtimer::TriggerSource;
 
-use crate::net::stream::{read_exact_with, shut_write, write_all_with};
-use crate::net::tcp::register_nonblocking;
+use crate::net::stream::register_nonblocking;
 use crate::net::udp::syscall;
-use crate::reactor::{Direction, Registration, take_socket_error};
+use crate::reactor::{Direction, Registration};
 
 /// A close-on-exec Unix-domain stream socket (with `flags` besides).
 fn unix_socket(flags: SocketFlags) -> io::Result<OwnedFd> {
@@ -105,7 +103,8 @@ impl UnixListener {
         Self::from_std(std::os::unix::net::UnixListener::from(fd))
     }
 
-    /// Takes over a listening std socket (made non-blocking), on the calling thread's loop.
+    /// Takes over a listening std socket, on the calling thread's loop; it makes the socket
+    /// non-blocking itself.
     ///
     /// # Errors
     ///
@@ -140,7 +139,8 @@ impl UnixListener {
         };
         Poll::Ready(accepted.and_then(|fd| {
             let stream = UnixStream::from_std(std::os::unix::net::UnixStream::from(fd))?;
-            let peer = stream.peer_addr()?;
+            // std makes no unnamed address but through a socket: the peer's, asked for.
+            let peer = syscall(TriggerSource::Syscall, || stream.peer_addr())?;
             Ok((stream, peer))
         }))
     }
@@ -175,29 +175,21 @@ pub struct UnixStream {
 super::socket_descriptor!(UnixStream, socket);
 
 impl UnixStream {
-    /// Connects to the listener at `path` (a non-blocking `connect`, waiting for the
-    /// listener to take it).
+    /// Connects to the listener at `path`: a non-blocking `connect`, which on Linux either
+    /// connects at once (the connection waits in the listener's backlog until accepted) or
+    /// fails. Async as tokio's, though it never waits.
     ///
     /// # Errors
     ///
     /// `NotFound` when nothing is at `path`, `ConnectionRefused` when what is there does not
-    /// listen, `WouldBlock` when the listener's backlog is full (as tokio's); an `Other`
-    /// error outside a runtime thread.
+    /// listen, `WouldBlock` when the listener's backlog is full (as tokio's: try again
+    /// later), `InvalidInput` for a path too long for a socket address; an `Other` error
+    /// outside a runtime thread.
     pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
         let addr = socket_addr(path.as_ref())?;
         let fd = unix_socket(SocketFlags::NONBLOCK)?;
-        match syscall(TriggerSource::Syscall, || rustix::net::connect(&fd, &addr)) {
-            Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}
-            Err(e) => return Err(e.into()),
-        }
-        let stream = UnixStream::from_std(std::os::unix::net::UnixStream::from(fd))?;
-        poll_fn(|cx| {
-            stream
-                .reg
-                .poll_io(Direction::Write, cx, || take_socket_error(&stream.socket))
-        })
-        .await?;
-        Ok(stream)
+        syscall(TriggerSource::Syscall, || rustix::net::connect(&fd, &addr))?;
+        UnixStream::from_std(std::os::unix::net::UnixStream::from(fd))
     }
 
     /// Two streams connected to each other (`socketpair`), on the calling thread's loop.
@@ -210,7 +202,8 @@ impl UnixStream {
         Ok((UnixStream::from_std(a)?, UnixStream::from_std(b)?))
     }
 
-    /// Takes over a connected std stream (made non-blocking), on the calling thread's loop.
+    /// Takes over a connected std stream, on the calling thread's loop; it makes the socket
+    /// non-blocking itself (tokio's wants that done first).
     ///
     /// # Errors
     ///
@@ -233,12 +226,12 @@ impl UnixStream {
     crate::net::stream::stream_io!();
 }
 
-crate::net::tcp::futures_io_read!(UnixStream);
-crate::net::tcp::futures_io_read!(&UnixStream);
-crate::net::tcp::write_trait!(futures_io::AsyncWrite, UnixStream, close: poll_close);
-crate::net::tcp::write_trait!(futures_io::AsyncWrite, &UnixStream, close: poll_close);
+crate::net::stream::futures_io_read!(UnixStream);
+crate::net::stream::futures_io_read!(&UnixStream);
+crate::net::stream::write_trait!(futures_io::AsyncWrite, UnixStream, close: poll_close);
+crate::net::stream::write_trait!(futures_io::AsyncWrite, &UnixStream, close: poll_close);
 
 #[cfg(feature = "tokio-io")]
-crate::net::tcp::tokio_read!(UnixStream);
+crate::net::stream::tokio_read!(UnixStream);
 #[cfg(feature = "tokio-io")]
-crate::net::tcp::write_trait!(tokio::io::AsyncWrite, UnixStream, close: poll_shutdown, is_write_vectored);
+crate::net::stream::write_trait!(tokio::io::AsyncWrite, UnixStream, close: poll_shutdown, is_write_vectored);

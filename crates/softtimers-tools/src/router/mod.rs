@@ -230,17 +230,37 @@ fn consume(
 }
 
 /// Whether datagrams sent to `to` would come back to a router listening on `listen`: the
-/// same port, and the same address, or a listener on every address with the next hop on
-/// loopback or on another of this host's own addresses.
+/// same port, and the same address, or a listener on every address (of `to`'s family, or
+/// IPv6's, which takes IPv4 too) with the next hop on loopback or on another of this host's
+/// own addresses.
 fn forwards_to_itself(listen: SocketAddr, to: SocketAddr) -> bool {
-    listen.port() == to.port()
-        && (listen.ip() == to.ip()
-            || listen.ip().is_unspecified() && (to.ip().is_loopback() || is_own_address(to.ip())))
+    if listen.port() != to.port() {
+        return false;
+    }
+    if listen.ip() == to.ip() {
+        return true;
+    }
+    listen.ip().is_unspecified()
+        && (listen.is_ipv6() || to.is_ipv4())
+        && (to.ip().is_loopback() || is_own_address(to))
 }
 
-/// Whether `ip` is one of this host's addresses: the kernel lets a socket bind only those.
-fn is_own_address(ip: std::net::IpAddr) -> bool {
-    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+/// Whether `to` is one of this host's addresses: the kernel sends a datagram to one of its
+/// own addresses from that address (to another host, from the address of the way out).
+/// Asked by connecting a UDP socket, which sends nothing; a link-local address keeps its
+/// scope.
+fn is_own_address(to: SocketAddr) -> bool {
+    let any: SocketAddr = if to.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    std::net::UdpSocket::bind(any)
+        .and_then(|socket| {
+            socket.connect(to)?;
+            socket.local_addr()
+        })
+        .is_ok_and(|local| local.ip() == to.ip())
 }
 
 /// Checks the router's options.
@@ -252,8 +272,10 @@ pub fn check_router(options: &RouterOptions) -> Result<()> {
     );
     ensure!(
         !forwards_to_itself(options.listen, options.forward_to),
-        "--forward-to {} is where the router listens: it would forward its own output for ever",
-        options.forward_to
+        "--forward-to {} reaches the router itself (it listens on {}): it would forward its own \
+         output for ever",
+        options.forward_to,
+        options.listen
     );
     if let Some(share) = options.cpu_budget {
         ensure!(
