@@ -205,7 +205,11 @@ fn bad_paths_say_what_is_wrong() {
         let err = UnixListener::bind(dir.0.join("no-dir/a.sock")).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
     });
-    // Outside a runtime there is no loop to register with.
+    // Outside a runtime there is no loop to register with, and a bind leaves no file.
     let err = UnixStream::pair().unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::Other, "{err}");
+    let outside = dir.0.join("outside.sock");
+    let err = UnixListener::bind(&outside).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::Other, "{err}");
+    assert!(!outside.exists(), "the failed bind left its socket file");
 }

@@ -125,7 +125,8 @@ impl PerfServer {
 
     /// Shuts down once `flag` is set: at its next turn the server closes every connection
     /// (application code [`SHUTDOWN_CODE`], reason [`SHUTDOWN_REASON`]) and stops the loop,
-    /// which sends the closes first (waiting up to 100 ms for a full socket to take them). Clients learn at once that the server is gone, instead
+    /// which sends the closes first (waiting up to 100 ms for a full socket to take them).
+    /// Clients learn at once that the server is gone, instead
     /// of at their idle timeout. Whoever sets the flag wakes the loop
     /// ([`softtimer_rt::LoopWaker`]) so that the turn comes.
     ///

@@ -53,8 +53,9 @@ pub(crate) fn shut_write(shutdown: impl FnOnce() -> io::Result<()>) -> io::Resul
 }
 
 /// The stream methods of a type with a `socket` (a std stream: `Read` and `Write` on a
-/// shared reference, `shutdown`) and a `reg` (its [`Registration`](crate::reactor::Registration)). Its paths are absolute,
-/// so that it needs no import where it is used.
+/// shared reference, `shutdown`) and a `reg` (its
+/// [`Registration`](crate::reactor::Registration)). Its paths are absolute, so that it
+/// needs no import where it is used.
 macro_rules! stream_io {
     () => {
         /// Shuts the write direction down: the peer reads end of stream once it has read what
@@ -182,7 +183,7 @@ macro_rules! stream_io {
                     $crate::net::udp::syscall(::softtimer::TriggerSource::Recv, || {
                         ::rustix::io::read(&self.socket, &mut *buf)
                             .map(|(filled, _)| filled.len())
-                            .map_err(io::Error::from)
+                            .map_err(::std::io::Error::from)
                     })
                 })
         }

@@ -27,6 +27,13 @@ fn unix_socket(flags: SocketFlags) -> io::Result<OwnedFd> {
     )?)
 }
 
+/// An `Other` error outside a runtime thread, before any system call.
+fn require_runtime() -> io::Result<()> {
+    crate::executor::current_shared()
+        .map(drop)
+        .ok_or_else(crate::reactor::no_runtime)
+}
+
 /// The socket address of `path`; a path too long for one is `InvalidInput`, saying so.
 fn socket_addr(path: &Path) -> io::Result<SocketAddrUnix> {
     // `sun_path` holds 108 bytes, the last a terminating NUL.
@@ -94,6 +101,8 @@ impl UnixListener {
     ///
     /// [`TcpListener::LISTEN_BACKLOG`]: crate::TcpListener::LISTEN_BACKLOG
     pub fn bind(path: impl AsRef<Path>) -> io::Result<UnixListener> {
+        // Before the bind: it makes the file, which a failure after it would leave.
+        require_runtime()?;
         let addr = socket_addr(path.as_ref())?;
         let fd = unix_socket(SocketFlags::empty())?;
         syscall(TriggerSource::Syscall, || {
@@ -186,6 +195,7 @@ impl UnixStream {
     /// later), `InvalidInput` for a path too long for a socket address; an `Other` error
     /// outside a runtime thread.
     pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
+        require_runtime()?;
         let addr = socket_addr(path.as_ref())?;
         let fd = unix_socket(SocketFlags::NONBLOCK)?;
         syscall(TriggerSource::Syscall, || rustix::net::connect(&fd, &addr))?;
@@ -232,6 +242,10 @@ crate::net::stream::write_trait!(futures_io::AsyncWrite, UnixStream, close: poll
 crate::net::stream::write_trait!(futures_io::AsyncWrite, &UnixStream, close: poll_close);
 
 #[cfg(feature = "tokio-io")]
-crate::net::stream::tokio_read!(UnixStream);
-#[cfg(feature = "tokio-io")]
-crate::net::stream::write_trait!(tokio::io::AsyncWrite, UnixStream, close: poll_shutdown, is_write_vectored);
+mod tokio_io {
+    use super::UnixStream;
+    use crate::net::stream::{tokio_read, write_trait};
+
+    tokio_read!(UnixStream);
+    write_trait!(tokio::io::AsyncWrite, UnixStream, close: poll_shutdown, is_write_vectored);
+}

@@ -583,6 +583,30 @@ impl Report for RouterReport {
 mod tests {
     use super::*;
 
+    /// Which next hops come back to the router: ports, addresses, families, loopback.
+    #[test]
+    fn a_loop_is_told_from_a_next_hop() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        for (listen, to, loops) in [
+            ("127.0.0.1:9000", "127.0.0.1:9000", true),
+            ("127.0.0.1:9000", "127.0.0.1:9001", false),
+            ("0.0.0.0:9000", "127.0.0.1:9000", true),
+            ("0.0.0.0:9000", "127.0.0.2:9000", true),
+            ("0.0.0.0:9000", "127.0.0.1:9001", false),
+            ("[::]:9000", "127.0.0.1:9000", true),
+            ("[::]:9000", "[::1]:9000", true),
+            // An IPv4 socket does not get what is sent to an IPv6 address.
+            ("0.0.0.0:9000", "[::1]:9000", false),
+            ("127.0.0.1:9000", "127.0.0.2:9000", false),
+        ] {
+            assert_eq!(
+                forwards_to_itself(at(listen), at(to)),
+                loops,
+                "{listen} -> {to}"
+            );
+        }
+    }
+
     /// A consumer told to stop still forwards what its queue holds, so the baseline's
     /// counters add up at the end of a run.
     #[test]
