@@ -518,15 +518,13 @@ impl<C: Clock + Clone> QuicSocket<C> {
                 && self.send(cx, t, bytes).is_none()
             {
                 let left = end.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    return Ok(false);
-                }
                 let timeout = rustix::event::Timespec::try_from(left).unwrap_or_default();
                 let mut fds = [rustix::event::PollFd::new(
                     &self.socket,
                     rustix::event::PollFlags::OUT,
                 )];
-                // Interrupted or not, the loop sends again and looks at the time.
+                // Writable, interrupted or out of time: the loop's next turn looks at the time
+                // first.
                 let _ = rustix::event::poll(&mut fds, Some(&timeout));
                 continue;
             }
@@ -538,8 +536,9 @@ impl<C: Clock + Clone> QuicSocket<C> {
     }
 
     /// Where the socket sends through the loop's ring: submits what is queued and waits, up
-    /// to `limit`, until every send has completed (what a run does before it ends, so that a
-    /// last CONNECTION_CLOSE leaves). Returns whether they all did; true without a ring.
+    /// to `limit`, until every send has completed (the ring's part of
+    /// [`flush_before_end`](Self::flush_before_end)). Returns whether they all did; true
+    /// without a ring.
     pub fn flush_ring<E>(
         &mut self,
         cx: &mut LoopCx<'_, E, C>,
