@@ -52,7 +52,7 @@
 //! | `softtimer-rt` | the event loop: its step form ([`softtimer_rt::EventLoop::poll_io`], [`softtimer_rt::EventLoop::park`]), a [`softtimer_rt::LoopWaker`] for other threads, a thread-safe [`softtimer_rt::LoopHandle`] for futures |
 //! | [`Runtime`] | loops (one per thread, [`Builder::threads`]), each an executor on `async-task`; tasks ([`spawn`], [`JoinHandle`], [`AbortHandle`], [`JoinSet`]); a pool of threads for blocking work ([`spawn_blocking`]) |
 //! | [`time`] | timers as soft events: `std::time::Instant` deadlines, never early, O(1) reset |
-//! | [`UdpSocket`], [`TcpListener`], [`TcpStream`], [`UnixListener`], [`UnixStream`] ([`net`]) | sockets on the loop's epoll set, each system call a trigger state; [`net::lookup_host`] resolves names on the blocking pool |
+//! | [`UdpSocket`], [`TcpListener`], [`TcpStream`], [`UnixListener`], [`UnixStream`], [`UnixDatagram`] ([`net`]) | sockets on the loop's epoll set, each system call a trigger state; [`net::lookup_host`] resolves names on the blocking pool |
 //! | [`PacedSender`], [`UdpSocket::send_at`] | departures from soft-event handlers (`softtimer-net`'s departure-time scheduler) |
 //! | [`signal`] | Unix signals as futures ([`signal::ctrl_c`], [`signal::signal`]): a handler that writes an eventfd, a duplicate of which each listener's loop watches |
 //! | [`quinn`], [`hyper`] | quinn's `Runtime`, hyper's `rt` traits (cargo features, on by default) |
@@ -67,7 +67,7 @@
 //! | `macros` | `#[softtimer_async::main]` and `#[softtimer_async::test]`, as tokio's `#[tokio::main]` and `#[tokio::test]` | `softtimer-async-macros` (`syn`, `quote`) at build time |
 //! | `quinn` | [`quinn::SoftRuntime`] | quinn 0.11 without its default features: no crypto provider and no tokio (a quinn program names its own, e.g. quinn's `rustls-ring`) |
 //! | `hyper` | [`hyper`]'s executor, timer and I/O traits | hyper 1.x |
-//! | `tokio-io` | tokio's `AsyncRead`/`AsyncWrite` on [`TcpStream`] and its halves, owned ([`TcpStream::into_split`]) and borrowed ([`TcpStream::split`]), and on [`UnixStream`], for tokio codecs | tokio without its runtime |
+//! | `tokio-io` | tokio's `AsyncRead`/`AsyncWrite` on [`TcpStream`] and its halves, owned ([`TcpStream::into_split`]) and borrowed ([`TcpStream::split`]), and on [`UnixStream`] and its halves, for tokio codecs | tokio without its runtime |
 //!
 //! ## Where to start
 //!
@@ -121,7 +121,7 @@ pub mod time;
 
 pub use blocking::spawn_blocking;
 pub use join_set::JoinSet;
-pub use net::{TcpListener, TcpStream, UdpSocket, UnixListener, UnixStream};
+pub use net::{TcpListener, TcpStream, UdpSocket, UnixDatagram, UnixListener, UnixStream};
 pub use pace::{Departure, PacedSender};
 pub use runtime::{Builder, EnterGuard, Handle, Precision, Runtime, RuntimeStats};
 #[cfg(feature = "macros")]

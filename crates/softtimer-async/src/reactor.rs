@@ -34,6 +34,8 @@ impl Direction {
 
 const READ: u64 = 1;
 const WRITE: u64 = 2;
+/// The loop has seen a hang-up or an error: it stays set (see [`IoSource::is_closed`]).
+const CLOSED: u64 = 4;
 const BITS: u64 = 0xff;
 const TICK: u64 = 1 << 8;
 
@@ -96,6 +98,9 @@ impl IoSource {
         if ready.writable || ready.closed {
             bits |= WRITE;
         }
+        if ready.closed {
+            bits |= CLOSED;
+        }
         let _ = self
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
@@ -139,6 +144,14 @@ impl IoSource {
             return Poll::Ready(state >> 8);
         }
         Poll::Pending
+    }
+
+    /// Whether the loop has seen the peer hang up (or an error). A hang-up comes as one edge
+    /// with the data before it, so a call that used up the data it saw must not clear the
+    /// readiness on that account: only a `WouldBlock` may (the end of the stream is read as 0,
+    /// never as `WouldBlock`). tokio keeps its closed bits likewise.
+    fn is_closed(&self) -> bool {
+        self.state.load(Ordering::Acquire) & CLOSED != 0
     }
 
     /// Whether `dir` is ready as far as the source knows (the tick if so).
@@ -229,6 +242,50 @@ impl Registration {
         }
     }
 
+    /// Runs a send once the socket may be writable, as [`Registration::poll_io`]; a send
+    /// that has to wait makes the loop watch `fd`'s writability (for a registration made with
+    /// [`Registration::new_read_only`]).
+    pub(crate) fn poll_send<R>(
+        &self,
+        fd: BorrowedFd<'_>,
+        cx: &mut Context<'_>,
+        op: impl FnMut() -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        let result = self.poll_io(Direction::Write, cx, op);
+        if result.is_pending() {
+            self.watch_writable(fd);
+        }
+        result
+    }
+
+    /// Ready when a send may go, as [`Registration::poll_ready`] for writes; waiting makes
+    /// the loop watch `fd`'s writability.
+    pub(crate) fn poll_send_ready(
+        &self,
+        fd: BorrowedFd<'_>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        let ready = self.poll_ready(Direction::Write, cx);
+        if ready.is_pending() {
+            self.watch_writable(fd);
+        }
+        ready
+    }
+
+    /// A send tried once, as [`Registration::try_io`]; one that says `WouldBlock` makes the
+    /// loop watch `fd`'s writability.
+    pub(crate) fn try_send<R>(
+        &self,
+        fd: BorrowedFd<'_>,
+        op: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        let result = self.try_io(Direction::Write, op);
+        if matches!(&result, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            self.watch_writable(fd);
+        }
+        result
+    }
+
     /// Registers `fd` with the loop of the calling thread.
     pub(crate) fn current(fd: BorrowedFd<'_>) -> io::Result<Registration> {
         let shared = crate::executor::current_shared().ok_or_else(no_runtime)?;
@@ -257,7 +314,8 @@ impl Registration {
 
     /// As [`Registration::poll_io`] for a call that moves up to `want` bytes: one that moves
     /// fewer (but some) has drained the socket's buffer (or filled it), so the readiness is
-    /// cleared without a second call to find out, as tokio does.
+    /// cleared without a second call to find out, as tokio does; not once the peer has hung
+    /// up, whose end of stream the next call reads.
     pub(crate) fn poll_io_partial(
         &self,
         dir: Direction,
@@ -286,7 +344,7 @@ impl Registration {
             };
             match op() {
                 Ok(r) => {
-                    if exhausted(&r) {
+                    if exhausted(&r) && !self.source.is_closed() {
                         self.source.clear(dir, tick);
                     }
                     executor::spend_budget();

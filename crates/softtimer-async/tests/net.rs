@@ -621,3 +621,34 @@ fn a_split_stream_reads_and_writes_from_two_tasks_and_its_write_half_closes_on_d
         assert_eq!(bounded(rx.read(&mut buf)).await.unwrap(), 1);
     });
 }
+
+/// A TCP peer's last bytes and its FIN reach the loop as one edge while the reader waits:
+/// the reader gets both (a short read must not make it wait for another edge).
+#[test]
+fn an_end_of_stream_that_comes_with_the_last_bytes_is_read() {
+    on_runtime(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        for _ in 0..20 {
+            let client = TcpStream::connect(addr).await.unwrap();
+            let (server, _) = listener.accept().await.unwrap();
+            softtimer_async::spawn_local(async move {
+                server.write_all(b"last words").await.unwrap();
+                server.shutdown().await.unwrap();
+            });
+            let mut got = Vec::new();
+            let mut buf = [0u8; 64];
+            loop {
+                match timeout(BOUND, client.read(&mut buf))
+                    .await
+                    .expect("the end of the stream was never read")
+                    .unwrap()
+                {
+                    0 => break,
+                    n => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            assert_eq!(got, b"last words");
+        }
+    });
+}

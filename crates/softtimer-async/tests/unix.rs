@@ -1,5 +1,5 @@
 //! Unix-domain streams on the runtime: an echo through a listener, a pair, tokio's I/O
-//! traits, hyper over a socket file, and the errors of bad paths.
+//! traits, halves owned and borrowed, hyper over a socket file, and the errors of bad paths.
 
 use std::convert::Infallible;
 use std::io;
@@ -110,6 +110,11 @@ fn its_futures_are_send() {
         drop(sendable(a.shutdown()));
         drop(sendable(UnixStream::connect("/nowhere")));
         drop(sendable(listener.accept()));
+        let (rx, tx) = a.into_split();
+        drop(sendable(rx.read(&mut buf)));
+        drop(sendable(rx.read_exact(&mut buf)));
+        drop(sendable(tx.write(b"x")));
+        drop(sendable(tx.write_all(b"x")));
     });
 }
 
@@ -135,6 +140,77 @@ fn a_pair_shuts_down_and_reads_without_waiting() {
             b.read_exact(&mut buf).await.unwrap_err().kind(),
             io::ErrorKind::UnexpectedEof
         );
+    });
+}
+
+#[test]
+fn halves_copy_on_their_own_tasks_and_come_back_together() {
+    Runtime::new().unwrap().block_on(async {
+        let (client, server) = UnixStream::pair().unwrap();
+        let (mut rx, mut tx) = server.into_split();
+        // Halves on their own task: the echo copies until the client's end of stream,
+        // then drops its write half, which ends the client's stream in turn.
+        let echo = softtimer_async::spawn(async move {
+            let copied = tokio::io::copy(&mut rx, &mut tx).await.unwrap();
+            drop(tx);
+            (copied, rx)
+        });
+        let sent: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        let (mut client_rx, mut client_tx) = client.into_split();
+        let writer = softtimer_async::spawn(async move {
+            AsyncWriteExt::write_all(&mut client_tx, &sent)
+                .await
+                .unwrap();
+            AsyncWriteExt::shutdown(&mut client_tx).await.unwrap();
+            (sent, client_tx)
+        });
+        let mut got = Vec::new();
+        timeout(BOUND, client_rx.read_to_end(&mut got))
+            .await
+            .expect("the echo's end of stream never came")
+            .unwrap();
+        let (sent, client_tx) = writer.await.unwrap();
+        assert_eq!(got, sent);
+        let (copied, _rx) = echo.await.unwrap();
+        assert_eq!(copied, 20_000);
+
+        // Halves of different streams are refused and handed back; a stream's own rejoin.
+        let (other, _peer) = UnixStream::pair().unwrap();
+        let (other_rx, other_tx) = other.into_split();
+        let err = client_rx.reunite(other_tx).unwrap_err();
+        assert_eq!(err.to_string(), "the halves are not of the same UnixStream");
+        let softtimer_async::net::unix::ReuniteError(client_rx, _other_tx) = err;
+        drop(other_rx);
+        let client = client_rx.reunite(client_tx).unwrap();
+        assert!(client.peer_addr().unwrap().is_unnamed());
+    });
+}
+
+#[test]
+fn borrowed_halves_copy_within_one_task() {
+    Runtime::new().unwrap().block_on(async {
+        let (client, mut server) = UnixStream::pair().unwrap();
+        let sent: Vec<u8> = (0..50_000u32).map(|i| (i % 253) as u8).collect();
+        let talking = softtimer_async::spawn_local({
+            let sent = sent.clone();
+            async move {
+                let mut client = client;
+                AsyncWriteExt::write_all(&mut client, &sent).await.unwrap();
+                client.shutdown().await.unwrap();
+                let mut got = Vec::new();
+                client.read_to_end(&mut got).await.unwrap();
+                got
+            }
+        });
+        let (mut reader, mut writer) = server.split();
+        let copied = timeout(BOUND, tokio::io::copy(&mut reader, &mut writer))
+            .await
+            .expect("the copy did not finish")
+            .unwrap();
+        AsyncWriteExt::shutdown(&mut writer).await.unwrap();
+        let got = timeout(BOUND, talking).await.unwrap().unwrap();
+        assert_eq!(copied, sent.len() as u64);
+        assert_eq!(got, sent);
     });
 }
 
@@ -212,4 +288,33 @@ fn bad_paths_say_what_is_wrong() {
     let err = UnixListener::bind(&outside).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::Other, "{err}");
     assert!(!outside.exists(), "the failed bind left its socket file");
+}
+
+/// The peer's last bytes and its end of stream reach the loop as one edge, while the reader
+/// waits: the reader gets both (a short read must not make it wait for another edge).
+#[test]
+fn an_end_of_stream_that_comes_with_the_last_bytes_is_read() {
+    Runtime::new().unwrap().block_on(async {
+        for _ in 0..20 {
+            let (client, server) = UnixStream::pair().unwrap();
+            let (_rx, tx) = server.into_split();
+            softtimer_async::spawn_local(async move {
+                tx.write_all(b"last words").await.unwrap();
+                // Dropping the write half ends the stream.
+            });
+            let mut got = Vec::new();
+            let mut buf = [0u8; 64];
+            loop {
+                match timeout(BOUND, client.read(&mut buf))
+                    .await
+                    .expect("the end of the stream was never read")
+                    .unwrap()
+                {
+                    0 => break,
+                    n => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            assert_eq!(got, b"last words");
+        }
+    });
 }

@@ -1,18 +1,21 @@
-//! Networking on the runtime: UDP (batched, offloaded, paced), TCP, Unix-domain streams,
-//! and name lookup that does not block the loop. The socket types are also at the crate's root.
+//! Networking on the runtime: UDP (batched, offloaded, paced), TCP, Unix-domain streams and
+//! datagrams, and name lookup that does not block the loop. The socket types are also at the
+//! crate's root; a stream's split halves are in its module ([`tcp`], [`unix`]), as tokio's
+//! (TCP's are here too).
 
 pub(crate) mod addr;
+pub(crate) mod split;
 pub(crate) mod stream;
-pub(crate) mod tcp;
+pub mod tcp;
 pub(crate) mod udp;
-pub(crate) mod unix;
+pub mod unix;
 
 pub use addr::{ToSocketAddrs, lookup_host};
 pub use tcp::{
     OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, TcpListener, TcpStream, WriteHalf,
 };
 pub use udp::UdpSocket;
-pub use unix::{UnixListener, UnixStream};
+pub use unix::{UnixDatagram, UnixListener, UnixStream};
 
 /// `AsFd` and `AsRawFd` for a socket type, from the `std` socket at `self.$path`: its
 /// descriptor, for socket options (e.g. through `rustix` or `socket2`).

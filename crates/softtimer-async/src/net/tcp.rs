@@ -1,8 +1,9 @@
-//! TCP on the runtime: a listener and a stream with the `futures-io` traits (and tokio's and
-//! hyper's behind their features).
+//! TCP on the runtime: a listener, a stream with the `futures-io` traits (and tokio's and
+//! hyper's behind their features), and the stream's halves ([`TcpStream::into_split`],
+//! [`TcpStream::split`]).
 
 use std::future::poll_fn;
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::task::{Context, Poll};
@@ -11,7 +12,7 @@ use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
 use softtimer::TriggerSource;
 
 use crate::net::addr::first_that_opens;
-use crate::net::stream::{futures_io_read, register_nonblocking, write_trait};
+use crate::net::stream::register_nonblocking;
 use crate::net::udp::syscall;
 use crate::reactor::{Direction, Registration, take_socket_error};
 
@@ -322,12 +323,7 @@ impl TcpStream {
     /// });
     /// ```
     pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
-        let stream = std::sync::Arc::new(self);
-        let write = OwnedWriteHalf {
-            stream: std::sync::Arc::clone(&stream),
-            shutdown_on_drop: true,
-        };
-        (OwnedReadHalf { stream }, write)
+        self.owned_halves()
     }
 
     /// Splits the stream into a read half and a write half borrowed from it, for two
@@ -354,212 +350,8 @@ impl TcpStream {
     /// });
     /// ```
     pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
-        let stream: &TcpStream = self;
-        (ReadHalf { stream }, WriteHalf { stream })
+        self.borrowed_halves()
     }
 }
 
-/// A half's methods, the stream's own (`self.stream` derefs to it): an owned half's and a
-/// borrowed one's are the same.
-macro_rules! half_methods {
-    (read) => {
-        /// Reads some bytes into `buf` (0 at end of stream).
-        pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-            self.stream.read(buf).await
-        }
-
-        /// Fills `buf` and returns its length ([`TcpStream::read_exact`]).
-        ///
-        /// # Errors
-        ///
-        /// As [`TcpStream::read_exact`]'s.
-        pub async fn read_exact(&self, buf: &mut [u8]) -> io::Result<usize> {
-            self.stream.read_exact(buf).await
-        }
-
-        /// The stream's peer.
-        pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-            self.stream.peer_addr()
-        }
-
-        /// The stream's local address.
-        pub fn local_addr(&self) -> io::Result<SocketAddr> {
-            self.stream.local_addr()
-        }
-
-        fn poll_read_buf(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-            self.stream.poll_read_buf(cx, buf)
-        }
-    };
-    (write) => {
-        /// Writes some of `buf`.
-        pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
-            self.stream.write(buf).await
-        }
-
-        /// Writes all of `buf`.
-        pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
-            self.stream.write_all(buf).await
-        }
-
-        /// The stream's peer.
-        pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-            self.stream.peer_addr()
-        }
-
-        /// The stream's local address.
-        pub fn local_addr(&self) -> io::Result<SocketAddr> {
-            self.stream.local_addr()
-        }
-
-        fn poll_write_buf(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-            self.stream.poll_write_buf(cx, buf)
-        }
-
-        fn poll_write_vectored_buf(
-            &self,
-            cx: &mut Context<'_>,
-            bufs: &[IoSlice<'_>],
-        ) -> Poll<io::Result<usize>> {
-            self.stream.poll_write_vectored_buf(cx, bufs)
-        }
-
-        fn poll_shutdown_write(&self) -> Poll<io::Result<()>> {
-            self.stream.poll_shutdown_write()
-        }
-    };
-}
-
-/// The read half of a [`TcpStream`] ([`TcpStream::into_split`]): `futures-io`'s
-/// `AsyncRead` (and tokio's with the `tokio-io` feature) and the stream's `read` methods.
-#[derive(Debug)]
-pub struct OwnedReadHalf {
-    stream: std::sync::Arc<TcpStream>,
-}
-
-/// The write half of a [`TcpStream`] ([`TcpStream::into_split`]): `futures-io`'s
-/// `AsyncWrite` (and tokio's with the `tokio-io` feature) and the stream's `write` methods.
-/// Dropping it shuts the stream's write direction down.
-#[derive(Debug)]
-pub struct OwnedWriteHalf {
-    stream: std::sync::Arc<TcpStream>,
-    shutdown_on_drop: bool,
-}
-
-/// The halves given to [`OwnedReadHalf::reunite`] came from different streams; they are
-/// handed back.
-#[derive(Debug)]
-pub struct ReuniteError(pub OwnedReadHalf, pub OwnedWriteHalf);
-
-impl std::fmt::Display for ReuniteError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the halves are not of the same TcpStream")
-    }
-}
-
-impl std::error::Error for ReuniteError {}
-
-impl OwnedReadHalf {
-    /// The stream again, from this half and its own write half.
-    ///
-    /// # Errors
-    ///
-    /// [`ReuniteError`], with both halves, when `write` is another stream's.
-    pub fn reunite(self, mut write: OwnedWriteHalf) -> Result<TcpStream, ReuniteError> {
-        if !std::sync::Arc::ptr_eq(&self.stream, &write.stream) {
-            return Err(ReuniteError(self, write));
-        }
-        write.shutdown_on_drop = false;
-        drop(write);
-        Ok(std::sync::Arc::into_inner(self.stream).expect("both halves were given back"))
-    }
-
-    half_methods!(read);
-}
-
-impl OwnedWriteHalf {
-    half_methods!(write);
-}
-
-/// The read half of a [`TcpStream`] borrowed from it ([`TcpStream::split`]):
-/// `futures-io`'s `AsyncRead` (and tokio's with the `tokio-io` feature) and the stream's
-/// `read` methods.
-#[derive(Debug, Clone, Copy)]
-pub struct ReadHalf<'a> {
-    stream: &'a TcpStream,
-}
-
-/// The write half of a [`TcpStream`] borrowed from it ([`TcpStream::split`]): `futures-io`'s
-/// `AsyncWrite` (and tokio's with the `tokio-io` feature) and the stream's `write` methods.
-#[derive(Debug, Clone, Copy)]
-pub struct WriteHalf<'a> {
-    stream: &'a TcpStream,
-}
-
-impl ReadHalf<'_> {
-    half_methods!(read);
-}
-
-impl WriteHalf<'_> {
-    half_methods!(write);
-}
-
-/// The whole stream, for its socket options (`set_nodelay`, its descriptor).
-impl AsRef<TcpStream> for ReadHalf<'_> {
-    fn as_ref(&self) -> &TcpStream {
-        self.stream
-    }
-}
-
-/// The whole stream, for its socket options (`set_nodelay`, its descriptor).
-impl AsRef<TcpStream> for WriteHalf<'_> {
-    fn as_ref(&self) -> &TcpStream {
-        self.stream
-    }
-}
-
-/// The whole stream, for its socket options (`set_nodelay`, its descriptor).
-impl AsRef<TcpStream> for OwnedReadHalf {
-    fn as_ref(&self) -> &TcpStream {
-        &self.stream
-    }
-}
-
-/// The whole stream, for its socket options (`set_nodelay`, its descriptor).
-impl AsRef<TcpStream> for OwnedWriteHalf {
-    fn as_ref(&self) -> &TcpStream {
-        &self.stream
-    }
-}
-
-impl Drop for OwnedWriteHalf {
-    fn drop(&mut self) {
-        if self.shutdown_on_drop {
-            let _ = self.stream.poll_shutdown_write();
-        }
-    }
-}
-
-// The stream, a shared reference to one (so that one task may read while another writes),
-// and its halves, owned and borrowed.
-futures_io_read!(TcpStream);
-futures_io_read!(&TcpStream);
-futures_io_read!(OwnedReadHalf);
-futures_io_read!(ReadHalf<'_>);
-write_trait!(futures_io::AsyncWrite, TcpStream, close: poll_close);
-write_trait!(futures_io::AsyncWrite, &TcpStream, close: poll_close);
-write_trait!(futures_io::AsyncWrite, OwnedWriteHalf, close: poll_close);
-write_trait!(futures_io::AsyncWrite, WriteHalf<'_>, close: poll_close);
-
-#[cfg(feature = "tokio-io")]
-mod tokio_io {
-    use super::*;
-    use crate::net::stream::tokio_read;
-
-    tokio_read!(TcpStream);
-    tokio_read!(OwnedReadHalf);
-    tokio_read!(ReadHalf<'_>);
-    write_trait!(tokio::io::AsyncWrite, TcpStream, close: poll_shutdown, is_write_vectored);
-    write_trait!(tokio::io::AsyncWrite, OwnedWriteHalf, close: poll_shutdown, is_write_vectored);
-    write_trait!(tokio::io::AsyncWrite, WriteHalf<'_>, close: poll_shutdown, is_write_vectored);
-}
+crate::net::split::split_halves!(TcpStream, SocketAddr);

@@ -200,11 +200,7 @@ impl UdpSocket {
         cx: &mut Context<'_>,
         op: impl FnMut() -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
-        let result = self.inner.reg.poll_io(Direction::Write, cx, op);
-        if result.is_pending() {
-            self.inner.reg.watch_writable(self.inner.socket.as_fd());
-        }
-        result
+        self.inner.reg.poll_send(self.inner.socket.as_fd(), cx, op)
     }
 
     /// Waits until the socket may be readable: a datagram is probably waiting (readiness
@@ -296,11 +292,7 @@ impl UdpSocket {
 
     /// A send tried once; one that says `WouldBlock` makes the loop watch writability.
     fn try_write_io<R>(&self, op: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
-        let result = self.inner.reg.try_io(Direction::Write, op);
-        if matches!(&result, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
-            self.inner.reg.watch_writable(self.inner.socket.as_fd());
-        }
-        result
+        self.inner.reg.try_send(self.inner.socket.as_fd(), op)
     }
 
     /// Receives one datagram, with its sender.
@@ -487,11 +479,8 @@ impl UdpSocket {
     }
 
     pub(crate) fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let ready = self.inner.reg.poll_ready(Direction::Write, cx);
-        if ready.is_pending() {
-            self.inner.reg.watch_writable(self.inner.socket.as_fd());
-        }
-        ready
+        let fd = self.inner.socket.as_fd();
+        self.inner.reg.poll_send_ready(fd, cx)
     }
 
     #[cfg(feature = "quinn")] // the quinn runtime's

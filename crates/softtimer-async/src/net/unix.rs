@@ -1,6 +1,7 @@
-//! Unix-domain stream sockets on the runtime: a listener and a stream with the same I/O
-//! traits as TCP's (`futures-io`'s, and tokio's and hyper's behind their features), for a
-//! local server (a control socket, a sidecar, hyper behind a reverse proxy).
+//! Unix-domain sockets on the runtime: a listener and a stream with the same I/O traits as
+//! TCP's (`futures-io`'s, and tokio's and hyper's behind their features) and the same halves
+//! ([`UnixStream::into_split`], [`UnixStream::split`]), for a local server (a control
+//! socket, a sidecar, hyper behind a reverse proxy); and datagrams ([`UnixDatagram`]).
 
 use std::future::poll_fn;
 use std::io;
@@ -16,12 +17,15 @@ use crate::net::stream::register_nonblocking;
 use crate::net::udp::syscall;
 use crate::reactor::{Direction, Registration};
 
-/// A close-on-exec Unix-domain stream socket (with `flags` besides).
-fn unix_socket(flags: SocketFlags) -> io::Result<OwnedFd> {
+mod datagram;
+pub use datagram::UnixDatagram;
+
+/// A close-on-exec Unix-domain socket of `kind` (with `flags` besides).
+fn unix_socket(kind: SocketType, flags: SocketFlags) -> io::Result<OwnedFd> {
     let flags = SocketFlags::CLOEXEC | flags;
     Ok(rustix::net::socket_with(
         AddressFamily::UNIX,
-        SocketType::STREAM,
+        kind,
         flags,
         None,
     )?)
@@ -104,7 +108,7 @@ impl UnixListener {
         // Before the bind: it makes the file, which a failure after it would leave.
         require_runtime()?;
         let addr = socket_addr(path.as_ref())?;
-        let fd = unix_socket(SocketFlags::empty())?;
+        let fd = unix_socket(SocketType::STREAM, SocketFlags::empty())?;
         syscall(TriggerSource::Syscall, || {
             rustix::net::bind(&fd, &addr)?;
             rustix::net::listen(&fd, crate::TcpListener::LISTEN_BACKLOG)
@@ -197,7 +201,7 @@ impl UnixStream {
     pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
         require_runtime()?;
         let addr = socket_addr(path.as_ref())?;
-        let fd = unix_socket(SocketFlags::NONBLOCK)?;
+        let fd = unix_socket(SocketType::STREAM, SocketFlags::NONBLOCK)?;
         syscall(TriggerSource::Syscall, || rustix::net::connect(&fd, &addr))?;
         UnixStream::from_std(std::os::unix::net::UnixStream::from(fd))
     }
@@ -234,18 +238,65 @@ impl UnixStream {
     }
 
     crate::net::stream::stream_io!();
+
+    /// Splits the stream into a read half and a write half that can move to different tasks
+    /// and be dropped separately; [`OwnedReadHalf::reunite`] puts them back together.
+    /// Dropping the write half shuts the stream's write direction down (the peer reads end
+    /// of stream), as closing it through the I/O traits does. To share the stream without
+    /// moving it, `&UnixStream` has `futures-io`'s traits too.
+    ///
+    /// ```
+    /// use softtimer_async::{Runtime, UnixStream};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let (client, server) = UnixStream::pair().unwrap();
+    ///     let (rx, tx) = server.into_split();
+    ///     // The write half answers from another task, then goes away: end of stream.
+    ///     softtimer_async::spawn_local(async move { tx.write_all(b"ping").await.unwrap() });
+    ///     let mut got = Vec::new();
+    ///     let mut buf = [0u8; 16];
+    ///     loop {
+    ///         match client.read(&mut buf).await.unwrap() {
+    ///             0 => break,
+    ///             n => got.extend_from_slice(&buf[..n]),
+    ///         }
+    ///     }
+    ///     assert_eq!(got, b"ping");
+    ///     client.write_all(b"pong").await.unwrap();
+    ///     let mut pong = [0u8; 4];
+    ///     rx.read_exact(&mut pong).await.unwrap();
+    ///     assert_eq!(&pong, b"pong");
+    /// });
+    /// ```
+    pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        self.owned_halves()
+    }
+
+    /// Splits the stream into a read half and a write half borrowed from it, for two
+    /// futures of one task (a copy each way, a `select!`), as tokio's `split`; halves that
+    /// move to different tasks come from [`into_split`](Self::into_split). Dropping this
+    /// write half leaves the stream as it is; closing it through an I/O trait shuts the
+    /// write direction down.
+    ///
+    /// ```
+    /// use softtimer_async::{Runtime, UnixStream};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let (client, mut server) = UnixStream::pair().unwrap();
+    ///     let (reader, writer) = server.split();
+    ///     client.write_all(b"ping").await.unwrap();
+    ///     let mut got = [0u8; 4];
+    ///     reader.read_exact(&mut got).await.unwrap();
+    ///     writer.write_all(&got).await.unwrap();
+    ///     client.read_exact(&mut got).await.unwrap();
+    ///     assert_eq!(&got, b"ping");
+    /// });
+    /// ```
+    pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
+        self.borrowed_halves()
+    }
 }
 
-crate::net::stream::futures_io_read!(UnixStream);
-crate::net::stream::futures_io_read!(&UnixStream);
-crate::net::stream::write_trait!(futures_io::AsyncWrite, UnixStream, close: poll_close);
-crate::net::stream::write_trait!(futures_io::AsyncWrite, &UnixStream, close: poll_close);
-
-#[cfg(feature = "tokio-io")]
-mod tokio_io {
-    use super::UnixStream;
-    use crate::net::stream::{tokio_read, write_trait};
-
-    tokio_read!(UnixStream);
-    write_trait!(tokio::io::AsyncWrite, UnixStream, close: poll_shutdown, is_write_vectored);
-}
+crate::net::split::split_halves!(UnixStream, SocketAddr);

@@ -1,0 +1,313 @@
+//! Unix-domain datagram sockets on the runtime: each datagram whole, in order, and never
+//! dropped for want of room (a full receiver makes the sender wait instead).
+
+use std::future::poll_fn;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::net::SocketAddr;
+use std::path::Path;
+use std::task::{Context, Poll};
+
+use rustix::net::{SendFlags, SocketFlags, SocketType};
+use softtimer::TriggerSource;
+
+use super::{require_runtime, socket_addr, unix_socket};
+use crate::net::udp::syscall;
+use crate::reactor::{Direction, Registration};
+
+/// A Unix-domain datagram socket registered with the loop of the thread that made it.
+///
+/// A datagram arrives whole or not at all, in the order it was sent, and a receiver whose
+/// queue is full makes its senders wait (a send that would block waits for room, and
+/// `try_send` says `WouldBlock`): unlike UDP, nothing is dropped. Every system call it makes
+/// is followed by a trigger state; all its methods take `&self`, so tasks may send and
+/// receive on one socket at once.
+///
+/// ```
+/// use softtimer_async::{Runtime, UnixDatagram};
+///
+/// let dir = std::env::temp_dir().join(format!("softtimer-doc-udg-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let path = dir.join("echo.sock");
+/// let rt = Runtime::new().unwrap();
+/// rt.block_on(async {
+///     let echo = UnixDatagram::bind(&path).unwrap();
+///     softtimer_async::spawn_local(async move {
+///         let mut buf = [0u8; 64];
+///         let (n, from) = echo.recv_from(&mut buf).await.unwrap();
+///         let to = from.as_pathname().expect("the client bound a path").to_owned();
+///         echo.send_to(&buf[..n], to).await.unwrap();
+///     });
+///     let client = UnixDatagram::bind(dir.join("client.sock")).unwrap();
+///     client.send_to(b"hello", &path).await.unwrap();
+///     let mut buf = [0u8; 64];
+///     let n = client.recv(&mut buf).await.unwrap();
+///     assert_eq!(&buf[..n], b"hello");
+/// });
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct UnixDatagram {
+    socket: std::os::unix::net::UnixDatagram,
+    reg: Registration,
+}
+
+crate::net::socket_descriptor!(UnixDatagram, socket);
+
+impl UnixDatagram {
+    /// A socket bound to `path` (a file the bind makes; it stays after the socket is
+    /// dropped, as with std's and tokio's), on the calling thread's loop.
+    ///
+    /// # Errors
+    ///
+    /// `AddrInUse` when the file exists; the bind's other errors (a missing directory, a
+    /// path too long for a socket address: `InvalidInput`); an `Other` error outside a
+    /// runtime thread.
+    pub fn bind(path: impl AsRef<Path>) -> io::Result<UnixDatagram> {
+        // Before the bind: it makes the file, which a failure after it would leave.
+        require_runtime()?;
+        let addr = socket_addr(path.as_ref())?;
+        let fd = unix_socket(SocketType::DGRAM, SocketFlags::NONBLOCK)?;
+        syscall(TriggerSource::Syscall, || rustix::net::bind(&fd, &addr))?;
+        Self::from_std(std::os::unix::net::UnixDatagram::from(fd))
+    }
+
+    /// A socket bound to no path: it sends with [`send_to`](Self::send_to) (or, once
+    /// connected, [`send`](Self::send)) but gets no answers, its address being unnamed.
+    ///
+    /// # Errors
+    ///
+    /// The `socket` system call's; an `Other` error outside a runtime thread.
+    pub fn unbound() -> io::Result<UnixDatagram> {
+        require_runtime()?;
+        let fd = unix_socket(SocketType::DGRAM, SocketFlags::NONBLOCK)?;
+        Self::from_std(std::os::unix::net::UnixDatagram::from(fd))
+    }
+
+    /// Two sockets connected to each other (`socketpair`), on the calling thread's loop.
+    ///
+    /// ```
+    /// use softtimer_async::{Runtime, UnixDatagram};
+    ///
+    /// let rt = Runtime::new().unwrap();
+    /// rt.block_on(async {
+    ///     let (a, b) = UnixDatagram::pair().unwrap();
+    ///     a.send(b"one").await.unwrap();
+    ///     a.send(b"two").await.unwrap();
+    ///     let mut buf = [0u8; 16];
+    ///     assert_eq!(b.recv(&mut buf).await.unwrap(), 3);
+    ///     assert_eq!(&buf[..3], b"one");
+    ///     assert_eq!(b.try_recv(&mut buf).unwrap(), 3);
+    ///     assert_eq!(&buf[..3], b"two");
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The `socketpair` system call's; an `Other` error outside a runtime thread.
+    pub fn pair() -> io::Result<(UnixDatagram, UnixDatagram)> {
+        require_runtime()?;
+        let (a, b) = std::os::unix::net::UnixDatagram::pair()?;
+        Ok((UnixDatagram::from_std(a)?, UnixDatagram::from_std(b)?))
+    }
+
+    /// Takes over a std socket, on the calling thread's loop; it makes the socket
+    /// non-blocking itself.
+    ///
+    /// # Errors
+    ///
+    /// An `Other` error outside a runtime thread; the `ioctl` or the loop's `epoll_ctl`'s
+    /// error if the socket cannot be made non-blocking or watched.
+    pub fn from_std(socket: std::os::unix::net::UnixDatagram) -> io::Result<UnixDatagram> {
+        let shared = crate::executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
+        rustix::io::ioctl_fionbio(&socket, true)?;
+        // Watching writability only once a send has had to wait, as UDP's does: a datagram
+        // socket turns writable again as each sent datagram is read.
+        let reg = Registration::new_read_only(shared, socket.as_fd())?;
+        Ok(UnixDatagram { socket, reg })
+    }
+
+    /// Connects the socket to the one bound at `path`: [`send`](Self::send) goes there,
+    /// and [`recv`](Self::recv) takes datagrams from there only.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when nothing is at `path`, `ConnectionRefused` when no socket is bound
+    /// there any more, `InvalidInput` for a path too long for a socket address.
+    pub fn connect(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let addr = socket_addr(path.as_ref())?;
+        syscall(TriggerSource::Syscall, || {
+            rustix::net::connect(&self.socket, &addr)
+        })?;
+        Ok(())
+    }
+
+    /// The address it is bound to (unnamed if it is not).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    /// The address of the socket it is connected to.
+    ///
+    /// # Errors
+    ///
+    /// `NotConnected` when it is not connected.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.peer_addr()
+    }
+
+    /// Receives one datagram, with its sender's address (unnamed if the sender is not
+    /// bound). A datagram longer than `buf` is cut to its length; the rest is lost, as
+    /// with any datagram socket.
+    pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        poll_fn(|cx| self.poll_recv_from(cx, buf)).await
+    }
+
+    /// Polls to receive one datagram, with its sender's address.
+    pub fn poll_recv_from(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<(usize, SocketAddr)>> {
+        self.reg.poll_io(Direction::Read, cx, || {
+            syscall(TriggerSource::Recv, || self.socket.recv_from(buf))
+        })
+    }
+
+    /// Receives one datagram (from the connected peer, on a connected socket).
+    pub async fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        poll_fn(|cx| self.poll_recv(cx, buf)).await
+    }
+
+    /// Polls to receive one datagram.
+    pub fn poll_recv(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        self.reg.poll_io(Direction::Read, cx, || {
+            syscall(TriggerSource::Recv, || self.socket.recv(buf))
+        })
+    }
+
+    /// Sends one datagram to the socket bound at `path`, waiting while its queue is full.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when nothing is at `path`, `ConnectionRefused` when no socket is bound
+    /// there any more, `InvalidInput` for a path too long for a socket address, and the
+    /// send's other errors (`EMSGSIZE` for a datagram larger than the socket's buffer).
+    pub async fn send_to(&self, buf: &[u8], path: impl AsRef<Path>) -> io::Result<usize> {
+        let addr = socket_addr(path.as_ref())?;
+        poll_fn(|cx| {
+            self.reg.poll_send(self.socket.as_fd(), cx, || {
+                syscall(TriggerSource::Send, || {
+                    rustix::net::sendto(&self.socket, buf, SendFlags::NOSIGNAL, &addr)
+                        .map_err(io::Error::from)
+                })
+            })
+        })
+        .await
+    }
+
+    /// Sends one datagram to the connected peer, waiting while its queue is full.
+    ///
+    /// # Errors
+    ///
+    /// `NotConnected` on a socket not connected; `ConnectionRefused` when the peer is gone;
+    /// the send's other errors.
+    pub async fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        poll_fn(|cx| self.poll_send(cx, buf)).await
+    }
+
+    /// Polls to send one datagram to the connected peer.
+    pub fn poll_send(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.reg.poll_send(self.socket.as_fd(), cx, || {
+            syscall(TriggerSource::Send, || self.socket.send(buf))
+        })
+    }
+
+    /// Receives one datagram if one is waiting, without waiting: `WouldBlock` if none is.
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` when nothing is waiting; the receive's error otherwise.
+    pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.reg.try_io(Direction::Read, || {
+            syscall(TriggerSource::Recv, || self.socket.recv_from(buf))
+        })
+    }
+
+    /// Receives one datagram if one is waiting (see [`try_recv_from`](Self::try_recv_from)).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_recv_from`](Self::try_recv_from)'s.
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.reg.try_io(Direction::Read, || {
+            syscall(TriggerSource::Recv, || self.socket.recv(buf))
+        })
+    }
+
+    /// Sends one datagram to the connected peer if it takes it now: `WouldBlock` if its
+    /// queue is full (then [`writable`](Self::writable) waits for room).
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` when the peer's queue is full; as [`send`](Self::send)'s otherwise.
+    pub fn try_send(&self, buf: &[u8]) -> io::Result<usize> {
+        self.reg.try_send(self.socket.as_fd(), || {
+            syscall(TriggerSource::Send, || self.socket.send(buf))
+        })
+    }
+
+    /// Sends one datagram to the socket bound at `path` if it takes it now (see
+    /// [`try_send`](Self::try_send)).
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock` when the receiver's queue is full; as [`send_to`](Self::send_to)'s
+    /// otherwise.
+    pub fn try_send_to(&self, buf: &[u8], path: impl AsRef<Path>) -> io::Result<usize> {
+        let addr = socket_addr(path.as_ref())?;
+        self.reg.try_send(self.socket.as_fd(), || {
+            syscall(TriggerSource::Send, || {
+                rustix::net::sendto(&self.socket, buf, SendFlags::NOSIGNAL, &addr)
+                    .map_err(io::Error::from)
+            })
+        })
+    }
+
+    /// Waits until a datagram is probably waiting (readiness can be stale: a
+    /// [`try_recv`](Self::try_recv) that says `WouldBlock` clears it, and the next
+    /// `readable` waits).
+    ///
+    /// # Errors
+    ///
+    /// None today; an `io::Result` as tokio's.
+    pub async fn readable(&self) -> io::Result<()> {
+        poll_fn(|cx| self.reg.poll_ready(Direction::Read, cx)).await
+    }
+
+    /// Waits until a send may go (see [`readable`](Self::readable)).
+    ///
+    /// # Errors
+    ///
+    /// None today; an `io::Result` as tokio's.
+    pub async fn writable(&self) -> io::Result<()> {
+        poll_fn(|cx| self.reg.poll_send_ready(self.socket.as_fd(), cx)).await
+    }
+
+    /// Shuts down the read direction, the write direction, or both (std's `shutdown`): a
+    /// send from a socket shut for writing, and a send to one shut for reading, is
+    /// `BrokenPipe`. A datagram socket has no end of stream: a receive on a socket shut for
+    /// reading waits as before (for what was queued, then for ever), as tokio's does.
+    ///
+    /// # Errors
+    ///
+    /// The `shutdown` system call's.
+    pub fn shutdown(&self, how: std::net::Shutdown) -> io::Result<()> {
+        syscall(TriggerSource::Syscall, || self.socket.shutdown(how))
+    }
+
+    /// The socket's pending error (`SO_ERROR`), taken.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.socket.take_error()
+    }
+}

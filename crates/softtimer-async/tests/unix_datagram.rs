@@ -1,0 +1,273 @@
+//! Unix-domain datagrams on the runtime: an echo between bound sockets, a full receiver that
+//! makes its senders wait without losing a datagram, unbound and connected sockets, and the
+//! errors of bad paths and gone peers.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use softtimer_async::time::timeout;
+use softtimer_async::{Runtime, UnixDatagram};
+
+const BOUND: Duration = Duration::from_secs(10);
+
+/// A fresh directory for this test's socket files, removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!("st-udg-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn an_echo_between_bound_sockets_keeps_every_datagram_whole_and_in_order() {
+    let dir = Dir::new("echo");
+    let server_path = dir.0.join("server.sock");
+    let client_path = dir.0.join("client.sock");
+    Runtime::new().unwrap().block_on(async {
+        let server = UnixDatagram::bind(&server_path).unwrap();
+        assert_eq!(
+            server.local_addr().unwrap().as_pathname(),
+            Some(&*server_path)
+        );
+        let echo = softtimer_async::spawn_local(async move {
+            let mut buf = vec![0u8; 4096];
+            loop {
+                let (n, from) = server.recv_from(&mut buf).await.unwrap();
+                if n == 0 {
+                    return;
+                }
+                let to = from.as_pathname().unwrap().to_owned();
+                server.send_to(&buf[..n], to).await.unwrap();
+            }
+        });
+        let client = UnixDatagram::bind(&client_path).unwrap();
+        let mut buf = vec![0u8; 4096];
+        for i in 1..=200usize {
+            let sent: Vec<u8> = (0..i * 17 % 4000 + 1).map(|j| (i + j) as u8).collect();
+            client.send_to(&sent, &server_path).await.unwrap();
+            let (n, from) = timeout(BOUND, client.recv_from(&mut buf))
+                .await
+                .expect("no echo in time")
+                .unwrap();
+            assert_eq!(from.as_pathname(), Some(&*server_path));
+            assert_eq!(&buf[..n], &sent[..], "datagram {i}");
+        }
+        client.send_to(&[], &server_path).await.unwrap();
+        timeout(BOUND, echo).await.unwrap().unwrap();
+    });
+}
+
+/// Sends numbered datagrams from a task of their own (with `send`, or `send_to` when `to` is
+/// given) and checks the receiver gets every one, in order, though its queue holds far fewer
+/// (`net.unix.max_dgram_qlen`, 10 by default): the sender must wait for room, and be woken
+/// when the receiver makes some.
+async fn every_datagram_through_a_full_queue(
+    tx: UnixDatagram,
+    rx: UnixDatagram,
+    to: Option<PathBuf>,
+) {
+    const COUNT: u32 = 2_000;
+    let sent = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let sender = softtimer_async::spawn_local({
+        let sent = std::rc::Rc::clone(&sent);
+        async move {
+            for i in 0..COUNT {
+                match &to {
+                    Some(path) => tx.send_to(&i.to_be_bytes(), path).await.unwrap(),
+                    None => tx.send(&i.to_be_bytes()).await.unwrap(),
+                };
+                sent.set(i + 1);
+            }
+        }
+    });
+    // Nothing is read for a while: the sender fills the queue and waits.
+    softtimer_async::time::sleep(Duration::from_millis(20)).await;
+    let waiting_at = sent.get();
+    assert!(
+        (1..COUNT).contains(&waiting_at),
+        "the sender should have filled the queue and waited: {waiting_at} sent"
+    );
+    let mut buf = [0u8; 8];
+    for want in 0..COUNT {
+        let n = timeout(BOUND, rx.recv(&mut buf))
+            .await
+            .expect("a sender waiting for room was never woken")
+            .unwrap();
+        assert_eq!(n, 4);
+        assert_eq!(u32::from_be_bytes(buf[..4].try_into().unwrap()), want);
+    }
+    timeout(BOUND, sender).await.unwrap().unwrap();
+}
+
+#[test]
+fn a_full_receiver_makes_a_connected_sender_wait_and_loses_nothing() {
+    Runtime::new().unwrap().block_on(async {
+        let (tx, rx) = UnixDatagram::pair().unwrap();
+        every_datagram_through_a_full_queue(tx, rx, None).await;
+    });
+}
+
+#[test]
+fn a_full_receiver_makes_an_unconnected_sender_wait_and_loses_nothing() {
+    let dir = Dir::new("full");
+    let path = dir.0.join("rx.sock");
+    Runtime::new().unwrap().block_on(async {
+        let rx = UnixDatagram::bind(&path).unwrap();
+        let tx = UnixDatagram::unbound().unwrap();
+        every_datagram_through_a_full_queue(tx, rx, Some(path.clone())).await;
+    });
+}
+
+#[test]
+fn try_send_says_when_the_queue_is_full_and_writable_when_there_is_room() {
+    Runtime::new().unwrap().block_on(async {
+        let (tx, rx) = UnixDatagram::pair().unwrap();
+        let mut queued = 0;
+        loop {
+            match tx.try_send(b"x") {
+                Ok(_) => queued += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+            assert!(queued < 100_000, "the queue never filled");
+        }
+        // The reader drains the queue after a while (a pair's sender turns writable again
+        // once what it has queued falls to a quarter of its buffer, not at the first read).
+        let reader = softtimer_async::spawn_local(async move {
+            softtimer_async::time::sleep(Duration::from_millis(5)).await;
+            let mut buf = [0u8; 1];
+            for _ in 0..queued {
+                rx.recv(&mut buf).await.unwrap();
+                assert_eq!(&buf, b"x");
+            }
+            rx
+        });
+        timeout(BOUND, tx.writable())
+            .await
+            .expect("never writable")
+            .unwrap();
+        tx.try_send(b"y").unwrap();
+        let rx = timeout(BOUND, reader).await.unwrap().unwrap();
+        let mut buf = [0u8; 1];
+        timeout(BOUND, rx.recv(&mut buf)).await.unwrap().unwrap();
+        assert_eq!(&buf, b"y");
+    });
+}
+
+#[test]
+fn unbound_and_connected_sockets() {
+    let dir = Dir::new("connect");
+    let path = dir.0.join("rx.sock");
+    Runtime::new().unwrap().block_on(async {
+        let rx = UnixDatagram::bind(&path).unwrap();
+        let tx = UnixDatagram::unbound().unwrap();
+        assert!(tx.local_addr().unwrap().is_unnamed());
+        assert_eq!(
+            tx.peer_addr().unwrap_err().kind(),
+            io::ErrorKind::NotConnected
+        );
+        let err = tx.send(b"x").await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotConnected, "{err}");
+
+        tx.send_to(b"anonymous", &path).await.unwrap();
+        let mut buf = [0u8; 32];
+        let (n, from) = rx.recv_from(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"anonymous");
+        assert!(from.is_unnamed());
+
+        tx.connect(&path).unwrap();
+        assert_eq!(tx.peer_addr().unwrap().as_pathname(), Some(&*path));
+        tx.send(b"connected").await.unwrap();
+        rx.readable().await.unwrap();
+        let n = rx.try_recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"connected");
+        assert_eq!(
+            rx.try_recv(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+
+        // A socket shut for writing sends nothing; one shut for reading takes nothing.
+        tx.shutdown(std::net::Shutdown::Write).unwrap();
+        let err = tx.send(b"late").await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+        rx.shutdown(std::net::Shutdown::Read).unwrap();
+        let other = UnixDatagram::unbound().unwrap();
+        let err = other.send_to(b"late", &path).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+    });
+}
+
+#[test]
+fn its_futures_are_send() {
+    fn sendable<T: Send>(t: T) -> T {
+        t
+    }
+    Runtime::new().unwrap().block_on(async {
+        let (a, _b) = UnixDatagram::pair().unwrap();
+        let mut buf = [0u8; 8];
+        drop(sendable(a.recv(&mut buf)));
+        drop(sendable(a.recv_from(&mut buf)));
+        drop(sendable(a.send(b"x")));
+        drop(sendable(a.send_to(b"x", "/nowhere")));
+        drop(sendable(a.readable()));
+        drop(sendable(a.writable()));
+    });
+}
+
+#[test]
+fn bad_paths_and_gone_peers_say_what_is_wrong() {
+    let dir = Dir::new("errors");
+    Runtime::new().unwrap().block_on(async {
+        let tx = UnixDatagram::unbound().unwrap();
+        let missing = dir.0.join("nothing-here.sock");
+        let err = tx.send_to(b"x", &missing).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+        let err = tx.connect(&missing).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+
+        // A socket file whose socket is gone refuses, and binding it again says it exists.
+        let stale = dir.0.join("stale.sock");
+        drop(UnixDatagram::bind(&stale).unwrap());
+        let err = tx.send_to(b"x", &stale).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
+        let err = UnixDatagram::bind(&stale).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+
+        let too_long = dir.0.join("x".repeat(200));
+        let err = UnixDatagram::bind(&too_long).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        assert!(err.to_string().contains("107"), "{err}");
+        let err = tx.send_to(b"x", &too_long).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+
+        // A connected socket whose peer is gone: the send is refused, not lost in silence.
+        let (a, b) = UnixDatagram::pair().unwrap();
+        drop(b);
+        let err = a.send(b"x").await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
+    });
+    // Outside a runtime there is no loop to register with, and a bind leaves no file.
+    let outside = dir.0.join("outside.sock");
+    let err = UnixDatagram::bind(&outside).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::Other, "{err}");
+    assert!(!outside.exists(), "the failed bind left its socket file");
+    assert_eq!(
+        UnixDatagram::pair().unwrap_err().kind(),
+        io::ErrorKind::Other
+    );
+    assert_eq!(
+        UnixDatagram::unbound().unwrap_err().kind(),
+        io::ErrorKind::Other
+    );
+}
