@@ -630,24 +630,20 @@ fn an_end_of_stream_that_comes_with_the_last_bytes_is_read() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         for _ in 0..20 {
-            let client = TcpStream::connect(addr).await.unwrap();
+            let mut client = TcpStream::connect(addr).await.unwrap();
             let (server, _) = listener.accept().await.unwrap();
             softtimer_async::spawn_local(async move {
                 server.write_all(b"last words").await.unwrap();
                 server.shutdown().await.unwrap();
             });
             let mut got = Vec::new();
-            let mut buf = [0u8; 64];
-            loop {
-                match timeout(BOUND, client.read(&mut buf))
-                    .await
-                    .expect("the end of the stream was never read")
-                    .unwrap()
-                {
-                    0 => break,
-                    n => got.extend_from_slice(&buf[..n]),
-                }
-            }
+            timeout(
+                BOUND,
+                tokio::io::AsyncReadExt::read_to_end(&mut client, &mut got),
+            )
+            .await
+            .expect("the end of the stream was never read")
+            .unwrap();
             assert_eq!(got, b"last words");
         }
     });

@@ -3,7 +3,6 @@
 
 use std::convert::Infallible;
 use std::io;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,25 +13,10 @@ use softtimer_async::time::timeout;
 use softtimer_async::{Runtime, UnixListener, UnixStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod common;
+use common::Dir;
+
 const BOUND: Duration = Duration::from_secs(10);
-
-/// A fresh directory for this test's socket files, removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let dir = std::env::temp_dir().join(format!("st-uds-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 #[test]
 fn an_echo_through_a_socket_file_with_many_clients() {
@@ -296,24 +280,20 @@ fn bad_paths_say_what_is_wrong() {
 fn an_end_of_stream_that_comes_with_the_last_bytes_is_read() {
     Runtime::new().unwrap().block_on(async {
         for _ in 0..20 {
-            let (client, server) = UnixStream::pair().unwrap();
+            let (mut client, server) = UnixStream::pair().unwrap();
             let (_rx, tx) = server.into_split();
             softtimer_async::spawn_local(async move {
                 tx.write_all(b"last words").await.unwrap();
                 // Dropping the write half ends the stream.
             });
             let mut got = Vec::new();
-            let mut buf = [0u8; 64];
-            loop {
-                match timeout(BOUND, client.read(&mut buf))
-                    .await
-                    .expect("the end of the stream was never read")
-                    .unwrap()
-                {
-                    0 => break,
-                    n => got.extend_from_slice(&buf[..n]),
-                }
-            }
+            timeout(
+                BOUND,
+                tokio::io::AsyncReadExt::read_to_end(&mut client, &mut got),
+            )
+            .await
+            .expect("the end of the stream was never read")
+            .unwrap();
             assert_eq!(got, b"last words");
         }
     });

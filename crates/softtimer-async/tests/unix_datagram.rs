@@ -9,29 +9,14 @@ use std::time::Duration;
 use softtimer_async::time::timeout;
 use softtimer_async::{Runtime, UnixDatagram};
 
+mod common;
+use common::Dir;
+
 const BOUND: Duration = Duration::from_secs(10);
-
-/// A fresh directory for this test's socket files, removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let dir = std::env::temp_dir().join(format!("st-udg-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 #[test]
 fn an_echo_between_bound_sockets_keeps_every_datagram_whole_and_in_order() {
-    let dir = Dir::new("echo");
+    let dir = Dir::new("dg-echo");
     let server_path = dir.0.join("server.sock");
     let client_path = dir.0.join("client.sock");
     Runtime::new().unwrap().block_on(async {
@@ -120,7 +105,7 @@ fn a_full_receiver_makes_a_connected_sender_wait_and_loses_nothing() {
 
 #[test]
 fn a_full_receiver_makes_an_unconnected_sender_wait_and_loses_nothing() {
-    let dir = Dir::new("full");
+    let dir = Dir::new("dg-full");
     let path = dir.0.join("rx.sock");
     Runtime::new().unwrap().block_on(async {
         let rx = UnixDatagram::bind(&path).unwrap();
@@ -167,7 +152,7 @@ fn try_send_says_when_the_queue_is_full_and_writable_when_there_is_room() {
 
 #[test]
 fn unbound_and_connected_sockets() {
-    let dir = Dir::new("connect");
+    let dir = Dir::new("dg-connect");
     let path = dir.0.join("rx.sock");
     Runtime::new().unwrap().block_on(async {
         let rx = UnixDatagram::bind(&path).unwrap();
@@ -227,7 +212,7 @@ fn its_futures_are_send() {
 
 #[test]
 fn bad_paths_and_gone_peers_say_what_is_wrong() {
-    let dir = Dir::new("errors");
+    let dir = Dir::new("dg-errors");
     Runtime::new().unwrap().block_on(async {
         let tx = UnixDatagram::unbound().unwrap();
         let missing = dir.0.join("nothing-here.sock");
