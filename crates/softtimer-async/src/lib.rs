@@ -54,6 +54,7 @@
 //! | [`time`] | timers as soft events: `std::time::Instant` deadlines, never early, O(1) reset |
 //! | [`UdpSocket`], [`TcpListener`], [`TcpStream`], [`UnixListener`], [`UnixStream`], [`UnixDatagram`] ([`net`]) | sockets on the loop's epoll set, each system call a trigger state; [`net::lookup_host`] resolves names on the blocking pool |
 //! | [`PacedSender`], [`UdpSocket::send_at`] | departures from soft-event handlers (`softtimer-net`'s departure-time scheduler) |
+//! | [`io::AsyncFd`] | any pollable descriptor (a TUN device, a pipe, an eventfd, a raw socket) on the loop's epoll set, as tokio's `AsyncFd`: wait for readiness, make the call, each one a trigger state |
 //! | [`signal`] | Unix signals as futures ([`signal::ctrl_c`], [`signal::signal`]): a handler that writes an eventfd, a duplicate of which each listener's loop watches |
 //! | [`quinn`], [`hyper`] | quinn's `Runtime`, hyper's `rt` traits (cargo features, on by default) |
 //!
@@ -108,6 +109,7 @@ mod clock;
 mod executor;
 #[cfg(feature = "hyper")]
 pub mod hyper;
+pub mod io;
 mod join_set;
 pub mod net;
 mod pace;

@@ -301,6 +301,23 @@ impl Registration {
         self.source.poll_ready(dir, cx).map(|_| Ok(()))
     }
 
+    /// Ready in `dir`, with the tick it was seen at (for [`Registration::clear`]).
+    pub(crate) fn poll_ready_tick(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<u64> {
+        self.source.poll_ready(dir, cx)
+    }
+
+    /// Clears `dir`'s readiness seen at `tick` (a call said `WouldBlock`), unless a
+    /// readiness change came in since.
+    pub(crate) fn clear(&self, dir: Direction, tick: u64) {
+        self.source.clear(dir, tick);
+    }
+
+    /// Takes `fd` out of the loop's epoll set (for a descriptor that stays open after its
+    /// registration goes).
+    pub(crate) fn deregister(&self, fd: BorrowedFd<'_>) {
+        let _ = self.shared.timers.deregister(fd);
+    }
+
     /// Runs `op` (a non-blocking system call, followed by a trigger state) once `dir` is
     /// ready, until it does not say `WouldBlock`.
     pub(crate) fn poll_io<R>(
