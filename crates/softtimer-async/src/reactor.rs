@@ -34,8 +34,8 @@ impl Direction {
 
 const READ: u64 = 1;
 const WRITE: u64 = 2;
-/// The loop has seen a hang-up or an error: it stays set (see [`IoSource::is_closed`]).
-const CLOSED: u64 = 4;
+/// The loop has seen the peer hang up: it stays set (see [`IoSource::is_read_closed`]).
+const READ_CLOSED: u64 = 4;
 const BITS: u64 = 0xff;
 const TICK: u64 = 1 << 8;
 
@@ -98,8 +98,8 @@ impl IoSource {
         if ready.writable || ready.closed {
             bits |= WRITE;
         }
-        if ready.closed {
-            bits |= CLOSED;
+        if ready.hung_up {
+            bits |= READ_CLOSED;
         }
         let _ = self
             .state
@@ -146,12 +146,13 @@ impl IoSource {
         Poll::Pending
     }
 
-    /// Whether the loop has seen the peer hang up (or an error). A hang-up comes as one edge
-    /// with the data before it, so a call that used up the data it saw must not clear the
-    /// readiness on that account: only a `WouldBlock` may (the end of the stream is read as 0,
-    /// never as `WouldBlock`). tokio keeps its closed bits likewise.
-    fn is_closed(&self) -> bool {
-        self.state.load(Ordering::Acquire) & CLOSED != 0
+    /// Whether the loop has seen the peer hang up (`EPOLLRDHUP`, `EPOLLHUP`; an error alone,
+    /// such as a UDP socket's ICMP report, does not count). A hang-up may come as one edge
+    /// with the last data, and no edge comes after it, so a read that used up the data it
+    /// saw must not clear the readiness on that account: only a `WouldBlock` may (a stream's
+    /// end reads as 0 at once). tokio keeps its closed bits likewise.
+    fn is_read_closed(&self) -> bool {
+        self.state.load(Ordering::Acquire) & READ_CLOSED != 0
     }
 
     /// Whether `dir` is ready as far as the source knows (the tick if so).
@@ -331,8 +332,8 @@ impl Registration {
 
     /// As [`Registration::poll_io`] for a call that moves up to `want` bytes: one that moves
     /// fewer (but some) has drained the socket's buffer (or filled it), so the readiness is
-    /// cleared without a second call to find out, as tokio does; not once the peer has hung
-    /// up, whose end of stream the next call reads.
+    /// cleared without a second call to find out, as tokio does; but not a read's once the
+    /// peer has hung up, whose end of stream the next read returns.
     pub(crate) fn poll_io_partial(
         &self,
         dir: Direction,
@@ -361,7 +362,10 @@ impl Registration {
             };
             match op() {
                 Ok(r) => {
-                    if exhausted(&r) && !self.source.is_closed() {
+                    // After a hang-up a short read is not the last word: the next read says
+                    // end of stream, and no other edge will come to prompt it.
+                    let read_closed = dir == Direction::Read && self.source.is_read_closed();
+                    if exhausted(&r) && !read_closed {
                         self.source.clear(dir, tick);
                     }
                     executor::spend_budget();

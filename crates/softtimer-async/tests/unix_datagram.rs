@@ -54,15 +54,17 @@ fn an_echo_between_bound_sockets_keeps_every_datagram_whole_and_in_order() {
 }
 
 /// Sends numbered datagrams from a task of their own (with `send`, or `send_to` when `to` is
-/// given) and checks the receiver gets every one, in order, though its queue holds far fewer
-/// (`net.unix.max_dgram_qlen`, 10 by default): the sender must wait for room, and be woken
-/// when the receiver makes some.
+/// given) and checks the receiver gets every one, in order, though far fewer fit (the
+/// receiver's queue, `net.unix.max_dgram_qlen`, 10 by default; for a pair, the sender's
+/// buffer, made small here so that the host's default cannot hold them all): the sender must
+/// wait for room, and be woken when the receiver makes some.
 async fn every_datagram_through_a_full_queue(
     tx: UnixDatagram,
     rx: UnixDatagram,
     to: Option<PathBuf>,
 ) {
     const COUNT: u32 = 2_000;
+    rustix::net::sockopt::set_socket_send_buffer_size(&tx, 8 * 1024).unwrap();
     let sent = std::rc::Rc::new(std::cell::Cell::new(0u32));
     let sender = softtimer_async::spawn_local({
         let sent = std::rc::Rc::clone(&sent);
@@ -111,6 +113,62 @@ fn a_full_receiver_makes_an_unconnected_sender_wait_and_loses_nothing() {
         let rx = UnixDatagram::bind(&path).unwrap();
         let tx = UnixDatagram::unbound().unwrap();
         every_datagram_through_a_full_queue(tx, rx, Some(path.clone())).await;
+    });
+}
+
+/// Linux wakes an unconnected sender for room at a receiver only when its own datagrams are
+/// read, and each refused send reports the sender writable again at once: a sender whose
+/// receiver another sender filled must neither spin on that nor wait for ever.
+#[test]
+fn a_sender_behind_another_senders_datagrams_waits_without_spinning() {
+    let dir = Dir::new("behind");
+    let path = dir.0.join("rx.sock");
+    let mut config = softtimer_async::Builder::default_loop_config();
+    config.stats = true;
+    let rt = Runtime::builder().loop_config(config).build().unwrap();
+    let sends = || {
+        rt.trigger_stats()
+            .unwrap()
+            .triggers(softtimer::TriggerSource::Send)
+    };
+    rt.block_on(async {
+        let rx = UnixDatagram::bind(&path).unwrap();
+        let first = UnixDatagram::unbound().unwrap();
+        let mut queued = 0;
+        loop {
+            match first.try_send_to(b"first", &path) {
+                Ok(_) => queued += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+            assert!(queued < 100_000, "the queue never filled");
+        }
+        let second = UnixDatagram::unbound().unwrap();
+        let waiting = softtimer_async::spawn_local({
+            let path = path.clone();
+            async move { second.send_to(b"second", &path).await.unwrap() }
+        });
+        let before = sends();
+        softtimer_async::time::sleep(Duration::from_millis(20)).await;
+        // Its tries back off (20 µs, doubling to 1 ms): about twenty in 20 ms, where a
+        // sender spinning on its writability makes thousands.
+        let tries = sends() - before;
+        assert!(
+            tries < 200,
+            "{tries} sends in 20 ms: the waiting sender spins"
+        );
+        let mut buf = [0u8; 16];
+        for _ in 0..queued {
+            let n = rx.recv(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], b"first");
+        }
+        // Room now, and the first sender sends nothing more to prompt a wake-up.
+        let n = timeout(BOUND, rx.recv(&mut buf))
+            .await
+            .expect("the second sender was left waiting")
+            .unwrap();
+        assert_eq!(&buf[..n], b"second");
+        assert_eq!(waiting.await.unwrap(), 6);
     });
 }
 
@@ -187,6 +245,13 @@ fn unbound_and_connected_sockets() {
         let err = tx.send(b"late").await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
         rx.shutdown(std::net::Shutdown::Read).unwrap();
+        // A receive on it waits (no end of stream for a datagram socket), without spinning
+        // through the readiness the shutdown reported.
+        assert!(
+            timeout(Duration::from_millis(20), rx.recv(&mut buf))
+                .await
+                .is_err()
+        );
         let other = UnixDatagram::unbound().unwrap();
         let err = other.send_to(b"late", &path).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");

@@ -105,6 +105,9 @@ pub struct Ready {
     pub writable: bool,
     /// The peer hung up or an error is pending.
     pub closed: bool,
+    /// The peer hung up (`EPOLLRDHUP`, `EPOLLHUP`), not only an error: what is left to read
+    /// ends with the end of the stream, and no other readiness change may come.
+    pub hung_up: bool,
 }
 
 impl Ready {
@@ -117,6 +120,7 @@ impl Ready {
             closed: flags.intersects(
                 epoll::EventFlags::HUP | epoll::EventFlags::ERR | epoll::EventFlags::RDHUP,
             ),
+            hung_up: flags.intersects(epoll::EventFlags::HUP | epoll::EventFlags::RDHUP),
         }
     }
 }

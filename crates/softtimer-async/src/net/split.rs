@@ -29,8 +29,8 @@ macro_rules! split_halves {
 
         #[doc = concat!("The read half of a [`", stringify!($stream), "`]")]
         #[doc = concat!("([`", stringify!($stream), "::into_split`]):")]
-        /// `futures-io`'s `AsyncRead` (and tokio's with the `tokio-io` feature) and the
-        /// stream's `read` methods.
+        /// `futures-io`'s `AsyncRead` (and tokio's with the `tokio-io` feature), the
+        /// stream's `read` and `read_exact`, and its addresses.
         #[derive(Debug)]
         pub struct OwnedReadHalf {
             stream: ::std::sync::Arc<$stream>,
@@ -38,8 +38,9 @@ macro_rules! split_halves {
 
         #[doc = concat!("The write half of a [`", stringify!($stream), "`]")]
         #[doc = concat!("([`", stringify!($stream), "::into_split`]):")]
-        /// `futures-io`'s `AsyncWrite` (and tokio's with the `tokio-io` feature) and the
-        /// stream's `write` methods. Dropping it shuts the stream's write direction down.
+        /// `futures-io`'s `AsyncWrite` (and tokio's with the `tokio-io` feature), the
+        /// stream's `write` and `write_all`, and its addresses. Dropping it shuts the
+        /// stream's write direction down.
         #[derive(Debug)]
         pub struct OwnedWriteHalf {
             stream: ::std::sync::Arc<$stream>,
@@ -86,8 +87,8 @@ macro_rules! split_halves {
 
         #[doc = concat!("The read half of a [`", stringify!($stream), "`] borrowed from it")]
         #[doc = concat!("([`", stringify!($stream), "::split`]):")]
-        /// `futures-io`'s `AsyncRead` (and tokio's with the `tokio-io` feature) and the
-        /// stream's `read` methods.
+        /// `futures-io`'s `AsyncRead` (and tokio's with the `tokio-io` feature), the
+        /// stream's `read` and `read_exact`, and its addresses.
         #[derive(Debug, Clone, Copy)]
         pub struct ReadHalf<'a> {
             stream: &'a $stream,
@@ -95,8 +96,8 @@ macro_rules! split_halves {
 
         #[doc = concat!("The write half of a [`", stringify!($stream), "`] borrowed from it")]
         #[doc = concat!("([`", stringify!($stream), "::split`]):")]
-        /// `futures-io`'s `AsyncWrite` (and tokio's with the `tokio-io` feature) and the
-        /// stream's `write` methods.
+        /// `futures-io`'s `AsyncWrite` (and tokio's with the `tokio-io` feature), the
+        /// stream's `write` and `write_all`, and its addresses.
         #[derive(Debug, Clone, Copy)]
         pub struct WriteHalf<'a> {
             stream: &'a $stream,

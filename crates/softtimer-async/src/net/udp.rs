@@ -21,7 +21,8 @@ use crate::reactor::{Direction, Registration};
 
 /// A UDP socket registered with the loop of the thread that made it.
 ///
-/// Every system call it makes is followed by a trigger state of the calling thread's loop.
+/// Every send and receive it makes is followed by a trigger state of the calling thread's
+/// loop.
 /// It is cheap to share (`&self` everywhere, and a clone is the same socket: several tasks
 /// may send and receive at once), its descriptor is there for socket options ([`AsFd`]),
 /// and [`UdpSocket::send_at`] and [`PacedSender`](crate::PacedSender) send from it at chosen

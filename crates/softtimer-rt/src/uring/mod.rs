@@ -582,6 +582,7 @@ impl Ring {
                         writable: mask & libc::POLLOUT as u32 != 0,
                         closed: mask & (libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP) as u32
                             != 0,
+                        hung_up: mask & (libc::POLLHUP | libc::POLLRDHUP) as u32 != 0,
                     });
                 }
                 if c.result < 0 {
@@ -594,6 +595,7 @@ impl Ring {
                         readable: false,
                         writable: false,
                         closed: true,
+                        hung_up: true,
                     });
                     return TriggerSource::Syscall;
                 }
@@ -685,6 +687,7 @@ impl Ring {
                         readable: true,
                         writable: false,
                         closed: false,
+                        hung_up: false,
                     });
                 }
                 TriggerSource::Recv
@@ -719,6 +722,7 @@ impl Ring {
                     readable: true,
                     writable: false,
                     closed: false,
+                    hung_up: false,
                 });
             }
         }

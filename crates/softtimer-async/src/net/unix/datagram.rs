@@ -7,21 +7,32 @@ use std::os::fd::AsFd;
 use std::os::unix::net::SocketAddr;
 use std::path::Path;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use rustix::net::{SendFlags, SocketFlags, SocketType};
+use rustix::net::{SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 use softtimer::TriggerSource;
 
 use super::{require_runtime, socket_addr, unix_socket};
 use crate::net::udp::syscall;
 use crate::reactor::{Direction, Registration};
 
+/// The first wait before a [`UnixDatagram::send_to`] to a full receiver tries again, and the
+/// longest (the wait doubles): readiness cannot tell it when there is room (see there).
+const RETRY_FIRST: Duration = Duration::from_micros(20);
+const RETRY_MAX: Duration = Duration::from_millis(1);
+
 /// A Unix-domain datagram socket registered with the loop of the thread that made it.
 ///
-/// A datagram arrives whole or not at all, in the order it was sent, and a receiver whose
-/// queue is full makes its senders wait (a send that would block waits for room, and
-/// `try_send` says `WouldBlock`): unlike UDP, nothing is dropped. Every system call it makes
-/// is followed by a trigger state; all its methods take `&self`, so tasks may send and
-/// receive on one socket at once.
+/// A datagram arrives whole or not at all, in the order it was sent, and is never dropped
+/// for want of room: a send to a full receiver waits for room (`try_send` says
+/// `WouldBlock`). The limit is the receiver's queue (`net.unix.max_dgram_qlen` datagrams),
+/// or for two sockets connected to each other (a [`pair`](Self::pair)) the sender's
+/// `SO_SNDBUF`. Datagrams can still be lost as on any Unix datagram socket: those queued at
+/// a receiver that closes, and those queued at a socket when it connects elsewhere. Every
+/// send and receive is followed by a trigger state; all its methods take `&self`, so tasks
+/// may send and receive on one socket at once. Its `poll_recv` and `poll_recv_from` take a
+/// `&mut [u8]`, as this crate's [`UdpSocket`](crate::UdpSocket)'s do, where tokio's take a
+/// `ReadBuf`.
 ///
 /// ```
 /// use softtimer_async::{Runtime, UnixDatagram};
@@ -69,7 +80,7 @@ impl UnixDatagram {
         let addr = socket_addr(path.as_ref())?;
         let fd = unix_socket(SocketType::DGRAM, SocketFlags::NONBLOCK)?;
         syscall(TriggerSource::Syscall, || rustix::net::bind(&fd, &addr))?;
-        Self::from_std(std::os::unix::net::UnixDatagram::from(fd))
+        Self::registered(std::os::unix::net::UnixDatagram::from(fd))
     }
 
     /// A socket bound to no path: it sends with [`send_to`](Self::send_to) (or, once
@@ -81,7 +92,7 @@ impl UnixDatagram {
     pub fn unbound() -> io::Result<UnixDatagram> {
         require_runtime()?;
         let fd = unix_socket(SocketType::DGRAM, SocketFlags::NONBLOCK)?;
-        Self::from_std(std::os::unix::net::UnixDatagram::from(fd))
+        Self::registered(std::os::unix::net::UnixDatagram::from(fd))
     }
 
     /// Two sockets connected to each other (`socketpair`), on the calling thread's loop.
@@ -119,8 +130,14 @@ impl UnixDatagram {
     /// An `Other` error outside a runtime thread; the `ioctl` or the loop's `epoll_ctl`'s
     /// error if the socket cannot be made non-blocking or watched.
     pub fn from_std(socket: std::os::unix::net::UnixDatagram) -> io::Result<UnixDatagram> {
-        let shared = crate::executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
+        require_runtime()?;
         rustix::io::ioctl_fionbio(&socket, true)?;
+        Self::registered(socket)
+    }
+
+    /// A non-blocking socket registered with the calling thread's loop.
+    fn registered(socket: std::os::unix::net::UnixDatagram) -> io::Result<UnixDatagram> {
+        let shared = crate::executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
         // Watching writability only once a send has had to wait, as UDP's does: a datagram
         // socket turns writable again as each sent datagram is read.
         let reg = Registration::new_read_only(shared, socket.as_fd())?;
@@ -128,12 +145,14 @@ impl UnixDatagram {
     }
 
     /// Connects the socket to the one bound at `path`: [`send`](Self::send) goes there,
-    /// and [`recv`](Self::recv) takes datagrams from there only.
+    /// and only datagrams from there arrive from now on (the kernel drops those queued from
+    /// elsewhere when a socket connects to a new peer).
     ///
     /// # Errors
     ///
     /// `NotFound` when nothing is at `path`, `ConnectionRefused` when no socket is bound
-    /// there any more, `InvalidInput` for a path too long for a socket address.
+    /// there any more, `PermissionDenied` when that socket is connected to another,
+    /// `InvalidInput` for a path too long for a socket address.
     pub fn connect(&self, path: impl AsRef<Path>) -> io::Result<()> {
         let addr = socket_addr(path.as_ref())?;
         syscall(TriggerSource::Syscall, || {
@@ -188,30 +207,51 @@ impl UnixDatagram {
 
     /// Sends one datagram to the socket bound at `path`, waiting while its queue is full.
     ///
+    /// Readiness cannot say when such a receiver has room: Linux wakes a sender for room at
+    /// a receiver it is not connected to only when the sender's own queued datagrams are
+    /// read, and each refused send reports the sender writable again at once (the refused
+    /// datagram's buffer is freed). Waiting on it would spin, or wait for ever behind other
+    /// senders' datagrams. So a refused `send_to` tries again on a soft timer instead, after
+    /// 20 µs, doubling to 1 ms: one system call a try, never more than a millisecond late
+    /// once there is room. A connected socket's [`send`](Self::send) is woken by the kernel
+    /// when its peer has room.
+    ///
     /// # Errors
     ///
     /// `NotFound` when nothing is at `path`, `ConnectionRefused` when no socket is bound
-    /// there any more, `InvalidInput` for a path too long for a socket address, and the
-    /// send's other errors (`EMSGSIZE` for a datagram larger than the socket's buffer).
+    /// there any more, `PermissionDenied` when that socket is connected to another,
+    /// `InvalidInput` for a path too long for a socket address, and the send's other errors
+    /// (`EMSGSIZE` for a datagram larger than the socket's buffer).
     pub async fn send_to(&self, buf: &[u8], path: impl AsRef<Path>) -> io::Result<usize> {
         let addr = socket_addr(path.as_ref())?;
-        poll_fn(|cx| {
-            self.reg.poll_send(self.socket.as_fd(), cx, || {
-                syscall(TriggerSource::Send, || {
-                    rustix::net::sendto(&self.socket, buf, SendFlags::NOSIGNAL, &addr)
-                        .map_err(io::Error::from)
-                })
-            })
-        })
-        .await
+        let mut retry = RETRY_FIRST;
+        loop {
+            match self.send_to_once(buf, &addr) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                result => return result,
+            }
+            crate::time::sleep(retry).await;
+            retry = (retry * 2).min(RETRY_MAX);
+        }
     }
 
-    /// Sends one datagram to the connected peer, waiting while its queue is full.
+    /// One `sendto`, followed by a trigger state.
+    fn send_to_once(&self, buf: &[u8], addr: &SocketAddrUnix) -> io::Result<usize> {
+        syscall(TriggerSource::Send, || {
+            rustix::net::sendto(&self.socket, buf, SendFlags::NOSIGNAL, addr)
+                .map_err(io::Error::from)
+        })
+    }
+
+    /// Sends one datagram to the connected peer, waiting while its queue is full (Linux wakes
+    /// a connected sender when there is room).
     ///
     /// # Errors
     ///
-    /// `NotConnected` on a socket not connected; `ConnectionRefused` when the peer is gone;
-    /// the send's other errors.
+    /// `NotConnected` on a socket not connected; `ConnectionRefused` when the peer is gone
+    /// (the kernel then disconnects the socket: later sends say `NotConnected`); the send's
+    /// other errors. A receive whose peer is gone waits: a datagram socket hears no hang-up.
     pub async fn send(&self, buf: &[u8]) -> io::Result<usize> {
         poll_fn(|cx| self.poll_send(cx, buf)).await
     }
@@ -258,7 +298,9 @@ impl UnixDatagram {
     }
 
     /// Sends one datagram to the socket bound at `path` if it takes it now (see
-    /// [`try_send`](Self::try_send)).
+    /// [`try_send`](Self::try_send)). After a `WouldBlock`, [`writable`](Self::writable)
+    /// does not say when the receiver has room (it comes back at once): to wait for room,
+    /// use [`send_to`](Self::send_to).
     ///
     /// # Errors
     ///
@@ -266,12 +308,7 @@ impl UnixDatagram {
     /// otherwise.
     pub fn try_send_to(&self, buf: &[u8], path: impl AsRef<Path>) -> io::Result<usize> {
         let addr = socket_addr(path.as_ref())?;
-        self.reg.try_send(self.socket.as_fd(), || {
-            syscall(TriggerSource::Send, || {
-                rustix::net::sendto(&self.socket, buf, SendFlags::NOSIGNAL, &addr)
-                    .map_err(io::Error::from)
-            })
-        })
+        self.send_to_once(buf, &addr)
     }
 
     /// Waits until a datagram is probably waiting (readiness can be stale: a
@@ -285,7 +322,9 @@ impl UnixDatagram {
         poll_fn(|cx| self.reg.poll_ready(Direction::Read, cx)).await
     }
 
-    /// Waits until a send may go (see [`readable`](Self::readable)).
+    /// Waits until a send may go (see [`readable`](Self::readable)): for a connected
+    /// socket, until its peer has room; for another, only until its own buffer has (see
+    /// [`try_send_to`](Self::try_send_to)).
     ///
     /// # Errors
     ///
@@ -296,8 +335,8 @@ impl UnixDatagram {
 
     /// Shuts down the read direction, the write direction, or both (std's `shutdown`): a
     /// send from a socket shut for writing, and a send to one shut for reading, is
-    /// `BrokenPipe`. A datagram socket has no end of stream: a receive on a socket shut for
-    /// reading waits as before (for what was queued, then for ever), as tokio's does.
+    /// `BrokenPipe`. A receive on a socket shut for reading takes what was queued, then
+    /// waits (a blocking std `recv` would return 0 there instead).
     ///
     /// # Errors
     ///
