@@ -38,13 +38,30 @@ pub fn spawn_serving(port: u16, args: &[&str]) -> std::thread::JoinHandle<Output
     server
 }
 
-/// A loopback UDP port that was free a moment ago, picked by binding and releasing it.
+/// A loopback port that was free for both UDP and TCP a moment ago. It is picked below the
+/// kernel's ephemeral range (32768 and up by default), so that the connections other tests
+/// open at the same time cannot take it between this check and the server's bind (a port
+/// the kernel handed out for a UDP socket could go to another test's TCP client next).
 pub fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // Test binaries run at once: each starts at its own place in the range.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    let start = std::process::id().wrapping_mul(7_919) % COUNT;
+    for _ in 0..COUNT {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed) % COUNT;
+        let port = u16::try_from(FIRST + (start + step) % COUNT).expect("below 32,000");
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
+        if udp.is_ok() && tcp.is_ok() {
+            return port;
+        }
+    }
+    panic!(
+        "no loopback port free for both UDP and TCP in {FIRST}..{}",
+        FIRST + COUNT
+    );
 }
 
 /// Runs the binary with each of `cases`, a command line split at whitespace: each must fail
