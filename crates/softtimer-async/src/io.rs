@@ -22,10 +22,16 @@ use crate::reactor::{Direction, Registration};
 /// A descriptor `T` watched by the loop of the thread that made it.
 ///
 /// The descriptor must be non-blocking (`O_NONBLOCK`; [`AsyncFd::new`] refuses one that is
-/// not) and pollable (a socket, pipe, eventfd, timerfd, TUN or character device; not a
-/// regular file, which epoll refuses). It is taken out of the epoll set when the `AsyncFd`
-/// is dropped (then `T` is dropped, which usually closes it) or
-/// [`into_inner`](AsyncFd::into_inner) hands it back.
+/// not) and pollable (a socket, pipe, eventfd, timerfd, TUN device, or a character device
+/// whose driver supports poll; not a regular file or a directory, which epoll refuses). It is
+/// taken out of the epoll set when the `AsyncFd` is dropped (then `T` is dropped, which
+/// usually closes it) or [`into_inner`](AsyncFd::into_inner) hands it back.
+///
+/// Both directions start out ready (the first call is simply tried), and writability is
+/// watched only once a write has had to wait, so that a socket whose every sent packet
+/// reports it writable again (raw, netlink, UDP) does not wake the loop per packet. A task's
+/// waits and calls through it count against its budget, as the runtime's sockets' do, so a
+/// descriptor that is always ready does not keep the loop's other tasks from running.
 ///
 /// ```
 /// use std::io;
@@ -62,11 +68,23 @@ impl<T: AsFd> AsyncFd<T> {
     ///
     /// # Errors
     ///
+    /// `PermissionDenied` for a regular file or a directory (epoll cannot watch them; read
+    /// them on the blocking pool), and the `EPERM` of a descriptor whose driver has no poll;
     /// `InvalidInput` for a blocking descriptor (a read or write through it would stop the
-    /// loop); `PermissionDenied` for one epoll cannot watch (a regular file, a directory);
-    /// an `Other` error outside a runtime thread.
+    /// loop); an `Other` error outside a runtime thread.
     pub fn new(inner: T) -> io::Result<AsyncFd<T>> {
         let fd = inner.as_fd();
+        let kind = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(fd)?.st_mode);
+        if matches!(
+            kind,
+            rustix::fs::FileType::RegularFile | rustix::fs::FileType::Directory
+        ) {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "epoll cannot watch a regular file or a directory (it is always ready): read \
+                 it on the blocking pool instead",
+            ));
+        }
         let flags = rustix::fs::fcntl_getfl(fd)?;
         if !flags.contains(rustix::fs::OFlags::NONBLOCK) {
             return Err(io::Error::new(
@@ -74,17 +92,8 @@ impl<T: AsFd> AsyncFd<T> {
                 "AsyncFd needs a non-blocking descriptor (set O_NONBLOCK first)",
             ));
         }
-        let reg = Registration::current(fd).map_err(|e| {
-            if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) {
-                io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    "epoll cannot watch this descriptor (a regular file or a directory is \
-                     always ready: read it on the blocking pool instead)",
-                )
-            } else {
-                e
-            }
-        })?;
+        let shared = crate::executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
+        let reg = Registration::new_read_only(shared, fd)?;
         Ok(AsyncFd {
             inner: Some(inner),
             reg,
@@ -150,7 +159,15 @@ impl<T: AsFd> AsyncFd<T> {
         dir: Direction,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<AsyncFdReadyGuard<'_, T>>> {
-        self.reg.poll_ready_tick(dir, cx).map(|tick| {
+        if !crate::executor::has_budget(cx) {
+            return Poll::Pending;
+        }
+        let ready = self.reg.poll_ready_tick(dir, cx);
+        if ready.is_pending() && dir == Direction::Write {
+            self.reg.watch_writable(self.get_ref().as_fd());
+        }
+        ready.map(|tick| {
+            crate::executor::spend_budget();
             Ok(AsyncFdReadyGuard {
                 fd: self,
                 dir,
@@ -175,9 +192,10 @@ impl<T: AsFd> AsyncFd<T> {
     ) -> io::Result<R> {
         let dir = direction(interest)?;
         let inner = self.get_ref();
-        poll_fn(|cx| {
-            self.reg
-                .poll_io(dir, cx, || syscall(TriggerSource::Syscall, || f(inner)))
+        let mut call = || syscall(TriggerSource::Syscall, || f(inner));
+        poll_fn(|cx| match dir {
+            Direction::Read => self.reg.poll_io(dir, cx, &mut call),
+            Direction::Write => self.reg.poll_send(inner.as_fd(), cx, &mut call),
         })
         .await
     }

@@ -2,7 +2,7 @@
 //! clearing, descriptors handed back, and the errors of descriptors it cannot watch.
 
 use std::io::{self, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use softtimer_async::Runtime;
@@ -95,7 +95,6 @@ fn readiness_stays_until_a_call_says_would_block() {
         );
         rustix::io::write(&tx, b"d").unwrap();
         let mut guard = timeout(BOUND, rx.readable()).await.unwrap().unwrap();
-        assert!(guard.get_inner().as_fd().try_clone_to_owned().is_ok());
         guard.clear_ready();
         // Cleared by hand while data is there: stale until the next change, as tokio's.
         assert!(
@@ -174,13 +173,16 @@ fn descriptors_it_cannot_watch_say_why() {
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
         assert!(err.to_string().contains("non-blocking"), "{err}");
 
+        // A regular file or a directory, blocking or not: epoll cannot watch it, said first.
         std::fs::File::create(&file)
             .unwrap()
             .write_all(b"x")
             .unwrap();
-        let regular = std::fs::File::open(&file).unwrap();
-        rustix::io::ioctl_fionbio(&regular, true).unwrap();
-        let err = AsyncFd::new(regular).unwrap_err();
+        let err = AsyncFd::new(std::fs::File::open(&file).unwrap()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+        assert!(err.to_string().contains("regular file"), "{err}");
+        let dir = std::fs::File::open(std::env::temp_dir()).unwrap();
+        let err = AsyncFd::new(dir).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
 
         let (rx, _tx) = pipe();
@@ -192,4 +194,43 @@ fn descriptors_it_cannot_watch_say_why() {
     let (rx, _tx) = pipe();
     let err = AsyncFd::new(rx).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::Other, "{err}");
+}
+
+/// A descriptor that is always ready does not keep its loop's other tasks from running: its
+/// waits count against the task's budget, as the runtime's sockets' do.
+#[test]
+fn an_always_ready_descriptor_lets_other_tasks_run() {
+    Runtime::new().unwrap().block_on(async {
+        let (rx, tx) = pipe();
+        rustix::io::write(&tx, b"never read").unwrap();
+        let rx = AsyncFd::new(rx).unwrap();
+        let ran = std::rc::Rc::new(std::cell::Cell::new(false));
+        softtimer_async::spawn_local({
+            let ran = std::rc::Rc::clone(&ran);
+            async move { ran.set(true) }
+        });
+        let mut waits = 0u32;
+        while !ran.get() {
+            let _ready = rx.readable().await.unwrap();
+            waits += 1;
+            assert!(waits < 1_000_000, "the other task never ran");
+        }
+    });
+}
+
+#[test]
+fn its_futures_are_send() {
+    fn sendable<T: Send>(t: T) -> T {
+        t
+    }
+    Runtime::new().unwrap().block_on(async {
+        let (rx, _tx) = pipe();
+        let rx = AsyncFd::new(rx).unwrap();
+        drop(sendable(rx.readable()));
+        drop(sendable(rx.writable()));
+        let mut buf = [0u8; 4];
+        drop(sendable(rx.async_io(Interest::READABLE, |fd| {
+            Ok(rustix::io::read(fd, &mut buf)?)
+        })));
+    });
 }

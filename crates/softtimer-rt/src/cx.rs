@@ -96,6 +96,7 @@ pub(crate) fn watch(
 
 /// A descriptor that became ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Ready {
     /// The token it was registered with.
     pub token: u64,
@@ -106,7 +107,7 @@ pub struct Ready {
     /// The peer hung up or an error is pending.
     pub closed: bool,
     /// The peer hung up (`EPOLLRDHUP`, `EPOLLHUP`), not only an error: what is left to read
-    /// ends with the end of the stream, and no other readiness change may come.
+    /// ends with the end of the stream, and no other edge may come to say so.
     pub hung_up: bool,
 }
 

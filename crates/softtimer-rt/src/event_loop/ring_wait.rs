@@ -81,7 +81,10 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             let mut flags = epoll::EventFlags::empty();
             flags.set(epoll::EventFlags::IN, r.readable);
             flags.set(epoll::EventFlags::OUT, r.writable);
-            flags.set(epoll::EventFlags::HUP, r.closed);
+            // A hang-up as a hang-up, an error alone as an error (`Ready::new` tells them
+            // apart again).
+            flags.set(epoll::EventFlags::RDHUP, r.hung_up);
+            flags.set(epoll::EventFlags::ERR, r.closed && !r.hung_up);
             self.events.push(epoll::Event {
                 flags,
                 data: epoll::EventData::new_u64(r.token),

@@ -702,6 +702,7 @@ impl Ring {
                 r.readable |= ready.readable;
                 r.writable |= ready.writable;
                 r.closed |= ready.closed;
+                r.hung_up |= ready.hung_up;
             }
             None => self.ready.push(ready),
         }

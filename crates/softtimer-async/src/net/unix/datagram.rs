@@ -145,8 +145,9 @@ impl UnixDatagram {
     }
 
     /// Connects the socket to the one bound at `path`: [`send`](Self::send) goes there,
-    /// and only datagrams from there arrive from now on (the kernel drops those queued from
-    /// elsewhere when a socket connects to a new peer).
+    /// and new datagrams come from there only. Those already queued are still received,
+    /// unless the socket was connected to another peer: then the kernel drops its whole
+    /// queue.
     ///
     /// # Errors
     ///
@@ -212,9 +213,10 @@ impl UnixDatagram {
     /// read, and each refused send reports the sender writable again at once (the refused
     /// datagram's buffer is freed). Waiting on it would spin, or wait for ever behind other
     /// senders' datagrams. So a refused `send_to` tries again on a soft timer instead, after
-    /// 20 µs, doubling to 1 ms: one system call a try, never more than a millisecond late
-    /// once there is room. A connected socket's [`send`](Self::send) is woken by the kernel
-    /// when its peer has room.
+    /// 20 µs, doubling to 1 ms: one system call a try, and about a millisecond at most after
+    /// room appears, if no other sender (a blocking one, woken by the kernel) takes it
+    /// first. A connected socket's [`send`](Self::send) is woken by the kernel when its peer
+    /// has room.
     ///
     /// # Errors
     ///
@@ -226,10 +228,23 @@ impl UnixDatagram {
         let addr = socket_addr(path.as_ref())?;
         let mut retry = RETRY_FIRST;
         loop {
+            // The task's budget, as every socket operation keeps it: a sender that never
+            // waits still lets the loop's other tasks run.
+            poll_fn(|cx| {
+                if crate::executor::has_budget(cx) {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
             match self.send_to_once(buf, &addr) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                result => return result,
+                result => {
+                    crate::executor::spend_budget();
+                    return result;
+                }
             }
             crate::time::sleep(retry).await;
             retry = (retry * 2).min(RETRY_MAX);
