@@ -64,7 +64,8 @@ pub struct AsyncFd<T: AsFd> {
 }
 
 impl<T: AsFd> AsyncFd<T> {
-    /// Watches `inner` on the calling thread's loop, for both directions.
+    /// Watches `inner` on the calling thread's loop: its readability, and its writability
+    /// once a write has had to wait.
     ///
     /// # Errors
     ///
@@ -162,10 +163,10 @@ impl<T: AsFd> AsyncFd<T> {
         if !crate::executor::has_budget(cx) {
             return Poll::Pending;
         }
-        let ready = self.reg.poll_ready_tick(dir, cx);
-        if ready.is_pending() && dir == Direction::Write {
-            self.reg.watch_writable(self.get_ref().as_fd());
-        }
+        let ready = match dir {
+            Direction::Read => self.reg.poll_ready_tick(dir, cx),
+            Direction::Write => self.reg.poll_send_ready(self.get_ref().as_fd(), cx),
+        };
         ready.map(|tick| {
             crate::executor::spend_budget();
             Ok(AsyncFdReadyGuard {

@@ -259,14 +259,10 @@ impl Registration {
         result
     }
 
-    /// Ready when a send may go, as [`Registration::poll_ready`] for writes; waiting makes
-    /// the loop watch `fd`'s writability.
-    pub(crate) fn poll_send_ready(
-        &self,
-        fd: BorrowedFd<'_>,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<()>> {
-        let ready = self.poll_ready(Direction::Write, cx);
+    /// Ready when a send may go (with the tick it was seen at, as
+    /// [`Registration::poll_ready_tick`]); waiting makes the loop watch `fd`'s writability.
+    pub(crate) fn poll_send_ready(&self, fd: BorrowedFd<'_>, cx: &mut Context<'_>) -> Poll<u64> {
+        let ready = self.source.poll_ready(Direction::Write, cx);
         if ready.is_pending() {
             self.watch_writable(fd);
         }
@@ -364,8 +360,7 @@ impl Registration {
                 Ok(r) => {
                     // After a hang-up a short read is not the last word: the next read says
                     // end of stream, and no other edge will come to prompt it.
-                    let read_closed = dir == Direction::Read && self.source.is_read_closed();
-                    if exhausted(&r) && !read_closed {
+                    if exhausted(&r) && !(dir == Direction::Read && self.source.is_read_closed()) {
                         self.source.clear(dir, tick);
                     }
                     executor::spend_budget();

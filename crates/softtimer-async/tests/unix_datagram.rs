@@ -116,6 +116,19 @@ fn a_full_receiver_makes_an_unconnected_sender_wait_and_loses_nothing() {
     });
 }
 
+/// Sends with `try_send` until it says `WouldBlock`; returns how many went.
+fn fill(mut try_send: impl FnMut() -> io::Result<usize>) -> usize {
+    let mut queued = 0;
+    loop {
+        match try_send() {
+            Ok(_) => queued += 1,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return queued,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(queued < 100_000, "the queue never filled");
+    }
+}
+
 /// Linux wakes an unconnected sender for room at a receiver only when its own datagrams are
 /// read, and each refused send reports the sender writable again at once: a sender whose
 /// receiver another sender filled must neither spin on that nor wait for ever.
@@ -134,15 +147,7 @@ fn a_sender_behind_another_senders_datagrams_waits_without_spinning() {
     rt.block_on(async {
         let rx = UnixDatagram::bind(&path).unwrap();
         let first = UnixDatagram::unbound().unwrap();
-        let mut queued = 0;
-        loop {
-            match first.try_send_to(b"first", &path) {
-                Ok(_) => queued += 1,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => panic!("{e}"),
-            }
-            assert!(queued < 100_000, "the queue never filled");
-        }
+        let queued = fill(|| first.try_send_to(b"first", &path));
         let second = UnixDatagram::unbound().unwrap();
         let waiting = softtimer_async::spawn_local({
             let path = path.clone();
@@ -176,15 +181,7 @@ fn a_sender_behind_another_senders_datagrams_waits_without_spinning() {
 fn try_send_says_when_the_queue_is_full_and_writable_when_there_is_room() {
     Runtime::new().unwrap().block_on(async {
         let (tx, rx) = UnixDatagram::pair().unwrap();
-        let mut queued = 0;
-        loop {
-            match tx.try_send(b"x") {
-                Ok(_) => queued += 1,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => panic!("{e}"),
-            }
-            assert!(queued < 100_000, "the queue never filled");
-        }
+        let queued = fill(|| tx.try_send(b"x"));
         // The reader drains the queue after a while (a pair's sender turns writable again
         // once what it has queued falls to a quarter of its buffer, not at the first read).
         let reader = softtimer_async::spawn_local(async move {

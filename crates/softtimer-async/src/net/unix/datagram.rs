@@ -345,7 +345,12 @@ impl UnixDatagram {
     ///
     /// None today; an `io::Result` as tokio's.
     pub async fn writable(&self) -> io::Result<()> {
-        poll_fn(|cx| self.reg.poll_send_ready(self.socket.as_fd(), cx)).await
+        poll_fn(|cx| {
+            self.reg
+                .poll_send_ready(self.socket.as_fd(), cx)
+                .map(|_| Ok(()))
+        })
+        .await
     }
 
     /// Shuts down the read direction, the write direction, or both (std's `shutdown`): a
