@@ -350,6 +350,45 @@ fn a_bad_tcp_peer_does_not_take_the_server_down() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The kernel-TCP server serves its connections side by side: a client that connects and
+/// sends nothing does not hold up the next one (the server used to serve one connection at
+/// a time, so the second client waited for the first to leave).
+#[test]
+fn the_tcp_server_serves_connections_side_by_side() {
+    let dir = std::env::temp_dir().join(format!("st-quic-tcp-side-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("server.json");
+    let options = ["--connections", "2", "--json", json.to_str().unwrap()];
+    let (server, addr) = start_server("kernel-tcp", &options, Stdio::inherit());
+    let mut server = KillOnDrop(server);
+    let idle = std::net::TcpStream::connect(&addr).unwrap();
+    let mut client = Command::new(BIN)
+        .args(["quic", "client", "--to", &addr, "--stack", "kernel-tcp"])
+        .args(["--download", "100k"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            softtimers_tools::process::kill(&mut client);
+            panic!("the second client was still waiting after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = client.wait_with_output().unwrap();
+    succeeded(&out);
+    // The idle connection's close is the second: the server reports and exits.
+    drop(idle);
+    assert!(server.0.wait().unwrap().success());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["served"]["connections"], 2, "{v}");
+    assert_eq!(v["served"]["requests"], 1, "{v}");
+    assert_eq!(v["served"]["bytes_sent"], 100_000, "{v}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A server without `--connections` serves until Ctrl-C: the signal ends the run and the
 /// server reports what it served (it used to exit at once, so that mode never reported).
 #[test]

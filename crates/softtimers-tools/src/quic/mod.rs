@@ -12,7 +12,8 @@
 //! * `quinn-plain`: the same stock quinn with quinn's defaults and nothing measured (the
 //!   server a user of quinn writes; the anchor of the loopback median);
 //! * `kernel-tcp`: the kernel's TCP (CUBIC) with plain blocking sockets, `TCP_NODELAY`, each
-//!   request framed as `[download u64][upload u64][upload bytes]` on one connection.
+//!   request framed as `[download u64][upload u64][upload bytes]` on one connection; the
+//!   server serves each connection on a thread of its own.
 //!
 //! Every QUIC stack but `quinn-plain` uses the same TLS set-up, congestion controller,
 //! flow-control windows, MTU settings and socket buffers ([`softtimer_quic::tls::Tuning`]),

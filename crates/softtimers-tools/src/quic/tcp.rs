@@ -1,11 +1,11 @@
 //! The kernel-TCP arm: the same perf exchange over plain blocking sockets with
 //! `TCP_NODELAY`, each request framed as `[download u64][upload u64][upload bytes]` on one
 //! connection; the connection's own counts of what it sent and resent come from `TCP_INFO`.
+//! The server gives each connection a thread, as a blocking-socket server is written.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -19,56 +19,161 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
     let listener = TcpListener::bind(opts.listen)
         .with_context(|| format!("cannot listen on {}", opts.listen))?;
     crate::output::announce_port("quic server", opts.listen, listener.local_addr());
-    let mut report = ServerReport::default();
-    let mut closed = 0;
-    // Ctrl-C shuts the listener down, which ends a blocked accept (EINVAL), and the read
-    // side of the connection being served, which ends a wait for its next request: the
-    // report follows. A request under way finishes first (a stalled one within PEER_TIMEOUT).
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let serving: Arc<Mutex<Option<OwnedFd>>> = Arc::new(Mutex::new(None));
+    let server = Arc::new(Server {
+        listening: OwnedFd::from(listener.try_clone().context("the listener")?),
+        own: listener.local_addr().context("the listener's address")?,
+        stop_after: opts.connections,
+        state: Mutex::new(State::default()),
+    });
+    // Ctrl-C stops the server: the accept ends, and so does each connection's wait for its
+    // next request; a request under way finishes first (a stalled one within PEER_TIMEOUT).
     let _interrupt = {
-        let listening = OwnedFd::from(listener.try_clone().context("the listener")?);
-        let (flag, serving) = (Arc::clone(&interrupted), Arc::clone(&serving));
-        let own = listener.local_addr().context("the listener's address")?;
-        crate::interrupt::stop_on_interrupt(move || {
-            flag.store(true, Ordering::Relaxed);
-            if let Some(connection) = &*serving.lock().unwrap_or_else(PoisonError::into_inner) {
-                let _ = rustix::net::shutdown(connection, rustix::net::Shutdown::Read);
-            }
-            if rustix::net::shutdown(&listening, rustix::net::Shutdown::Read).is_err() {
-                // Wake the accept another way: a connection, which the loop does not serve.
-                let _ = TcpStream::connect_timeout(&own, Duration::from_secs(1));
-            }
-        })
+        let server = Arc::clone(&server);
+        crate::interrupt::stop_on_interrupt(move || server.stop())
     };
-    loop {
-        let accepted = listener.accept();
-        if interrupted.load(Ordering::Relaxed) {
-            return Ok(report);
+    // A thread per connection, as a blocking-socket server is written: one client's
+    // requests, or its pause between them, do not hold up another's.
+    let accepted = std::thread::scope(|scope| -> Result<()> {
+        loop {
+            let (stream, peer) = match listener.accept() {
+                Ok(accepted) => accepted,
+                Err(_) if server.is_stopping() => return Ok(()),
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::ECONNABORTED | libc::EINTR) => continue,
+                    // Out of descriptors or memory for now: say so, wait, and go on serving
+                    // the connections already open rather than spin on accept.
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                        eprintln!("softtimers quic server: accept: {e}; retrying in 100 ms");
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    }
+                    _ => {
+                        server.stop();
+                        return Err(e).context("accept");
+                    }
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            let Some(id) = server.open(&stream) else {
+                // Stopping: the connection that woke the accept, or one just too late.
+                return Ok(());
+            };
+            let server = &server;
+            let spawned = std::thread::Builder::new()
+                .name("tcp-conn".into())
+                .spawn_scoped(scope, move || server.serve(id, stream, peer));
+            if let Err(e) = spawned {
+                eprintln!("softtimers quic server: no thread for the connection from {peer}: {e}");
+                server.close(id, ServerReport::default());
+            }
         }
-        let (mut stream, peer) = accepted.context("accept")?;
-        let _ = stream.set_nodelay(true);
-        report.connections += 1;
-        *serving.lock().unwrap_or_else(PoisonError::into_inner) =
-            stream.try_clone().ok().map(OwnedFd::from);
+    });
+    // Every connection's thread has ended (the scope joined them): its counts are in.
+    let report = std::mem::take(&mut server.lock().report);
+    accepted.map(|()| report)
+}
+
+/// The kernel-TCP server's shared state: its listener (to stop an accept), each open
+/// connection (to stop a wait for a request) and what the closed ones served.
+struct Server {
+    /// A duplicate of the listener, shut down to end a blocked accept.
+    listening: OwnedFd,
+    own: std::net::SocketAddr,
+    /// Stop after this many connections have closed.
+    stop_after: Option<u64>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    stopping: bool,
+    /// A duplicate of each open connection's socket, by its number.
+    open: std::collections::HashMap<u64, OwnedFd>,
+    next_id: u64,
+    closed: u64,
+    /// What the closed connections served, and every connection accepted.
+    report: ServerReport,
+}
+
+impl Server {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.lock().stopping
+    }
+
+    /// Stops accepting and ends each open connection's wait for its next request: it
+    /// finishes the request under way and closes. Idempotent.
+    fn stop(&self) {
+        let mut state = self.lock();
+        if state.stopping {
+            return;
+        }
+        state.stopping = true;
+        for connection in state.open.values() {
+            let _ = rustix::net::shutdown(connection, rustix::net::Shutdown::Read);
+        }
+        drop(state);
+        if rustix::net::shutdown(&self.listening, rustix::net::Shutdown::Read).is_err() {
+            // Wake the accept another way: a connection, which is not served.
+            let _ = TcpStream::connect_timeout(&self.own, Duration::from_secs(1));
+        }
+    }
+
+    /// Counts a connection accepted and keeps a duplicate of its socket for [`Server::stop`];
+    /// `None` once stopping (under the same lock as `stop`'s sweep, so that no connection
+    /// opens after it unseen).
+    fn open(&self, stream: &TcpStream) -> Option<u64> {
+        let mut state = self.lock();
+        if state.stopping {
+            return None;
+        }
+        let id = state.next_id;
+        state.next_id += 1;
+        state.report.connections += 1;
+        if let Ok(duplicate) = stream.try_clone() {
+            state.open.insert(id, OwnedFd::from(duplicate));
+        }
+        Some(id)
+    }
+
+    /// Serves connection `id` until its peer closes it, then counts it in.
+    fn serve(&self, id: u64, mut stream: TcpStream, peer: std::net::SocketAddr) {
+        let mut served = ServerReport::default();
         // One peer's error ends its connection, not the server (and not what it counted).
-        let served = serve_connection(&mut stream, &mut report);
-        serving
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Err(e) = served {
+        if let Err(e) = serve_connection(&mut stream, &mut served) {
             eprintln!("softtimers quic server: the connection from {peer} ended: {e:#}");
         }
         // The connection's own count of what it sent and resent, as QUIC's stacks report
         // theirs (a plain socket has no other way to say).
         if let Some(c) = crate::tcp_info::counts(&stream) {
-            *report.sent_packets.get_or_insert(0) += c.segments_out;
-            *report.lost_packets.get_or_insert(0) += c.retransmitted;
+            served.sent_packets = Some(c.segments_out);
+            served.lost_packets = Some(c.retransmitted);
         }
-        closed += 1;
-        if opts.connections.is_some_and(|n| closed >= n) {
-            return Ok(report);
+        self.close(id, served);
+    }
+
+    /// Adds a closed connection's counts; stops the server once `stop_after` have closed.
+    fn close(&self, id: u64, served: ServerReport) {
+        let mut state = self.lock();
+        state.open.remove(&id);
+        let report = &mut state.report;
+        report.requests += served.requests;
+        report.bytes_sent += served.bytes_sent;
+        report.bytes_received += served.bytes_received;
+        if let Some(sent) = served.sent_packets {
+            *report.sent_packets.get_or_insert(0) += sent;
+        }
+        if let Some(lost) = served.lost_packets {
+            *report.lost_packets.get_or_insert(0) += lost;
+        }
+        state.closed += 1;
+        let done = self.stop_after.is_some_and(|n| state.closed >= n);
+        drop(state);
+        if done {
+            self.stop();
         }
     }
 }
@@ -77,7 +182,7 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
 /// served. Between requests a client may pause as long as it likes (a peer that is gone
 /// is found by TCP keepalive, within about a minute and a half); within one, a peer that
 /// stops sending its upload or reading its download for [`PEER_TIMEOUT`] is given up on, so
-/// that it cannot hold the (one-connection-at-a-time) server for ever.
+/// that it cannot hold its thread for ever.
 fn serve_connection(stream: &mut TcpStream, report: &mut ServerReport) -> Result<()> {
     // Set once per connection: a request costs the system calls it did before.
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
