@@ -110,6 +110,12 @@ impl BlockingPool {
         lock(&self.state).threads
     }
 
+    /// Whether closures are queued or running: a simulated clock does not jump past them.
+    pub(crate) fn in_flight(&self) -> bool {
+        let state = lock(&self.state);
+        state.busy > 0 || !state.queue.is_empty()
+    }
+
     /// Queues `runnable` for a pool thread: an idle one, or a new one where none is free and
     /// the pool may grow. After shutdown the work is cancelled instead.
     ///

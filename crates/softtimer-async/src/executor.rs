@@ -4,8 +4,9 @@
 //! ready tasks (each poll followed by a trigger state), the tasks other threads woke, and
 //! then, when nothing is ready, the loop's idle policy ([`softtimer_rt::EventLoop::park`]):
 //! fire, spin the last stretch before a due event, or block in `epoll_wait` until it. While
-//! tasks keep it busy it looks at its descriptors, without blocking, every
-//! [`BATCH`] polls or [`IO_INTERVAL`], whichever comes first.
+//! tasks keep it busy it looks at its descriptors, without blocking, between batches: after
+//! [`BATCH`] polls, or after a batch once [`IO_INTERVAL`] has passed since the last look
+//! (tasks that poll for long stretch that).
 //!
 //! Wakes: a task woken on its own loop thread is pushed onto a thread-local queue (what
 //! `async-task` does, and nothing else: no lock, no atomic, no system call). A task woken
@@ -28,11 +29,12 @@ use softtimer::{Clock, Fired, SoftTimers, Span, TriggerSource};
 use softtimer_rt::{EventLoop, LoopConfig, LoopHandle, LoopWaker, Parked, Ready, RtError};
 
 use crate::clock::{RuntimeClock, TimeBase};
-use crate::reactor::IoSource;
+use crate::reactor::{IoSource, Waiters};
 
 /// Task polls between two looks at the descriptors while tasks keep the loop busy.
 pub(crate) const BATCH: usize = 64;
-/// The longest a busy loop goes without looking at its descriptors.
+/// How long a busy loop goes without looking at its descriptors before it looks after the
+/// batch it is running (each of the batch's polls may take longer).
 pub(crate) const IO_INTERVAL: Duration = Duration::from_micros(50);
 
 /// A soft event of the runtime.
@@ -503,11 +505,24 @@ impl LocalLoop {
                     ..Parked::default()
                 };
             }
-            let next = shared
-                .timers
-                .with_timers(|t| t.next_expiry())
-                .ok()
-                .flatten();
+            // A task woken from another thread runs first; time waits, too, for blocking
+            // work still under way (its end wakes the loop out of the real park below).
+            if !lock(&shared.remote).is_empty() {
+                return Parked::default();
+            }
+            let blocking = shared
+                .handle
+                .get()
+                .and_then(Weak::upgrade)
+                .is_some_and(|h| h.blocking_in_flight());
+            let next = match blocking {
+                true => None,
+                false => shared
+                    .timers
+                    .with_timers(|t| t.next_expiry())
+                    .ok()
+                    .flatten(),
+            };
             if let Some(next) = next {
                 if next > sim.now() {
                     sim.set(next.ticks());
@@ -536,6 +551,8 @@ impl LocalLoop {
         // Paced senders whose departures are dropped here: their waiting sends and flushes
         // are woken once the loop is closed, to find it so.
         let mut departures = Vec::new();
+        // Wakers of timers and sockets, woken once the loop is closed.
+        let mut waiting: Vec<Waiters> = Vec::new();
         loop {
             // Every live task is woken, so that it is queued and its future dropped below.
             let wakers: Vec<Waker> = self.tasks.borrow_mut().drain().collect();
@@ -545,29 +562,14 @@ impl LocalLoop {
             let queue = QUEUE.with(|queue| std::mem::take(&mut *queue.borrow_mut()));
             found += queue.len();
             drop(queue);
-            // Soft events: taken out under the lock, dropped after it.
-            let events = self
-                .shared
-                .timers
-                .with_timers(|timers| {
-                    let end = timers.measure_time() + Span::from_ticks(1 << 62);
-                    let mut events = Vec::new();
-                    while let Some(fired) = timers.pop_due(end, TriggerSource::User) {
-                        events.push(fired.event);
-                    }
-                    events
-                })
-                .unwrap_or_default();
+            // Soft events: taken out under the lock, woken or dropped after it.
+            let events = self.take_events();
             found += events.len();
-            for event in events {
-                if let TimerEvent::Depart(d) = event {
-                    departures.push(d);
-                }
-            }
+            Self::sort_events(events, &mut waiting, &mut departures);
             let sources: Vec<Arc<IoSource>> = lock(&self.shared.io).drain().collect();
             found += sources.len();
             for source in &sources {
-                drop(source.take_wakers());
+                waiting.push(source.shut());
             }
             if found == 0 {
                 break;
@@ -579,8 +581,49 @@ impl LocalLoop {
             std::mem::take(&mut *remote)
         };
         drop(leftover);
+        // A timer armed from another thread between the last pass and the store above
+        // (checked again after arming, it sees the loop closed only if armed after this).
+        let late = self.take_events();
+        Self::sort_events(late, &mut waiting, &mut departures);
         for d in departures {
             d.wake_waiters();
+        }
+        // What still waits here belongs to futures outside this loop's tasks (a timer or a
+        // socket of this runtime awaited by another runtime's task or another executor):
+        // woken, they find the loop closed and say so, rather than wait for ever. This
+        // loop's own tasks are cancelled by now, and their wakers do nothing.
+        for waiters in waiting {
+            waiters.wake();
+        }
+    }
+
+    /// Every soft event still pending, taken out under the facility's lock.
+    fn take_events(&self) -> Vec<TimerEvent> {
+        self.shared
+            .timers
+            .with_timers(|timers| {
+                let end = timers.measure_time() + Span::from_ticks(1 << 62);
+                let mut events = Vec::new();
+                while let Some(fired) = timers.pop_due(end, TriggerSource::User) {
+                    events.push(fired.event);
+                }
+                events
+            })
+            .unwrap_or_default()
+    }
+
+    /// Events taken out at shutdown: timers' wakers to wake once the loop is closed, paced
+    /// senders' departures to wake their waiters.
+    fn sort_events(
+        events: Vec<TimerEvent>,
+        waiting: &mut Vec<Waiters>,
+        departures: &mut Vec<Arc<crate::pace::Departures>>,
+    ) {
+        for event in events {
+            match event {
+                TimerEvent::Wake(waker) => waiting.push(Waiters::one(waker)),
+                TimerEvent::Depart(d) => departures.push(d),
+            }
         }
     }
 }

@@ -167,13 +167,13 @@ impl<T: AsFd> AsyncFd<T> {
             Direction::Read => self.reg.poll_ready_tick(dir, cx),
             Direction::Write => self.reg.poll_send_ready(self.get_ref().as_fd(), cx),
         };
-        ready.map(|tick| {
+        ready.map_ok(|tick| {
             crate::executor::spend_budget();
-            Ok(AsyncFdReadyGuard {
+            AsyncFdReadyGuard {
                 fd: self,
                 dir,
                 tick,
-            })
+            }
         })
     }
 

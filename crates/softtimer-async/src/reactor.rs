@@ -36,6 +36,8 @@ const READ: u64 = 1;
 const WRITE: u64 = 2;
 /// The loop has seen the peer hang up: it stays set (see [`IoSource::is_read_closed`]).
 const READ_CLOSED: u64 = 4;
+/// The loop shut down (its runtime was dropped): every wait ends in an error.
+const SHUT: u64 = 8;
 const BITS: u64 = 0xff;
 const TICK: u64 = 1 << 8;
 
@@ -47,6 +49,14 @@ pub(crate) struct Waiters {
 }
 
 impl Waiters {
+    /// One waker.
+    pub(crate) fn one(waker: Waker) -> Waiters {
+        Waiters {
+            first: Some(waker),
+            rest: Vec::new(),
+        }
+    }
+
     /// Adds `waker` unless a waker that wakes the same task is there already.
     fn add(&mut self, waker: &Waker) {
         match &self.first {
@@ -71,7 +81,7 @@ impl Waiters {
         }
     }
 
-    fn wake(self) {
+    pub(crate) fn wake(self) {
         if let Some(w) = self.first {
             w.wake();
         }
@@ -124,26 +134,41 @@ impl IoSource {
         write.wake();
     }
 
-    /// Takes every waiting waker out (shutdown).
-    pub(crate) fn take_wakers(&self) -> [Waiters; 2] {
+    /// The loop shut down: marks the source so, and takes every waiting waker out (both
+    /// directions), for the caller to wake once the loop is closed.
+    pub(crate) fn shut(&self) -> Waiters {
+        self.state.fetch_or(SHUT, Ordering::AcqRel);
         let mut waiters = lock(&self.waiters);
-        [waiters[0].take(), waiters[1].take()]
+        let mut all = waiters[0].take();
+        let write = waiters[1].take();
+        all.rest.extend(write.first);
+        all.rest.extend(write.rest);
+        all
     }
 
-    /// Ready in `dir` (with the tick it was seen at), or the task is registered to be woken.
-    pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<u64> {
+    /// Ready in `dir` (with the tick it was seen at), or the task is registered to be woken;
+    /// an error once the loop has shut down.
+    pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
         let state = self.state.load(Ordering::Acquire);
-        if state & dir.bit() != 0 {
-            return Poll::Ready(state >> 8);
+        if let Some(ready) = Self::ready_in(state, dir) {
+            return Poll::Ready(ready);
         }
         lock(&self.waiters)[dir as usize].add(cx.waker());
         // Looked at again after registering: a change between the first look and the
         // registration either shows here or found the waker.
         let state = self.state.load(Ordering::Acquire);
-        if state & dir.bit() != 0 {
-            return Poll::Ready(state >> 8);
+        match Self::ready_in(state, dir) {
+            Some(ready) => Poll::Ready(ready),
+            None => Poll::Pending,
         }
-        Poll::Pending
+    }
+
+    /// What `state` says of `dir`: its tick if ready, an error if the loop shut down.
+    fn ready_in(state: u64, dir: Direction) -> Option<io::Result<u64>> {
+        if state & SHUT != 0 {
+            return Some(Err(runtime_shut_down()));
+        }
+        (state & dir.bit() != 0).then_some(Ok(state >> 8))
     }
 
     /// Whether the loop has seen the peer hang up (`EPOLLRDHUP`, `EPOLLHUP`; an error alone,
@@ -155,10 +180,10 @@ impl IoSource {
         self.state.load(Ordering::Acquire) & READ_CLOSED != 0
     }
 
-    /// Whether `dir` is ready as far as the source knows (the tick if so).
-    fn ready_tick(&self, dir: Direction) -> Option<u64> {
-        let state = self.state.load(Ordering::Acquire);
-        (state & dir.bit() != 0).then_some(state >> 8)
+    /// Whether `dir` is ready as far as the source knows (the tick if so; an error once
+    /// the loop has shut down).
+    fn ready_tick(&self, dir: Direction) -> Option<io::Result<u64>> {
+        Self::ready_in(self.state.load(Ordering::Acquire), dir)
     }
 
     /// A system call said `WouldBlock`: clear `dir`, unless a readiness change came in after
@@ -261,7 +286,11 @@ impl Registration {
 
     /// Ready when a send may go (with the tick it was seen at, as
     /// [`Registration::poll_ready_tick`]); waiting makes the loop watch `fd`'s writability.
-    pub(crate) fn poll_send_ready(&self, fd: BorrowedFd<'_>, cx: &mut Context<'_>) -> Poll<u64> {
+    pub(crate) fn poll_send_ready(
+        &self,
+        fd: BorrowedFd<'_>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<u64>> {
         let ready = self.source.poll_ready(Direction::Write, cx);
         if ready.is_pending() {
             self.watch_writable(fd);
@@ -295,11 +324,15 @@ impl Registration {
     }
 
     pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.source.poll_ready(dir, cx).map(|_| Ok(()))
+        self.source.poll_ready(dir, cx).map_ok(|_| ())
     }
 
     /// Ready in `dir`, with the tick it was seen at (for [`Registration::clear`]).
-    pub(crate) fn poll_ready_tick(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<u64> {
+    pub(crate) fn poll_ready_tick(
+        &self,
+        dir: Direction,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<u64>> {
         self.source.poll_ready(dir, cx)
     }
 
@@ -353,8 +386,10 @@ impl Registration {
             return Poll::Pending;
         }
         loop {
-            let Poll::Ready(tick) = self.source.poll_ready(dir, cx) else {
-                return Poll::Pending;
+            let tick = match self.source.poll_ready(dir, cx) {
+                Poll::Ready(Ok(tick)) => tick,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
             };
             match op() {
                 Ok(r) => {
@@ -382,8 +417,9 @@ impl Registration {
         dir: Direction,
         op: impl FnOnce() -> io::Result<R>,
     ) -> io::Result<R> {
-        let Some(tick) = self.source.ready_tick(dir) else {
-            return Err(io::ErrorKind::WouldBlock.into());
+        let tick = match self.source.ready_tick(dir) {
+            Some(ready) => ready?,
+            None => return Err(io::ErrorKind::WouldBlock.into()),
         };
         let result = op();
         if let Err(e) = &result
@@ -409,6 +445,12 @@ impl std::fmt::Debug for Registration {
             .field("loop", &self.shared.index)
             .finish()
     }
+}
+
+/// The error of a wait on a descriptor whose loop has shut down (its runtime was dropped
+/// while another runtime's task, or another executor, still used the object).
+pub(crate) fn runtime_shut_down() -> io::Error {
+    io::Error::other("the softtimer-async runtime this I/O object belongs to has shut down")
 }
 
 /// The error of an I/O object made outside a runtime thread.

@@ -173,9 +173,12 @@ impl Builder {
         self
     }
 
-    /// Runs on a simulated clock (for deterministic tests): when no task can run and no
-    /// descriptor is ready, time jumps to the next due timer. Times are `std::time::Instant`s
-    /// that start at the runtime's build and advance with the clock.
+    /// Runs on a simulated clock (for deterministic tests): when no task can run, no
+    /// descriptor is ready and no blocking work ([`spawn_blocking`](crate::spawn_blocking),
+    /// a name lookup) is queued or running, time jumps to the next due timer. Times are
+    /// `std::time::Instant`s that start at the runtime's build and advance with the clock.
+    /// One loop only: [`build`](Self::build) refuses it with [`threads`](Self::threads)
+    /// above 1.
     pub fn simulated(mut self, clock: SimClock) -> Self {
         self.sim = Some(clock);
         self
@@ -256,7 +259,8 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for zero threads; the error of making a loop (its `epoll`, `eventfd`
+    /// `InvalidInput` for zero threads, and for a simulated clock with more than one; the
+    /// error of making a loop (its `epoll`, `eventfd`
     /// or backstop helper) or of starting a worker thread, after the loops already made are
     /// shut down and their threads joined.
     pub fn build(self) -> io::Result<Runtime> {
@@ -264,6 +268,13 @@ impl Builder {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a runtime needs at least one thread",
+            ));
+        }
+        if self.sim.is_some() && self.threads > 1 {
+            // Each idle loop would jump the one clock to its own next timer.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a simulated clock runs one loop: loops sharing it would each jump it",
             ));
         }
         let mut config = self.config.clone();
@@ -636,6 +647,13 @@ pub(crate) struct HandleInner {
     blocking: Arc<BlockingPool>,
 }
 
+impl HandleInner {
+    /// Whether blocking work is queued or running on the runtime's pool.
+    pub(crate) fn blocking_in_flight(&self) -> bool {
+        self.blocking.in_flight()
+    }
+}
+
 /// A cloneable, `Send + Sync` handle to a [`Runtime`]: spawns onto its loops from any
 /// thread.
 #[derive(Clone)]
@@ -696,7 +714,9 @@ impl Handle {
     }
 
     /// Spawns `future`: onto this thread's loop when called from one of the runtime's loop
-    /// threads (a task stays on its thread); otherwise onto the worker loops (1..) in turn,
+    /// threads (a task stays on its thread), or onto loop 0 from a thread in the runtime's
+    /// context ([`Runtime::enter`]), where it waits for `block_on`; otherwise onto the
+    /// worker loops (1..) in turn,
     /// which always run, as tokio's multi-thread runtime runs spawned tasks on its workers
     /// rather than in `block_on`; with one loop, onto loop 0, which runs inside `block_on`.
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>

@@ -443,7 +443,8 @@ impl<T> JoinHandle<T> {
     }
 
     /// Whether the task has finished: completed, panicked, or cancelled with its future
-    /// dropped.
+    /// dropped (for an aborted task of [`spawn_local`], at once: its future is dropped at
+    /// the loop's next pass, as [`abort`](Self::abort) says).
     pub fn is_finished(&self) -> bool {
         let local = self.lock();
         match self.shared.get() {

@@ -12,6 +12,11 @@
 //! that fires a little early (the TSC's rate against `CLOCK_MONOTONIC`) is armed again for the
 //! rest. A deadline too far to represent (`Duration::MAX` from now) never completes and never
 //! schedules anything.
+//!
+//! A timer belongs to the loop it was made on. Awaited by a task of another runtime (or
+//! another executor) after its own runtime has been dropped, it cannot fire: the shutdown
+//! wakes it, and a poll that would have to wait panics, as a tokio timer of a runtime that
+//! has shut down does, rather than wait for ever. A deadline already passed still completes.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -126,6 +131,11 @@ impl TimerEntry {
             self.complete(clock_now);
             return Poll::Ready(());
         }
+        assert!(
+            !self.shared.is_closed(),
+            "softtimer-async: a timer awaited after its runtime shut down (the runtime was \
+             dropped while another runtime's task, or another executor, still waited on it)"
+        );
         let identity = waker_identity(cx.waker());
         if let Some(armed) = &self.armed
             && armed.deadline <= deadline
@@ -183,6 +193,12 @@ impl TimerEntry {
                     due,
                     waker: identity,
                 });
+                // Armed from another thread as the loop shut down: its last look at the
+                // wheel may have come before this, so the event may never fire. Polled
+                // again, the timer finds the loop closed.
+                if self.shared.is_closed() {
+                    waker.wake_by_ref();
+                }
             }
             // The facility refused (it cannot on this runtime's loops): poll again rather
             // than never.
@@ -324,7 +340,8 @@ impl Future for Sleep {
 ///
 /// # Panics
 ///
-/// Outside a runtime thread.
+/// Outside a runtime thread; and when polled with its deadline still ahead after its
+/// runtime has shut down (see the [module documentation](self)).
 #[track_caller]
 pub fn sleep(duration: Duration) -> Sleep {
     let shared = here();
@@ -342,7 +359,8 @@ pub fn sleep(duration: Duration) -> Sleep {
 ///
 /// # Panics
 ///
-/// Outside a runtime thread.
+/// Outside a runtime thread; and when polled with its deadline still ahead after its
+/// runtime has shut down (see the [module documentation](self)).
 #[track_caller]
 pub fn sleep_until(deadline: Instant) -> Sleep {
     Sleep::on(here(), Some(deadline))
@@ -505,7 +523,8 @@ impl Interval {
 ///
 /// # Panics
 ///
-/// Outside a runtime thread.
+/// Outside a runtime thread; and when polled with its deadline still ahead after its
+/// runtime has shut down (see the [module documentation](self)).
 #[track_caller]
 pub fn interval(period: Duration) -> Interval {
     let shared = here();
@@ -520,7 +539,8 @@ pub fn interval(period: Duration) -> Interval {
 ///
 /// # Panics
 ///
-/// Outside a runtime thread.
+/// Outside a runtime thread; and when polled with its deadline still ahead after its
+/// runtime has shut down (see the [module documentation](self)).
 #[track_caller]
 pub fn interval_at(start: Instant, period: Duration) -> Interval {
     interval_on(here(), start, period)
@@ -608,7 +628,8 @@ impl<F: Future> Future for Timeout<F> {
 ///
 /// # Panics
 ///
-/// Outside a runtime thread.
+/// Outside a runtime thread; and when polled with its deadline still ahead after its
+/// runtime has shut down (see the [module documentation](self)).
 #[track_caller]
 pub fn timeout<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F::IntoFuture> {
     Timeout {
@@ -621,7 +642,8 @@ pub fn timeout<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F::IntoF
 ///
 /// # Panics
 ///
-/// Outside a runtime thread.
+/// Outside a runtime thread; and when polled with its deadline still ahead after its
+/// runtime has shut down (see the [module documentation](self)).
 #[track_caller]
 pub fn timeout_at<F: IntoFuture>(deadline: Instant, future: F) -> Timeout<F::IntoFuture> {
     Timeout {

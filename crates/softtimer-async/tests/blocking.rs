@@ -341,3 +341,18 @@ fn join_all_resumes_a_members_panic_and_aborts_the_rest() {
         assert!(waited.is_ok(), "the other member was not aborted");
     });
 }
+
+/// On a simulated clock, time does not jump past blocking work under way: a timeout of 5 s
+/// around 10 ms of blocking work is not reached (the clock jumped to it at once before).
+#[test]
+fn a_simulated_clock_waits_for_blocking_work_before_it_jumps() {
+    let sim = softtimer_async::SimClock::new(1_000_000_000);
+    let rt = Runtime::builder().simulated(sim).build().unwrap();
+    let work = rt
+        .handle()
+        .spawn_blocking(|| std::thread::sleep(Duration::from_millis(10)));
+    let outcome = rt.block_on(async { timeout(Duration::from_secs(5), work).await });
+    outcome
+        .expect("the simulated clock jumped past blocking work under way")
+        .unwrap();
+}

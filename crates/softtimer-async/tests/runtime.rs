@@ -174,6 +174,13 @@ fn a_handle_spawns_from_a_thread_that_runs_no_loop() {
 fn bad_input_is_refused_with_a_clear_error() {
     let err = Runtime::builder().threads(0).build().unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    let sim = softtimer_async::SimClock::new(1_000_000_000);
+    let err = Runtime::builder()
+        .simulated(sim)
+        .threads(2)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("one loop"), "{err}");
     // I/O objects outside a runtime thread: an error, not a panic.
     let std_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let err = softtimer_async::UdpSocket::from_std(std_socket).unwrap_err();

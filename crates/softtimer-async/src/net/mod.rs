@@ -2,6 +2,11 @@
 //! datagrams, and name lookup that does not block the loop. The socket types are also at the
 //! crate's root; a stream's split halves are in its module ([`tcp`], [`unix`]), as tokio's
 //! (TCP's are here too).
+//!
+//! A socket belongs to the loop it was registered with. Used by another runtime's task (or
+//! another executor) after its own runtime has been dropped, an operation that would wait
+//! returns an error ("… has shut down") rather than wait for ever; so does
+//! [`io::AsyncFd`](crate::io::AsyncFd).
 
 pub(crate) mod addr;
 pub(crate) mod split;

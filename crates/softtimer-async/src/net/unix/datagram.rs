@@ -348,7 +348,7 @@ impl UnixDatagram {
         poll_fn(|cx| {
             self.reg
                 .poll_send_ready(self.socket.as_fd(), cx)
-                .map(|_| Ok(()))
+                .map_ok(|_| ())
         })
         .await
     }
