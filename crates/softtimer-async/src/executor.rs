@@ -264,7 +264,9 @@ pub(crate) fn is_current(shared: *const LoopShared) -> bool {
 #[inline]
 pub(crate) fn schedule(shared: &Arc<LoopShared>, runnable: Runnable) {
     if is_current(Arc::as_ptr(shared)) {
-        QUEUE.with(|queue| queue.borrow_mut().push_back(runnable));
+        if let Err(runnable) = push_local(runnable) {
+            shared.inject(runnable);
+        }
     } else {
         shared.inject(runnable);
     }
@@ -440,7 +442,11 @@ impl LocalLoop {
         let _batch = BatchGuard::begin(Arc::as_ptr(&self.shared), time);
         let mut ran = 0;
         while ran < budget {
-            let Some(runnable) = QUEUE.with(|queue| queue.borrow_mut().pop_front()) else {
+            let Some(runnable) = QUEUE
+                .try_with(|queue| queue.borrow_mut().pop_front())
+                .ok()
+                .flatten()
+            else {
                 break;
             };
             let budget = Budgeted::begin();
@@ -476,7 +482,10 @@ impl LocalLoop {
         let mut spare = self.spare.borrow_mut();
         std::mem::swap(&mut *lock(&self.shared.remote), &mut *spare);
         Counters::add(&self.shared.counters.remote_wakes, spare.len() as u64);
-        QUEUE.with(|queue| queue.borrow_mut().extend(spare.drain(..)));
+        let _ = QUEUE.try_with(|queue| queue.borrow_mut().extend(spare.drain(..)));
+        // Left only when the thread's queue is gone (a runtime dropped as its thread exits,
+        // shutting down): the tasks are cancelled here.
+        spare.clear();
     }
 
     fn poll_io(&self) {
@@ -559,7 +568,7 @@ impl LocalLoop {
             let mut found = wakers.len();
             wakers.into_iter().for_each(Waker::wake);
             self.take_remote();
-            let queue = QUEUE.with(|queue| std::mem::take(&mut *queue.borrow_mut()));
+            let queue = take_queue();
             found += queue.len();
             drop(queue);
             // Soft events: taken out under the lock, woken or dropped after it.
@@ -628,8 +637,32 @@ impl LocalLoop {
     }
 }
 
+/// Pushes `runnable` onto this thread's queue; handed back if the queue is gone (the thread
+/// is exiting and its thread-locals have been dropped: a runtime kept in one of its own).
+#[inline]
+fn push_local(runnable: Runnable) -> Result<(), Runnable> {
+    let mut slot = Some(runnable);
+    match QUEUE.try_with(|queue| {
+        queue
+            .borrow_mut()
+            .push_back(slot.take().expect("taken once"));
+    }) {
+        Ok(()) => Ok(()),
+        Err(_) => Err(slot.take().expect("not taken")),
+    }
+}
+
+/// This thread's queue, taken (empty where the queue is gone).
+fn take_queue() -> VecDeque<Runnable> {
+    QUEUE
+        .try_with(|queue| std::mem::take(&mut *queue.borrow_mut()))
+        .unwrap_or_default()
+}
+
 fn queue_is_empty() -> bool {
-    QUEUE.with(|queue| queue.borrow().is_empty())
+    QUEUE
+        .try_with(|queue| queue.borrow().is_empty())
+        .unwrap_or(true)
 }
 
 /// What a thread ran before it entered a loop to shut it down: its loop, its state and its
@@ -715,8 +748,8 @@ impl Enter {
     fn set_aside() -> Option<SetAside> {
         let current = CURRENT.with(Cell::get);
         (!current.is_null()).then(|| {
-            let previous_local = LOCAL.with(|l| l.borrow_mut().take());
-            let queue = QUEUE.with(|queue| std::mem::take(&mut *queue.borrow_mut()));
+            let previous_local = LOCAL.try_with(|l| l.borrow_mut().take()).ok().flatten();
+            let queue = take_queue();
             CURRENT.with(|c| c.set(std::ptr::null()));
             (current, previous_local, queue)
         })
@@ -724,9 +757,13 @@ impl Enter {
 
     fn install(local: &Rc<LocalLoop>) {
         CURRENT.with(|c| c.set(Arc::as_ptr(&local.shared)));
-        LOCAL.with(|l| *l.borrow_mut() = Some(Rc::clone(local)));
-        let saved = std::mem::take(&mut *local.saved.borrow_mut());
-        QUEUE.with(|queue| queue.borrow_mut().extend(saved));
+        let _ = LOCAL.try_with(|l| *l.borrow_mut() = Some(Rc::clone(local)));
+        // Where the thread's queue is gone (its thread is exiting), the saved tasks stay
+        // saved: the loop's shutdown finds them there.
+        let _ = QUEUE.try_with(|queue| {
+            let saved = std::mem::take(&mut *local.saved.borrow_mut());
+            queue.borrow_mut().extend(saved);
+        });
     }
 }
 
@@ -751,16 +788,16 @@ impl Drop for Enter {
         if !self.installed {
             return;
         }
-        let local = LOCAL.with(|l| l.borrow_mut().take());
+        let local = LOCAL.try_with(|l| l.borrow_mut().take()).ok().flatten();
         CURRENT.with(|c| c.set(std::ptr::null()));
-        let queue = QUEUE.with(|queue| std::mem::take(&mut *queue.borrow_mut()));
+        let queue = take_queue();
         if let Some(local) = local {
             local.saved.borrow_mut().extend(queue);
         }
         if let Some((current, local, queue)) = self.previous.take() {
             CURRENT.with(|c| c.set(current));
-            LOCAL.with(|l| *l.borrow_mut() = local);
-            QUEUE.with(|q| *q.borrow_mut() = queue);
+            let _ = LOCAL.try_with(|l| *l.borrow_mut() = local);
+            let _ = QUEUE.try_with(|q| *q.borrow_mut() = queue);
         }
     }
 }
