@@ -606,6 +606,24 @@ impl LocalLoop {
         }
     }
 
+    /// After a panic escaped the loop's run: shuts down as [`LocalLoop::shutdown`] does if
+    /// the thread is still in this loop; otherwise (a context guard of another runtime was
+    /// left on it, and its queue is that runtime's) only closes the loop, so that later
+    /// wakes and spawns are cancelled rather than queued for ever, and leaves its tasks
+    /// where they are.
+    pub(crate) fn abandon(&self) {
+        if is_current(Arc::as_ptr(&self.shared)) {
+            self.shutdown();
+            return;
+        }
+        let leftover = {
+            let mut remote = lock(&self.shared.remote);
+            self.shared.closed.store(true, Ordering::Release);
+            std::mem::take(&mut *remote)
+        };
+        drop(leftover);
+    }
+
     /// Every soft event still pending, taken out under the facility's lock.
     fn take_events(&self) -> Vec<TimerEvent> {
         self.shared

@@ -380,10 +380,27 @@ fn worker(
     };
     let _ = started.send(Ok(Arc::clone(&local.shared)));
     let enter = Enter::new(&local);
+    let shutdown = ShutdownOnExit(&local);
     let never = pin!(std::future::pending::<()>());
     let _ = local.run(never);
-    local.shutdown();
+    drop(shutdown);
     drop(enter);
+}
+
+/// Shuts a worker's loop down however its thread leaves the loop's run: a panic that
+/// escapes the run (a misused context guard caught after a task's poll, a failing epoll)
+/// closes the loop, so that what is sent to it afterwards comes back cancelled instead of
+/// waiting in a queue nobody drains.
+struct ShutdownOnExit<'a>(&'a LocalLoop);
+
+impl Drop for ShutdownOnExit<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abandon();
+        } else {
+            self.0.shutdown();
+        }
+    }
 }
 
 /// The CPUs this thread may run on.

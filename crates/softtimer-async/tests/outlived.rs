@@ -1,7 +1,8 @@
-//! Timers and sockets awaited by another runtime's task after their own runtime is dropped:
-//! the waiter hears of it (a socket's error, a timer's panic, as tokio's) instead of waiting
-//! for ever. Each test bounds its wait on the other runtime's timer, so that the bug it
-//! guards against fails the test rather than hanging it.
+//! What outlives a loop: timers and sockets awaited by another runtime's task after their
+//! own runtime is dropped, and work sent to a worker whose thread a panic ended. The waiter
+//! hears of it (a socket's error, a timer's panic, as tokio's; a cancelled task) instead of
+//! waiting for ever. Each test bounds its wait on the other runtime's timer, so that the bug
+//! it guards against fails the test rather than hanging it.
 
 use std::time::Duration;
 
@@ -81,4 +82,31 @@ fn a_timer_of_a_dropped_runtime_panics_in_its_waiter_instead_of_hanging() {
         .unwrap_or_default();
     assert!(message.contains("after its runtime shut down"), "{message}");
     outcome.1.expect("a passed deadline completes");
+}
+
+/// A panic that escapes a worker's loop (here the documented misuse: a context guard of
+/// another runtime held across an `.await` in one of its tasks) ends the worker's thread
+/// and closes its loop: a task sent to that loop afterwards comes back cancelled, where it
+/// used to wait in a queue nobody drained.
+#[test]
+fn work_sent_to_a_worker_that_a_panic_ended_comes_back_cancelled() {
+    let rt = Runtime::builder().threads(2).pin(false).build().unwrap();
+    let handle = rt.handle();
+    let misuse = handle.spawn_on(1, async {
+        softtimer_async::spawn_local(async {
+            let other = Runtime::new().unwrap();
+            let _context = other.enter();
+            softtimer_async::yield_now().await;
+            // Never reached: the loop's check after the poll panics first.
+            drop(other);
+        });
+    });
+    let outcome = rt.block_on(async move {
+        let _ = timeout(Duration::from_secs(5), misuse).await;
+        // Let the worker's batch end and the check fire.
+        sleep(Duration::from_millis(50)).await;
+        timeout(Duration::from_secs(5), handle.spawn_on(1, async { 1 })).await
+    });
+    let joined = outcome.expect("work sent to the dead worker waited for ever");
+    assert!(joined.unwrap_err().is_cancelled());
 }
