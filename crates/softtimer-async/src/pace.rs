@@ -15,7 +15,7 @@ use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::task::{Poll, Waker};
+use std::task::Poll;
 use std::time::{Duration, Instant as StdInstant};
 
 use softtimer::{Clock, Instant, SoftTimers, Span};
@@ -25,6 +25,7 @@ use softtimer_net::departure::{DepartureQueue, FlowStamper};
 use crate::clock::RuntimeClock;
 use crate::executor::{LoopShared, TimerEvent, lock};
 use crate::net::udp::{UdpInner, UdpSocket};
+use crate::reactor::Waiters;
 
 /// Datagrams a departure queue holds before a sender waits (default).
 pub(crate) const DEFAULT_QUEUE: usize = 256;
@@ -56,10 +57,11 @@ struct PaceState {
     capacity: usize,
     /// The earliest departure a scheduled soft event is known to be for.
     armed: Option<Instant>,
-    /// A sender waiting for room.
-    room: Option<Waker>,
-    /// A flush waiting for the queue to empty.
-    empty: Option<Waker>,
+    /// The senders waiting for room (a socket's clones and a shared sender's tasks share
+    /// the queue: every one of them is woken).
+    room: Waiters,
+    /// The flushes waiting for the queue to empty.
+    empty: Waiters,
     /// The error of a departure, for the next call.
     error: Option<io::Error>,
     /// Buffers of sent datagrams, for the next ones (no allocation per datagram).
@@ -97,8 +99,8 @@ impl Departures {
                 stamper,
                 capacity: capacity.max(1),
                 armed: None,
-                room: None,
-                empty: None,
+                room: Waiters::default(),
+                empty: Waiters::default(),
                 error: None,
                 free: Vec::new(),
                 log: None,
@@ -151,7 +153,7 @@ impl Departures {
                 return Poll::Ready(Err(runtime_gone()));
             }
             if st.queue.len() >= st.capacity {
-                st.room = Some(cx.waker().clone());
+                st.room.add(cx.waker());
                 return Poll::Pending;
             }
             let now = self.clock().now();
@@ -190,14 +192,15 @@ impl Departures {
         Ok(())
     }
 
-    /// Wakes a send waiting for room and a flush waiting for the queue to drain (the loop
-    /// has shut down: they find it so).
+    /// Wakes the sends waiting for room and the flushes waiting for the queue to drain (the
+    /// loop has shut down: they find it so).
     pub(crate) fn wake_waiters(&self) {
         let (room, empty) = {
             let mut st = lock(&self.state);
             (st.room.take(), st.empty.take())
         };
-        room.into_iter().chain(empty).for_each(Waker::wake);
+        room.wake();
+        empty.wake();
     }
 
     /// Waits until every queued datagram has left; the error of one that failed, if any.
@@ -218,7 +221,7 @@ impl Departures {
                     "paced datagrams are queued but no departure could be scheduled",
                 )));
             }
-            st.empty = Some(cx.waker().clone());
+            st.empty.add(cx.waker());
             Poll::Pending
         })
         .await
@@ -284,14 +287,10 @@ impl Departures {
                 }
             }
         }
-        let room = (st.queue.len() <= st.capacity / 2)
-            .then(|| st.room.take())
-            .flatten();
-        let empty = (st.queue.is_empty() || st.error.is_some())
-            .then(|| st.empty.take())
-            .flatten();
+        let room = (st.queue.len() <= st.capacity / 2).then(|| st.room.take());
+        let empty = (st.queue.is_empty() || st.error.is_some()).then(|| st.empty.take());
         drop(st);
-        room.into_iter().chain(empty).for_each(Waker::wake);
+        room.into_iter().chain(empty).for_each(Waiters::wake);
     }
 }
 

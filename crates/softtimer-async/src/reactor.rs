@@ -58,7 +58,7 @@ impl Waiters {
     }
 
     /// Adds `waker` unless a waker that wakes the same task is there already.
-    fn add(&mut self, waker: &Waker) {
+    pub(crate) fn add(&mut self, waker: &Waker) {
         match &self.first {
             None => self.first = Some(waker.clone()),
             Some(w) if w.will_wake(waker) => {}
@@ -70,7 +70,7 @@ impl Waiters {
         }
     }
 
-    fn take(&mut self) -> Waiters {
+    pub(crate) fn take(&mut self) -> Waiters {
         Waiters {
             first: self.first.take(),
             rest: if self.rest.is_empty() {
@@ -278,7 +278,9 @@ impl Registration {
         op: impl FnMut() -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
         let result = self.poll_io(Direction::Write, cx, op);
-        if result.is_pending() {
+        // Pending for want of room, not of the task's budget (which leaves the readiness
+        // set): watching writability for a yield would wake the loop on every send after.
+        if result.is_pending() && self.source.ready_tick(Direction::Write).is_none() {
             self.watch_writable(fd);
         }
         result

@@ -358,6 +358,33 @@ fn tcp_echo_with_the_futures_io_and_tokio_traits() {
     });
 }
 
+/// Tasks sharing one paced queue (an `Arc<PacedSender>`) each wait for room and for the
+/// flush: every waiter is woken (the queue kept one waker for room and one for the flush, so
+/// the first task to wait was forgotten when the second did, and waited for ever).
+#[test]
+fn tasks_sharing_a_paced_queue_are_all_woken_for_room_and_flush() {
+    let rt = Runtime::new().unwrap();
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = sink.local_addr().unwrap();
+    let done = rt.block_on(async move {
+        let socket = loopback().await;
+        // 125 bytes at 1 Mbit/s: one every millisecond, four queued at most.
+        let paced = std::sync::Arc::new(PacedSender::with_queue(&socket, "1M".parse().unwrap(), 4));
+        let sender = |paced: std::sync::Arc<PacedSender>| async move {
+            for _ in 0..12 {
+                paced.send_to(&[0; 125], to).await.unwrap();
+            }
+            paced.flush().await.unwrap();
+        };
+        let a = softtimer_async::spawn(sender(std::sync::Arc::clone(&paced)));
+        let b = softtimer_async::spawn(sender(std::sync::Arc::clone(&paced)));
+        let both = async { (a.await.unwrap(), b.await.unwrap()) };
+        let done = timeout(Duration::from_secs(10), both).await.is_ok();
+        (done, paced.sent())
+    });
+    assert_eq!(done, (true, 24), "a task sharing the queue was never woken");
+}
+
 #[test]
 fn paced_departures_are_spaced_exactly_by_the_rate() {
     // On a simulated clock: the departures the scheduler chose, not the wall clock's.
@@ -466,6 +493,88 @@ fn offloaded_sockets_send_segments_in_one_call() {
         }
         assert_eq!(received, 2 * contents.len());
     });
+}
+
+/// A receive with more buffers than quinn-udp takes in one call (a batch, 32) reads a full
+/// batch and leaves the rest readable: the readiness was cleared as if the socket were
+/// drained, and the rest waited for another datagram. A transmit the kernel refuses says so
+/// (quinn-udp's `send` passed `EMSGSIZE` over as sent).
+#[test]
+fn offloaded_receives_past_a_batch_and_refused_transmits() {
+    on_runtime(async {
+        let rx = UdpSocket::bind_with_offload("127.0.0.1:0").await.unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let count = quinn_udp::BATCH_SIZE + 8;
+        for i in 0..count {
+            tx.send_to(&[i as u8; 100], rx.local_addr().unwrap())
+                .unwrap();
+        }
+        let mut storage = vec![[0u8; 2048]; 2 * quinn_udp::BATCH_SIZE];
+        let mut received = 0;
+        while received < count {
+            let mut bufs: Vec<_> = storage
+                .iter_mut()
+                .map(|b| std::io::IoSliceMut::new(b))
+                .collect();
+            let mut meta = vec![quinn_udp::RecvMeta::default(); bufs.len()];
+            let n = bounded(rx.recv_segments(&mut bufs, &mut meta))
+                .await
+                .unwrap();
+            assert!(n <= quinn_udp::BATCH_SIZE);
+            received += meta[..n]
+                .iter()
+                .map(|m| m.len / m.stride.max(1))
+                .sum::<usize>();
+        }
+        assert_eq!(received, count);
+        let contents = vec![0u8; 70_000];
+        let too_big = quinn_udp::Transmit {
+            destination: rx.local_addr().unwrap(),
+            ecn: None,
+            contents: &contents,
+            segment_size: None,
+            src_ip: None,
+        };
+        let err = rx.send_transmit(&too_big).await.unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EMSGSIZE));
+    });
+}
+
+/// Whether any epoll set of this process watches the socket whose inode is `ino` (from
+/// `/proc/self/fdinfo`: an epoll descriptor lists each watched file's inode).
+fn watched_by_an_epoll_set(ino: u64) -> bool {
+    let needle = format!("ino:{ino:x} ");
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .any(|fd| {
+            let is_epoll = std::fs::read_link(fd.path())
+                .is_ok_and(|target| target.to_string_lossy().contains("eventpoll"));
+            let info = format!("/proc/self/fdinfo/{}", fd.file_name().to_string_lossy());
+            is_epoll && std::fs::read_to_string(info).is_ok_and(|text| text.contains(&needle))
+        })
+}
+
+/// A UDP socket dropped while its descriptor lives on elsewhere (a duplicate made before
+/// `from_std`) leaves the loop's epoll set at once: closing its own descriptor does not
+/// take it out while a duplicate is open, and its readiness went on waking the loop.
+#[test]
+fn a_dropped_udp_socket_leaves_the_epoll_set_although_a_duplicate_lives() {
+    use std::os::fd::AsFd;
+    let rt = Runtime::new().unwrap();
+    let std_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let duplicate = std_socket.try_clone().unwrap();
+    let ino = rustix::fs::fstat(duplicate.as_fd()).unwrap().st_ino;
+    rt.block_on(async move {
+        let socket = UdpSocket::from_std(std_socket).unwrap();
+        assert!(watched_by_an_epoll_set(ino), "registered");
+        drop(socket);
+        assert!(
+            !watched_by_an_epoll_set(ino),
+            "still watched after the drop"
+        );
+    });
+    drop(duplicate);
 }
 
 #[test]

@@ -206,7 +206,9 @@ macro_rules! stream_io {
             cx: &mut ::std::task::Context<'_>,
             bufs: &[::std::io::IoSlice<'_>],
         ) -> ::std::task::Poll<::std::io::Result<usize>> {
-            let want = bufs.iter().map(|b| b.len()).sum();
+            // `writev` takes at most `IOV_MAX` (1024) slices a call: bytes beyond them are not
+            // asked for, and a call that takes every byte asked for has not filled the socket.
+            let want = bufs.iter().take(1024).map(|b| b.len()).sum();
             self.reg
                 .poll_io_partial($crate::reactor::Direction::Write, cx, want, || {
                     $crate::net::udp::syscall(::softtimer::TriggerSource::Send, || {

@@ -64,6 +64,15 @@ pub(crate) struct UdpInner {
     departures: OnceLock<Arc<Departures>>,
 }
 
+impl Drop for UdpInner {
+    /// Takes the socket out of the loop's epoll set now: its descriptor may outlive it (a
+    /// paced departure still queued holds it, or a duplicate made before `from_std`), and
+    /// its readiness would otherwise wake the loop under a token another socket gets next.
+    fn drop(&mut self) {
+        self.reg.deregister(self.socket.as_fd());
+    }
+}
+
 impl UdpSocket {
     /// Binds `addr` on the calling thread's loop: the first of its addresses that binds (a
     /// host name is looked up as [`lookup_host`](crate::net::lookup_host) does, off the
@@ -362,6 +371,13 @@ impl UdpSocket {
     /// from there sends none twice: an error of a datagram (too large, no route) comes back
     /// when the rest is sent again; an error of the socket (an ICMP error queued on a
     /// connected one) is lost, as `sendmmsg` loses it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: dropped while it waits for room (a `timeout`, a `select!`), it has
+    /// sent the datagrams before that wait and says nothing of how many. Where it may be
+    /// cancelled, send with [`send_to`](Self::send_to), one datagram a call, or give the
+    /// batch its own task and await that.
     pub async fn send_batch(&self, messages: &[(&[u8], SocketAddr)]) -> io::Result<usize> {
         let socket = &self.inner.socket;
         let mut sent = 0;
@@ -413,15 +429,21 @@ impl UdpSocket {
     }
 
     /// Sends a [`Transmit`]: with `segment_size`, its contents are several datagrams of that
-    /// size (the last may be shorter) handed to the kernel in one call (GSO). Refused
-    /// (`Unsupported`) on a socket made without offload.
+    /// size (the last may be shorter) handed to the kernel in one call (GSO).
+    ///
+    /// # Errors
+    ///
+    /// `Unsupported` on a socket made without offload; the send's error otherwise
+    /// (`EMSGSIZE` for a datagram larger than the path allows, `ENETUNREACH`, …). quinn's
+    /// own sends, through [`quinn::SoftRuntime`](crate::quinn::SoftRuntime), pass those over
+    /// as quinn's other runtimes do (UDP's loss is the transport's to handle).
     pub async fn send_transmit(&self, transmit: &Transmit<'_>) -> io::Result<()> {
         let state = self.offload()?;
         let socket = &self.inner.socket;
         poll_fn(|cx| {
             self.poll_write_io(cx, || {
                 syscall(TriggerSource::Send, || {
-                    state.send((&**socket).into(), transmit)
+                    state.try_send((&**socket).into(), transmit)
                 })
             })
         })
@@ -430,7 +452,7 @@ impl UdpSocket {
 
     /// Receives into `bufs`, describing each in `meta` (sender, length, the stride of the
     /// datagrams GRO coalesced into it, ECN): the number of buffers filled, at most the
-    /// shorter of the two slices' lengths.
+    /// shorter of the two slices' lengths and [`quinn_udp::BATCH_SIZE`] (32 on Linux).
     ///
     /// # Errors
     ///
@@ -455,8 +477,9 @@ impl UdpSocket {
         };
         let socket = &self.inner.socket;
         // Fewer datagrams than there was room for: the socket is drained, and the next call
-        // waits for readiness instead of asking the kernel to say `WouldBlock`.
-        let room = meta.len().min(bufs.len());
+        // waits for readiness instead of asking the kernel to say `WouldBlock`. quinn-udp
+        // takes at most a batch a call, so room beyond it would read a full batch as drained.
+        let room = meta.len().min(bufs.len()).min(quinn_udp::BATCH_SIZE);
         self.inner
             .reg
             .poll_io_partial(Direction::Read, cx, room, || {
