@@ -259,12 +259,12 @@ impl Departures {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     // The socket's buffer is full: it keeps its place and is tried again.
-                    st.queue.push(departure, packet);
+                    st.queue.requeue(departure, packet);
                     retry = true;
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                    st.queue.push(departure, packet);
+                    st.queue.requeue(departure, packet);
                 }
                 Err(e) => {
                     st.error.get_or_insert(e);

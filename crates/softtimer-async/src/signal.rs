@@ -88,14 +88,18 @@ struct Slot {
 }
 
 /// The slot of `kind`, installing its handler the first time.
-fn slot(kind: SignalKind) -> io::Result<Arc<Slot>> {
+/// The slot of `kind`, installing its handler the first time, and the generation a new
+/// listener starts from: the slot's as it is now, or 0 for a slot made here, so that a
+/// signal that comes between the handler's install and the listener's making is the first
+/// listener's first delivery, not lost (the handler replaced the signal's default action).
+fn slot(kind: SignalKind) -> io::Result<(Arc<Slot>, u64)> {
     static SLOTS: OnceLock<Mutex<HashMap<i32, Arc<Slot>>>> = OnceLock::new();
     let mut slots = SLOTS
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
     if let Some(slot) = slots.get(&kind.0) {
-        return Ok(Arc::clone(slot));
+        return Ok((Arc::clone(slot), slot.generation.load(Ordering::SeqCst)));
     }
     let number = kind.0;
     // 32 up to SIGRTMIN are the C library's own (its threads' cancellation and setxid).
@@ -126,7 +130,7 @@ fn slot(kind: SignalKind) -> io::Result<Arc<Slot>> {
         })
     }?;
     slots.insert(number, Arc::clone(&slot));
-    Ok(slot)
+    Ok((slot, 0))
 }
 
 /// A stream of one signal's deliveries, received on the loop of the thread that made it
@@ -174,9 +178,8 @@ pub fn signal(kind: SignalKind) -> io::Result<Signal> {
     // Before the handler is installed: a listener refused for want of a runtime changes
     // nothing.
     let shared = crate::executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
-    let slot = slot(kind)?;
+    let (slot, seen) = slot(kind)?;
     let fd = slot.eventfd.try_clone()?;
-    let seen = slot.generation.load(Ordering::SeqCst);
     // Readability only: an eventfd is always writable.
     let reg = Registration::new_read_only(shared, fd.as_fd())?;
     Ok(Signal {

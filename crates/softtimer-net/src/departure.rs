@@ -120,8 +120,15 @@ pub struct DepartureQueue<P> {
     due: BinaryHeap<Reverse<Entry<P>>>,
     overflow: BinaryHeap<Reverse<Entry<P>>>,
     in_ring: usize,
+    /// The next [`push`](DepartureQueue::push)'s sequence number: counts up from `SEQ_START`.
     next_seq: u64,
+    /// The next [`requeue`](DepartureQueue::requeue)'s: counts down from below `SEQ_START`,
+    /// so that a packet put back goes before every packet pushed for the same time.
+    requeue_seq: u64,
 }
+
+/// Where pushed packets' sequence numbers start: requeued ones take the numbers below.
+const SEQ_START: u64 = 1 << 63;
 
 impl<P> DepartureQueue<P> {
     /// An empty queue whose ring starts at `start` and covers `slots × slot_width` ticks
@@ -146,7 +153,8 @@ impl<P> DepartureQueue<P> {
             due: BinaryHeap::new(),
             overflow: BinaryHeap::new(),
             in_ring: 0,
-            next_seq: 0,
+            next_seq: SEQ_START,
+            requeue_seq: SEQ_START - 1,
         })
     }
 
@@ -174,6 +182,33 @@ impl<P> DepartureQueue<P> {
             packet,
         };
         self.next_seq += 1;
+        self.place(entry);
+    }
+
+    /// Puts back a packet [`pop_due`](Self::pop_due) gave (its send was refused for want
+    /// of room, to be tried again): ahead of the packets pushed for the same departure, so
+    /// that they still leave in the order they were pushed.
+    ///
+    /// ```
+    /// use softtimer::{Instant, Span};
+    /// use softtimer_net::departure::DepartureQueue;
+    ///
+    /// let at = Instant::from_ticks(1_000);
+    /// let mut queue = DepartureQueue::new(Instant::from_ticks(0), Span::from_ticks(100), 8).unwrap();
+    /// queue.push(at, "first");
+    /// queue.push(at, "second");
+    /// let (departure, packet) = queue.pop_due(at).unwrap();
+    /// queue.requeue(departure, packet);
+    /// assert_eq!(queue.pop_due(at).unwrap().1, "first");
+    /// assert_eq!(queue.pop_due(at).unwrap().1, "second");
+    /// ```
+    pub fn requeue(&mut self, departure: Instant, packet: P) {
+        let entry = Entry {
+            departure,
+            seq: self.requeue_seq,
+            packet,
+        };
+        self.requeue_seq = self.requeue_seq.saturating_sub(1);
         self.place(entry);
     }
 
@@ -316,6 +351,8 @@ pub struct FlowStamper {
     rate: Option<Rate>,
     /// The earliest time the flow's next packet may leave.
     next: Option<Instant>,
+    /// The rate `next` was charged at: a new rate rescales what is left of that gap.
+    charged: Option<Rate>,
     /// Rounding carried over, in units of 1 / (rate in bit/s) ticks.
     remainder: u128,
 }
@@ -327,11 +364,27 @@ impl FlowStamper {
             hz,
             rate: None,
             next: None,
+            charged: None,
             remainder: 0,
         }
     }
 
-    /// Paces the flow at `rate` from the next stamp on.
+    /// Paces the flow at `rate` from the next stamp on. What is left, at that stamp, of the
+    /// gap the last packet was charged at the old rate is rescaled to the new one, so that a
+    /// rate raised after a slow one takes effect at once rather than after the old gap.
+    ///
+    /// ```
+    /// use softtimer::{Instant, Span};
+    /// use softtimer_net::{Rate, departure::FlowStamper};
+    ///
+    /// // A clock at 1 MHz: 1,500 bytes take 12,000 ticks at 1 Mbit/s, 12 at 1 Gbit/s.
+    /// let mut flow = FlowStamper::new(1_000_000);
+    /// flow.set_rate(Rate::from_bits_per_sec(1_000_000).unwrap());
+    /// let t0 = Instant::from_ticks(0);
+    /// assert_eq!(flow.stamp(t0, 1500), t0);
+    /// flow.set_rate(Rate::from_bits_per_sec(1_000_000_000).unwrap());
+    /// assert_eq!(flow.stamp(t0, 1500), t0 + Span::from_ticks(12));
+    /// ```
     pub fn set_rate(&mut self, rate: Rate) {
         if self.rate != Some(rate) {
             self.remainder = 0;
@@ -343,6 +396,7 @@ impl FlowStamper {
     pub fn clear_rate(&mut self) {
         self.rate = None;
         self.next = None;
+        self.charged = None;
         self.remainder = 0;
     }
 
@@ -371,6 +425,7 @@ impl FlowStamper {
     /// The departure time of the flow's next packet of `bytes`, sent in order after the
     /// ones stamped before it.
     pub fn stamp(&mut self, now: Instant, bytes: u64) -> Instant {
+        self.rescale(now);
         let departure = match self.next {
             Some(next) if next.is_after(now) => next,
             _ => {
@@ -386,6 +441,7 @@ impl FlowStamper {
     /// already stamped, and pushes that data back by its own transmission time so the flow
     /// keeps its rate.
     pub fn stamp_retransmit(&mut self, now: Instant, bytes: u64) -> Instant {
+        self.rescale(now);
         let span = self.span_for(bytes);
         self.next = Some(match self.next {
             Some(next) if next.is_after(now) => next + span,
@@ -397,6 +453,20 @@ impl FlowStamper {
     /// The earliest time the next in-order packet may leave.
     pub fn next_departure(&self) -> Option<Instant> {
         self.next
+    }
+
+    /// After a rate change: what is left at `now` of the gap charged at the old rate, at
+    /// the new one.
+    fn rescale(&mut self, now: Instant) {
+        if let (Some(next), Some(old), Some(new)) = (self.next, self.charged, self.rate)
+            && old != new
+            && next.is_after(now)
+        {
+            let left = u128::from(next.saturating_since(now).ticks());
+            let scaled = left * u128::from(old.bits_per_sec()) / u128::from(new.bits_per_sec());
+            self.next = Some(now + Span::from_ticks(u64::try_from(scaled).unwrap_or(u64::MAX / 4)));
+        }
+        self.charged = self.rate;
     }
 
     fn span_for(&mut self, bytes: u64) -> Span {
