@@ -369,7 +369,10 @@ impl PacedSender {
         self.departures.flush().await
     }
 
-    /// Changes the rate, from the next datagram queued.
+    /// Changes the rate, from the next datagram queued: that one still leaves the gap the
+    /// datagram before it was charged at the old rate (as the kernel's pacing keeps a
+    /// departure it has computed), the ones after it the new rate's gaps. After a very slow
+    /// rate, a sender that wants the new rate at once makes a new `PacedSender`.
     pub fn set_rate(&self, rate: Rate) {
         if let Some(stamper) = &mut lock(&self.departures.state).stamper {
             stamper.set_rate(rate);

@@ -351,8 +351,6 @@ pub struct FlowStamper {
     rate: Option<Rate>,
     /// The earliest time the flow's next packet may leave.
     next: Option<Instant>,
-    /// The rate `next` was charged at: a new rate rescales what is left of that gap.
-    charged: Option<Rate>,
     /// Rounding carried over, in units of 1 / (rate in bit/s) ticks.
     remainder: u128,
 }
@@ -364,27 +362,14 @@ impl FlowStamper {
             hz,
             rate: None,
             next: None,
-            charged: None,
             remainder: 0,
         }
     }
 
-    /// Paces the flow at `rate` from the next stamp on. What is left, at that stamp, of the
-    /// gap the last packet was charged at the old rate is rescaled to the new one, so that a
-    /// rate raised after a slow one takes effect at once rather than after the old gap.
-    ///
-    /// ```
-    /// use softtimer::{Instant, Span};
-    /// use softtimer_net::{Rate, departure::FlowStamper};
-    ///
-    /// // A clock at 1 MHz: 1,500 bytes take 12,000 ticks at 1 Mbit/s, 12 at 1 Gbit/s.
-    /// let mut flow = FlowStamper::new(1_000_000);
-    /// flow.set_rate(Rate::from_bits_per_sec(1_000_000).unwrap());
-    /// let t0 = Instant::from_ticks(0);
-    /// assert_eq!(flow.stamp(t0, 1500), t0);
-    /// flow.set_rate(Rate::from_bits_per_sec(1_000_000_000).unwrap());
-    /// assert_eq!(flow.stamp(t0, 1500), t0 + Span::from_ticks(12));
-    /// ```
+    /// Paces the flow at `rate` from the next stamp on. The gap already charged to the last
+    /// packet stamped stands, as a pacer in the kernel keeps the departure it computed: the
+    /// next packet leaves that gap (at the old rate) after it, and the gaps after that are
+    /// the new rate's.
     pub fn set_rate(&mut self, rate: Rate) {
         if self.rate != Some(rate) {
             self.remainder = 0;
@@ -396,7 +381,6 @@ impl FlowStamper {
     pub fn clear_rate(&mut self) {
         self.rate = None;
         self.next = None;
-        self.charged = None;
         self.remainder = 0;
     }
 
@@ -425,7 +409,6 @@ impl FlowStamper {
     /// The departure time of the flow's next packet of `bytes`, sent in order after the
     /// ones stamped before it.
     pub fn stamp(&mut self, now: Instant, bytes: u64) -> Instant {
-        self.rescale(now);
         let departure = match self.next {
             Some(next) if next.is_after(now) => next,
             _ => {
@@ -441,7 +424,6 @@ impl FlowStamper {
     /// already stamped, and pushes that data back by its own transmission time so the flow
     /// keeps its rate.
     pub fn stamp_retransmit(&mut self, now: Instant, bytes: u64) -> Instant {
-        self.rescale(now);
         let span = self.span_for(bytes);
         self.next = Some(match self.next {
             Some(next) if next.is_after(now) => next + span,
@@ -453,20 +435,6 @@ impl FlowStamper {
     /// The earliest time the next in-order packet may leave.
     pub fn next_departure(&self) -> Option<Instant> {
         self.next
-    }
-
-    /// After a rate change: what is left at `now` of the gap charged at the old rate, at
-    /// the new one.
-    fn rescale(&mut self, now: Instant) {
-        if let (Some(next), Some(old), Some(new)) = (self.next, self.charged, self.rate)
-            && old != new
-            && next.is_after(now)
-        {
-            let left = u128::from(next.saturating_since(now).ticks());
-            let scaled = left * u128::from(old.bits_per_sec()) / u128::from(new.bits_per_sec());
-            self.next = Some(now + Span::from_ticks(u64::try_from(scaled).unwrap_or(u64::MAX / 4)));
-        }
-        self.charged = self.rate;
     }
 
     fn span_for(&mut self, bytes: u64) -> Span {
