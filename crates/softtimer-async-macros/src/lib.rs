@@ -83,7 +83,8 @@ pub fn main(
 ///
 /// It takes the options of [`macro@main`], and `simulated`: the runtime runs on a simulated
 /// clock (`Builder::simulated`), whose time jumps to the next due timer whenever no task can
-/// run and no descriptor is ready, as tokio's `start_paused = true`. A test of an hour's
+/// run, no descriptor is ready and no blocking work is under way, as tokio's
+/// `start_paused = true`. A test of an hour's
 /// timeouts then takes no time, and its timers fire exactly at their deadlines. Read the time
 /// with `softtimer_async::time::now()`: `std::time::Instant::now()` is the machine's.
 ///

@@ -185,6 +185,13 @@ impl BlockingPool {
                 runnable.run();
                 state = lock(&self.state);
                 state.busy -= 1;
+                if state.busy == 0 && state.queue.is_empty() {
+                    // A simulated clock waits for blocking work before it jumps: its loop,
+                    // parked meanwhile, is told the work has drained.
+                    if let Some(runtime) = self.runtime.get().and_then(Weak::upgrade) {
+                        runtime.wake_simulated_loops();
+                    }
+                }
                 continue;
             }
             if state.shutdown {

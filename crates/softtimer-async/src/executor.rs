@@ -107,6 +107,13 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl LoopShared {
+    /// Wakes the loop if it runs on a simulated clock, whose jumps wait for blocking work.
+    pub(crate) fn wake_if_simulated(&self) {
+        if matches!(self.time.clock(), RuntimeClock::Sim(_)) {
+            self.waker.wake();
+        }
+    }
+
     /// Whether the loop has shut down (its runtime was dropped): nothing fires here any more.
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
@@ -425,7 +432,7 @@ impl LocalLoop {
                 }
                 continue;
             }
-            let parked = self.park();
+            let parked = self.park(&main.woken);
             if parked.blocked || parked.fired == 0 {
                 since_io = 0;
                 last_io = clock.now_unordered();
@@ -500,7 +507,7 @@ impl LocalLoop {
     /// Nothing to run: the loop's idle policy. On a simulated clock, time jumps to the next
     /// due event instead (when no descriptor is ready), so that timers run deterministically
     /// and at once.
-    fn park(&self) -> Parked {
+    fn park(&self, main_woken: &AtomicBool) -> Parked {
         let shared = &self.shared;
         Counters::add(&shared.counters.parks, 1);
         let mut ev = self.ev.borrow_mut();
@@ -514,9 +521,10 @@ impl LocalLoop {
                     ..Parked::default()
                 };
             }
-            // A task woken from another thread runs first; time waits, too, for blocking
-            // work still under way (its end wakes the loop out of the real park below).
-            if !lock(&shared.remote).is_empty() {
+            // A task (or `block_on`'s future) woken from another thread runs first; time
+            // waits, too, for blocking work still under way (the pool wakes the loop out of
+            // the real park below when it drains).
+            if main_woken.load(Ordering::Acquire) || !lock(&shared.remote).is_empty() {
                 return Parked::default();
             }
             let blocking = shared
@@ -571,6 +579,11 @@ impl LocalLoop {
             let queue = take_queue();
             found += queue.len();
             drop(queue);
+            // Tasks set aside while the thread ran elsewhere (or whose thread's queue is
+            // gone): cancelled too.
+            let saved = std::mem::take(&mut *self.saved.borrow_mut());
+            found += saved.len();
+            drop(saved);
             // Soft events: taken out under the lock, woken or dropped after it.
             let events = self.take_events();
             found += events.len();
@@ -604,24 +617,6 @@ impl LocalLoop {
         for waiters in waiting {
             waiters.wake();
         }
-    }
-
-    /// After a panic escaped the loop's run: shuts down as [`LocalLoop::shutdown`] does if
-    /// the thread is still in this loop; otherwise (a context guard of another runtime was
-    /// left on it, and its queue is that runtime's) only closes the loop, so that later
-    /// wakes and spawns are cancelled rather than queued for ever, and leaves its tasks
-    /// where they are.
-    pub(crate) fn abandon(&self) {
-        if is_current(Arc::as_ptr(&self.shared)) {
-            self.shutdown();
-            return;
-        }
-        let leftover = {
-            let mut remote = lock(&self.shared.remote);
-            self.shared.closed.store(true, Ordering::Release);
-            std::mem::take(&mut *remote)
-        };
-        drop(leftover);
     }
 
     /// Every soft event still pending, taken out under the facility's lock.

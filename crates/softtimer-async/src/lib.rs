@@ -86,8 +86,9 @@
 //!
 //! ## Fairness
 //!
-//! Tasks run about in the order they were woken (`block_on`'s future goes first on each
-//! pass, and tasks woken from other threads join the queue after the batch running). A task (or `block_on`'s future) that completes
+//! Tasks run roughly in the order they were woken (`block_on`'s future goes first on
+//! each pass, and tasks woken from other threads join the queue after the batch running).
+//! A task (or `block_on`'s future) that completes
 //! 128 socket operations or passed timers in one poll yields anyway, as under tokio's
 //! co-operative budget, so that a loop over a flooded socket cannot starve the other tasks
 //! of its loop. A [`time::timeout`]'s own deadline does not count, so it fires even then.

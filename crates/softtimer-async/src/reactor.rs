@@ -235,6 +235,9 @@ impl Registration {
             state: AtomicU64::new(READ | WRITE),
             waiters: Mutex::default(),
         });
+        if shared.is_closed() {
+            return Err(runtime_shut_down());
+        }
         let token = lock(&shared.io).insert(Arc::clone(&source));
         let interest = if writes {
             Interest::BOTH

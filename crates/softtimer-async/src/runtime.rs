@@ -380,7 +380,7 @@ fn worker(
     };
     let _ = started.send(Ok(Arc::clone(&local.shared)));
     let enter = Enter::new(&local);
-    let shutdown = ShutdownOnExit(&local);
+    let shutdown = ShutdownOnExit(Rc::clone(&local));
     let never = pin!(std::future::pending::<()>());
     let _ = local.run(never);
     drop(shutdown);
@@ -389,14 +389,18 @@ fn worker(
 
 /// Shuts a worker's loop down however its thread leaves the loop's run: a panic that
 /// escapes the run (a misused context guard caught after a task's poll, a failing epoll)
-/// closes the loop, so that what is sent to it afterwards comes back cancelled instead of
-/// waiting in a queue nobody drains.
-struct ShutdownOnExit<'a>(&'a LocalLoop);
+/// shuts the loop down too, so that its tasks are cancelled on their own thread, its
+/// sockets' and timers' waiters hear of it, and what is sent to it afterwards comes back
+/// cancelled instead of waiting in a queue nobody drains. While unwinding, the thread may be
+/// left in another runtime's context: that is set aside for the shutdown and restored (a
+/// task future whose drop panics then aborts the process, as any panic while unwinding).
+struct ShutdownOnExit(Rc<LocalLoop>);
 
-impl Drop for ShutdownOnExit<'_> {
+impl Drop for ShutdownOnExit {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            self.0.abandon();
+            let _shutting_down = Enter::for_shutdown(&self.0);
+            self.0.shutdown();
         } else {
             self.0.shutdown();
         }
@@ -435,7 +439,10 @@ fn restore_affinity(cpus: Option<&rustix::thread::CpuSet>) {
 /// Dropping it cancels every task, shuts every loop down and joins every thread it started,
 /// but for the threads still running a [`spawn_blocking`](crate::spawn_blocking) closure,
 /// which exit when it returns (blocking work not started is cancelled);
-/// [`Runtime::shutdown_timeout`] waits for those up to a bound.
+/// [`Runtime::shutdown_timeout`] waits for those up to a bound. Its timers and sockets still
+/// awaited elsewhere after the drop (by another runtime's task, or another executor) are
+/// woken: a socket's operation then returns an error, and a timer whose deadline is ahead
+/// panics, as tokio's do ([`time`](crate::time), [`net`](crate::net)).
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -668,6 +675,13 @@ impl HandleInner {
     /// Whether blocking work is queued or running on the runtime's pool.
     pub(crate) fn blocking_in_flight(&self) -> bool {
         self.blocking.in_flight()
+    }
+
+    /// Wakes the loops on a simulated clock (the pool's work has drained: time may jump).
+    pub(crate) fn wake_simulated_loops(&self) {
+        for shared in &self.loops {
+            shared.wake_if_simulated();
+        }
     }
 }
 

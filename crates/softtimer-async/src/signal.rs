@@ -87,7 +87,6 @@ struct Slot {
     eventfd: OwnedFd,
 }
 
-/// The slot of `kind`, installing its handler the first time.
 /// The slot of `kind`, installing its handler the first time, and the generation a new
 /// listener starts from: the slot's as it is now, or 0 for a slot made here, so that a
 /// signal that comes between the handler's install and the listener's making is the first
@@ -154,7 +153,8 @@ impl std::fmt::Debug for Slot {
 
 /// Listens for `kind` from now on: each [`Signal::recv`] completes once the signal has come
 /// since the last (or since this call). Every listener of a signal sees it. A `Signal`
-/// polled after its runtime is gone never completes (no loop watches its descriptor).
+/// polled after its runtime is gone returns `None` (no loop watches its descriptor any
+/// more), as tokio's does.
 ///
 /// ```no_run
 /// use softtimer_async::{Runtime, signal::{SignalKind, signal}};
@@ -191,8 +191,8 @@ pub fn signal(kind: SignalKind) -> io::Result<Signal> {
 }
 
 impl Signal {
-    /// Waits for the next delivery. Always `Some(())` (a signal stream does not end); the
-    /// `Option` is the shape of tokio's, so code moves over unchanged.
+    /// Waits for the next delivery: `Some(())`, or `None` once the runtime the listener was
+    /// made on has shut down (a signal stream does not end otherwise), as tokio's.
     pub async fn recv(&mut self) -> Option<()> {
         poll_fn(|cx| self.poll_recv(cx)).await
     }

@@ -13,10 +13,12 @@
 //! rest. A deadline too far to represent (`Duration::MAX` from now) never completes and never
 //! schedules anything.
 //!
-//! A timer belongs to the loop it was made on. Awaited by a task of another runtime (or
-//! another executor) after its own runtime has been dropped, it cannot fire: the shutdown
-//! wakes it, and a poll that would have to wait panics, as a tokio timer of a runtime that
-//! has shut down does, rather than wait for ever. A deadline already passed still completes.
+//! A timer belongs to the loop it was made on. Awaited after that loop has shut down (its
+//! runtime dropped while a task of another runtime, another executor, or another of its
+//! own loops still waited on it), it cannot fire: the shutdown wakes it, and a poll that
+//! would have to wait panics, as a tokio timer of a runtime that has shut down does, rather
+//! than wait for ever. A deadline already passed still completes. This holds for every timer
+//! of the crate: [`Sleep`], [`Interval`], [`Timeout`], and quinn's and hyper's.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -133,8 +135,8 @@ impl TimerEntry {
         }
         assert!(
             !self.shared.is_closed(),
-            "softtimer-async: a timer awaited after its runtime shut down (the runtime was \
-             dropped while another runtime's task, or another executor, still waited on it)"
+            "softtimer-async: a timer awaited after its loop shut down (its runtime was \
+             dropped, or the worker thread that ran the loop ended)"
         );
         let identity = waker_identity(cx.waker());
         if let Some(armed) = &self.armed

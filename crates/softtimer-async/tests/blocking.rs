@@ -356,3 +356,28 @@ fn a_simulated_clock_waits_for_blocking_work_before_it_jumps() {
         .expect("the simulated clock jumped past blocking work under way")
         .unwrap();
 }
+
+/// Blocking work left to run on its own (its handle dropped) while a task sleeps an hour of
+/// simulated time: the pool wakes the simulated loop when the work drains, and the hour
+/// passes at once (without the wake, the loop parked for an hour of real time).
+#[test]
+fn a_simulated_clock_jumps_once_detached_blocking_work_is_done() {
+    let (done_tx, done_rx) = mpsc::channel();
+    // On a thread of its own, so that a loop parked for the hour fails the test, not hangs it.
+    std::thread::spawn(move || {
+        let sim = softtimer_async::SimClock::new(1_000_000_000);
+        let rt = Runtime::builder().simulated(sim).build().unwrap();
+        drop(
+            rt.handle()
+                .spawn_blocking(|| std::thread::sleep(Duration::from_millis(20))),
+        );
+        rt.block_on(async {
+            softtimer_async::time::sleep(Duration::from_secs(3600)).await;
+        });
+        let _ = done_tx.send(());
+    });
+    assert!(
+        done_rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the simulated hour took more than 10 s of real time"
+    );
+}

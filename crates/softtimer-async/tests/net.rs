@@ -555,26 +555,38 @@ fn watched_by_an_epoll_set(ino: u64) -> bool {
         })
 }
 
-/// A UDP socket dropped while its descriptor lives on elsewhere (a duplicate made before
-/// `from_std`) leaves the loop's epoll set at once: closing its own descriptor does not
-/// take it out while a duplicate is open, and its readiness went on waking the loop.
+/// A socket (UDP, a TCP listener) dropped while its descriptor lives on elsewhere (a
+/// duplicate made before `from_std`) leaves the loop's epoll set at once: closing its own
+/// descriptor does not take it out while a duplicate is open, and its readiness went on
+/// waking the loop.
 #[test]
-fn a_dropped_udp_socket_leaves_the_epoll_set_although_a_duplicate_lives() {
+fn a_dropped_socket_leaves_the_epoll_set_although_a_duplicate_lives() {
     use std::os::fd::AsFd;
     let rt = Runtime::new().unwrap();
     let std_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let duplicate = std_socket.try_clone().unwrap();
     let ino = rustix::fs::fstat(duplicate.as_fd()).unwrap().st_ino;
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener_duplicate = std_listener.try_clone().unwrap();
+    let listener_ino = rustix::fs::fstat(listener_duplicate.as_fd())
+        .unwrap()
+        .st_ino;
     rt.block_on(async move {
         let socket = UdpSocket::from_std(std_socket).unwrap();
+        let listener = TcpListener::from_std(std_listener).unwrap();
         assert!(watched_by_an_epoll_set(ino), "registered");
-        drop(socket);
+        assert!(watched_by_an_epoll_set(listener_ino), "registered");
+        drop((socket, listener));
         assert!(
             !watched_by_an_epoll_set(ino),
-            "still watched after the drop"
+            "UDP: still watched after the drop"
+        );
+        assert!(
+            !watched_by_an_epoll_set(listener_ino),
+            "TCP: still watched after the drop"
         );
     });
-    drop(duplicate);
+    drop((duplicate, listener_duplicate));
 }
 
 #[test]

@@ -80,7 +80,7 @@ fn a_timer_of_a_dropped_runtime_panics_in_its_waiter_instead_of_hanging() {
         .map(String::as_str)
         .or_else(|| payload.downcast_ref::<&str>().copied())
         .unwrap_or_default();
-    assert!(message.contains("after its runtime shut down"), "{message}");
+    assert!(message.contains("after its loop shut down"), "{message}");
     outcome.1.expect("a passed deadline completes");
 }
 

@@ -122,8 +122,9 @@ pub struct DepartureQueue<P> {
     in_ring: usize,
     /// The next [`push`](DepartureQueue::push)'s sequence number: counts up from `SEQ_START`.
     next_seq: u64,
-    /// The next [`requeue`](DepartureQueue::requeue)'s: counts down from below `SEQ_START`,
-    /// so that a packet put back goes before every packet pushed for the same time.
+    /// The next [`requeue`](DepartureQueue::requeue)'s: counts up from 0, below
+    /// `SEQ_START`, so that packets put back go before every packet pushed for the same
+    /// time, in the order they were put back.
     requeue_seq: u64,
 }
 
@@ -154,7 +155,7 @@ impl<P> DepartureQueue<P> {
             overflow: BinaryHeap::new(),
             in_ring: 0,
             next_seq: SEQ_START,
-            requeue_seq: SEQ_START - 1,
+            requeue_seq: 0,
         })
     }
 
@@ -185,22 +186,27 @@ impl<P> DepartureQueue<P> {
         self.place(entry);
     }
 
-    /// Puts back a packet [`pop_due`](Self::pop_due) gave (its send was refused for want
-    /// of room, to be tried again): ahead of the packets pushed for the same departure, so
-    /// that they still leave in the order they were pushed.
+    /// Puts back packets [`pop_due`](Self::pop_due) gave (their send was refused for want
+    /// of room, to be tried again), in the order they were popped: ahead of the packets
+    /// pushed for the same departure, so that all of them still leave in the order they
+    /// were pushed.
     ///
     /// ```
     /// use softtimer::{Instant, Span};
     /// use softtimer_net::departure::DepartureQueue;
     ///
     /// let at = Instant::from_ticks(1_000);
-    /// let mut queue = DepartureQueue::new(Instant::from_ticks(0), Span::from_ticks(100), 8).unwrap();
-    /// queue.push(at, "first");
-    /// queue.push(at, "second");
-    /// let (departure, packet) = queue.pop_due(at).unwrap();
-    /// queue.requeue(departure, packet);
-    /// assert_eq!(queue.pop_due(at).unwrap().1, "first");
-    /// assert_eq!(queue.pop_due(at).unwrap().1, "second");
+    /// let start = Instant::from_ticks(0);
+    /// let mut queue = DepartureQueue::new(start, Span::from_ticks(100), 8).unwrap();
+    /// for name in ["first", "second", "third"] {
+    ///     queue.push(at, name);
+    /// }
+    /// let first = queue.pop_due(at).unwrap();
+    /// let second = queue.pop_due(at).unwrap();
+    /// queue.requeue(first.0, first.1);
+    /// queue.requeue(second.0, second.1);
+    /// let order: Vec<_> = std::iter::from_fn(|| queue.pop_due(at).map(|(_, p)| p)).collect();
+    /// assert_eq!(order, ["first", "second", "third"]);
     /// ```
     pub fn requeue(&mut self, departure: Instant, packet: P) {
         let entry = Entry {
@@ -208,7 +214,7 @@ impl<P> DepartureQueue<P> {
             seq: self.requeue_seq,
             packet,
         };
-        self.requeue_seq = self.requeue_seq.saturating_sub(1);
+        self.requeue_seq = (self.requeue_seq + 1).min(SEQ_START - 1);
         self.place(entry);
     }
 

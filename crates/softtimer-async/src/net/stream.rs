@@ -56,6 +56,9 @@ pub(crate) fn shut_write(shutdown: impl FnOnce() -> io::Result<()>) -> io::Resul
 /// shared reference, `shutdown`) and a `reg` (its
 /// [`Registration`](crate::reactor::Registration)). Its paths are absolute, so that it
 /// needs no import where it is used.
+/// The most slices one `writev` takes (Linux's `UIO_MAXIOV`; std passes no more).
+pub(crate) const IOV_MAX: usize = 1024;
+
 macro_rules! stream_io {
     () => {
         /// Shuts the write direction down: the peer reads end of stream once it has read what
@@ -206,9 +209,13 @@ macro_rules! stream_io {
             cx: &mut ::std::task::Context<'_>,
             bufs: &[::std::io::IoSlice<'_>],
         ) -> ::std::task::Poll<::std::io::Result<usize>> {
-            // `writev` takes at most `IOV_MAX` (1024) slices a call: bytes beyond them are not
-            // asked for, and a call that takes every byte asked for has not filled the socket.
-            let want = bufs.iter().take(1024).map(|b| b.len()).sum();
+            // `writev` takes at most `IOV_MAX` slices a call: bytes beyond them are not asked
+            // for, and a call that takes every byte asked for has not filled the socket.
+            let want = bufs
+                .iter()
+                .take($crate::net::stream::IOV_MAX)
+                .map(|b| b.len())
+                .sum();
             self.reg
                 .poll_io_partial($crate::reactor::Direction::Write, cx, want, || {
                     $crate::net::udp::syscall(::softtimer::TriggerSource::Send, || {

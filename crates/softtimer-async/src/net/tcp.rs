@@ -71,6 +71,7 @@ pub struct TcpListener {
 }
 
 super::socket_descriptor!(TcpListener, socket);
+super::deregister_on_drop!(TcpListener);
 
 impl TcpListener {
     /// Binds and listens on `addr`, on the calling thread's loop: the first of its
@@ -206,6 +207,7 @@ pub struct TcpStream {
 }
 
 super::socket_descriptor!(TcpStream, socket);
+super::deregister_on_drop!(TcpStream);
 
 impl TcpStream {
     /// Connects to `addr`: a socket address (or a slice of them), or a `"host:port"` string

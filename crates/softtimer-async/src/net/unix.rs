@@ -91,6 +91,7 @@ pub struct UnixListener {
 }
 
 super::socket_descriptor!(UnixListener, socket);
+super::deregister_on_drop!(UnixListener);
 
 impl UnixListener {
     /// Binds and listens on `path` (a file the bind makes; it stays after the listener is
@@ -186,6 +187,7 @@ pub struct UnixStream {
 }
 
 super::socket_descriptor!(UnixStream, socket);
+super::deregister_on_drop!(UnixStream);
 
 impl UnixStream {
     /// Connects to the listener at `path`: a non-blocking `connect`, which on Linux either

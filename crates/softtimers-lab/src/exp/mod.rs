@@ -458,9 +458,9 @@ mod tests {
             .map(|s| s.expected(RunLength::new(false), true))
             .sum();
         assert!(quick < full / 5, "quick {quick:?}, full {full:?}");
-        // The README's promise: the full lab in under 30 minutes, `--quick` under 5. The
+        // The lab's budget: the full run in under 30 minutes, `--quick` under 5. The
         // estimates follow the full runs' measured step times, so a plan that outgrows the
-        // promise shows here before a run does.
+        // budget shows here before a run does.
         assert!(full < Duration::from_secs(30 * 60), "full {full:?}");
         assert!(quick < Duration::from_secs(5 * 60), "quick {quick:?}");
     }

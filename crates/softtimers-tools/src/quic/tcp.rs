@@ -34,16 +34,20 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
     // A thread per connection, as a blocking-socket server is written: one client's
     // requests, or its pause between them, do not hold up another's.
     let accepted = std::thread::scope(|scope| -> Result<()> {
+        // Said once while accepts keep failing for want of descriptors or memory.
+        let mut short = false;
         loop {
             let (stream, peer) = match listener.accept() {
                 Ok(accepted) => accepted,
                 Err(_) if server.is_stopping() => return Ok(()),
                 Err(e) => match e.raw_os_error() {
-                    Some(libc::ECONNABORTED | libc::EINTR) => continue,
+                    Some(libc::ECONNABORTED) => continue,
                     // Out of descriptors or memory for now: say so, wait, and go on serving
                     // the connections already open rather than spin on accept.
                     Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-                        eprintln!("softtimers quic server: accept: {e}; retrying in 100 ms");
+                        if !std::mem::replace(&mut short, true) {
+                            eprintln!("softtimers quic server: accept: {e}; retrying every 100 ms");
+                        }
                         std::thread::sleep(Duration::from_millis(100));
                         continue;
                     }
@@ -53,8 +57,9 @@ pub(super) fn tcp_server(opts: &ServerOptions) -> Result<ServerReport> {
                     }
                 },
             };
+            short = false;
             let _ = stream.set_nodelay(true);
-            let Some(id) = server.open(&stream) else {
+            let Some((id, stream)) = server.open(stream) else {
                 // Stopping: the connection that woke the accept, or one just too late.
                 return Ok(());
             };
@@ -87,8 +92,8 @@ struct Server {
 #[derive(Default)]
 struct State {
     stopping: bool,
-    /// A duplicate of each open connection's socket, by its number.
-    open: std::collections::HashMap<u64, OwnedFd>,
+    /// Each open connection's socket, shared with its thread, by its number.
+    open: std::collections::HashMap<u64, Arc<TcpStream>>,
     next_id: u64,
     closed: u64,
     /// What the closed connections served, and every connection accepted.
@@ -113,7 +118,7 @@ impl Server {
         }
         state.stopping = true;
         for connection in state.open.values() {
-            let _ = rustix::net::shutdown(connection, rustix::net::Shutdown::Read);
+            let _ = connection.shutdown(std::net::Shutdown::Read);
         }
         drop(state);
         if rustix::net::shutdown(&self.listening, rustix::net::Shutdown::Read).is_err() {
@@ -122,10 +127,10 @@ impl Server {
         }
     }
 
-    /// Counts a connection accepted and keeps a duplicate of its socket for [`Server::stop`];
-    /// `None` once stopping (under the same lock as `stop`'s sweep, so that no connection
-    /// opens after it unseen).
-    fn open(&self, stream: &TcpStream) -> Option<u64> {
+    /// Counts a connection accepted and keeps its socket for [`Server::stop`] (shared, not
+    /// duplicated: no descriptor to run out of); `None` once stopping (under the same lock
+    /// as `stop`'s sweep, so that no connection opens after it unseen).
+    fn open(&self, stream: TcpStream) -> Option<(u64, Arc<TcpStream>)> {
         let mut state = self.lock();
         if state.stopping {
             return None;
@@ -133,17 +138,16 @@ impl Server {
         let id = state.next_id;
         state.next_id += 1;
         state.report.connections += 1;
-        if let Ok(duplicate) = stream.try_clone() {
-            state.open.insert(id, OwnedFd::from(duplicate));
-        }
-        Some(id)
+        let stream = Arc::new(stream);
+        state.open.insert(id, Arc::clone(&stream));
+        Some((id, stream))
     }
 
     /// Serves connection `id` until its peer closes it, then counts it in.
-    fn serve(&self, id: u64, mut stream: TcpStream, peer: std::net::SocketAddr) {
+    fn serve(&self, id: u64, stream: Arc<TcpStream>, peer: std::net::SocketAddr) {
         let mut served = ServerReport::default();
         // One peer's error ends its connection, not the server (and not what it counted).
-        if let Err(e) = serve_connection(&mut stream, &mut served) {
+        if let Err(e) = serve_connection(&stream, &mut served) {
             eprintln!("softtimers quic server: the connection from {peer} ended: {e:#}");
         }
         // The connection's own count of what it sent and resent, as QUIC's stacks report
@@ -183,19 +187,19 @@ impl Server {
 /// is found by TCP keepalive, within about a minute and a half); within one, a peer that
 /// stops sending its upload or reading its download for [`PEER_TIMEOUT`] is given up on, so
 /// that it cannot hold its thread for ever.
-fn serve_connection(stream: &mut TcpStream, report: &mut ServerReport) -> Result<()> {
+fn serve_connection(mut stream: &TcpStream, report: &mut ServerReport) -> Result<()> {
     // Set once per connection: a request costs the system calls it did before.
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
     stream.set_write_timeout(Some(PEER_TIMEOUT))?;
-    sockopt::set_socket_keepalive(&*stream, true)?;
-    sockopt::set_tcp_keepidle(&*stream, Duration::from_secs(60))?;
-    sockopt::set_tcp_keepintvl(&*stream, Duration::from_secs(10))?;
-    sockopt::set_tcp_keepcnt(&*stream, 3)?;
+    sockopt::set_socket_keepalive(stream, true)?;
+    sockopt::set_tcp_keepidle(stream, Duration::from_secs(60))?;
+    sockopt::set_tcp_keepintvl(stream, Duration::from_secs(10))?;
+    sockopt::set_tcp_keepcnt(stream, 3)?;
     let pattern = Pattern::default();
     let mut sink = vec![0u8; 64 * 1024];
     let mut header = [0u8; 16];
     loop {
-        if !read_header(stream, &mut header)? {
+        if !read_header(&mut stream, &mut header)? {
             return Ok(());
         }
         let download = u64::from_be_bytes(header[..8].try_into().expect("8"));
@@ -229,7 +233,7 @@ fn serve_connection(stream: &mut TcpStream, report: &mut ServerReport) -> Result
 /// Reads a request's header into `header`: `false` when the peer closed between requests.
 /// A read timeout ([`PEER_TIMEOUT`]) before the first byte is a client pausing between
 /// requests, waited out; after it, a request cut short.
-fn read_header(stream: &mut TcpStream, header: &mut [u8; 16]) -> Result<bool> {
+fn read_header(stream: &mut &TcpStream, header: &mut [u8; 16]) -> Result<bool> {
     let mut got = 0;
     while got < header.len() {
         match stream.read(&mut header[got..]) {

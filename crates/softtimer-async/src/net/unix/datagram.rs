@@ -64,6 +64,7 @@ pub struct UnixDatagram {
 }
 
 crate::net::socket_descriptor!(UnixDatagram, socket);
+crate::net::deregister_on_drop!(UnixDatagram);
 
 impl UnixDatagram {
     /// A socket bound to `path` (a file the bind makes; it stays after the socket is
