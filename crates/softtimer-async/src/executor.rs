@@ -29,7 +29,7 @@ use softtimer::{Clock, Fired, SoftTimers, Span, TriggerSource};
 use softtimer_rt::{EventLoop, LoopConfig, LoopHandle, LoopWaker, Parked, Ready, RtError};
 
 use crate::clock::{RuntimeClock, TimeBase};
-use crate::reactor::{IoSource, Waiters};
+use crate::reactor::IoSource;
 
 /// Task polls between two looks at the descriptors while tasks keep the loop busy.
 pub(crate) const BATCH: usize = 64;
@@ -569,7 +569,7 @@ impl LocalLoop {
         // are woken once the loop is closed, to find it so.
         let mut departures = Vec::new();
         // Wakers of timers and sockets, woken once the loop is closed.
-        let mut waiting: Vec<Waiters> = Vec::new();
+        let mut waiting: Vec<Waker> = Vec::new();
         loop {
             // Every live task is woken, so that it is queued and its future dropped below.
             let wakers: Vec<Waker> = self.tasks.borrow_mut().drain().collect();
@@ -591,7 +591,7 @@ impl LocalLoop {
             let sources: Vec<Arc<IoSource>> = lock(&self.shared.io).drain().collect();
             found += sources.len();
             for source in &sources {
-                waiting.push(source.shut());
+                waiting.extend(source.shut().into_iter().flatten());
             }
             if found == 0 {
                 break;
@@ -614,9 +614,7 @@ impl LocalLoop {
         // socket of this runtime awaited by another runtime's task or another executor):
         // woken, they find the loop closed and say so, rather than wait for ever. This
         // loop's own tasks are cancelled by now, and their wakers do nothing.
-        for waiters in waiting {
-            waiters.wake();
-        }
+        waiting.into_iter().for_each(Waker::wake);
     }
 
     /// Every soft event still pending, taken out under the facility's lock.
@@ -638,12 +636,12 @@ impl LocalLoop {
     /// senders' departures to wake their waiters.
     fn sort_events(
         events: Vec<TimerEvent>,
-        waiting: &mut Vec<Waiters>,
+        waiting: &mut Vec<Waker>,
         departures: &mut Vec<Arc<crate::pace::Departures>>,
     ) {
         for event in events {
             match event {
-                TimerEvent::Wake(waker) => waiting.push(Waiters::one(waker)),
+                TimerEvent::Wake(waker) => waiting.push(waker),
                 TimerEvent::Depart(d) => departures.push(d),
             }
         }

@@ -49,14 +49,6 @@ pub(crate) struct Waiters {
 }
 
 impl Waiters {
-    /// One waker.
-    pub(crate) fn one(waker: Waker) -> Waiters {
-        Waiters {
-            first: Some(waker),
-            rest: Vec::new(),
-        }
-    }
-
     /// Adds `waker` unless a waker that wakes the same task is there already.
     pub(crate) fn add(&mut self, waker: &Waker) {
         match &self.first {
@@ -82,10 +74,16 @@ impl Waiters {
     }
 
     pub(crate) fn wake(self) {
-        if let Some(w) = self.first {
-            w.wake();
-        }
-        self.rest.into_iter().for_each(Waker::wake);
+        self.into_iter().for_each(Waker::wake);
+    }
+}
+
+impl IntoIterator for Waiters {
+    type Item = Waker;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<Waker>, std::vec::IntoIter<Waker>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.rest)
     }
 }
 
@@ -136,14 +134,10 @@ impl IoSource {
 
     /// The loop shut down: marks the source so, and takes every waiting waker out (both
     /// directions), for the caller to wake once the loop is closed.
-    pub(crate) fn shut(&self) -> Waiters {
+    pub(crate) fn shut(&self) -> [Waiters; 2] {
         self.state.fetch_or(SHUT, Ordering::AcqRel);
         let mut waiters = lock(&self.waiters);
-        let mut all = waiters[0].take();
-        let write = waiters[1].take();
-        all.rest.extend(write.first);
-        all.rest.extend(write.rest);
-        all
+        [waiters[0].take(), waiters[1].take()]
     }
 
     /// Ready in `dir` (with the tick it was seen at), or the task is registered to be woken;
