@@ -7,7 +7,6 @@
 //! call made through [`AsyncFd::async_io`] or [`AsyncFdReadyGuard::try_io`] is followed by a
 //! trigger state, as the runtime's own sockets' are.
 
-use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::task::{Context, Poll};
@@ -17,7 +16,7 @@ use softtimer::TriggerSource;
 pub use softtimer_rt::Interest;
 
 use crate::net::udp::syscall;
-use crate::reactor::{Direction, Registration};
+use crate::reactor::{Direction, Registration, wait_fn};
 
 /// A descriptor `T` watched by the loop of the thread that made it.
 ///
@@ -127,7 +126,7 @@ impl<T: AsFd> AsyncFd<T> {
     ///
     /// None today; an `io::Result` as tokio's.
     pub async fn readable(&self) -> io::Result<AsyncFdReadyGuard<'_, T>> {
-        poll_fn(|cx| self.poll_read_ready(cx)).await
+        wait_fn(|cx| self.poll_read_ready(cx)).await
     }
 
     /// Waits until the descriptor may be writable (see [`readable`](Self::readable)).
@@ -136,7 +135,7 @@ impl<T: AsFd> AsyncFd<T> {
     ///
     /// None today; an `io::Result` as tokio's.
     pub async fn writable(&self) -> io::Result<AsyncFdReadyGuard<'_, T>> {
-        poll_fn(|cx| self.poll_write_ready(cx)).await
+        wait_fn(|cx| self.poll_write_ready(cx)).await
     }
 
     /// Polls for read readiness (see [`readable`](Self::readable)).
@@ -194,7 +193,7 @@ impl<T: AsFd> AsyncFd<T> {
         let dir = direction(interest)?;
         let inner = self.get_ref();
         let mut call = || syscall(TriggerSource::Syscall, || f(inner));
-        poll_fn(|cx| match dir {
+        wait_fn(|cx| match dir {
             Direction::Read => self.reg.poll_io(dir, cx, &mut call),
             Direction::Write => self.reg.poll_send(inner.as_fd(), cx, &mut call),
         })

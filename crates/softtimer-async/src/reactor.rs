@@ -9,8 +9,11 @@
 //! Every system call a future makes is followed by a trigger state of the thread it runs on
 //! ([`crate::executor::trigger`]).
 
+use std::cell::RefCell;
+use std::future::Future;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -42,10 +45,23 @@ const BITS: u64 = 0xff;
 const TICK: u64 = 1 << 8;
 
 /// The tasks waiting for one direction: the common case is one, without allocating.
+///
+/// Callers of `poll_*` methods (and of the pace queue's waits) stay until the list is taken,
+/// one entry per task. Futures awaited through [`wait_fn`] are entered with a ticket and
+/// withdraw their entry when dropped before it is taken, so that a wait given up (a
+/// `timeout` around a `recv_from` on a quiet socket, by one task after another) leaves no
+/// waker behind to keep its task's memory alive.
 #[derive(Default)]
 pub(crate) struct Waiters {
     first: Option<Waker>,
     rest: Vec<Waker>,
+    futures: Vec<Ticketed>,
+}
+
+/// A [`wait_fn`] future's entry.
+pub(crate) struct Ticketed {
+    ticket: u64,
+    waker: Waker,
 }
 
 impl Waiters {
@@ -62,29 +78,72 @@ impl Waiters {
         }
     }
 
+    /// Enters a [`wait_fn`] future's `waker` under `ticket`.
+    fn enter(&mut self, ticket: u64, waker: &Waker) {
+        self.futures.push(Ticketed {
+            ticket,
+            waker: waker.clone(),
+        });
+    }
+
+    /// Points `ticket`'s entry at `waker`; false if it is not there.
+    fn renew(&mut self, ticket: u64, waker: &Waker) -> bool {
+        match self.futures.iter_mut().find(|t| t.ticket == ticket) {
+            Some(entry) => {
+                if !entry.waker.will_wake(waker) {
+                    entry.waker = waker.clone();
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes `ticket`'s entry out, if it is there.
+    fn withdraw(&mut self, ticket: u64) -> Option<Waker> {
+        let at = self.futures.iter().position(|t| t.ticket == ticket)?;
+        Some(self.futures.swap_remove(at).waker)
+    }
+
     pub(crate) fn take(&mut self) -> Waiters {
         Waiters {
             first: self.first.take(),
-            rest: if self.rest.is_empty() {
-                Vec::new()
-            } else {
-                std::mem::take(&mut self.rest)
-            },
+            rest: std::mem::take(&mut self.rest),
+            futures: std::mem::take(&mut self.futures),
         }
     }
 
     pub(crate) fn wake(self) {
         self.into_iter().for_each(Waker::wake);
     }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len() + self.futures.len()
+    }
 }
 
 impl IntoIterator for Waiters {
     type Item = Waker;
-    type IntoIter = std::iter::Chain<std::option::IntoIter<Waker>, std::vec::IntoIter<Waker>>;
+    type IntoIter = std::iter::Chain<
+        std::iter::Chain<std::option::IntoIter<Waker>, std::vec::IntoIter<Waker>>,
+        std::iter::Map<std::vec::IntoIter<Ticketed>, fn(Ticketed) -> Waker>,
+    >;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.first.into_iter().chain(self.rest)
+        let waker_of: fn(Ticketed) -> Waker = |t| t.waker;
+        self.first
+            .into_iter()
+            .chain(self.rest)
+            .chain(self.futures.into_iter().map(waker_of))
     }
+}
+
+/// One direction's waiters and the count of [`wait_fn`] tickets handed out for it.
+#[derive(Default)]
+struct DirectionWaits {
+    waiters: Waiters,
+    next_ticket: u64,
 }
 
 /// The readiness of one registered descriptor and the tasks waiting for it.
@@ -92,7 +151,11 @@ impl IntoIterator for Waiters {
 pub(crate) struct IoSource {
     /// `tick << 8 | readiness bits`.
     state: AtomicU64,
-    waiters: Mutex<[Waiters; 2]>,
+    waiters: Mutex<[DirectionWaits; 2]>,
+    /// How many times each direction's waiters were taken (changed under the `waiters`
+    /// lock): a [`wait_fn`] future whose entry was taken since it made it has nothing to
+    /// withdraw, and is dropped without the lock.
+    taken: [AtomicU64; 2],
 }
 
 impl IoSource {
@@ -115,14 +178,14 @@ impl IoSource {
                 Some((s & !BITS).wrapping_add(TICK) | (s & BITS) | bits)
             });
         let (read, write) = {
-            let mut waiters = lock(&self.waiters);
+            let mut waits = lock(&self.waiters);
             let read = if bits & READ != 0 {
-                waiters[0].take()
+                self.take_locked(&mut waits, Direction::Read)
             } else {
                 Waiters::default()
             };
             let write = if bits & WRITE != 0 {
-                waiters[1].take()
+                self.take_locked(&mut waits, Direction::Write)
             } else {
                 Waiters::default()
             };
@@ -132,22 +195,35 @@ impl IoSource {
         write.wake();
     }
 
+    /// Takes `dir`'s waiters out (the `waiters` lock held) and counts the taking.
+    fn take_locked(&self, waits: &mut [DirectionWaits; 2], dir: Direction) -> Waiters {
+        self.taken[dir as usize].fetch_add(1, Ordering::Release);
+        waits[dir as usize].waiters.take()
+    }
+
     /// The loop shut down: marks the source so, and takes every waiting waker out (both
     /// directions), for the caller to wake once the loop is closed.
     pub(crate) fn shut(&self) -> [Waiters; 2] {
         self.state.fetch_or(SHUT, Ordering::AcqRel);
-        let mut waiters = lock(&self.waiters);
-        [waiters[0].take(), waiters[1].take()]
+        let mut waits = lock(&self.waiters);
+        [
+            self.take_locked(&mut waits, Direction::Read),
+            self.take_locked(&mut waits, Direction::Write),
+        ]
     }
 
     /// Ready in `dir` (with the tick it was seen at), or the task is registered to be woken;
     /// an error once the loop has shut down.
-    pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
+    pub(crate) fn poll_ready(
+        self: &Arc<Self>,
+        dir: Direction,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<u64>> {
         let state = self.state.load(Ordering::Acquire);
         if let Some(ready) = Self::ready_in(state, dir) {
             return Poll::Ready(ready);
         }
-        lock(&self.waiters)[dir as usize].add(cx.waker());
+        self.register(dir, cx.waker());
         // Looked at again after registering: a change between the first look and the
         // registration either shows here or found the waker.
         let state = self.state.load(Ordering::Acquire);
@@ -155,6 +231,36 @@ impl IoSource {
             Some(ready) => Poll::Ready(ready),
             None => Poll::Pending,
         }
+    }
+
+    /// Enters `waker` in `dir`'s list: under the ticket of the [`wait_fn`] future being
+    /// polled on this thread where there is one, so that it can withdraw it; otherwise as a
+    /// `poll_*` caller's, until the list is taken.
+    fn register(self: &Arc<Self>, dir: Direction, waker: &Waker) {
+        let mut waits = lock(&self.waiters);
+        let epoch = self.taken[dir as usize].load(Ordering::Relaxed);
+        let waits = &mut waits[dir as usize];
+        if !withdrawals_in_scope(|scope| scope.enter(self, dir, epoch, waker, waits)) {
+            waits.waiters.add(waker);
+        }
+    }
+
+    /// A [`wait_fn`] future is dropped: takes out the entry it made under `ticket` when
+    /// `dir`'s waiters were taken `epoch` times, unless they were taken since (then the
+    /// entry is gone, and so is the need for the lock).
+    fn withdraw(&self, dir: Direction, ticket: u64, epoch: u64) {
+        if self.taken[dir as usize].load(Ordering::Acquire) != epoch {
+            return;
+        }
+        let waker = {
+            let mut waits = lock(&self.waiters);
+            if self.taken[dir as usize].load(Ordering::Relaxed) != epoch {
+                return;
+            }
+            waits[dir as usize].waiters.withdraw(ticket)
+        };
+        // Dropped outside the lock: the last reference to a task may go with it.
+        drop(waker);
     }
 
     /// What `state` says of `dir`: its tick if ready, an error if the loop shut down.
@@ -227,7 +333,7 @@ impl Registration {
     ) -> io::Result<Registration> {
         let source = Arc::new(IoSource {
             state: AtomicU64::new(READ | WRITE),
-            waiters: Mutex::default(),
+            ..IoSource::default()
         });
         if shared.is_closed() {
             return Err(runtime_shut_down());
@@ -446,6 +552,158 @@ impl std::fmt::Debug for Registration {
     }
 }
 
+/// A future that polls `f` as [`std::future::poll_fn`] does, and withdraws the waits `f`
+/// registers on descriptors when it is dropped before they end: the form of every awaited
+/// socket operation. (A `poll_*` method's caller cannot be told from one that gave up, so
+/// its waker stays until the readiness comes; one per task.)
+pub(crate) fn wait_fn<T, F>(f: F) -> WaitFn<F>
+where
+    F: FnMut(&mut Context<'_>) -> Poll<T>,
+{
+    WaitFn {
+        f,
+        waits: Withdrawals::default(),
+    }
+}
+
+/// See [`wait_fn`].
+pub(crate) struct WaitFn<F> {
+    f: F,
+    waits: Withdrawals,
+}
+
+// `f` is called through `&mut`, never pinned, as `std::future::PollFn`'s is.
+impl<F> Unpin for WaitFn<F> {}
+
+impl<T, F> Future for WaitFn<F>
+where
+    F: FnMut(&mut Context<'_>) -> Poll<T>,
+{
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let this = self.get_mut();
+        let scope = Scope::open(&mut this.waits);
+        let result = (this.f)(cx);
+        drop(scope);
+        result
+    }
+}
+
+impl<F> Drop for WaitFn<F> {
+    fn drop(&mut self) {
+        for w in self.waits.0.iter_mut().filter_map(Option::take) {
+            w.source.withdraw(w.dir, w.ticket, w.epoch);
+        }
+    }
+}
+
+/// The entries a [`WaitFn`] made and may have to withdraw: one per direction of one source
+/// (an operation waits on one descriptor; a second source falls back to the untracked
+/// entry).
+#[derive(Default)]
+struct Withdrawals([Option<Withdrawal>; 2]);
+
+struct Withdrawal {
+    source: Arc<IoSource>,
+    dir: Direction,
+    ticket: u64,
+    /// How many times `dir`'s waiters had been taken when the entry was made.
+    epoch: u64,
+}
+
+impl Withdrawals {
+    /// Enters `waker` for `dir` of `source` (whose waiters were taken `epoch` times),
+    /// renewing this future's entry if it is still there; false if there is no room to
+    /// track it.
+    fn enter(
+        &mut self,
+        source: &Arc<IoSource>,
+        dir: Direction,
+        epoch: u64,
+        waker: &Waker,
+        waits: &mut DirectionWaits,
+    ) -> bool {
+        let mut ticket = || {
+            waits.next_ticket += 1;
+            waits.next_ticket
+        };
+        let mine = self
+            .0
+            .iter_mut()
+            .flatten()
+            .find(|w| w.dir == dir && Arc::ptr_eq(&w.source, source));
+        if let Some(w) = mine {
+            if w.epoch == epoch && waits.waiters.renew(w.ticket, waker) {
+                return true;
+            }
+            // Taken (and this future woken) since: a new entry.
+            w.ticket = ticket();
+            w.epoch = epoch;
+            waits.waiters.enter(w.ticket, waker);
+            return true;
+        }
+        let Some(free) = self.0.iter_mut().find(|w| w.is_none()) else {
+            return false;
+        };
+        let t = ticket();
+        waits.waiters.enter(t, waker);
+        *free = Some(Withdrawal {
+            source: Arc::clone(source),
+            dir,
+            ticket: t,
+            epoch,
+        });
+        true
+    }
+}
+
+thread_local! {
+    /// The entries of the [`WaitFn`] being polled on this thread, lent to it for the poll.
+    static SCOPE: RefCell<Option<Withdrawals>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on the withdrawals of the [`WaitFn`] being polled on this thread; false when
+/// there is none (a `poll_*` caller).
+fn withdrawals_in_scope(f: impl FnOnce(&mut Withdrawals) -> bool) -> bool {
+    SCOPE
+        .try_with(|scope| match scope.try_borrow_mut() {
+            Ok(mut scope) => scope.as_mut().is_some_and(f),
+            Err(_) => false,
+        })
+        .unwrap_or(false)
+}
+
+/// Lends a [`WaitFn`]'s withdrawals to this thread for one poll, and takes them back however
+/// the poll ends (a panic unwinding through it included), restoring an enclosing one's.
+struct Scope<'a> {
+    home: &'a mut Withdrawals,
+    outer: Option<Withdrawals>,
+}
+
+impl<'a> Scope<'a> {
+    fn open(home: &'a mut Withdrawals) -> Scope<'a> {
+        let mut lent = Some(std::mem::take(home));
+        let outer = SCOPE
+            .try_with(|scope| scope.replace(lent.take()))
+            .unwrap_or(None);
+        if let Some(back) = lent {
+            // The thread is ending: nothing was lent.
+            *home = back;
+        }
+        Scope { home, outer }
+    }
+}
+
+impl Drop for Scope<'_> {
+    fn drop(&mut self) {
+        let outer = self.outer.take();
+        if let Ok(Some(back)) = SCOPE.try_with(|scope| scope.replace(outer)) {
+            *self.home = back;
+        }
+    }
+}
+
 /// The error of a wait on a descriptor whose loop has shut down (its runtime was dropped
 /// while another runtime's task, or another executor, still used the object).
 pub(crate) fn runtime_shut_down() -> io::Error {
@@ -465,5 +723,77 @@ pub(crate) fn take_socket_error(fd: impl AsFd) -> io::Result<()> {
     match rustix::net::sockopt::socket_error(fd)? {
         Ok(()) => Ok(()),
         Err(errno) => Err(errno.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Wake;
+
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    /// A source not ready for reading, as the loop leaves one after a `WouldBlock`.
+    fn quiet_source() -> Arc<IoSource> {
+        Arc::new(IoSource::default())
+    }
+
+    fn entries(source: &IoSource, dir: Direction) -> usize {
+        lock(&source.waiters)[dir as usize].waiters.len()
+    }
+
+    /// A future's entry is renewed, not repeated, when it is polled again; taken by a
+    /// readiness change and made afresh by the next poll; and withdrawn when the future is
+    /// dropped, while a `poll_*` caller's entry stays.
+    #[test]
+    fn a_wait_fn_renews_and_withdraws_its_own_entry_only() {
+        let source = quiet_source();
+        let waker = Waker::from(Arc::new(Noop));
+        let mut cx = Context::from_waker(&waker);
+        let mut wait = wait_fn(|cx| source.poll_ready(Direction::Read, cx));
+        assert!(Pin::new(&mut wait).poll(&mut cx).is_pending());
+        assert!(Pin::new(&mut wait).poll(&mut cx).is_pending());
+        assert_eq!(entries(&source, Direction::Read), 1);
+        // Taken and woken, as by a readiness change that a call then found used up.
+        source
+            .take_locked(&mut lock(&source.waiters), Direction::Read)
+            .wake();
+        assert_eq!(entries(&source, Direction::Read), 0);
+        assert!(Pin::new(&mut wait).poll(&mut cx).is_pending());
+        assert_eq!(entries(&source, Direction::Read), 1);
+        // A poll_* caller of another task waits beside it.
+        let other = Waker::from(Arc::new(Noop));
+        assert!(
+            source
+                .poll_ready(Direction::Read, &mut Context::from_waker(&other))
+                .is_pending()
+        );
+        assert_eq!(entries(&source, Direction::Read), 2);
+        drop(wait);
+        assert_eq!(entries(&source, Direction::Read), 1);
+    }
+
+    /// A poll that panics gives the thread's scope back: a `poll_*` caller after it is not
+    /// taken for the panicked future.
+    #[test]
+    fn a_panicking_poll_closes_its_scope() {
+        let source = quiet_source();
+        let waker = Waker::from(Arc::new(Noop));
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut wait = wait_fn(|cx| -> Poll<()> {
+                let _ = source.poll_ready(Direction::Read, cx);
+                panic!("a poll that panics");
+            });
+            let _ = Pin::new(&mut wait).poll(&mut Context::from_waker(&waker));
+        }));
+        assert!(panicked.is_err());
+        // The dropped future withdrew its entry as it unwound.
+        assert_eq!(entries(&source, Direction::Read), 0);
+        assert!(SCOPE.with(|scope| scope.borrow().is_none()));
+        let _ = source.poll_ready(Direction::Read, &mut Context::from_waker(&waker));
+        assert_eq!(entries(&source, Direction::Read), 1);
     }
 }

@@ -769,3 +769,77 @@ fn an_end_of_stream_that_comes_with_the_last_bytes_is_read() {
         }
     });
 }
+
+/// Counts the wakes of a waker made from it.
+struct WakeCount(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for WakeCount {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Receives given up before anything came (as a `timeout` around `recv_from` on a quiet
+/// socket gives them up, by one task after another) leave no waker in the socket's list:
+/// each waker, and the task it would keep alive, is released when its future is dropped.
+#[test]
+fn a_receive_given_up_leaves_no_waker_behind() {
+    use std::sync::Arc;
+    use std::task::{Context, Waker};
+    on_runtime(async {
+        let socket = loopback().await;
+        let counts: Vec<Arc<WakeCount>> = (0..100).map(|_| Arc::new(WakeCount(0.into()))).collect();
+        for count in &counts {
+            let waker = Waker::from(Arc::clone(count));
+            let mut buf = [0u8; 16];
+            let mut recv = std::pin::pin!(socket.recv_from(&mut buf));
+            assert!(
+                recv.as_mut()
+                    .poll(&mut Context::from_waker(&waker))
+                    .is_pending()
+            );
+        }
+        for count in &counts {
+            assert_eq!(
+                Arc::strong_count(count),
+                1,
+                "a given-up wait's waker was kept"
+            );
+        }
+    });
+}
+
+/// Two receives of one task wait with the same waker; dropping one leaves the other's wait
+/// in place: the datagram that comes wakes the task and the other receive takes it.
+#[test]
+fn a_wait_given_up_leaves_another_of_the_same_task_waiting() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::task::{Context, Poll, Waker};
+    on_runtime(async {
+        let socket = loopback().await;
+        let to = socket.local_addr().unwrap();
+        let count = Arc::new(WakeCount(0.into()));
+        let waker = Waker::from(Arc::clone(&count));
+        let mut cx = Context::from_waker(&waker);
+        let (mut a_buf, mut b_buf) = ([0u8; 16], [0u8; 16]);
+        let mut kept = Box::pin(socket.recv_from(&mut b_buf));
+        {
+            let mut given_up = std::pin::pin!(socket.recv_from(&mut a_buf));
+            assert!(given_up.as_mut().poll(&mut cx).is_pending());
+            assert!(kept.as_mut().poll(&mut cx).is_pending());
+        }
+        let sender = loopback().await;
+        sender.send_to(b"hello", to).await.unwrap();
+        bounded(async {
+            while count.0.load(Ordering::SeqCst) == 0 {
+                softtimer_async::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        match kept.as_mut().poll(&mut cx) {
+            Poll::Ready(Ok((5, from))) => assert_eq!(from, sender.local_addr().unwrap()),
+            other => panic!("the waiting receive: {other:?}"),
+        }
+    });
+}

@@ -3,7 +3,6 @@
 //! methods into both types (each has a `socket`, a std stream, and a `reg`, its
 //! [`Registration`](crate::reactor::Registration)), so that the two cannot drift apart.
 
-use std::future::poll_fn;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::task::{Context, Poll};
@@ -11,7 +10,7 @@ use std::task::{Context, Poll};
 use softtimer::TriggerSource;
 
 use crate::net::udp::syscall;
-use crate::reactor::Registration;
+use crate::reactor::{Registration, wait_fn};
 
 /// `read_exact` of a stream whose `poll_read` is given: fills `buf`, or `UnexpectedEof`
 /// when the stream ends first (what was read stays in `buf`).
@@ -21,7 +20,7 @@ pub(crate) async fn read_exact_with(
 ) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
-        match poll_fn(|cx| poll_read(cx, &mut buf[filled..])).await? {
+        match wait_fn(|cx| poll_read(cx, &mut buf[filled..])).await? {
             0 => return Err(io::ErrorKind::UnexpectedEof.into()),
             n => filled += n,
         }
@@ -35,7 +34,7 @@ pub(crate) async fn write_all_with(
     mut poll_write: impl FnMut(&mut Context<'_>, &[u8]) -> Poll<io::Result<usize>>,
 ) -> io::Result<()> {
     while !buf.is_empty() {
-        match poll_fn(|cx| poll_write(cx, buf)).await? {
+        match wait_fn(|cx| poll_write(cx, buf)).await? {
             0 => return Err(io::ErrorKind::WriteZero.into()),
             n => buf = &buf[n..],
         }
@@ -71,7 +70,7 @@ macro_rules! stream_io {
         ///
         /// The `shutdown` system call's, but `NotConnected`.
         pub async fn shutdown(&self) -> ::std::io::Result<()> {
-            ::std::future::poll_fn(|_| self.poll_shutdown_write()).await
+            $crate::reactor::wait_fn(|_| self.poll_shutdown_write()).await
         }
 
         /// Shuts down the read direction, the write direction, or both, at once (std's
@@ -92,7 +91,7 @@ macro_rules! stream_io {
         ///
         /// None today; an `::std::io::Result` as tokio's.
         pub async fn readable(&self) -> ::std::io::Result<()> {
-            ::std::future::poll_fn(|cx| self.reg.poll_ready($crate::reactor::Direction::Read, cx))
+            $crate::reactor::wait_fn(|cx| self.reg.poll_ready($crate::reactor::Direction::Read, cx))
                 .await
         }
 
@@ -102,8 +101,10 @@ macro_rules! stream_io {
         ///
         /// None today; an `::std::io::Result` as tokio's.
         pub async fn writable(&self) -> ::std::io::Result<()> {
-            ::std::future::poll_fn(|cx| self.reg.poll_ready($crate::reactor::Direction::Write, cx))
-                .await
+            $crate::reactor::wait_fn(|cx| {
+                self.reg.poll_ready($crate::reactor::Direction::Write, cx)
+            })
+            .await
         }
 
         /// Reads what is there into `buf` without waiting: `Ok(0)` at the end of the stream,
@@ -136,7 +137,7 @@ macro_rules! stream_io {
 
         /// Reads into `buf`; `Ok(0)` at the end of the stream.
         pub async fn read(&self, buf: &mut [u8]) -> ::std::io::Result<usize> {
-            ::std::future::poll_fn(|cx| self.poll_read_buf(cx, buf)).await
+            $crate::reactor::wait_fn(|cx| self.poll_read_buf(cx, buf)).await
         }
 
         /// Fills `buf` and returns its length, as tokio's `read_exact` does.
@@ -151,7 +152,7 @@ macro_rules! stream_io {
 
         /// Writes some of `buf`.
         pub async fn write(&self, buf: &[u8]) -> ::std::io::Result<usize> {
-            ::std::future::poll_fn(|cx| self.poll_write_buf(cx, buf)).await
+            $crate::reactor::wait_fn(|cx| self.poll_write_buf(cx, buf)).await
         }
 
         /// Writes all of `buf`.

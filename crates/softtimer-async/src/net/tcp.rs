@@ -2,7 +2,6 @@
 //! hyper's behind their features), and the stream's halves ([`TcpStream::into_split`],
 //! [`TcpStream::split`]).
 
-use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -14,7 +13,7 @@ use softtimer::TriggerSource;
 use crate::net::addr::first_that_opens;
 use crate::net::stream::register_nonblocking;
 use crate::net::udp::syscall;
-use crate::reactor::{Direction, Registration, take_socket_error};
+use crate::reactor::{Direction, Registration, take_socket_error, wait_fn};
 
 /// A close-on-exec TCP socket (with `flags` besides) of `addr`'s address family.
 fn tcp_socket(addr: &SocketAddr, flags: SocketFlags) -> io::Result<OwnedFd> {
@@ -139,7 +138,7 @@ impl TcpListener {
 
     /// Accepts a connection (`accept4`, a trigger state after it).
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        poll_fn(|cx| self.poll_accept(cx)).await
+        wait_fn(|cx| self.poll_accept(cx)).await
     }
 
     /// Polls to accept a connection.
@@ -250,7 +249,7 @@ impl TcpStream {
             Err(e) => return Err(e.into()),
         }
         let stream = TcpStream::from_std(std::net::TcpStream::from(fd))?;
-        poll_fn(|cx| {
+        wait_fn(|cx| {
             stream.reg.poll_io(Direction::Write, cx, || {
                 take_socket_error(&stream.socket)?;
                 match stream.socket.peer_addr() {

@@ -1,7 +1,6 @@
 //! UDP on the runtime: single datagrams, batches (`recvmmsg`, `sendmmsg`), segmentation
 //! offload (GSO and GRO through quinn-udp, where the kernel has them), and paced sends.
 
-use std::future::poll_fn;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -17,7 +16,7 @@ use crate::executor::{self, LoopShared};
 use crate::net::ToSocketAddrs;
 use crate::net::addr::first_that_opens;
 use crate::pace::Departures;
-use crate::reactor::{Direction, Registration};
+use crate::reactor::{Direction, Registration, wait_fn};
 
 /// A UDP socket registered with the loop of the thread that made it.
 ///
@@ -187,7 +186,7 @@ impl UdpSocket {
     /// a runtime thread).
     pub async fn send_to(&self, buf: &[u8], to: impl ToSocketAddrs) -> io::Result<usize> {
         let to = crate::net::addr::first_address(to).await?;
-        poll_fn(|cx| self.poll_send_to(cx, buf, to)).await
+        wait_fn(|cx| self.poll_send_to(cx, buf, to)).await
     }
 
     /// Polls to send one datagram to `to`.
@@ -241,7 +240,7 @@ impl UdpSocket {
     ///
     /// None today; an `io::Result` as tokio's.
     pub async fn readable(&self) -> io::Result<()> {
-        poll_fn(|cx| self.inner.reg.poll_ready(Direction::Read, cx)).await
+        wait_fn(|cx| self.inner.reg.poll_ready(Direction::Read, cx)).await
     }
 
     /// Waits until the socket may be writable (see [`readable`](Self::readable)).
@@ -250,7 +249,7 @@ impl UdpSocket {
     ///
     /// None today; an `io::Result` as tokio's.
     pub async fn writable(&self) -> io::Result<()> {
-        poll_fn(|cx| self.poll_writable(cx)).await
+        wait_fn(|cx| self.poll_writable(cx)).await
     }
 
     /// Receives one datagram if one is waiting, without waiting: `WouldBlock` if none is.
@@ -307,7 +306,7 @@ impl UdpSocket {
 
     /// Receives one datagram, with its sender.
     pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        poll_fn(|cx| self.poll_recv_from(cx, buf)).await
+        wait_fn(|cx| self.poll_recv_from(cx, buf)).await
     }
 
     /// Polls to receive one datagram.
@@ -325,14 +324,14 @@ impl UdpSocket {
     /// Sends one datagram to the connected peer.
     pub async fn send(&self, buf: &[u8]) -> io::Result<usize> {
         let socket = &self.inner.socket;
-        poll_fn(|cx| self.poll_write_io(cx, || syscall(TriggerSource::Send, || socket.send(buf))))
+        wait_fn(|cx| self.poll_write_io(cx, || syscall(TriggerSource::Send, || socket.send(buf))))
             .await
     }
 
     /// Receives one datagram from the connected peer.
     pub async fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         let socket = &self.inner.socket;
-        poll_fn(|cx| {
+        wait_fn(|cx| {
             self.inner.reg.poll_io(Direction::Read, cx, || {
                 syscall(TriggerSource::Recv, || socket.recv(&mut *buf))
             })
@@ -346,7 +345,7 @@ impl UdpSocket {
     pub async fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
         let socket = &self.inner.socket;
         let room = batch.capacity();
-        poll_fn(|cx| {
+        wait_fn(|cx| {
             self.inner
                 .reg
                 .poll_io_partial(Direction::Read, cx, room, || {
@@ -383,7 +382,7 @@ impl UdpSocket {
         let mut sent = 0;
         while sent < messages.len() {
             let rest = &messages[sent..];
-            let result = poll_fn(|cx| {
+            let result = wait_fn(|cx| {
                 self.poll_write_io(cx, || {
                     match syscall(TriggerSource::Send, || {
                         softtimer_rt::send_batch(&**socket, rest)
@@ -440,7 +439,7 @@ impl UdpSocket {
     pub async fn send_transmit(&self, transmit: &Transmit<'_>) -> io::Result<()> {
         let state = self.offload()?;
         let socket = &self.inner.socket;
-        poll_fn(|cx| {
+        wait_fn(|cx| {
             self.poll_write_io(cx, || {
                 syscall(TriggerSource::Send, || {
                     state.try_send((&**socket).into(), transmit)
@@ -462,7 +461,7 @@ impl UdpSocket {
         bufs: &mut [IoSliceMut<'_>],
         meta: &mut [RecvMeta],
     ) -> io::Result<usize> {
-        poll_fn(|cx| self.poll_recv_segments(cx, bufs, meta)).await
+        wait_fn(|cx| self.poll_recv_segments(cx, bufs, meta)).await
     }
 
     pub(crate) fn poll_recv_segments(

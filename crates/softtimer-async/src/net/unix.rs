@@ -3,7 +3,6 @@
 //! ([`UnixStream::into_split`], [`UnixStream::split`]), for a local server (a control
 //! socket, a sidecar, hyper behind a reverse proxy); and datagrams ([`UnixDatagram`]).
 
-use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::SocketAddr;
@@ -15,7 +14,7 @@ use softtimer::TriggerSource;
 
 use crate::net::stream::register_nonblocking;
 use crate::net::udp::syscall;
-use crate::reactor::{Direction, Registration};
+use crate::reactor::{Direction, Registration, wait_fn};
 
 mod datagram;
 pub use datagram::UnixDatagram;
@@ -137,7 +136,7 @@ impl UnixListener {
     /// Accepts a connection (`accept4`, a trigger state after it), with the peer's address
     /// (unnamed, unless the peer bound its socket to a path).
     pub async fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
-        poll_fn(|cx| self.poll_accept(cx)).await
+        wait_fn(|cx| self.poll_accept(cx)).await
     }
 
     /// Polls to accept a connection.

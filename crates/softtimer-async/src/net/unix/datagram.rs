@@ -1,7 +1,6 @@
 //! Unix-domain datagram sockets on the runtime: each datagram whole, in order, and never
 //! dropped for want of room (a full receiver makes the sender wait instead).
 
-use std::future::poll_fn;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::net::SocketAddr;
@@ -14,7 +13,7 @@ use softtimer::TriggerSource;
 
 use super::{require_runtime, socket_addr, unix_socket};
 use crate::net::udp::syscall;
-use crate::reactor::{Direction, Registration};
+use crate::reactor::{Direction, Registration, wait_fn};
 
 /// The first wait before a [`UnixDatagram::send_to`] to a full receiver tries again, and the
 /// longest (the wait doubles): readiness cannot tell it when there is room (see there).
@@ -181,7 +180,7 @@ impl UnixDatagram {
     /// bound). A datagram longer than `buf` is cut to its length; the rest is lost, as
     /// with any datagram socket.
     pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        poll_fn(|cx| self.poll_recv_from(cx, buf)).await
+        wait_fn(|cx| self.poll_recv_from(cx, buf)).await
     }
 
     /// Polls to receive one datagram, with its sender's address.
@@ -197,7 +196,7 @@ impl UnixDatagram {
 
     /// Receives one datagram (from the connected peer, on a connected socket).
     pub async fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        poll_fn(|cx| self.poll_recv(cx, buf)).await
+        wait_fn(|cx| self.poll_recv(cx, buf)).await
     }
 
     /// Polls to receive one datagram.
@@ -231,7 +230,7 @@ impl UnixDatagram {
         loop {
             // The task's budget, as every socket operation keeps it: a sender that never
             // waits still lets the loop's other tasks run.
-            poll_fn(|cx| {
+            wait_fn(|cx| {
                 if crate::executor::has_budget(cx) {
                     Poll::Ready(())
                 } else {
@@ -269,7 +268,7 @@ impl UnixDatagram {
     /// (the kernel then disconnects the socket: later sends say `NotConnected`); the send's
     /// other errors. A receive whose peer is gone waits: a datagram socket hears no hang-up.
     pub async fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        poll_fn(|cx| self.poll_send(cx, buf)).await
+        wait_fn(|cx| self.poll_send(cx, buf)).await
     }
 
     /// Polls to send one datagram to the connected peer.
@@ -335,7 +334,7 @@ impl UnixDatagram {
     ///
     /// None today; an `io::Result` as tokio's.
     pub async fn readable(&self) -> io::Result<()> {
-        poll_fn(|cx| self.reg.poll_ready(Direction::Read, cx)).await
+        wait_fn(|cx| self.reg.poll_ready(Direction::Read, cx)).await
     }
 
     /// Waits until a send may go (see [`readable`](Self::readable)): for a connected
@@ -346,7 +345,7 @@ impl UnixDatagram {
     ///
     /// None today; an `io::Result` as tokio's.
     pub async fn writable(&self) -> io::Result<()> {
-        poll_fn(|cx| {
+        wait_fn(|cx| {
             self.reg
                 .poll_send_ready(self.socket.as_fd(), cx)
                 .map_ok(|_| ())
