@@ -114,6 +114,11 @@ impl LoopShared {
         }
     }
 
+    /// Wakes the loop (from another thread): it looks at its queue and its timers again.
+    pub(crate) fn wake(&self) {
+        self.waker.wake();
+    }
+
     /// Whether the loop has shut down (its runtime was dropped): nothing fires here any more.
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
@@ -284,25 +289,26 @@ pub(crate) fn current() -> Option<Rc<LocalLoop>> {
     LOCAL.try_with(|l| l.borrow().clone()).ok().flatten()
 }
 
-/// The shared side of the loop this thread runs, if any.
+/// The shared side of the loop this thread runs or whose context it is in, if any; on a
+/// thread in a [`Handle::block_on`](crate::Handle::block_on), the loop that serves it.
 pub(crate) fn current_shared() -> Option<Arc<LoopShared>> {
     LOCAL
         .try_with(|l| l.borrow().as_ref().map(|l| Arc::clone(&l.shared)))
         .ok()
         .flatten()
+        .or_else(crate::foreign::shared)
 }
 
-/// `f` on the shared side of the loop this thread runs, without taking a reference to it.
+/// `f` on the shared side of [`current_shared`]'s loop, without taking a reference to a
+/// loop this thread runs.
 #[inline]
 pub(crate) fn with_current<R>(f: impl FnOnce(Option<&LoopShared>) -> R) -> R {
     let mut f = Some(f);
-    let result = LOCAL.try_with(|l| {
-        let local = l.borrow();
-        (f.take().expect("called once"))(local.as_ref().map(|l| &*l.shared))
-    });
+    let mut call = |shared: Option<&LoopShared>| (f.take().expect("called once"))(shared);
+    let result = LOCAL.try_with(|l| l.borrow().as_ref().map(|local| call(Some(&local.shared))));
     match result {
-        Ok(r) => r,
-        Err(_) => (f.take().expect("called once"))(None),
+        Ok(Some(r)) => r,
+        _ => call(crate::foreign::shared().as_deref()),
     }
 }
 

@@ -50,7 +50,7 @@
 //! | --- | --- |
 //! | `softtimer` | the facility: the timing wheel, `schedule`/`cancel`/`trigger`, the TSC clock |
 //! | `softtimer-rt` | the event loop: its step form ([`softtimer_rt::EventLoop::poll_io`], [`softtimer_rt::EventLoop::park`]), a [`softtimer_rt::LoopWaker`] for other threads, a thread-safe [`softtimer_rt::LoopHandle`] for futures |
-//! | [`Runtime`] | loops (one per thread, [`Builder::threads`]), each an executor on `async-task`; tasks ([`spawn`], [`JoinHandle`], [`AbortHandle`], [`JoinSet`]); a pool of threads for blocking work ([`spawn_blocking`]) |
+//! | [`Runtime`] | loops (one per thread, [`Builder::threads`]), each an executor on `async-task`; tasks ([`spawn`], [`JoinHandle`], [`AbortHandle`], [`JoinSet`]); a pool of threads for blocking work ([`spawn_blocking`]), and async code run from synchronous code on a thread of its own ([`Handle::block_on`]) |
 //! | [`time`] | timers as soft events: `std::time::Instant` deadlines, never early, O(1) reset |
 //! | [`UdpSocket`], [`TcpListener`], [`TcpStream`], [`UnixListener`], [`UnixStream`], [`UnixDatagram`] ([`net`]) | sockets on the loop's epoll set, each system call a trigger state; [`net::lookup_host`] resolves names on the blocking pool |
 //! | [`PacedSender`], [`UdpSocket::send_at`] | departures from soft-event handlers (`softtimer-net`'s departure-time scheduler) |
@@ -109,6 +109,7 @@
 mod blocking;
 mod clock;
 mod executor;
+mod foreign;
 #[cfg(feature = "hyper")]
 pub mod hyper;
 pub mod io;

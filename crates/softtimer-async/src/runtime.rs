@@ -550,6 +550,15 @@ impl Runtime {
         self.handle.spawn(future)
     }
 
+    /// Runs `f` on a thread for blocking work (see [`Handle::spawn_blocking`]).
+    pub fn spawn_blocking<F, R>(&self, f: F) -> JoinHandle<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.handle.spawn_blocking(f)
+    }
+
     /// Spawns a future that need not be `Send` onto loop 0 (it runs inside `block_on`).
     pub fn spawn_local<F>(&self, future: F) -> JoinHandle<F::Output>
     where
@@ -766,6 +775,52 @@ impl Handle {
     {
         let shared = &self.inner.loops[index % self.inner.loops.len()];
         spawn_onto(shared, future)
+    }
+
+    /// Runs `future` to completion on the calling thread, which runs none of the runtime's
+    /// loops: a blocking task ([`spawn_blocking`](crate::spawn_blocking)), a thread of the
+    /// program's own, a destructor. The future is in the runtime's context: its timers and
+    /// sockets belong to a worker loop (the next in turn, as [`Handle::spawn`] picks), which
+    /// serves them from its own thread while this one sleeps between wakes, and what it
+    /// spawns goes to that loop.
+    ///
+    /// On a runtime of one loop, the serving loop is loop 0, which runs only inside
+    /// [`Runtime::block_on`]: until a thread runs it, the future's sockets wait for
+    /// readiness and its spawned tasks wait to run (as with tokio's `current_thread`
+    /// runtime), and its timers fire from the loop's backstop, up to the backstop's interval
+    /// late.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use softtimer_async::{Handle, Runtime};
+    ///
+    /// let rt = Runtime::builder().threads(2).build().unwrap();
+    /// let waited = rt.block_on(rt.spawn_blocking(|| {
+    ///     // Synchronous code on a blocking thread, calling async code.
+    ///     Handle::current().block_on(async {
+    ///         let t = std::time::Instant::now();
+    ///         softtimer_async::time::sleep(Duration::from_micros(200)).await;
+    ///         t.elapsed()
+    ///     })
+    /// }));
+    /// assert!(waited.unwrap() >= Duration::from_micros(200));
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// On a thread that runs a loop or is in a runtime's context (inside a task,
+    /// [`Runtime::block_on`], [`Runtime::enter`]'s guard, or another `Handle::block_on`):
+    /// blocking there would stop that loop; await the future, or spawn it. And, as in a
+    /// task, where the future awaits a timer after the runtime has been dropped.
+    #[track_caller]
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        assert!(
+            executor::current_shared().is_none(),
+            "softtimer-async: Handle::block_on called on a thread that runs a loop or is in a \
+             runtime's context (a task, block_on, an enter guard, or another \
+             Handle::block_on); await the future or spawn it instead"
+        );
+        crate::foreign::block_on(self.next_loop(), future)
     }
 
     /// Runs `f` on one of the runtime's threads for blocking work (see

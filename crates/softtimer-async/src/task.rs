@@ -173,9 +173,13 @@ where
     F: Future + 'static,
     F::Output: 'static,
 {
-    let shared = executor::current_shared()
-        .expect("softtimer_async::spawn_local called outside a runtime thread");
-    spawn_local_onto(&shared, future)
+    // The loop this thread runs: a future that is not `Send` cannot go to another thread's
+    // (a `Handle::block_on`'s serving loop included).
+    let local = executor::current().expect(
+        "softtimer_async::spawn_local called outside a runtime thread (a thread in \
+         Handle::block_on runs no loop: use spawn there)",
+    );
+    spawn_local_onto(&local.shared, future)
 }
 
 /// Awaits a spawned task's output.

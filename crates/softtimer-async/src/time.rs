@@ -201,6 +201,7 @@ impl TimerEntry {
                 if self.shared.is_closed() {
                     waker.wake_by_ref();
                 }
+                self.tell_the_loop();
             }
             // The facility refused (it cannot on this runtime's loops): poll again rather
             // than never.
@@ -235,15 +236,28 @@ impl TimerEntry {
                 .map(|event| timers.schedule_at(due, event))
         });
         self.armed = match moved {
-            Ok(Some(Ok(id))) => Some(Armed {
-                id,
-                deadline,
-                due,
-                waker,
-            }),
+            Ok(Some(Ok(id))) => {
+                self.tell_the_loop();
+                Some(Armed {
+                    id,
+                    deadline,
+                    due,
+                    waker,
+                })
+            }
             // Already fired (the task is woken and will arm again), or refused.
             _ => None,
         };
+    }
+
+    /// Wakes the loop after an event was armed from a thread that does not run it (a
+    /// `Handle::block_on`, another runtime's task): it may be blocked until a later time,
+    /// and the backstop alone would fire the event up to its interval late. On the loop's
+    /// own thread the loop is not blocked, and reads the next due time before it blocks.
+    fn tell_the_loop(&self) {
+        if !executor::is_current(Arc::as_ptr(&self.shared)) {
+            self.shared.wake();
+        }
     }
 
     /// Cancels the armed event, if any.
