@@ -417,6 +417,10 @@ impl FlowStamper {
     pub fn stamp(&mut self, now: Instant, bytes: u64) -> Instant {
         let departure = match self.next {
             Some(next) if next.is_after(now) => next,
+            // On schedule to the tick: the rounding carried over stays, so that packets of
+            // less than a tick each (a rate past `bytes` per tick) still add up to one and
+            // move the schedule on.
+            Some(next) if next == now => now,
             _ => {
                 self.remainder = 0;
                 now
@@ -458,6 +462,25 @@ impl FlowStamper {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A rate past one packet per tick still moves the schedule on: stamped again and again
+    /// at one `now` (as a handler that sends what is due does), the flow's next departure
+    /// passes `now` after the packets one tick holds, instead of staying at `now` for ever.
+    #[test]
+    fn packets_shorter_than_a_tick_add_up_to_one() {
+        let mut flow = FlowStamper::new(1_000); // 1 tick = 1 ms
+        // 24 B at 1 Mbit/s is 0.192 ms: five such packets and a bit fill a tick.
+        flow.set_rate(Rate::from_bits_per_sec(1_000_000).unwrap());
+        let now = Instant::from_ticks(10);
+        let mut stamped = 0;
+        while !flow.next_departure().unwrap_or(now).is_after(now) {
+            assert_eq!(flow.stamp(now, 24), now);
+            stamped += 1;
+            assert!(stamped <= 6, "the schedule never moved past now");
+        }
+        assert_eq!(stamped, 6);
+        assert_eq!(flow.next_departure(), Some(now + Span::from_ticks(1)));
+    }
 
     #[test]
     fn refuses_empty_rings() {

@@ -51,9 +51,10 @@ pub enum QueueLimit {
 pub struct LinkConfig {
     /// One-way propagation delay.
     pub delay: Duration,
-    /// Bottleneck rate; `None`: no bottleneck (no queue either).
+    /// Bottleneck rate; `None`: no bottleneck (no queue either: a delay line of at most
+    /// [`DELAY_LINE_PACKETS`] packets).
     pub rate: Option<Rate>,
-    /// Drop-tail limit of the bottleneck queue.
+    /// Drop-tail limit of the bottleneck queue (with a rate).
     pub queue: QueueLimit,
     /// Probability that a packet is lost at random, 0 ..= 1.
     pub loss: f64,
@@ -95,6 +96,12 @@ pub enum Offer {
 /// The least size a queue must hold: one full-size Ethernet frame.
 pub const MIN_QUEUE_BYTES: u64 = 1500;
 
+/// The most packets a link without a bottleneck holds in its delay line, as netem's `limit`
+/// bounds its queue: a packet that arrives with this many still on their way is dropped
+/// ([`Offer::QueueFull`]), so that a long delay at a high arrival rate does not hold every
+/// packet in memory.
+pub const DELAY_LINE_PACKETS: usize = 65_536;
+
 /// One direction of an emulated path; see the module documentation.
 pub struct Link {
     config: LinkConfig,
@@ -102,7 +109,8 @@ pub struct Link {
     delay: Span,
     /// When the bottleneck finishes the last packet accepted.
     busy_until: Option<Instant>,
-    /// Transmission end and length of every packet accepted and not yet fully sent.
+    /// Transmission end and length of every packet accepted and not yet fully sent; without
+    /// a bottleneck, delivery time and length of every packet on its way.
     in_queue: VecDeque<(Instant, u64)>,
     queued_bytes: u64,
     rng: SmallRng,
@@ -151,8 +159,20 @@ impl Link {
             return Offer::Lost;
         }
         let Some(rate) = self.config.rate else {
+            // The delay line: packets still on their way, by delivery time (in order).
+            while let Some(&(at, _)) = self.in_queue.front() {
+                if at.is_after(now) {
+                    break;
+                }
+                self.in_queue.pop_front();
+            }
+            if self.in_queue.len() >= DELAY_LINE_PACKETS {
+                return Offer::QueueFull;
+            }
+            let at = now + self.delay;
+            self.in_queue.push_back((at, len));
             return Offer::Deliver {
-                at: now + self.delay,
+                at,
                 queued: Span::ZERO,
                 back_to_back: false,
             };
@@ -193,6 +213,30 @@ mod tests {
     use proptest::prelude::*;
 
     const HZ: u64 = 1_000_000_000;
+
+    /// Without a bottleneck, the delay line holds at most `DELAY_LINE_PACKETS`: one more
+    /// arriving at once is dropped, and room comes back as packets are delivered.
+    #[test]
+    fn a_delay_line_without_a_bottleneck_is_bounded() {
+        let mut link = Link::new(
+            LinkConfig {
+                delay: Duration::from_secs(30),
+                rate: None,
+                queue: QueueLimit::Bytes(64_000),
+                loss: 0.0,
+            },
+            HZ,
+            1,
+        )
+        .unwrap();
+        let t0 = Instant::from_ticks(0);
+        for _ in 0..DELAY_LINE_PACKETS {
+            assert!(matches!(link.offer(t0, 1500), Offer::Deliver { .. }));
+        }
+        assert_eq!(link.offer(t0, 1500), Offer::QueueFull);
+        let later = t0 + Span::from_duration(Duration::from_secs(30), HZ);
+        assert!(matches!(link.offer(later, 1500), Offer::Deliver { .. }));
+    }
 
     fn link(rate: &str, queue: QueueLimit, loss: f64) -> Link {
         Link::new(

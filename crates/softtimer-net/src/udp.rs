@@ -5,9 +5,11 @@
 //! The batched I/O itself is `softtimer-rt`'s, the workspace's one copy: [`RecvBatch`]
 //! (`recvmmsg` with the control messages) under this receiver, and
 //! [`softtimer_rt::send_all`] (`sendmmsg` of datagrams made of parts) for senders. UDP GSO
-//! is not used: a GSO super-packet leaves the host as one back-to-back burst, which is what
-//! pacing exists to avoid (the QUIC layer sends through quinn-udp, stock quinn's own I/O,
-//! which does use it for a departure's datagrams).
+//! ([`set_udp_segment`]) is for datagrams meant to leave together: a GSO super-packet leaves
+//! the host as one back-to-back burst, which is what pacing exists to avoid, so a paced
+//! sender uses it only for a batch it chose to send at once (`pace --per-wakeup`; the QUIC
+//! layer sends through quinn-udp, stock quinn's own I/O, which uses it for a departure's
+//! datagrams).
 //!
 //! What stays here is socket options `rustix` does not name (`SO_TIMESTAMPNS`,
 //! `SO_RXQ_OVFL`, `SO_RCVBUFFORCE`), set with `libc`; the `unsafe` block says why it is
@@ -232,8 +234,10 @@ pub const MAX_SEGMENTS: usize = 64;
 /// `socket`: a send longer than `segment` bytes leaves as datagrams of `segment` bytes (the
 /// last may be shorter), cut by the kernel from one buffer after one pass through the stack,
 /// so that `n` datagrams cost one `sendmsg`. A send of at most `segment` bytes is one
-/// datagram, as before; one send carries at most [`MAX_SEGMENTS`] and 64 KB. `segment` 0
-/// turns it off.
+/// datagram, as before, as long as `segment` fits the path's MTU: the kernel refuses every
+/// send of a socket whose segment does not (`EMSGSIZE` or `EINVAL`), where without the
+/// option a datagram that large would leave in IP fragments. One send carries at most
+/// [`MAX_SEGMENTS`] and 64 KB. `segment` 0 turns it off.
 ///
 /// ```
 /// use std::net::UdpSocket;

@@ -268,6 +268,20 @@ fn datagrams_per_wakeup_leave_in_one_send_and_keep_the_rate() {
             sent.send_calls,
             sent.packets
         );
+        // A timerfd wakes once per burst, not once per interval.
+        match timer {
+            PaceTimer::Timerfd => {
+                let wakeups = sent
+                    .timer_expirations
+                    .expect("a timerfd counts its expirations");
+                assert!(
+                    wakeups > 0 && wakeups * 4 <= sent.packets + 8,
+                    "{case}: {wakeups} wake-ups for {} datagrams",
+                    sent.packets
+                );
+            }
+            _ => assert_eq!(sent.timer_expirations, None, "{case}"),
+        }
     }
 }
 

@@ -27,6 +27,7 @@ mod args;
 mod counters;
 mod ring;
 mod sender;
+mod sequence;
 mod sink;
 
 pub use args::{PaceArgs, SinkArgs};
@@ -256,6 +257,10 @@ pub struct PaceReport {
     /// The soft loop's backstop frequency, Hz (`null` for the other timers).
     #[serde(default)]
     pub backstop_hz: Option<u64>,
+    /// Expirations of the hardware timer, each a wake-up (`timerfd` and `signal` only):
+    /// one per `per_wakeup` intervals.
+    #[serde(default)]
+    pub timer_expirations: Option<u64>,
 }
 
 fn one() -> u32 {
@@ -403,10 +408,10 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         sender: &sender,
         flows,
     };
-    let learnt = match options.timer {
-        PaceTimer::Soft if options.scheduler == Scheduler::Departure => run_departure(run)?,
-        PaceTimer::Soft if options.io != IoBackend::Epoll => ring::run_ring(run)?,
-        PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => run_loop(run)?,
+    let looped = match options.timer {
+        PaceTimer::Soft if options.scheduler == Scheduler::Departure => Some(run_departure(run)?),
+        PaceTimer::Soft if options.io != IoBackend::Epoll => Some(ring::run_ring(run)?),
+        PaceTimer::Soft | PaceTimer::Timerfd | PaceTimer::Signal => Some(run_loop(run)?),
         PaceTimer::Spin => {
             run_spin(options, &sender, run.flows, &clock);
             None
@@ -450,12 +455,19 @@ pub fn pace(options: &PaceOptions) -> Result<PaceReport> {
         send_interval_mean_us: c.gap_mean_us,
         send_interval_stddev_us: c.gap_stddev_us,
         send_interval_max_us: c.gap_max_us,
-        spin_window_us: (options.timer == PaceTimer::Soft)
-            .then(|| learnt.unwrap_or(plan.spin_window).as_secs_f64() * 1e6),
+        spin_window_us: (options.timer == PaceTimer::Soft).then(|| {
+            looped
+                .as_ref()
+                .map_or(plan.spin_window, |l| l.spin_window)
+                .as_secs_f64()
+                * 1e6
+        }),
+        timer_expirations: matches!(options.timer, PaceTimer::Timerfd | PaceTimer::Signal)
+            .then(|| looped.as_ref().map_or(0, |l| l.timer_expirations)),
         send_calls: c.calls,
         io: options.io,
         per_wakeup: plan.per_wakeup,
-        batch_send: options.batch_send,
+        batch_send: sender.batch_send(),
         precision: plan.precision,
         backstop_hz: (options.timer == PaceTimer::Soft).then_some(options.backstop_hz),
     })

@@ -30,7 +30,7 @@ struct DueDatagram {
 type Due = Mutex<Vec<DueDatagram>>;
 
 /// Soft timers with the sends through the ring of `options.io`.
-pub(super) fn run_ring(run: Run<'_>) -> Result<Option<Duration>> {
+pub(super) fn run_ring(run: Run<'_>) -> Result<super::sender::LoopRun> {
     let (options, plan, sender, flows) = (run.options, run.plan, run.sender, run.flows);
     let due: Arc<Due> = Arc::new(Mutex::new(Vec::with_capacity(BATCH)));
     let (s, queue) = (Arc::clone(sender), Arc::clone(&due));
@@ -119,5 +119,5 @@ pub(super) fn run_ring(run: Run<'_>) -> Result<Option<Duration>> {
     // The ring's system calls carry the sends and the waits alike: all count.
     let enters = ev.ring_stats().map_or(0, |s| s.enters);
     sender.counters.calls(enters);
-    Ok(Some(super::sender::spin_window_for(&ev, plan)))
+    Ok(super::sender::LoopRun::of(&ev, plan))
 }

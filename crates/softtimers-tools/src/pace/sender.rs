@@ -40,14 +40,22 @@ pub(super) struct Sender {
 type Header = [u8; PacketHeader::LEN];
 
 impl Sender {
-    /// A sender of `size`-byte datagrams on `socket`, sending batches as `batch_send` says
-    /// (GSO is turned on for the socket here: a send of one datagram is unchanged by it).
+    /// A sender of `size`-byte datagrams on `socket` (connected), sending batches as
+    /// `batch_send` says. GSO is turned on for the socket here where the route takes a
+    /// datagram of `size` whole: the kernel refuses every send of a segmented socket whose
+    /// segment does not fit the path's MTU, one datagram's included, where without it a
+    /// datagram that large leaves in IP fragments; so such a sender batches by `sendmmsg`
+    /// instead ([`Sender::batch_send`] says which).
     pub(super) fn new(
         socket: OwnedFd,
         size: usize,
         batch_send: BatchSend,
         hz: u64,
     ) -> Result<Sender> {
+        let batch_send = match batch_send {
+            BatchSend::Gso if !fits_the_route(&socket, size) => BatchSend::Sendmmsg,
+            other => other,
+        };
         let gso_segments = match batch_send {
             BatchSend::Gso => {
                 let segment = u16::try_from(size).context("a datagram over 64 KB")?;
@@ -65,6 +73,15 @@ impl Sender {
             hz,
             gso_segments,
         })
+    }
+
+    /// How batches leave: as asked, or by `sendmmsg` where GSO cannot carry the size.
+    pub(super) fn batch_send(&self) -> BatchSend {
+        if self.gso_segments > 0 {
+            BatchSend::Gso
+        } else {
+            BatchSend::Sendmmsg
+        }
     }
 
     /// The header of flow `flow`'s next datagram, sent at `sent_ns`.
@@ -169,6 +186,20 @@ impl Sender {
     }
 }
 
+/// Whether a datagram of `size` bytes fits the MTU of the route of the connected `socket`
+/// whole (its IP and UDP headers included); true where the MTU cannot be read.
+fn fits_the_route(socket: &OwnedFd, size: usize) -> bool {
+    use rustix::net::sockopt;
+    let (mtu, headers) = match sockopt::ip_mtu(socket) {
+        Ok(mtu) => (mtu, 20 + 8),
+        Err(_) => match sockopt::ipv6_mtu(socket) {
+            Ok(mtu) => (mtu, 40 + 8),
+            Err(_) => return true,
+        },
+    };
+    size + headers <= mtu as usize
+}
+
 /// The most datagrams one `sendmmsg` of `pace` carries.
 pub(super) const BATCH: usize = 64;
 
@@ -203,11 +234,28 @@ fn run_for<E: Send + 'static>(
     mut ev: EventLoop<E>,
     duration: Duration,
     plan: &Plan,
-) -> Result<Option<Duration>> {
+) -> Result<LoopRun> {
     let stopper = stop_after(&mut ev, duration);
     ev.run(|_, _| {})?;
     let _ = stopper.join();
-    Ok(Some(spin_window_for(&ev, plan)))
+    Ok(LoopRun::of(&ev, plan))
+}
+
+/// What a loop-driven run reports beside the sender's counters.
+pub(super) struct LoopRun {
+    /// The window the loop's idle policy spun before its waits.
+    pub spin_window: Duration,
+    /// Expirations of a hardware timer (a timerfd's, or timer signals).
+    pub timer_expirations: u64,
+}
+
+impl LoopRun {
+    pub(super) fn of<E: Send + 'static>(ev: &EventLoop<E>, plan: &Plan) -> LoopRun {
+        LoopRun {
+            spin_window: spin_window_for(ev, plan),
+            timer_expirations: ev.counters().timer_expirations,
+        }
+    }
 }
 
 /// The window `ev`'s idle policy spins before the plan's wait between wake-ups: a soft loop
@@ -234,7 +282,7 @@ pub(super) fn start_spread(
 }
 
 /// Soft timers, timerfd or signal: the event loop fires each flow's event; the handler sends.
-pub(super) fn run_loop(run: Run<'_>) -> Result<Option<Duration>> {
+pub(super) fn run_loop(run: Run<'_>) -> Result<LoopRun> {
     let (options, plan, sender, flows) = (run.options, run.plan, run.sender, run.flows);
     let hardware = options.timer != PaceTimer::Soft;
     // Flows due at one trigger state leave together (soft timers only).
@@ -291,11 +339,14 @@ pub(super) fn run_loop(run: Run<'_>) -> Result<Option<Duration>> {
     };
     let period = plan.period;
     let per_flow_interval = Span::from_duration(period * options.flows, sender.hz);
+    // A hardware timer fires once per batch of `per_wakeup` intervals: at every interval,
+    // all but one of its expiries would find nothing due.
+    let hardware_period = period * per_wakeup;
     let mut ev: EventLoop<Flow> = match options.timer {
         PaceTimer::Soft => EventLoop::new(config, handler)?,
         PaceTimer::Timerfd => EventLoop::new(
             LoopConfig {
-                mode: TimerMode::timerfd(period)?,
+                mode: TimerMode::timerfd(hardware_period)?,
                 ..config
             },
             handler,
@@ -307,7 +358,7 @@ pub(super) fn run_loop(run: Run<'_>) -> Result<Option<Duration>> {
         PaceTimer::Signal => {
             #[allow(unsafe_code)]
             unsafe {
-                EventLoop::with_timer_signal(config, period, handler)?
+                EventLoop::with_timer_signal(config, hardware_period, handler)?
             }
         }
         PaceTimer::Spin | PaceTimer::None => bail!("not a loop timer"),
@@ -319,7 +370,7 @@ pub(super) fn run_loop(run: Run<'_>) -> Result<Option<Duration>> {
 /// Soft timers over one departure queue: every flow's next datagram is stamped at its rate;
 /// one event at the queue's next departure sends all that is due (one `sendmmsg`) and
 /// stamps each of those flows' next datagram.
-pub(super) fn run_departure(run: Run<'_>) -> Result<Option<Duration>> {
+pub(super) fn run_departure(run: Run<'_>) -> Result<LoopRun> {
     let (options, plan, sender, flows) = (run.options, run.plan, run.sender, run.flows);
     use softtimer_net::departure::{DepartureQueue, FlowStamper};
     struct Departures {
@@ -402,16 +453,28 @@ pub(super) fn run_spin(
 ) {
     let end = StdInstant::now() + options.duration;
     let mut next: Vec<Instant> = vec![clock.now(); flows.len()];
-    let mut pass = 0u32;
+    // The run's end is looked at every so many sends or passes, whichever comes first: a
+    // pass over many flows behind their schedule may send for long.
+    let mut since_look = 0u32;
+    let mut ended = || {
+        since_look += 1;
+        if since_look < 1024 {
+            return false;
+        }
+        since_look = 0;
+        StdInstant::now() >= end
+    };
     loop {
         let now = clock.now();
         for (flow, due) in flows.iter_mut().zip(next.iter_mut()) {
             if !due.is_after(now) {
                 *due = sender.send_paced(flow, now);
+                if ended() {
+                    return;
+                }
             }
         }
-        pass = pass.wrapping_add(1);
-        if pass.is_multiple_of(1024) && StdInstant::now() >= end {
+        if ended() {
             return;
         }
     }
@@ -428,11 +491,15 @@ pub(super) fn run_unpaced(options: &PaceOptions, sender: &Sender) {
         last_sent: None,
     };
     let clock = SystemClock::new();
+    // A sender slower than the rate stops at four times the run, sent or not.
     let end = StdInstant::now() + options.duration * 4;
     let mut sent = 0u128;
     while sent < total.max(2) {
         if sender.send(&mut flow, clock.now()) {
             sent += 1;
+            if sent.is_multiple_of(1024) && StdInstant::now() > end {
+                return;
+            }
         } else if StdInstant::now() > end {
             return;
         }

@@ -14,6 +14,8 @@ use softtimer_net::burstiness::{ArrivalStats, Bottleneck, BurstinessIndex};
 use softtimer_net::capture::PortObserver;
 use softtimer_net::udp::{MAX_DATAGRAM, PacketHeader, TimestampedReceiver, realtime_ns};
 
+use super::sequence::Sequences;
+
 use crate::output::Report;
 
 /// How `sink` runs.
@@ -118,6 +120,7 @@ impl SinkInput {
                 for i in 0..n {
                     let d = rx.get(i).expect("received");
                     visit(Arrival::Datagram {
+                        from: d.from,
                         data: d.data,
                         len: d.data.len(),
                         segments: 1,
@@ -136,6 +139,7 @@ impl SinkInput {
                                 .filter(|&g| g > 0 && udp.len > g && udp.len % g == 0)
                                 .map_or(1, |g| udp.len / g);
                             Arrival::Datagram {
+                                from: Some(udp.from),
                                 data: udp.payload,
                                 len: udp.len / segments,
                                 segments: segments as u64,
@@ -157,6 +161,8 @@ enum Arrival<'a> {
     /// A datagram, or `segments` of one GSO send: its (captured) bytes, the length of each,
     /// and the kernel's timestamp.
     Datagram {
+        /// The sender, where known.
+        from: Option<SocketAddr>,
         data: &'a [u8],
         len: usize,
         segments: u64,
@@ -215,17 +221,25 @@ pub struct SinkReport {
     pub truncated: u64,
     /// Datagrams the kernel dropped on the socket (buffer full).
     pub kernel_drops: u64,
-    /// `pace` datagrams missing from their flows' sequence (lost or still in flight).
+    /// `pace` datagrams missing from their flows' sequence (lost or still in flight). A flow
+    /// is one sender's (its address and the header's flow number), counted from the first
+    /// datagram the sink saw of it.
     pub missing: u64,
     /// `pace` datagrams that came after a later one of their flow.
     pub reordered: u64,
+    /// `pace` datagrams that came again.
+    #[serde(default)]
+    pub duplicates: u64,
+    /// Times a flow's numbers started again (its sender run again within the idle time).
+    #[serde(default)]
+    pub restarts: u64,
     /// Datagrams without a kernel timestamp (measured at user-space receive time instead).
     pub untimestamped: u64,
     /// Captured packets that were not readable UDP datagrams (observe mode only).
     pub malformed: u64,
     /// |rate − expected| / expected, %, when the expected rate was given (`--rate`).
     pub conformance_pct: Option<f64>,
-    /// `pace` flows seen.
+    /// `pace` flows seen (one per sender and flow number).
     pub flows: u64,
     /// The fewest and the most datagrams received from one `pace` flow (equal shares mean
     /// every flow got its rate).
@@ -234,8 +248,9 @@ pub struct SinkReport {
     pub flow_packets_max: u64,
 }
 
-/// The largest flow number `sink` tracks sequences for.
-const MAX_FLOWS: usize = 1 << 20;
+/// The most flows `sink` tracks sequences for (more are counted as foreign): `pace`'s most
+/// flows from two senders, with room (each takes about 150 bytes).
+const MAX_FLOWS: usize = 1 << 18;
 
 /// Runs `sink` on an already bound receiver until its duration or idle time is up.
 pub fn sink_on(input: &mut SinkInput, options: &SinkOptions) -> Result<SinkReport> {
@@ -258,10 +273,7 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
     let burst_gap_ns = options.burst_gap.as_nanos() as u64;
     let mut stats = ArrivalStats::new(burst_gap_ns);
     let (mut foreign, mut truncated, mut untimestamped, mut malformed) = (0u64, 0u64, 0u64, 0u64);
-    // Per flow: the next sequence number expected, and how many came.
-    let mut next_seq: Vec<u64> = Vec::new();
-    let mut flow_count: Vec<u64> = Vec::new();
-    let (mut missing_gaps, mut reordered) = (0u64, 0u64);
+    let mut sequences = Sequences::new(MAX_FLOWS);
     let started = StdInstant::now();
     let mut last_arrival: Option<StdInstant> = None;
     loop {
@@ -279,6 +291,7 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
         }
         let n = input.recv(options.gso_segment, |arrival| {
             let Arrival::Datagram {
+                from,
                 data,
                 len,
                 segments,
@@ -299,23 +312,7 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
                 index.push(at, len as u64);
             }
             match PacketHeader::read(data) {
-                Ok(h) if (h.flow as usize) < MAX_FLOWS => {
-                    let f = h.flow as usize;
-                    if next_seq.len() <= f {
-                        next_seq.resize(f + 1, 0);
-                        flow_count.resize(f + 1, 0);
-                    }
-                    flow_count[f] += segments;
-                    if h.seq >= next_seq[f] {
-                        // Saturating: a forged sequence number near u64::MAX is counted, not
-                        // a crash.
-                        missing_gaps = missing_gaps.saturating_add(h.seq - next_seq[f]);
-                        next_seq[f] = h.seq.saturating_add(segments);
-                    } else {
-                        reordered += segments;
-                        missing_gaps = missing_gaps.saturating_sub(segments);
-                    }
-                }
+                Ok(h) if sequences.arrived(from, h.flow, h.seq, segments) => {}
                 _ => foreign += segments,
             }
         })?;
@@ -324,6 +321,8 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
         }
     }
     let us = |ns: f64| ns / 1000.0;
+    let sequence = sequences.counts();
+    let (flow_packets_min, flow_packets_max) = sequences.packets_per_flow();
     Ok(SinkReport {
         source: options.target.to_string(),
         packets: stats.packets(),
@@ -346,8 +345,10 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
         foreign,
         truncated,
         kernel_drops: input.kernel_drops(),
-        missing: missing_gaps,
-        reordered,
+        missing: sequence.missing,
+        reordered: sequence.reordered,
+        duplicates: sequence.duplicates,
+        restarts: sequence.restarts,
         untimestamped,
         malformed,
         conformance_pct: options
@@ -357,14 +358,9 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
                 let want = want.bits_per_sec() as f64;
                 (got - want).abs() / want * 100.0
             }),
-        flows: flow_count.iter().filter(|&&c| c > 0).count() as u64,
-        flow_packets_min: flow_count
-            .iter()
-            .copied()
-            .filter(|&c| c > 0)
-            .min()
-            .unwrap_or(0),
-        flow_packets_max: flow_count.iter().copied().max().unwrap_or(0),
+        flows: sequences.flows(),
+        flow_packets_min,
+        flow_packets_max,
     })
 }
 
@@ -413,8 +409,8 @@ impl Report for SinkReport {
              inter-arrival: mean {:.2} µs, stddev {:.2} µs, p50 {:.2} µs, p99 {:.2} µs, max {:.1} µs, \
              {} over 1 ms\n\
              longest burst {} (gaps ≤ {:.1} µs); burstiness index B {} ({} bottleneck, RTT {:.0} µs)\n\
-             missing {}, reordered {}, kernel drops {}, foreign {}, truncated {}, without timestamp {}, \
-             malformed {}\n",
+             missing {}, reordered {}, duplicates {}, restarts {}, kernel drops {}, foreign {}, \
+             truncated {}, without timestamp {}, malformed {}\n",
             r.source,
             r.packets,
             r.bytes,
@@ -439,6 +435,8 @@ impl Report for SinkReport {
             r.rtt_us,
             r.missing,
             r.reordered,
+            r.duplicates,
+            r.restarts,
             r.kernel_drops,
             r.foreign,
             r.truncated,

@@ -19,7 +19,9 @@ pub struct PathArgs {
     /// Bottleneck rate, each direction (50mbit, 1G); default: none.
     #[arg(long)]
     pub rate: Option<Rate>,
-    /// Drop-tail queue at the bottleneck: bytes (64kb) or packets (100p).
+    /// Drop-tail queue at the bottleneck: bytes (64kb) or packets (100p). Without --rate
+    /// there is no bottleneck and no queue: the delay line holds at most 65,536 packets each
+    /// way (more are dropped and counted as queue drops).
     #[arg(long, default_value = "64kb", value_parser = parse_queue)]
     pub queue: QueueLimit,
     /// Random loss, each direction (0.01 or 1%).

@@ -323,7 +323,7 @@ fn arrive(
             back_to_back,
         } => {
             let q = queued.as_nanos(hz);
-            let _ = d.queue_delay.record(q.max(1));
+            d.queue_delay.saturating_record(q.max(1));
             let b = d.bucket(now, start, hz);
             b.max_queue_delay_ns = b.max_queue_delay_ns.max(q);
             queue.push(at, (from, buf, at, back_to_back));
@@ -465,7 +465,7 @@ fn emulate(
                         d.report.delivered += 1;
                         d.report.delivered_bytes += buf.len as u64;
                         let late = written.saturating_since(at).as_nanos(hz);
-                        let _ = d.delay_error.record(late.max(1));
+                        d.delay_error.saturating_record(late.max(1));
                         if back_to_back
                             && let (Some(prev), Some(rate)) = (d.last_written, d.link.config().rate)
                         {
