@@ -83,7 +83,15 @@ impl WakeupProbe {
 
 /// A cost's 90th percentile of lateness plus 1 µs, within 2 ..= 200 µs.
 fn window_of(cost: &WakeupCost) -> Duration {
-    let p90 = Duration::from_secs_f64(cost.wakeup_late_p90_us.max(0.0) / 1e6);
+    // Clamped before the conversion: a probe read back from a report may say anything
+    // (an absurd or NaN lateness reads as the bound it is past).
+    let p90_us = cost.wakeup_late_p90_us;
+    let p90_us = if p90_us.is_nan() {
+        0.0
+    } else {
+        p90_us.clamp(0.0, 1e6)
+    };
+    let p90 = Duration::from_secs_f64(p90_us / 1e6);
     (p90 + Duration::from_micros(1)).clamp(MIN_WINDOW, MAX_WINDOW)
 }
 
@@ -279,6 +287,26 @@ fn sleep_and_measure(samples: usize, wait: Duration) -> WakeupCost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A probe read back from a report with an absurd lateness gives a window within its
+    /// bounds, not a panic.
+    #[test]
+    fn an_absurd_lateness_gives_a_bounded_window() {
+        for late in [1e300, f64::INFINITY, f64::NAN, -5.0] {
+            let cost = WakeupCost {
+                wakeup_late_p50_us: 0.0,
+                wakeup_late_p90_us: late,
+                wakeup_late_p99_us: 0.0,
+                wakeup_late_max_us: 0.0,
+                wakeup_cpu_us: 0.0,
+            };
+            let window = window_of(&cost);
+            assert!(
+                (MIN_WINDOW..=MAX_WINDOW).contains(&window),
+                "{late}: {window:?}"
+            );
+        }
+    }
 
     #[test]
     fn the_spin_window_is_the_p90_plus_a_microsecond_within_bounds() {

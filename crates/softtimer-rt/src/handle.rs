@@ -24,6 +24,14 @@ use crate::shared::Shared;
 /// does several changes under one lock. A handle keeps the facility and the epoll set alive,
 /// not the loop: once the loop is dropped, events scheduled through it never fire.
 ///
+/// A handle does not wake the loop. An event scheduled from another thread while the loop is
+/// blocked, earlier than what the loop blocks until, fires within the backstop's bound (by
+/// the helper, up to `X` late, where the loop has a backstop; otherwise at the loop's next
+/// trigger state): a caller that wants it on time wakes the loop with its
+/// [`LoopWaker`](crate::LoopWaker) after scheduling, as `softtimer-async` does for a timer
+/// armed off its loop's thread. (Waking on every change would cost the loop's own calls, the
+/// common case, a fence each.)
+///
 /// ```
 /// use std::time::Duration;
 /// use softtimer_rt::{EventLoop, LoopConfig};

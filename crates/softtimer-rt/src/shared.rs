@@ -152,6 +152,22 @@ impl Gate {
     }
 }
 
+/// Republishes when dropped, however the change made under the lock ended (a handler's or a
+/// caller's panic unwinding through it included): trigger states and the helper must see
+/// what the facility holds, or an event scheduled before the panic stays hidden from both.
+struct Republish<'s, 'l, E, C: Clock> {
+    shared: &'s Shared<E, C>,
+    locked: &'l mut Locked<E, C>,
+    now: Option<Instant>,
+}
+
+impl<E, C: Clock> Drop for Republish<'_, '_, E, C> {
+    #[inline]
+    fn drop(&mut self) {
+        self.shared.publish(self.locked, self.now);
+    }
+}
+
 /// The helper's rendezvous with the loop: the earliest deadline the loop published, what the
 /// helper sleeps until, and the eventfd that wakes it early. Written by the helper at every
 /// wake-up, so it lives on lines of its own.
@@ -247,7 +263,10 @@ impl<E, C: Clock> Shared<E, C> {
         C: Clone,
     {
         let clock = facility.clock().clone();
-        let epoch = clock.now();
+        // The facility's own epoch: an event it clamps to just after its start (one scheduled
+        // in the past before anything fired) must read as due here too, not as before the
+        // gate's epoch, which would wrap it to never.
+        let epoch = facility.epoch();
         let timerfd = || {
             timerfd_create(
                 TimerfdClockId::Monotonic,
@@ -440,11 +459,16 @@ impl<E, C: Clock> Shared<E, C> {
         source: TriggerSource,
     ) -> usize {
         let handler = &self.handler;
-        let fired = locked
+        let guard = Republish {
+            shared: self,
+            locked,
+            now: Some(now),
+        };
+        let fired = guard
+            .locked
             .facility
             .fire_due(now, source, |timers, event| handler(timers, event));
-        locked.fired_by[source.index()] += fired as u64;
-        self.publish(locked, Some(now));
+        guard.locked.fired_by[source.index()] += fired as u64;
         fired
     }
 
@@ -463,9 +487,12 @@ impl<E, C: Clock> Shared<E, C> {
         f: impl FnOnce(&mut SoftTimers<E, C>) -> R,
     ) -> R {
         let mut locked = self.lock();
-        let result = f(&mut locked.facility);
-        self.publish(&mut locked, now);
-        result
+        let guard = Republish {
+            shared: self,
+            locked: &mut locked,
+            now,
+        };
+        f(&mut guard.locked.facility)
     }
 
     /// Whether deadlines are enforced in this configuration.
@@ -654,6 +681,9 @@ impl<E, C: Clock> Shared<E, C> {
         let now = self.clock.now();
         let next = locked.facility.next_trigger_time();
         if self.watch().decide(now, next, None) != WatchAction::FireOverdue {
+            // What the helper watched was out of date: bring it up to date, or the helper
+            // would wake for it again at once.
+            self.publish(&mut locked, Some(now));
             return 0;
         }
         self.fire_locked(&mut locked, now, TriggerSource::Backstop)

@@ -20,13 +20,21 @@ pub(crate) fn timespec(d: Duration) -> Timespec {
 
 /// A non-blocking, close-on-exec timerfd on `CLOCK_MONOTONIC` that expires every `period`,
 /// the first time one period from now. Register it with an event loop and read it (8 bytes,
-/// the expirations since the last read) when it is readable.
+/// the expirations since the last read) when it is readable. A zero period (which would
+/// make a timer that never fires) is refused with `InvalidInput`.
 ///
 /// ```
 /// let tick = softtimer_rt::periodic_timerfd(std::time::Duration::from_millis(10)).unwrap();
 /// # drop(tick);
+/// assert!(softtimer_rt::periodic_timerfd(std::time::Duration::ZERO).is_err());
 /// ```
 pub fn periodic_timerfd(period: Duration) -> io::Result<OwnedFd> {
+    if period.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a periodic timerfd's period must be more than zero",
+        ));
+    }
     let fd = timerfd_create(
         TimerfdClockId::Monotonic,
         TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,

@@ -659,3 +659,32 @@ fn a_named_precision_learns_its_windows_from_the_loops_own_wake_ups() {
     assert!(timerfd.windows.is_none());
     assert_eq!(clock.duration(timerfd.spin_window), precision.resolve());
 }
+
+/// A stop asked for in `on_turn` ends the run although `on_turn` says it changed nothing:
+/// the idle loop does not block (with nothing pending, for ever) first.
+#[test]
+fn a_stop_from_on_turn_ends_an_idle_run() {
+    use softtimer_rt::LoopTurn;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        let mut ev: EventLoop<()> = EventLoop::new(config(), |_, _| {}).unwrap();
+        stop_tx.send(ev.stop_handle()).unwrap();
+        let result = ev.run_with(
+            |_, _| {},
+            |cx, turn| {
+                if turn == LoopTurn::BeforeBlock {
+                    cx.stop();
+                }
+                false
+            },
+        );
+        done_tx.send(result.is_ok()).unwrap();
+    });
+    let stop = stop_rx.recv().unwrap();
+    let ended = done_rx.recv_timeout(Duration::from_secs(5));
+    // Ends a run that blocked regardless, so that the test ends either way.
+    stop.stop();
+    runner.join().unwrap();
+    assert_eq!(ended, Ok(true), "the run blocked after on_turn stopped it");
+}

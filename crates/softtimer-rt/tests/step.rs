@@ -111,3 +111,67 @@ fn a_handle_schedules_and_cancels_from_another_thread() {
     assert_eq!(fired.load(Ordering::Relaxed), 1);
     assert_eq!(handle.pending(), 0);
 }
+
+/// An event scheduled for a time already past when the loop was built (a reading taken
+/// before it) fires at the next trigger state, with no backstop to fall back on: it is not
+/// taken for one due at the far end of the clock.
+#[test]
+fn an_event_due_before_the_loop_was_built_fires_at_once() {
+    let before = softtimer::SystemClock::new().now();
+    let (mut ev, fired) = counting_loop(LoopConfig {
+        backstop: false,
+        ..LoopConfig::default()
+    });
+    ev.cx()
+        .schedule_at(before + softtimer::Span::from_ticks(1), 7)
+        .unwrap();
+    let start = Instant::now();
+    while fired.load(Ordering::Relaxed) == 0 && start.elapsed() < Duration::from_secs(2) {
+        ev.park(|_, _| {}).unwrap();
+    }
+    assert_eq!(
+        fired.load(Ordering::Relaxed),
+        1,
+        "the past event never fired"
+    );
+}
+
+/// An event scheduled through a handle by a closure that then panics is still seen by the
+/// loop's trigger states (the change is published however the closure ends): it fires, with
+/// no backstop to fall back on.
+#[test]
+fn an_event_scheduled_before_a_panic_under_the_lock_still_fires() {
+    let (mut ev, fired) = counting_loop(LoopConfig {
+        backstop: false,
+        ..LoopConfig::default()
+    });
+    let handle = ev.handle();
+    let soon = ev.clock().now() + ev.span(Duration::from_micros(100));
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handle.with_timers(|t| {
+            t.schedule_at(soon, 1).unwrap();
+            panic!("after scheduling");
+        })
+    }));
+    assert!(panicked.is_err());
+    // Wakes the loop now and then, so that a park blocked for want of the event ends (the
+    // test then fails instead of hanging).
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let nudger = {
+        let (done, waker) = (Arc::clone(&done), ev.waker());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                waker.wake();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let start = Instant::now();
+    while fired.load(Ordering::Relaxed) == 0 && start.elapsed() < Duration::from_secs(2) {
+        ev.park(|_, _| {}).unwrap();
+        ev.take_wake();
+    }
+    done.store(true, Ordering::Relaxed);
+    nudger.join().unwrap();
+    assert_eq!(fired.load(Ordering::Relaxed), 1, "the event was never seen");
+}

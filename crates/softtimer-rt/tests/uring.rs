@@ -598,3 +598,32 @@ fn a_busy_loop_that_never_idles_still_sends_within_a_pass() {
     assert!(arrived, "the datagram left without the loop idling");
     assert!(ev.ring_stats().unwrap().enters >= 1);
 }
+
+/// Detaching one socket while another's datagrams wait in the completion queue leaves the
+/// other's datagrams (and its receive) in place: the detach waits for its own receive's last
+/// completion and hands every other completion on.
+#[test]
+fn a_detach_leaves_other_sockets_received_datagrams_alone() {
+    let mut ev = ring_or_skip!(uring_config());
+    let (a, b, client) = (bind(), bind(), bind());
+    let fa = ev.cx().attach(&a, 1, datagrams(16, 2048)).unwrap();
+    let fb = ev.cx().attach(&b, 2, datagrams(16, 2048)).unwrap();
+    const N: usize = 5;
+    for i in 0..N {
+        client.send_to(&[i as u8], b.local_addr().unwrap()).unwrap();
+    }
+    client.send_to(b"a", a.local_addr().unwrap()).unwrap();
+    // The datagrams are in the sockets' buffers before the receives are submitted (by the
+    // detach's own submit): their completions wait in the queue as the detach reaps it.
+    std::thread::sleep(Duration::from_millis(20));
+    ev.cx().detach(fa);
+    let mut got = Vec::new();
+    run_for(&mut ev, Duration::from_millis(300), |cx, ready| {
+        assert_eq!(ready.token, 2);
+        cx.received(fb, usize::MAX, |m| got.push(m.data[0]));
+        if got.len() == N {
+            cx.stop();
+        }
+    });
+    assert_eq!(got, (0..N as u8).collect::<Vec<_>>());
+}

@@ -525,6 +525,12 @@ impl<E, C: Clock> SoftTimers<E, C> {
         }
     }
 
+    /// The clock time the facility counts from (its construction's reading): a runtime that
+    /// keeps times relative to it, as the facility does, sees the facility's times as they are.
+    pub fn epoch(&self) -> Instant {
+        Instant::from_ticks(self.epoch)
+    }
+
     /// Facility time (ticks since the epoch) to clock time.
     #[inline(always)]
     fn instant(&self, rel: u64) -> Instant {

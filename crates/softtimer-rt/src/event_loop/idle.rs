@@ -174,8 +174,12 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 self.spin(until, false);
             }
             IdleAction::Block { timeout } => {
-                if on_turn(&mut LoopCx::new(&mut self.core), LoopTurn::BeforeBlock) {
-                    // The application changed what the loop waits for: decide again.
+                if on_turn(&mut LoopCx::new(&mut self.core), LoopTurn::BeforeBlock)
+                    || self.core.stop.flag.load(Ordering::Acquire)
+                {
+                    // The application changed what the loop waits for (decide again), or
+                    // asked it to stop (`LoopCx::stop` sets the flag only: nothing would
+                    // wake the block).
                     return Ok(false);
                 }
                 return self.block(timeout, false);

@@ -354,12 +354,17 @@ impl Ring {
                     result: 0,
                     flags: 0,
                 }; 32];
+                let mine = user_data(Kind::Recv, index as u32, generation);
                 for _ in 0..100 {
                     let n = self.sys.reap(&mut scratch);
                     for c in &scratch[..n] {
-                        if c.data == user_data(Kind::Recv, index as u32, generation) && !c.more() {
-                            last = true;
-                        } else if decode(c.data).is_some_and(|(k, _, _)| k != Kind::Recv) {
+                        if c.data == mine {
+                            // What this receive still took is dropped with its group.
+                            last |= !c.more();
+                        } else {
+                            // Everyone else's completions, other descriptors' receives
+                            // included, are handled as the loop would (their datagrams
+                            // queued, their buffers and send slots accounted for).
                             self.complete(*c);
                         }
                     }
@@ -414,7 +419,13 @@ impl Ring {
             self.attached[index].waiting.push_back(slot);
             return Ok(());
         }
-        self.submit_slot(slot)
+        let submitted = self.submit_slot(slot);
+        if submitted.is_err() {
+            // Not submitted: the slot is free again (lost, every later send would wait for
+            // one that never comes back).
+            self.free_slots.push(slot);
+        }
+        submitted
     }
 
     fn submit_slot(&mut self, slot: u32) -> io::Result<()> {
