@@ -164,9 +164,15 @@ pub enum ConfigError {
     /// A timer granularity of zero.
     #[error("a timer granularity of zero: leave it unset to fire at the time asked")]
     ZeroGranularity,
+    /// A timer granularity past [`MAX_GRANULARITY`](crate::MAX_GRANULARITY).
+    #[error("a timer granularity of {0:?}: at most a second")]
+    Granularity(std::time::Duration),
     /// A drain period of zero.
     #[error("a drain period of zero: leave it unset to drain for quinn-proto's three PTOs")]
     ZeroDrainPeriod,
+    /// A drain period past [`MAX_DRAIN_PERIOD`](crate::MAX_DRAIN_PERIOD).
+    #[error("a drain period of {0:?}: at most a day")]
+    DrainPeriod(std::time::Duration),
     /// A flow-control window too large for QUIC's variable-length integers.
     #[error("window {0} is too large")]
     Window(u64, #[source] quinn_proto::VarIntBoundsExceeded),

@@ -181,6 +181,8 @@ impl<C: Clock + Clone> QuicSocket<C> {
             let _ = udp.set_send_buffer_size((&socket).into(), bytes);
             let _ = udp.set_recv_buffer_size((&socket).into(), bytes);
         }
+        // As quinn's endpoint: MTU discovery where the socket sets don't-fragment.
+        config.allow_mtu_discovery = !udp.may_fragment();
         let gso = udp.max_gso_segments().max(1);
         if config.max_datagrams > 0 {
             config.max_datagrams = config.max_datagrams.min(gso);
@@ -188,7 +190,11 @@ impl<C: Clock + Clone> QuicSocket<C> {
         if config.datagrams_per_departure > 0 {
             config.datagrams_per_departure = config.datagrams_per_departure.min(gso);
         }
-        let driver = Driver::new(clock, config, server)?;
+        let mut driver = Driver::new(clock, config, server)?;
+        let local = socket
+            .local_addr()
+            .map_err(|e| QuicError::io("reading the socket's address", e))?;
+        driver.set_socket_family(local.is_ipv6());
         Ok(QuicSocket {
             driver,
             socket,
@@ -412,6 +418,10 @@ impl<C: Clock + Clone> QuicSocket<C> {
         let mut sent = false;
         if self.blocked.is_none() {
             let now = cx.now();
+            // quinn-udp turns GSO off for good when the kernel refuses a segmented send it
+            // had accepted at set-up (EIO, EINVAL: a device without the offload): batches
+            // are then sized by what it says now, as stock quinn asks before each.
+            self.driver.cap_segments(self.udp.max_gso_segments());
             let mut buf = std::mem::take(&mut self.send_buf);
             while let Some(t) = self.driver.poll_transmit(now, &mut buf) {
                 let bytes = std::mem::take(&mut buf);
@@ -574,6 +584,7 @@ impl<C: Clock + Clone> QuicSocket<C> {
     /// Schedules the driver's next timeout as the socket's one soft event, and tells the
     /// loop whether its idle policy may spin before it.
     fn schedule<E>(&mut self, cx: &mut LoopCx<'_, E, C>, wake: E) {
+        self.driver.set_send_blocked(self.blocked.is_some());
         let timeout = self.driver.poll_timeout();
         match (timeout.map(|t| t.at), self.wake) {
             (Some(t), Some((_, at))) if t == at => {}

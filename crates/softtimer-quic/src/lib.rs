@@ -66,7 +66,8 @@ pub mod tls;
 
 pub use driver::{
     CidGeneratorFactory, ClosedState, ClosedStats, ConnId, DEFAULT_MAX_DATAGRAMS, Driver,
-    DriverConfig, DriverStats, Pacing, QuicEvent, ReadStatus, Timeout, Transmit,
+    DriverConfig, DriverStats, MAX_DRAIN_PERIOD, MAX_GRANULARITY, Pacing, QuicEvent, ReadStatus,
+    Timeout, Transmit,
 };
 pub use error::{ConfigError, QuicError, StreamError, TlsError};
 pub use io::{FireNotes, IoStats, QuicSocket, TransmitCauses};

@@ -549,7 +549,9 @@ impl PerfClient {
                 } else if let Some(interval) = self.plan.interval {
                     let first = self.first_request.unwrap_or(now);
                     let k = self.report.requests;
-                    let at = first + driver_span(driver, interval * k as u32);
+                    // Saturating: a plan of a vast interval waits "for ever", never panics.
+                    let after = interval.saturating_mul(u32::try_from(k).unwrap_or(u32::MAX));
+                    let at = first + driver_span(driver, after);
                     self.next_start = Some(at);
                     driver.wake_at(at);
                 } else {
@@ -588,7 +590,8 @@ impl PerfClient {
 }
 
 fn driver_span<C: Clock + Clone>(driver: &Driver<C>, d: Duration) -> Span {
-    Span::from_duration(d, driver.hz())
+    // At most a year: a span near the clock's range would wrap a time into the past.
+    Span::from_duration(d.min(Duration::from_secs(365 * 24 * 3600)), driver.hz())
 }
 
 /// Why a response could not be read, for the report.

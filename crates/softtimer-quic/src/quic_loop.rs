@@ -39,43 +39,51 @@ pub trait App<C: Clock + Clone = SystemClock> {
 ///
 /// ```no_run
 /// use std::net::UdpSocket;
-/// use softtimer_quic::{App, Driver, DriverConfig, QuicEvent, QuicLoop, ReadStatus, VarInt};
+/// use softtimer_quic::{
+///     App, ConnId, Driver, DriverConfig, QuicEvent, QuicLoop, ReadStatus, StreamId, VarInt,
+/// };
 /// use softtimer_quic::tls::{Identity, Tuning, server_config};
 ///
 /// #[derive(Default)]
 /// struct Echo {
 ///     // What each stream has sent so far (a real server would bound this).
-///     pending: std::collections::HashMap<(softtimer_quic::ConnId, softtimer_quic::StreamId), Vec<u8>>,
+///     pending: std::collections::HashMap<(ConnId, StreamId), Vec<u8>>,
+/// }
+/// impl Echo {
+///     /// Reads what `stream` has; answers it once the client has finished it.
+///     fn read(&mut self, driver: &mut Driver, conn: ConnId, stream: StreamId) {
+///         // A stream already answered may still be reported readable: skip it.
+///         let Some(buf) = self.pending.get_mut(&(conn, stream)) else {
+///             return;
+///         };
+///         match driver.read(conn, stream, |chunk| buf.extend_from_slice(chunk)) {
+///             Ok(ReadStatus::Finished) => {
+///                 let data = self.pending.remove(&(conn, stream)).unwrap_or_default();
+///                 // Short replies fit the stream's window; a long one would go on writing
+///                 // at each Writable event.
+///                 let _ = driver.write(conn, stream, &data);
+///                 let _ = driver.finish(conn, stream);
+///             }
+///             Ok(ReadStatus::Blocked) => {}
+///             Err(_) => {
+///                 self.pending.remove(&(conn, stream));
+///                 let _ = driver.close(conn, VarInt::from_u32(1), b"bad stream");
+///             }
+///         }
+///     }
 /// }
 /// impl App for Echo {
 ///     fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
 ///         match event {
 ///             QuicEvent::StreamOpened(conn) => {
-///                 // Take the new streams; their data arrives as Readable events.
+///                 // Take the new streams and read them at once: data that came with a
+///                 // stream's opening is not reported again as Readable.
 ///                 while let Ok(Some(stream)) = driver.accept_bi(conn) {
 ///                     self.pending.insert((conn, stream), Vec::new());
+///                     self.read(driver, conn, stream);
 ///                 }
 ///             }
-///             QuicEvent::Readable(conn, stream) => {
-///                 // A stream already answered may still be reported readable: skip it.
-///                 let Some(buf) = self.pending.get_mut(&(conn, stream)) else {
-///                     return;
-///                 };
-///                 match driver.read(conn, stream, |chunk| buf.extend_from_slice(chunk)) {
-///                     Ok(ReadStatus::Finished) => {
-///                         let data = self.pending.remove(&(conn, stream)).unwrap_or_default();
-///                         // Short replies fit the stream's window; a long one would go on
-///                         // writing at each Writable event.
-///                         let _ = driver.write(conn, stream, &data);
-///                         let _ = driver.finish(conn, stream);
-///                     }
-///                     Ok(ReadStatus::Blocked) => {}
-///                     Err(_) => {
-///                         self.pending.remove(&(conn, stream));
-///                         let _ = driver.close(conn, VarInt::from_u32(1), b"bad stream");
-///                     }
-///                 }
-///             }
+///             QuicEvent::Readable(conn, stream) => self.read(driver, conn, stream),
 ///             _ => {}
 ///         }
 ///     }

@@ -222,7 +222,13 @@ impl Tuning {
             .send_window(self.window)
             .max_idle_timeout(Some(idle))
             .congestion_controller_factory(Arc::clone(&self.controller))
-            .enable_segmentation_offload(self.gso);
+            .enable_segmentation_offload(self.gso)
+            // The driver serves bidirectional streams only: a peer is given no credit for
+            // unidirectional streams and no DATAGRAM support, rather than having what it
+            // sends on them taken, acknowledged and never read (its memory held, the
+            // connection's receive window used up).
+            .max_concurrent_uni_streams(VarInt::from_u32(0))
+            .datagram_receive_buffer_size(None);
         if !self.mtu_discovery {
             t.mtu_discovery_config(None);
         }

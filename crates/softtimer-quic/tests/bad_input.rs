@@ -1,5 +1,6 @@
 //! Random and mutated datagrams into a driver with a live connection, on the simulated
-//! clock: never a panic, every bad datagram dropped or answered, and the connection goes on.
+//! clock: never a panic, every bad datagram dropped or answered, and the connection goes on;
+//! and settings out of range refused.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -128,4 +129,36 @@ proptest! {
         prop_assert_eq!(report.requests, 2);
         prop_assert_eq!(report.verified, Some(true));
     }
+}
+
+/// Settings out of range are refused with what is wrong, not taken (a drain period or a
+/// timer granularity past the clock's range used to wrap into the past: a drain that ended
+/// at once, every timer due on every pass).
+#[test]
+fn settings_out_of_range_are_refused_with_what_is_wrong() {
+    use softtimer_quic::{ConfigError, Driver, DriverConfig, QuicError};
+    let clock = softtimer::SimClock::new(1_000_000_000);
+    let refused = |config: DriverConfig| match Driver::new(clock.clone(), config, None) {
+        Err(QuicError::Config(e)) => e,
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("taken"),
+    };
+    let long = std::time::Duration::MAX;
+    let e = refused(DriverConfig {
+        drain_period: Some(long),
+        ..DriverConfig::default()
+    });
+    assert!(matches!(e, ConfigError::DrainPeriod(d) if d == long), "{e}");
+    let e = refused(DriverConfig {
+        timer_granularity: Some(long),
+        ..DriverConfig::default()
+    });
+    assert!(matches!(e, ConfigError::Granularity(_)), "{e}");
+    assert!(e.to_string().contains("at most a second"));
+    let e = refused(DriverConfig {
+        max_datagrams: 0,
+        ..DriverConfig::default()
+    });
+    assert!(matches!(e, ConfigError::ZeroMaxDatagrams), "{e}");
+    assert!(Driver::new(clock, DriverConfig::default(), None).is_ok());
 }

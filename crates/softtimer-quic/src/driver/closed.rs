@@ -73,15 +73,21 @@ impl Cid {
 
     /// The destination connection ID of a datagram, from the version-independent header
     /// invariants (RFC 8999): a long header says its length, a short header's is our own
-    /// (`short_len`). `None` for a datagram too short to hold one.
+    /// (`short_len`). `None` for a datagram too short to hold one, and for an empty one: a
+    /// zero-length ID (a client's usual choice) names no connection, since every datagram of
+    /// every connection carries it, so nothing is kept or looked up under it.
     pub fn destination(datagram: &[u8], short_len: usize) -> Option<Cid> {
         let first = *datagram.first()?;
-        if first & 0x80 != 0 {
+        let bytes = if first & 0x80 != 0 {
             let len = *datagram.get(5)? as usize;
-            Cid::new(datagram.get(6..6 + len)?)
+            datagram.get(6..6 + len)?
         } else {
-            Cid::new(datagram.get(1..1 + short_len)?)
+            datagram.get(1..1 + short_len)?
+        };
+        if bytes.is_empty() {
+            return None;
         }
+        Cid::new(bytes)
     }
 }
 
@@ -397,5 +403,9 @@ mod tests {
         assert_eq!(Cid::destination(&[], 8), None);
         assert_eq!(Cid::destination(&[0x40, 1, 2], 8), None);
         assert_eq!(Cid::destination(&[0xc0, 0, 0, 0, 1, 30, 1], 8), None);
+        // Zero-length IDs (every datagram of a client that chose them): no key, so that
+        // one closed connection's record does not take every other connection's datagrams.
+        assert_eq!(Cid::destination(&short, 0), None);
+        assert_eq!(Cid::destination(&[0xc0, 0, 0, 0, 1, 0, 8, 1], 8), None);
     }
 }

@@ -69,6 +69,13 @@ pub enum ClosedState {
     Full,
 }
 
+/// The coarsest [`DriverConfig::timer_granularity`]: a second (coarser rounds every timer
+/// past any use, and far enough wraps the clock).
+pub const MAX_GRANULARITY: Duration = Duration::from_secs(1);
+
+/// The longest [`DriverConfig::drain_period`]: a day.
+pub const MAX_DRAIN_PERIOD: Duration = Duration::from_secs(24 * 3600);
+
 /// A factory of connection-ID generators (quinn-proto's `EndpointConfig::cid_generator`).
 pub type CidGeneratorFactory = Arc<dyn Fn() -> Box<dyn ConnectionIdGenerator> + Send + Sync>;
 
@@ -105,7 +112,9 @@ pub struct DriverConfig {
     pub drain_period: Option<Duration>,
     /// How late a wake-up of the loop running the driver may be (its idle policy's spin
     /// window): a paced departure alone tolerates that much, an event that needs precision
-    /// does not ([`Timeout::spin`]). [`QuicSocket`](crate::QuicSocket) sets it from its loop.
+    /// does not ([`Timeout::spin`]). [`QuicLoop::new`](crate::QuicLoop::new) sets it from its
+    /// loop; a driver run by a [`QuicSocket`](crate::QuicSocket) on a loop of the caller's
+    /// takes what the caller sets (its loop's `idle_policy().spin_window`).
     pub wake_lateness: Duration,
     /// Seed for quinn-proto's endpoint random numbers (`None`: from the system). With a seed
     /// and a simulated clock, a run's transcript of times and sizes is reproducible.
@@ -113,6 +122,12 @@ pub struct DriverConfig {
     /// The connection-ID generator (quinn-proto's random 8-byte IDs by default). Its ID
     /// length is how the driver reads short headers to find closed connections.
     pub cid_generator: Option<CidGeneratorFactory>,
+    /// Whether the socket refuses to fragment (quinn-udp's `!may_fragment()`), which path
+    /// MTU discovery needs: without it quinn-proto never probes, whatever the transport
+    /// configuration asks. [`QuicSocket`](crate::QuicSocket) sets it from its socket, as
+    /// quinn's endpoint does; `false` for a driver whose I/O is the caller's until the caller
+    /// says.
+    pub allow_mtu_discovery: bool,
 }
 
 impl Default for DriverConfig {
@@ -129,6 +144,7 @@ impl Default for DriverConfig {
             wake_lateness: Duration::ZERO,
             rng_seed: None,
             cid_generator: None,
+            allow_mtu_discovery: false,
         }
     }
 }
@@ -146,6 +162,7 @@ impl std::fmt::Debug for DriverConfig {
             .field("drain_period", &self.drain_period)
             .field("wake_lateness", &self.wake_lateness)
             .field("rng_seed", &self.rng_seed.is_some())
+            .field("allow_mtu_discovery", &self.allow_mtu_discovery)
             .finish_non_exhaustive()
     }
 }
@@ -155,9 +172,13 @@ impl std::fmt::Debug for DriverConfig {
 pub enum QuicEvent {
     /// The handshake completed.
     Connected(ConnId),
-    /// The peer opened streams: take them with [`Driver::accept_bi`].
+    /// The peer opened streams: take them with [`Driver::accept_bi`], and read each once
+    /// taken: data that came with a stream's opening is not reported as [`Readable`]
+    /// (quinn-proto's rule).
+    ///
+    /// [`Readable`]: QuicEvent::Readable
     StreamOpened(ConnId),
-    /// A stream has data (or its end) to read.
+    /// A stream already taken has more data (or its end) to read.
     Readable(ConnId, StreamId),
     /// A stream that was blocked takes writes again.
     Writable(ConnId, StreamId),
@@ -300,6 +321,10 @@ pub struct Driver<C: Clock + Clone = SystemClock> {
     granularity: Option<Span>,
     wake_lateness: Span,
     cid_len: usize,
+    /// The family of the socket the datagrams go through, where known (`true`: IPv6).
+    socket_v6: Option<bool>,
+    /// The socket refused a send for want of room ([`Driver::set_send_blocked`]).
+    send_blocked: bool,
     map: TimeMap,
     latest: Instant,
     clock: C,
@@ -328,8 +353,14 @@ impl<C: Clock + Clone> Driver<C> {
         if config.timer_granularity == Some(Duration::ZERO) {
             return Err(ConfigError::ZeroGranularity.into());
         }
+        if let Some(g) = config.timer_granularity.filter(|&g| g > MAX_GRANULARITY) {
+            return Err(ConfigError::Granularity(g).into());
+        }
         if config.drain_period == Some(Duration::ZERO) {
             return Err(ConfigError::ZeroDrainPeriod.into());
+        }
+        if let Some(d) = config.drain_period.filter(|&d| d > MAX_DRAIN_PERIOD) {
+            return Err(ConfigError::DrainPeriod(d).into());
         }
         let factory: CidGeneratorFactory = config.cid_generator.clone().unwrap_or_else(|| {
             Arc::new(|| Box::new(quinn_proto::RandomConnectionIdGenerator::default()))
@@ -342,7 +373,7 @@ impl<C: Clock + Clone> Driver<C> {
         let endpoint = Endpoint::new(
             Arc::new(endpoint_config),
             server.map(Arc::new),
-            false,
+            config.allow_mtu_discovery,
             config.rng_seed,
         );
         let timers: SoftTimers<Timer, C> =
@@ -379,6 +410,8 @@ impl<C: Clock + Clone> Driver<C> {
             granularity,
             wake_lateness: Span::from_duration(config.wake_lateness, hz),
             cid_len,
+            socket_v6: None,
+            send_blocked: false,
             config,
             map,
             latest: start,
@@ -432,6 +465,7 @@ impl<C: Clock + Clone> Driver<C> {
         remote: SocketAddr,
         server_name: &str,
     ) -> Result<ConnId, QuicError> {
+        let remote = self.remote_for_socket(remote)?;
         let now = self.map.to_std(self.latest);
         let (ch, conn) = self
             .endpoint
@@ -441,6 +475,44 @@ impl<C: Clock + Clone> Driver<C> {
         self.touch(id.slot);
         self.settle();
         Ok(id)
+    }
+
+    /// `remote` as the socket's family writes it: an IPv4 address on an IPv6 socket as
+    /// the IPv4-mapped address (the form a dual-stack socket reports its peers in, which
+    /// the handshake's replies must match); an IPv6 address on an IPv4 socket refused, unless
+    /// it is IPv4-mapped.
+    fn remote_for_socket(&self, remote: SocketAddr) -> Result<SocketAddr, QuicError> {
+        Ok(match (self.socket_v6, remote) {
+            (Some(true), SocketAddr::V4(v4)) => SocketAddr::V6(std::net::SocketAddrV6::new(
+                v4.ip().to_ipv6_mapped(),
+                v4.port(),
+                0,
+                0,
+            )),
+            (Some(false), SocketAddr::V6(v6)) => match v6.ip().to_ipv4_mapped() {
+                Some(ip) => SocketAddr::from((ip, v6.port())),
+                None => {
+                    return Err(QuicError::Connect(
+                        quinn_proto::ConnectError::InvalidRemoteAddress(remote),
+                    ));
+                }
+            },
+            _ => remote,
+        })
+    }
+
+    /// Says whether the socket is refusing sends for want of room (`EAGAIN`): while it is,
+    /// [`Driver::poll_timeout`] names no departure time, since what is due waits for the
+    /// socket's writability rather than a time (a departure already due would otherwise
+    /// ask for a wake-up at once, again and again).
+    pub fn set_send_blocked(&mut self, blocked: bool) {
+        self.send_blocked = blocked;
+    }
+
+    /// Says the family of the socket the driver's datagrams go through (`true`: IPv6), so
+    /// that [`Driver::connect`] writes a remote address as that socket reports its peers.
+    pub fn set_socket_family(&mut self, v6: bool) {
+        self.socket_v6 = Some(v6);
     }
 
     /// A datagram arrived at `now` from `remote` (at the local address `local_ip`, if
@@ -624,7 +696,10 @@ impl<C: Clock + Clone> Driver<C> {
     pub fn poll_timeout(&mut self) -> Option<Timeout> {
         self.retire_reported();
         self.settle();
-        let departure = if self.released.is_empty() {
+        let departure = if self.send_blocked {
+            // The socket's writability resumes sending, not a time.
+            None
+        } else if self.released.is_empty() {
             self.pacer.next_departure()
         } else {
             Some(self.latest)

@@ -37,6 +37,14 @@ impl Transmit {
 }
 
 impl<C: Clock + Clone> Driver<C> {
+    /// Caps the datagrams one send may carry (GSO batches, and a departure's) at
+    /// `segments` from now on: what the socket can still send as one (at least 1).
+    pub fn cap_segments(&mut self, segments: usize) {
+        let segments = segments.max(1);
+        self.config.max_datagrams = self.config.max_datagrams.min(segments);
+        self.config.datagrams_per_departure = self.config.datagrams_per_departure.min(segments);
+    }
+
     /// The next datagram to send at `now`, into `buf` (replaced: it holds exactly the
     /// datagram afterwards), or `None` when nothing is due. Call it until `None` after every
     /// other call; a paced datagram not yet due waits for its time ([`Driver::poll_timeout`]).

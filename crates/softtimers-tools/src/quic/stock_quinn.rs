@@ -322,23 +322,29 @@ pub(super) fn server(
         crate::output::announce_port("quic server", opts.listen, endpoint.local_addr());
         let report = Arc::new(Mutex::new(ServerReport::default()));
         let udp = Arc::new(Mutex::new((0u64, 0u64)));
-        let mut tasks = Vec::new();
+        // Connections and streams are counted, not kept: a handle per request held to the
+        // end would grow with every request a long run serves.
+        let connections_running = Outstanding::new();
         let mut accepted = 0u64;
         while let Some(incoming) = endpoint.accept().await {
             accepted += 1;
             let report = Arc::clone(&report);
             let udp = Arc::clone(&udp);
-            tasks.push(engine.spawn(async move {
+            let running = connections_running.start();
+            drop(engine.spawn(async move {
+                let _running = running;
                 let Ok(conn) = incoming.await else { return };
                 report.lock().expect("lock").connections += 1;
-                let mut streams = Vec::new();
+                let streams = Outstanding::new();
                 while let Ok((send, recv)) = conn.accept_bi().await {
                     let report = Arc::clone(&report);
-                    streams.push(engine.spawn(serve_stream(send, recv, report)));
+                    let running = streams.start();
+                    drop(engine.spawn(async move {
+                        let _running = running;
+                        serve_stream(send, recv, report).await;
+                    }));
                 }
-                for stream in streams {
-                    stream.await;
-                }
+                streams.all_done().await;
                 let stats = conn.stats();
                 report.lock().expect("lock").add_path_stats(&stats.path);
                 let mut u = udp.lock().expect("lock");
@@ -349,9 +355,7 @@ pub(super) fn server(
                 break;
             }
         }
-        for task in tasks {
-            task.await;
-        }
+        connections_running.all_done().await;
         endpoint.wait_idle().await;
         let report = report.lock().expect("lock").clone();
         let (datagrams, ios) = *udp.lock().expect("lock");
@@ -562,5 +566,65 @@ mod tests {
         // tokio rounds a deadline up to its next millisecond tick: late, but not by much.
         let late = inner.0.max();
         assert!((1..1_000_000_000).contains(&late), "{late} ns");
+    }
+}
+
+/// Tasks started and not yet ended, and a wait for none to be left.
+#[derive(Clone)]
+struct Outstanding(Arc<OutstandingInner>);
+
+struct OutstandingInner {
+    running: std::sync::atomic::AtomicUsize,
+    waiter: Mutex<Option<std::task::Waker>>,
+}
+
+/// Held by a task while it runs: its end (or its cancellation) counts it out.
+struct Running(Outstanding);
+
+impl Outstanding {
+    fn new() -> Outstanding {
+        Outstanding(Arc::new(OutstandingInner {
+            running: std::sync::atomic::AtomicUsize::new(0),
+            waiter: Mutex::new(None),
+        }))
+    }
+
+    fn start(&self) -> Running {
+        self.0
+            .running
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Running(self.clone())
+    }
+
+    /// Ready once every task started has ended.
+    async fn all_done(&self) {
+        use std::sync::atomic::Ordering;
+        std::future::poll_fn(|cx| {
+            if self.0.running.load(Ordering::Acquire) == 0 {
+                return std::task::Poll::Ready(());
+            }
+            *self.0.waiter.lock().expect("lock") = Some(cx.waker().clone());
+            // Looked at again after the waker is in place: an end in between found it.
+            if self.0.running.load(Ordering::Acquire) == 0 {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let inner = &self.0.0;
+        if inner
+            .running
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+            && let Some(waker) = inner.waiter.lock().expect("lock").take()
+        {
+            waker.wake();
+        }
     }
 }
