@@ -1103,3 +1103,90 @@ fn a_dual_stack_client_reaches_an_ipv4_server_and_a_v4_socket_refuses_v6() {
         .connect(client, "[2001:db8::1]:4433".parse().unwrap(), "localhost");
     assert!(refused.is_err());
 }
+
+/// Notes how each of two connections ended up.
+struct TwoAttempts {
+    conns: [ConnId; 2],
+    connected: [bool; 2],
+    lost: [Option<ConnectionError>; 2],
+}
+
+impl App for TwoAttempts {
+    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+        let which = |c| self.conns.iter().position(|&x| x == c);
+        match event {
+            QuicEvent::Connected(c) => {
+                if let Some(i) = which(c) {
+                    self.connected[i] = true;
+                }
+            }
+            QuicEvent::Lost(c, why) => {
+                if let Some(i) = which(c) {
+                    self.lost[i] = Some(why);
+                }
+            }
+            _ => {}
+        }
+        if self.connected[0] && self.lost[1].is_some() {
+            driver.stop();
+        }
+    }
+}
+
+/// A server at its connection limit refuses the next handshake at once (CONNECTION_REFUSED),
+/// keeping nothing for it, and counts it; the connection it holds goes on.
+#[test]
+fn a_server_at_its_connection_limit_refuses_the_next() {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let config = DriverConfig {
+        max_connections: Some(1),
+        ..DriverConfig::default()
+    };
+    let server = start_server(&identity, Tuning::default(), config);
+    let (mut quic, first) = client_loop(server.addr, &Tuning::default());
+    let tls = client_config(&Trust::Insecure, &Tuning::default()).unwrap();
+    let mut app = TwoAttempts {
+        conns: [first, first],
+        connected: [false; 2],
+        lost: [None, None],
+    };
+    let stop = quic.stop_handle();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let bound = thread::spawn(move || {
+        if done_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+            stop.stop();
+        }
+    });
+    // The second once the first is up, so that the limit is reached.
+    struct Second<'a>(
+        &'a mut TwoAttempts,
+        Option<quinn_proto::ClientConfig>,
+        SocketAddr,
+    );
+    impl App for Second<'_> {
+        fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+            let up = matches!(event, QuicEvent::Connected(c) if c == self.0.conns[0]);
+            self.0.on_event(driver, event);
+            if up && let Some(tls) = self.1.take() {
+                self.0.conns[1] = driver.connect(tls, self.2, "localhost").unwrap();
+            }
+        }
+    }
+    quic.run(&mut Second(&mut app, Some(tls), server.addr))
+        .unwrap();
+    let _ = done_tx.send(());
+    bound.join().unwrap();
+    server.stop.stop();
+    let (_, stats) = server.done.join().unwrap();
+    assert!(
+        app.connected[0] && app.lost[0].is_none(),
+        "the first: {:?}",
+        app.lost[0]
+    );
+    assert!(
+        matches!(app.lost[1], Some(ConnectionError::ConnectionClosed(_))),
+        "the second: {:?}",
+        app.lost[1]
+    );
+    assert_eq!(stats.driver.connections_refused, 1);
+}

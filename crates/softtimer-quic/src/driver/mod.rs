@@ -122,6 +122,11 @@ pub struct DriverConfig {
     /// The connection-ID generator (quinn-proto's random 8-byte IDs by default). Its ID
     /// length is how the driver reads short headers to find closed connections.
     pub cid_generator: Option<CidGeneratorFactory>,
+    /// The most connections the driver holds at once (open or closing, not compacted)
+    /// before it refuses new ones: a peer past it gets CONNECTION_REFUSED at once, with no
+    /// connection state kept for it (a flood of handshakes otherwise builds one connection,
+    /// with its TLS state, per packet, each held until its idle timeout). `None`: no limit.
+    pub max_connections: Option<usize>,
     /// Whether the socket refuses to fragment (quinn-udp's `!may_fragment()`), which path
     /// MTU discovery needs: without it quinn-proto never probes, whatever the transport
     /// configuration asks. [`QuicSocket`](crate::QuicSocket) sets it from its socket, as
@@ -144,6 +149,7 @@ impl Default for DriverConfig {
             wake_lateness: Duration::ZERO,
             rng_seed: None,
             cid_generator: None,
+            max_connections: None,
             allow_mtu_discovery: false,
         }
     }
@@ -162,6 +168,7 @@ impl std::fmt::Debug for DriverConfig {
             .field("drain_period", &self.drain_period)
             .field("wake_lateness", &self.wake_lateness)
             .field("rng_seed", &self.rng_seed.is_some())
+            .field("max_connections", &self.max_connections)
             .field("allow_mtu_discovery", &self.allow_mtu_discovery)
             .finish_non_exhaustive()
     }
@@ -239,6 +246,8 @@ pub struct DriverStats {
     /// Stateless resets quinn-proto's endpoint sent (answers to short-header packets for
     /// connections it does not know).
     pub stateless_resets: u64,
+    /// New connections refused at [`DriverConfig::max_connections`].
+    pub connections_refused: u64,
     /// The closed-connection records.
     pub closed: ClosedStats,
 }
@@ -563,6 +572,17 @@ impl<C: Clock + Clone> Driver<C> {
                     }
                     self.touch(slot);
                 }
+            }
+            Some(DatagramEvent::NewConnection(incoming))
+                if self
+                    .config
+                    .max_connections
+                    .is_some_and(|max| self.conns.len() >= max) =>
+            {
+                self.stats.connections_refused += 1;
+                let t = self.endpoint.refuse(incoming, &mut response);
+                self.respond(&t, response);
+                response = Vec::new();
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
                 match self.endpoint.accept(incoming, now_std, &mut response, None) {
