@@ -887,6 +887,21 @@ fn a_paced_client_that_closes_and_stops_at_once_still_tells_the_server() {
     );
 }
 
+/// Runs `quic` with `app` until the app stops it, or stops it after 10 s (so that an app
+/// waiting for what never comes fails its test instead of hanging it).
+fn run_bounded(quic: &mut QuicLoop, app: &mut impl App) {
+    let stop = quic.stop_handle();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let bound = thread::spawn(move || {
+        if done_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+            stop.stop();
+        }
+    });
+    quic.run(app).unwrap();
+    let _ = done_tx.send(());
+    bound.join().unwrap();
+}
+
 /// A client of two connections that closes the first as soon as it is up and then, a few
 /// turns after (its close sent, its record made), asks for 20 KB on the second.
 struct CloseOneUseOther {
@@ -973,17 +988,8 @@ fn a_closed_connection_with_an_empty_id_leaves_the_others_datagrams_alone() {
         asked: false,
         received: 0,
     };
-    // Bounds the run: a second connection whose answer never comes fails the test.
-    let stop = quic.stop_handle();
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let bound = thread::spawn(move || {
-        if done_rx.recv_timeout(Duration::from_secs(10)).is_err() {
-            stop.stop();
-        }
-    });
-    quic.run(&mut app).unwrap();
-    let _ = done_tx.send(());
-    bound.join().unwrap();
+    // Bounded: a second connection whose answer never comes fails the test.
+    run_bounded(&mut quic, &mut app);
     for server in [server, other_server] {
         server.stop.stop();
         server.done.join().unwrap();
@@ -1082,16 +1088,7 @@ fn a_dual_stack_client_reaches_an_ipv4_server_and_a_v4_socket_refuses_v6() {
         ..ClientPlan::default()
     };
     let mut app = PerfClient::new(plan, conn, now);
-    let stop = quic.stop_handle();
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let bound = thread::spawn(move || {
-        if done_rx.recv_timeout(Duration::from_secs(10)).is_err() {
-            stop.stop();
-        }
-    });
-    quic.run(&mut app).unwrap();
-    let _ = done_tx.send(());
-    bound.join().unwrap();
+    run_bounded(&mut quic, &mut app);
     server.stop.stop();
     server.done.join().unwrap();
     assert_eq!(app.report.requests, 3, "{:?}", app.report);
@@ -1150,13 +1147,6 @@ fn a_server_at_its_connection_limit_refuses_the_next() {
         connected: [false; 2],
         lost: [None, None],
     };
-    let stop = quic.stop_handle();
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let bound = thread::spawn(move || {
-        if done_rx.recv_timeout(Duration::from_secs(10)).is_err() {
-            stop.stop();
-        }
-    });
     // The second once the first is up, so that the limit is reached.
     struct Second<'a>(
         &'a mut TwoAttempts,
@@ -1172,10 +1162,7 @@ fn a_server_at_its_connection_limit_refuses_the_next() {
             }
         }
     }
-    quic.run(&mut Second(&mut app, Some(tls), server.addr))
-        .unwrap();
-    let _ = done_tx.send(());
-    bound.join().unwrap();
+    run_bounded(&mut quic, &mut Second(&mut app, Some(tls), server.addr));
     server.stop.stop();
     let (_, stats) = server.done.join().unwrap();
     assert!(
