@@ -79,7 +79,10 @@ pub enum Scheduler {
     PerFlow,
     /// Departure-time scheduling (Kobayashi, Carousel): each flow's next datagram is stamped
     /// with its departure time into one two-level queue, and one soft-timer event at the
-    /// queue's next departure sends everything due, in one `sendmmsg`.
+    /// queue's next departure sends everything due, in one `sendmmsg`. A flow that falls
+    /// behind (a late wake-up) starts again from its next send, as the kernel's pacing
+    /// does: time lost is not made up in a burst, so a loop that wakes late often sends a
+    /// little under the rate (the per-flow pacer catches up at its burst rate instead).
     Departure,
 }
 
