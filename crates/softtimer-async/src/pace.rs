@@ -188,6 +188,11 @@ impl Departures {
                 // thread): the event never fires, so wake whoever waits, to find it closed.
                 self.wake_waiters();
             }
+            // Armed off the loop's thread (a `Handle::block_on`, another runtime's task):
+            // the loop may be blocked past it; woken, it waits for this departure too.
+            if !crate::executor::is_current(Arc::as_ptr(&self.shared)) {
+                self.shared.wake();
+            }
         }
         Ok(())
     }

@@ -44,7 +44,9 @@ const SHUT: u64 = 8;
 const BITS: u64 = 0xff;
 const TICK: u64 = 1 << 8;
 
-/// The tasks waiting for one direction: the common case is one, without allocating.
+/// The tasks waiting for one direction. A `poll_*` caller's waker alone takes no allocation;
+/// the awaited operations' list allocates once per readiness change it waits through (small
+/// beside the wake-up itself).
 ///
 /// Callers of `poll_*` methods (and of the pace queue's waits) stay until the list is taken,
 /// one entry per task. Futures awaited through [`wait_fn`] are entered with a ticket and

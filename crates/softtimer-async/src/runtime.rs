@@ -779,7 +779,8 @@ impl Handle {
 
     /// Runs `future` to completion on the calling thread, which runs none of the runtime's
     /// loops: a blocking task ([`spawn_blocking`](crate::spawn_blocking)), a thread of the
-    /// program's own, a destructor. The future is in the runtime's context: its timers and
+    /// program's own, a destructor that runs on such a thread (one that runs on a loop's
+    /// thread, in a task or in the runtime's shutdown, is refused: see below). The future is in the runtime's context: its timers and
     /// sockets belong to a worker loop (the next in turn, as [`Handle::spawn`] picks), which
     /// serves them from its own thread while this one sleeps between wakes, and what it
     /// spawns goes to that loop.

@@ -18,7 +18,6 @@
 #![allow(unsafe_code)] // one call: installing the handler (see its SAFETY comment)
 
 use std::collections::HashMap;
-use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,7 +26,7 @@ use std::task::{Context, Poll};
 
 use rustix::event::{EventfdFlags, eventfd};
 
-use crate::reactor::{Direction, Registration};
+use crate::reactor::{Direction, Registration, wait_fn};
 
 /// A catchable signal, by number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -194,7 +193,7 @@ impl Signal {
     /// Waits for the next delivery: `Some(())`, or `None` once the runtime the listener was
     /// made on has shut down (a signal stream does not end otherwise), as tokio's.
     pub async fn recv(&mut self) -> Option<()> {
-        poll_fn(|cx| self.poll_recv(cx)).await
+        wait_fn(|cx| self.poll_recv(cx)).await
     }
 
     /// [`recv`](Signal::recv) as a poll.

@@ -118,3 +118,38 @@ fn handle_block_on_is_refused_where_it_would_block_a_loop() {
     .unwrap();
     assert!(message(local).contains("spawn_local called outside a runtime thread"));
 }
+
+/// A paced send scheduled from a thread in `Handle::block_on` leaves at its time: the
+/// serving loop is woken to wait for the departure, not left blocked until the backstop.
+#[test]
+fn a_send_at_from_a_thread_of_its_own_leaves_on_time() {
+    let rt = Runtime::builder().threads(2).pin(false).build().unwrap();
+    let handle = rt.handle();
+    let mut late = std::thread::spawn(move || {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let to = rx.local_addr().unwrap();
+        let socket = handle.block_on(UdpSocket::bind("127.0.0.1:0")).unwrap();
+        let mut late = Vec::new();
+        for _ in 0..20 {
+            let t = Instant::now();
+            handle
+                .block_on(socket.send_at(b"x", to, t + Duration::from_micros(300)))
+                .unwrap();
+            let mut buf = [0u8; 8];
+            rx.recv(&mut buf).unwrap();
+            late.push(t.elapsed());
+        }
+        late
+    })
+    .join()
+    .unwrap();
+    drop(rt);
+    late.sort();
+    assert!(late[0] >= Duration::from_micros(300), "{late:?}");
+    // The median well under the backstop's 1 ms interval.
+    assert!(
+        late[late.len() / 2] < Duration::from_micros(300 + 400),
+        "{late:?}"
+    );
+}

@@ -697,14 +697,19 @@ impl<E, C: Clock> Shared<E, C> {
         let now = self.clock.now();
         let handler = &self.handler;
         let source = TriggerSource::Deadline;
-        let fired = locked
+        let guard = Republish {
+            shared: self,
+            locked: &mut locked,
+            now: Some(now),
+        };
+        let fired = guard
+            .locked
             .facility
             .fire_expired_deadlines(now, source, |timers, event| handler(timers, event));
         if fired > 0 {
-            locked.counters.deadline_enforced += 1;
-            locked.fired_by[source.index()] += fired as u64;
+            guard.locked.counters.deadline_enforced += 1;
+            guard.locked.fired_by[source.index()] += fired as u64;
         }
-        self.publish(&mut locked, Some(now));
         fired
     }
 

@@ -190,10 +190,12 @@ impl Sender {
 /// whole (its IP and UDP headers included); true where the MTU cannot be read.
 fn fits_the_route(socket: &OwnedFd, size: usize) -> bool {
     use rustix::net::sockopt;
-    let (mtu, headers) = match sockopt::ip_mtu(socket) {
-        Ok(mtu) => (mtu, 20 + 8),
-        Err(_) => match sockopt::ipv6_mtu(socket) {
-            Ok(mtu) => (mtu, 40 + 8),
+    // IPv6 first: Linux answers IP_MTU on an IPv6 socket too (with the route's MTU), where
+    // the headers are 48 bytes, not 28; IPV6_MTU fails on an IPv4 socket.
+    let (mtu, headers) = match sockopt::ipv6_mtu(socket) {
+        Ok(mtu) => (mtu, 40 + 8),
+        Err(_) => match sockopt::ip_mtu(socket) {
+            Ok(mtu) => (mtu, 20 + 8),
             Err(_) => return true,
         },
     };

@@ -1,13 +1,14 @@
 //! What `sink` makes of the sequence numbers in `pace`'s headers: per flow of one sender
 //! (its address and the header's flow number), which datagrams are missing, which came late
-//! (reordered), which came twice, and where a sender started its count again.
+//! (reordered) and which came twice.
 //!
 //! A flow starts at the first number seen (a sink started after its sender does not count
-//! the datagrams before it as missing). A number past the next expected one counts the gap as
-//! missing; one below it is looked up in a window of the last [`WINDOW`] numbers: one not
-//! seen there was counted missing and is now reordered, one seen is a duplicate. A number
-//! further back than the window is a new run of the sender (`pace` run again within the
-//! sink's idle time), which starts the flow afresh.
+//! the datagrams before it as missing; a rerun of `pace` sends from a new port, so it is a
+//! new flow). A number past the next expected one counts the gap as missing; one below it is
+//! looked up in a window of the last [`WINDOW`] numbers: one not seen there was counted
+//! missing and is now reordered, one seen is a duplicate. One further back than the window
+//! (or below the flow's first) is counted late, and comes off the missing count only if it
+//! was on it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,8 +25,8 @@ pub(crate) struct SequenceCounts {
     pub reordered: u64,
     /// Datagrams that came again.
     pub duplicates: u64,
-    /// Times a flow's numbers started again from further back than the window.
-    pub restarts: u64,
+    /// Of the reordered, those further back than the window (not told from duplicates).
+    pub late: u64,
 }
 
 /// Sequence state of every flow seen, up to a bound.
@@ -36,6 +37,8 @@ pub(crate) struct Sequences {
 }
 
 struct FlowSequence {
+    /// The first number seen.
+    first: u64,
     /// The next number expected.
     next: u64,
     /// Bit `n % WINDOW`: number `n` came, for `n` in `next - WINDOW .. next`.
@@ -47,6 +50,7 @@ struct FlowSequence {
 impl FlowSequence {
     fn starting_at(first: u64) -> FlowSequence {
         FlowSequence {
+            first,
             next: first,
             seen: Box::new([0; (WINDOW / 64) as usize]),
             count: 0,
@@ -84,14 +88,14 @@ impl FlowSequence {
             }
             self.mark(n, true);
             self.next = n.saturating_add(1);
-        } else if self.next - n > WINDOW {
-            counts.restarts += 1;
-            *self = FlowSequence {
-                count: self.count,
-                ..FlowSequence::starting_at(n)
-            };
-            self.mark(n, true);
-            self.next = n + 1;
+        } else if n < self.first || self.next - n > WINDOW {
+            // Too far back to tell: counted late (and reordered), off the missing count only
+            // if the gap it fell in was counted.
+            counts.late += 1;
+            counts.reordered += 1;
+            if n >= self.first {
+                counts.missing = counts.missing.saturating_sub(1);
+            }
         } else if self.is_seen(n) {
             counts.duplicates += 1;
         } else {
@@ -179,11 +183,15 @@ mod tests {
     }
 
     #[test]
-    fn a_flow_starts_where_the_sink_first_sees_it_and_a_rerun_starts_it_again() {
+    fn a_flow_starts_where_the_sink_first_sees_it_and_a_stale_datagram_moves_nothing() {
         let c = counts(&[(A, 50_000), (A, 50_001)]);
         assert_eq!(c, SequenceCounts::default());
-        let c = counts(&[(A, 50_000), (A, 50_001), (A, 0), (A, 1)]);
-        assert_eq!((c.missing, c.reordered, c.restarts), (0, 0, 1));
+        // One from before the first seen: late, and no gap of this flow was counted for it.
+        let c = counts(&[(A, 50_000), (A, 50_002), (A, 10)]);
+        assert_eq!((c.missing, c.reordered, c.late), (1, 1, 1));
+        // One far behind: late; the flow's place stays (nothing counted missing after it).
+        let c = counts(&[(A, 0), (A, 2 * WINDOW), (A, 5), (A, 2 * WINDOW + 1)]);
+        assert_eq!((c.missing, c.reordered, c.late), (2 * WINDOW - 2, 1, 1));
     }
 
     #[test]
@@ -204,8 +212,7 @@ mod tests {
     #[test]
     fn a_gap_wider_than_the_window_and_a_forged_number_are_counted_not_a_crash() {
         let c = counts(&[(A, 0), (A, 10 * WINDOW), (A, 10 * WINDOW - 1), (A, 3)]);
-        assert_eq!((c.missing, c.reordered), (10 * WINDOW - 2, 1));
-        assert_eq!(c.restarts, 1);
+        assert_eq!((c.missing, c.reordered, c.late), (10 * WINDOW - 3, 2, 1));
         let c = counts(&[(A, 0), (A, u64::MAX), (A, u64::MAX)]);
         assert_eq!(c.missing, u64::MAX - 1);
         let mut s = Sequences::new(1);

@@ -230,9 +230,10 @@ pub struct SinkReport {
     /// `pace` datagrams that came again.
     #[serde(default)]
     pub duplicates: u64,
-    /// Times a flow's numbers started again (its sender run again within the idle time).
+    /// Of the reordered, those further back than the sink tells duplicates in (1,024
+    /// numbers) or from before their flow's first.
     #[serde(default)]
-    pub restarts: u64,
+    pub late: u64,
     /// Datagrams without a kernel timestamp (measured at user-space receive time instead).
     pub untimestamped: u64,
     /// Captured packets that were not readable UDP datagrams (observe mode only).
@@ -348,7 +349,7 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
         missing: sequence.missing,
         reordered: sequence.reordered,
         duplicates: sequence.duplicates,
-        restarts: sequence.restarts,
+        late: sequence.late,
         untimestamped,
         malformed,
         conformance_pct: options
@@ -409,7 +410,7 @@ impl Report for SinkReport {
              inter-arrival: mean {:.2} µs, stddev {:.2} µs, p50 {:.2} µs, p99 {:.2} µs, max {:.1} µs, \
              {} over 1 ms\n\
              longest burst {} (gaps ≤ {:.1} µs); burstiness index B {} ({} bottleneck, RTT {:.0} µs)\n\
-             missing {}, reordered {}, duplicates {}, restarts {}, kernel drops {}, foreign {}, \
+             missing {}, reordered {} ({} late), duplicates {}, kernel drops {}, foreign {}, \
              truncated {}, without timestamp {}, malformed {}\n",
             r.source,
             r.packets,
@@ -435,8 +436,8 @@ impl Report for SinkReport {
             r.rtt_us,
             r.missing,
             r.reordered,
+            r.late,
             r.duplicates,
-            r.restarts,
             r.kernel_drops,
             r.foreign,
             r.truncated,
