@@ -116,6 +116,7 @@ pub mod io;
 mod join_set;
 pub mod net;
 mod pace;
+mod precision;
 #[cfg(feature = "quinn")]
 pub mod quinn;
 mod reactor;
@@ -128,7 +129,8 @@ pub use blocking::spawn_blocking;
 pub use join_set::JoinSet;
 pub use net::{TcpListener, TcpStream, UdpSocket, UnixDatagram, UnixListener, UnixStream};
 pub use pace::{Departure, PacedSender};
-pub use runtime::{Builder, EnterGuard, Handle, Precision, Runtime, RuntimeStats};
+pub use precision::Precision;
+pub use runtime::{Builder, EnterGuard, Handle, Runtime, RuntimeStats};
 #[cfg(feature = "macros")]
 pub use softtimer_async_macros::{main, test};
 pub use task::{AbortHandle, JoinError, JoinHandle, spawn, spawn_local, yield_now};
