@@ -1,7 +1,9 @@
 //! A loop whose only work is one event re-armed every P µs: how late it fires, and how much
 //! CPU the loop uses, under the idle policy's spin windows (calibrated, none, 30, 100 and
 //! 200 µs, and 2 ms), pinned to CPU 1. `cargo run --release -p softtimer-rt --example idle_probe --
-//! [SECONDS [PERIOD_US ...]]` (2 s a run, periods 100 and 1000 µs by default).
+//! [SECONDS [PERIOD_US ...]]` (2 s a run, periods 100 and 1000 µs by default). Each line
+//! ends with how many events were more than 5 µs late in each tenth of the run, which tells
+//! a learning phase (late events early on) from the host's spells (late events anywhere).
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -59,6 +61,11 @@ fn main() {
             ev.run(|_, _| {}).unwrap();
             let cpu = (cpu_ns() - c0) as f64 / t0.elapsed().as_nanos() as f64 * 100.0;
             let raw = late.lock().unwrap().clone();
+            let tenth = raw.len().div_ceil(10).max(1);
+            let late_by_tenth: Vec<usize> = raw
+                .chunks(tenth)
+                .map(|c| c.iter().filter(|&&ns| ns > 5_000).count())
+                .collect();
             let mut later_half = raw[raw.len() / 2..].to_vec();
             later_half.sort();
             let mut v = raw;
@@ -68,7 +75,7 @@ fn main() {
             // The window before a wait of the period, as the run left it (a learnt one's).
             let learnt = clock.duration(ev.idle_policy().window_for(p));
             println!(
-                "window {:>12} P {:>5} µs: n {:>6} late p50 {:6.2} p99 {:6.2} (later half {:6.2}) max {:8.2} µs, cpu {:5.1} %, backstop wakeups {}, arms {}, fired by the backstop {}",
+                "window {:>12} P {:>5} µs: n {:>6} late p50 {:6.2} p99 {:6.2} (later half {:6.2}) max {:8.2} µs, cpu {:5.1} %, backstop wakeups {}, arms {}, fired by the backstop {}, late >5 µs per tenth {:?}",
                 format!("{learnt:.1?}"),
                 period_us,
                 v.len(),
@@ -80,6 +87,7 @@ fn main() {
                 ev.counters().backstop_wakeups,
                 ev.counters().backstop_arms,
                 ev.counters().fired(softtimer::TriggerSource::Backstop),
+                late_by_tenth,
             );
         }
     }

@@ -160,6 +160,13 @@ pub struct IdlePolicyRow {
     /// lower CPU (its name and window), or null: the row is on its period's frontier.
     #[serde(default)]
     pub dominated_by: Option<String>,
+    /// Lateness p99 in each interleaved round, µs, where the row is their median (empty in
+    /// older reports, whose rows are one run each).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub late_p99_us_rounds: Vec<f64>,
+    /// The loop's CPU in each round, %, as `late_p99_us_rounds`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu_pct_rounds: Vec<f64>,
 }
 
 impl IdlePolicyRow {
@@ -175,6 +182,60 @@ impl IdlePolicyRow {
     pub fn point(&self) -> (f64, f64) {
         (self.cpu_pct, self.late_p99_us)
     }
+
+    /// One setting's row over interleaved rounds (runs of the same period and policy): the
+    /// median round's lateness p50 and p99 and CPU, each taken on its own; the largest
+    /// lateness of any; the events and backstop wake-ups of all; the window as the last round
+    /// left it; each round's p99 and CPU kept. `None` for no rounds.
+    pub fn over_rounds(rounds: &[IdlePolicyRow]) -> Option<IdlePolicyRow> {
+        let of =
+            |figure: fn(&IdlePolicyRow) -> f64| -> Vec<f64> { rounds.iter().map(figure).collect() };
+        let mut row = rounds.last()?.clone();
+        row.late_p50_us = median(&of(|r| r.late_p50_us));
+        row.late_p99_us = median(&of(|r| r.late_p99_us));
+        row.late_max_us = of(|r| r.late_max_us).into_iter().fold(0.0, f64::max);
+        row.cpu_pct = median(&of(|r| r.cpu_pct));
+        row.events = rounds.iter().map(|r| r.events).sum();
+        row.backstop_wakeups = rounds.iter().map(|r| r.backstop_wakeups).sum();
+        row.late_p99_us_rounds = of(|r| r.late_p99_us);
+        row.cpu_pct_rounds = of(|r| r.cpu_pct);
+        row.dominated_by = None;
+        Some(row)
+    }
+}
+
+/// Every setting of [`idle_settings`] at every period of [`IDLE_POLICY_PERIODS_US`], in
+/// `rounds` interleaved rounds of `run(period) / rounds` each, so that each setting meets the
+/// host's slow and quiet spells alike (the rows are compared with each other, and a host
+/// that stalls one run of a second would otherwise decide the comparison): each round runs
+/// every period's settings, starting one setting further along than the round before. The
+/// rows, each the median of its rounds ([`IdlePolicyRow::over_rounds`]), in period then
+/// setting order, placed on their frontier.
+pub(super) fn measure_idle_policies(
+    rounds: usize,
+    run: impl Fn(u64) -> Duration,
+) -> Result<Vec<IdlePolicyRow>> {
+    let settings = idle_settings();
+    let rounds = rounds.max(1);
+    // runs[period index][setting index]: one row per round.
+    let mut runs: Vec<Vec<Vec<IdlePolicyRow>>> =
+        vec![vec![Vec::with_capacity(rounds); settings.len()]; IDLE_POLICY_PERIODS_US.len()];
+    for round in 0..rounds {
+        for (p, &period_us) in IDLE_POLICY_PERIODS_US.iter().enumerate() {
+            let time = run(period_us) / rounds as u32;
+            for k in 0..settings.len() {
+                let s = (k + round) % settings.len();
+                runs[p][s].push(measure_idle_policy(period_us, settings[s], time)?);
+            }
+        }
+    }
+    let mut rows: Vec<IdlePolicyRow> = runs
+        .iter()
+        .flatten()
+        .filter_map(|r| IdlePolicyRow::over_rounds(r))
+        .collect();
+    place_on_frontier(&mut rows);
+    Ok(rows)
 }
 
 /// Sets each row's `dominated_by`: the cheapest other row of its period that beats it on
@@ -300,6 +361,8 @@ pub(super) fn measure_idle_policy(
         events: v.len(),
         backstop_wakeups: ev.counters().backstop_wakeups,
         dominated_by: None,
+        late_p99_us_rounds: Vec::new(),
+        cpu_pct_rounds: Vec::new(),
     })
 }
 
@@ -383,6 +446,8 @@ mod tests {
             events: 100,
             backstop_wakeups: 0,
             dominated_by: None,
+            late_p99_us_rounds: Vec::new(),
+            cpu_pct_rounds: Vec::new(),
         }
     }
 
@@ -419,5 +484,42 @@ mod tests {
         // The names say which window.
         assert_eq!(rows[5].label(), "window 10 µs");
         assert_eq!(idle_settings().len(), 4 + FIXED_WINDOWS_US.len());
+    }
+
+    #[test]
+    fn a_row_over_rounds_is_its_median_round_so_one_stalled_round_does_not_decide_it() {
+        use IdlePolicyKind::*;
+        // Three rounds of the default at 1 ms: the host stalled the second.
+        let rounds = [
+            made_up(1000, Calibrated, 30.0, 2.2, 2.0),
+            made_up(1000, Calibrated, 31.0, 2.9, 60.0),
+            made_up(1000, Calibrated, 32.0, 2.4, 3.0),
+        ];
+        let row = IdlePolicyRow::over_rounds(&rounds).expect("rounds");
+        assert_eq!(row.late_p99_us, 3.0);
+        assert_eq!(row.cpu_pct, 2.4);
+        assert_eq!(row.late_p50_us, 1.5);
+        // The largest lateness of any round, every round's events, the last round's window.
+        assert_eq!(row.late_max_us, 120.0);
+        assert_eq!(row.events, 300);
+        assert_eq!(row.spin_window_us, 32.0);
+        assert_eq!(row.late_p99_us_rounds, vec![2.0, 60.0, 3.0]);
+        assert_eq!(row.cpu_pct_rounds, vec![2.2, 2.9, 2.4]);
+        assert!(IdlePolicyRow::over_rounds(&[]).is_none());
+        // A fixed window whose one run beat the stalled round on both is not better than
+        // the median round: the default stays on the frontier.
+        let window = made_up(1000, Window, 30.0, 2.3, 4.0);
+        assert!(frontier::beats(window.point(), rounds[1].point()));
+        let mut rows = vec![row, window];
+        place_on_frontier(&mut rows);
+        assert_eq!(rows[0].dominated_by, None);
+        // The JSON keeps the rounds, and a row from an older report (one run, no rounds
+        // field) still reads.
+        let json = serde_json::to_string(&rows[0]).expect("json");
+        let back: IdlePolicyRow = serde_json::from_str(&json).expect("read back");
+        assert_eq!(back.late_p99_us_rounds, rows[0].late_p99_us_rounds);
+        let old = json.replace(",\"late_p99_us_rounds\":[2.0,60.0,3.0]", "");
+        let old: IdlePolicyRow = serde_json::from_str(&old).expect("an older row");
+        assert!(old.late_p99_us_rounds.is_empty());
     }
 }

@@ -55,8 +55,11 @@ pub struct TimersConfig {
     /// How long the loop thread computes without system calls while the backstop's
     /// lateness is measured.
     pub backstop_compute: Duration,
-    /// How long each backstop wake-up state and each idle-policy row runs.
+    /// How long each backstop wake-up state and each idle-policy row runs (a row's rounds
+    /// together).
     pub state_time: Duration,
+    /// Interleaved rounds of the idle-policy rows, each row the median of its rounds.
+    pub idle_rounds: usize,
 }
 
 /// `softtimers bench timers` on the command line.
@@ -104,6 +107,7 @@ impl TimersConfig {
             runs: length.timers_rounds(),
             backstop_compute: length.backstop_compute(),
             state_time: length.state_time(),
+            idle_rounds: length.idle_rounds(),
         })
     }
 }
@@ -243,9 +247,10 @@ pub fn configurations(intervals: usize) -> usize {
     3 + 3 * intervals
 }
 
-/// How long one idle-policy row runs: half of [`TimersConfig::state_time`] for periods up to
-/// a millisecond, which still gives a thousand events and more for the p99, so that the 35
-/// rows keep the full lab within its time; the whole of it for the longer periods.
+/// How long one idle-policy row runs, its rounds together: half of
+/// [`TimersConfig::state_time`] for periods up to a millisecond, which still gives a thousand
+/// events and more for the p99, so that the 35 rows keep the full lab within its time; the
+/// whole of it for the longer periods.
 fn idle_policy_run(period_us: u64, state_time: Duration) -> Duration {
     if period_us <= 1000 {
         state_time / 2
@@ -432,14 +437,9 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         .map(|state| measure_wakeups(state, config.state_time))
         .collect::<Result<Vec<_>>>()?;
     progress(1.0, "idle policy");
-    let mut idle_policy = Vec::new();
-    for period_us in IDLE_POLICY_PERIODS_US {
-        for setting in idle_settings() {
-            let run = idle_policy_run(period_us, config.state_time);
-            idle_policy.push(measure_idle_policy(period_us, setting, run)?);
-        }
-    }
-    place_on_frontier(&mut idle_policy);
+    let idle_policy = measure_idle_policies(config.idle_rounds, |period_us| {
+        idle_policy_run(period_us, config.state_time)
+    })?;
     targets.extend(wakeup_and_idle_targets(
         &backstop_wakeups_per_s,
         &idle_policy,

@@ -82,6 +82,12 @@ impl RunLength {
     pub fn state_time(self) -> Duration {
         self.ms(300, 2_000)
     }
+    /// Interleaved rounds of `bench timers`' idle-policy rows (their runs share
+    /// [`state_time`](Self::state_time)): one in the quick run, whose runs are too short to
+    /// split.
+    pub fn idle_rounds(self) -> usize {
+        self.pick(1, 3)
+    }
     /// Samples per operation in `bench core`.
     pub fn core_reps(self) -> usize {
         self.pick(15, 151)
