@@ -29,7 +29,7 @@ use softtimer::Clock;
 
 use crate::error::RtError;
 use crate::policy::{HelperPlacement, WatchAction, unpinned_placement};
-use crate::shared::Shared;
+use crate::shared::{HelperLink, Shared};
 use crate::sys;
 
 const BACKSTOP: u64 = 0;
@@ -138,7 +138,7 @@ where
     if shared.link.is_none() {
         return Ok(None);
     }
-    let (placed_tx, placed_rx) = std::sync::mpsc::sync_channel(1);
+    let (placed_tx, placed_rx) = std::sync::mpsc::sync_channel::<Result<(), RtError>>(1);
     let shared = Arc::clone(shared);
     let helper = Helper::spawn("softtimer-backstop", move |stop, stop_flag| {
         let placement = place_current_thread(&plan);
@@ -152,11 +152,24 @@ where
                 .backstop_realtime
                 .store(true, Ordering::Relaxed);
         }
-        let _ = placed_tx.send(());
         if spin {
+            let _ = placed_tx.send(Ok(()));
             watch_spinning(&shared, stop_flag);
         } else {
-            watch_sleeping(&shared, stop, stop_flag, placement);
+            // The epoll set is made before the loop's constructor returns, so that a helper
+            // that cannot wait (out of descriptors) fails the constructor instead of leaving
+            // a loop without its bound.
+            match SleepingWatch::new(&shared, stop, placement) {
+                Ok(watch) => {
+                    let _ = placed_tx.send(Ok(()));
+                    if let Err(e) = watch.run(stop_flag) {
+                        shared.helper_failed(e);
+                    }
+                }
+                Err(e) => {
+                    let _ = placed_tx.send(Err(e));
+                }
+            }
         }
         let cpu = if placement.shares_loop_cpu() {
             &shared.helper.loop_cpu_ns
@@ -165,10 +178,13 @@ where
         };
         cpu.store(sys::thread_cpu_ns(), Ordering::Relaxed);
     })?;
-    placed_rx.recv_timeout(PLACEMENT_WAIT).map_err(|_| {
-        RtError::io("starting the backstop's helper")(std::io::ErrorKind::TimedOut.into())
-    })?;
-    Ok(Some(helper))
+    match placed_rx.recv_timeout(PLACEMENT_WAIT) {
+        Ok(Ok(())) => Ok(Some(helper)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(RtError::io("starting the backstop's helper")(
+            std::io::ErrorKind::TimedOut.into(),
+        )),
+    }
 }
 
 /// The watch, spinning: no wake-up latency and no system call anywhere, for a whole CPU.
@@ -188,126 +204,160 @@ fn watch_spinning<E, C: Clock>(shared: &Shared<E, C>, stop: &AtomicBool) {
 }
 
 /// The watch, sleeping until its alarm (and serving the one-shot timers when it shares the
-/// loop's only CPU).
-fn watch_sleeping<E, C: Clock>(
-    shared: &Shared<E, C>,
-    stop: &OwnedFd,
-    stop_flag: &AtomicBool,
-    placement: HelperPlacement,
-) {
-    let Some(link) = &shared.link else {
-        return;
-    };
-    let mut fds = vec![(stop.as_fd(), STOP), (link.wake.as_fd(), WAKE)];
-    if let (Some(backstop), HelperPlacement::LoopCpu) = (&shared.backstop, placement) {
-        fds.push((backstop.timer.as_fd(), BACKSTOP));
-    }
-    let deadline_fd = shared.lazy_deadline_fd();
-    if let Some(fd) = &deadline_fd {
-        fds.push((fd.as_fd(), DEADLINE));
-    }
-    let Ok(poll) = epoll_over(&fds) else {
-        return;
-    };
-    let on_loop_core = placement.shares_loop_cpu();
-    let syscalls = |n: u64| {
-        if on_loop_core {
-            shared
-                .helper
-                .loop_core_syscalls
-                .fetch_add(n, Ordering::Relaxed);
-        }
-    };
-    let watch = shared.watch();
-    let hz = shared.clock.resolution_hz();
-    let mut events = Vec::with_capacity(fds.len());
-    // The flag, not only the eventfd: a helper that never catches up (each pass leaves its
-    // events overdue again) never reaches the `epoll_wait` that would see the eventfd.
-    while !stop_flag.load(Ordering::Acquire) {
-        let (next, deadline) = shared.watched_times();
-        let now = shared.clock.now();
-        let until = match watch.decide(now, next, deadline) {
-            WatchAction::FireOverdue => {
-                guarded(shared, || {
-                    shared.fire_overdue();
-                });
-                continue;
-            }
-            WatchAction::EnforceDeadlines => {
-                guarded(shared, || {
-                    shared.enforce_deadlines();
-                });
-                continue;
-            }
-            WatchAction::Sleep { until } => until,
+/// loop's only CPU): its epoll set over the stop eventfd, the loop's wake eventfd, the
+/// one-shot timer and the deadline timer, whichever this loop has.
+struct SleepingWatch<'a, E, C: Clock> {
+    shared: &'a Shared<E, C>,
+    poll: OwnedFd,
+    link: &'a HelperLink,
+    deadline_fd: Option<BorrowedFd<'a>>,
+    on_loop_core: bool,
+    fds: usize,
+}
+
+impl<'a, E, C: Clock> SleepingWatch<'a, E, C> {
+    fn new(
+        shared: &'a Shared<E, C>,
+        stop: &OwnedFd,
+        placement: HelperPlacement,
+    ) -> Result<Self, RtError> {
+        let Some(link) = &shared.link else {
+            return Err(RtError::io("starting the backstop's helper")(
+                std::io::ErrorKind::InvalidInput.into(),
+            ));
         };
-        // Say what we sleep until, then look again: a loop that published an earlier time
-        // in between either saw this store (and wakes us) or we see its time now.
-        shared.set_sleeping_until(Some(until));
-        let (next, deadline) = shared.watched_times();
-        let again = watch.alarm(next, deadline);
-        if again.is_some_and(|a| until.is_none_or(|u| a < u)) {
-            shared.set_sleeping_until(None);
-            continue;
+        let mut fds = vec![(stop.as_fd(), STOP), (link.wake.as_fd(), WAKE)];
+        if let (Some(backstop), HelperPlacement::LoopCpu) = (&shared.backstop, placement) {
+            fds.push((backstop.timer.as_fd(), BACKSTOP));
         }
-        let timeout = until.map(|u| {
-            let wait = u.saturating_since(now).to_duration(hz);
-            crate::timerfd::timespec(wait)
-        });
-        events.clear();
-        let woke = epoll::wait(
-            &poll,
-            rustix::buffer::spare_capacity(&mut events),
-            timeout.as_ref(),
-        );
-        // Awake: it looks at the published times before it sleeps again, so the loop need
-        // not wake it (and doing so now would be a wasted system call on the loop's core).
-        shared.set_sleeping_until(None);
-        syscalls(1);
-        match woke {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return,
+        let deadline_fd = shared.lazy_deadline_fd();
+        if let Some(fd) = deadline_fd {
+            fds.push((fd, DEADLINE));
         }
-        if events.is_empty() {
-            // The timeout: the deadline's, or the late line's.
-            let counter = if until.is_some() && until == deadline {
-                &shared.helper.deadline_wakeups
-            } else {
-                &shared.helper.backstop_wakeups
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-        for event in &events {
-            match event.data.u64() {
-                WAKE => {
-                    let _ = sys::read_counter(link.wake.as_fd());
-                    syscalls(1);
-                }
-                BACKSTOP => {
-                    if let Some(backstop) = &shared.backstop {
-                        let _ = sys::read_counter(backstop.timer.as_fd());
-                    }
-                    syscalls(1);
+        Ok(SleepingWatch {
+            shared,
+            poll: epoll_over(&fds)?,
+            link,
+            deadline_fd,
+            on_loop_core: placement.shares_loop_cpu(),
+            fds: fds.len(),
+        })
+    }
+
+    /// Watches until stopped; an `epoll_wait` that fails (other than by a signal) ends it
+    /// with that error, which the loop then reports.
+    fn run(self, stop_flag: &AtomicBool) -> Result<(), RtError> {
+        let SleepingWatch {
+            shared,
+            poll,
+            link,
+            deadline_fd,
+            on_loop_core,
+            fds,
+        } = self;
+        let syscalls = |n: u64| {
+            if on_loop_core {
+                shared
+                    .helper
+                    .loop_core_syscalls
+                    .fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        let watch = shared.watch();
+        let hz = shared.clock.resolution_hz();
+        let mut events = Vec::with_capacity(fds);
+        // The flag, not only the eventfd: a helper that never catches up (each pass leaves
+        // its events overdue again) never reaches the `epoll_wait` that would see the
+        // eventfd.
+        while !stop_flag.load(Ordering::Acquire) {
+            let (next, deadline) = shared.watched_times();
+            let now = shared.clock.now();
+            let until = match watch.decide(now, next, deadline) {
+                WatchAction::FireOverdue => {
                     guarded(shared, || {
-                        shared.on_backstop_expiry();
+                        shared.fire_overdue();
                     });
+                    continue;
                 }
-                DEADLINE => {
-                    if let Some(fd) = &deadline_fd {
-                        let _ = sys::read_counter(fd.as_fd());
-                    }
-                    syscalls(1);
-                    shared
-                        .helper
-                        .deadline_wakeups
-                        .fetch_add(1, Ordering::Relaxed);
+                WatchAction::EnforceDeadlines => {
                     guarded(shared, || {
                         shared.enforce_deadlines();
                     });
+                    continue;
                 }
-                _ => return,
+                WatchAction::Sleep { until } => until,
+            };
+            // Say what we sleep until, then look again: a loop that published an earlier
+            // time in between either saw this store (and wakes us) or we see its time now.
+            shared.set_sleeping_until(Some(until));
+            let (next, deadline) = shared.watched_times();
+            let again = watch.alarm(next, deadline);
+            if again.is_some_and(|a| until.is_none_or(|u| a < u)) {
+                shared.set_sleeping_until(None);
+                continue;
+            }
+            let timeout = until.map(|u| {
+                let wait = u.saturating_since(now).to_duration(hz);
+                crate::timerfd::timespec(wait)
+            });
+            events.clear();
+            let woke = epoll::wait(
+                &poll,
+                rustix::buffer::spare_capacity(&mut events),
+                timeout.as_ref(),
+            );
+            // Awake: it looks at the published times before it sleeps again, so the loop
+            // need not wake it (and doing so now would be a wasted system call on the loop's
+            // core).
+            shared.set_sleeping_until(None);
+            syscalls(1);
+            match woke {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(RtError::from(("epoll_wait", e))),
+            }
+            if events.is_empty() {
+                // The timeout: the deadline's, or the late line's.
+                let counter = if until.is_some() && until == deadline {
+                    &shared.helper.deadline_wakeups
+                } else {
+                    &shared.helper.backstop_wakeups
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            for event in &events {
+                match event.data.u64() {
+                    WAKE => {
+                        let _ = sys::read_counter(link.wake.as_fd());
+                        syscalls(1);
+                    }
+                    BACKSTOP => {
+                        if let Some(backstop) = &shared.backstop {
+                            let _ = sys::read_counter(backstop.timer.as_fd());
+                        }
+                        syscalls(1);
+                        guarded(shared, || {
+                            shared.on_backstop_expiry();
+                        });
+                    }
+                    DEADLINE => {
+                        if let Some(fd) = deadline_fd {
+                            let _ = sys::read_counter(fd);
+                        }
+                        syscalls(1);
+                        shared
+                            .helper
+                            .deadline_wakeups
+                            .fetch_add(1, Ordering::Relaxed);
+                        guarded(shared, || {
+                            shared.enforce_deadlines();
+                        });
+                    }
+                    // Only the tokens above are registered.
+                    _ => {}
+                }
             }
         }
+        Ok(())
     }
 }
 

@@ -31,6 +31,13 @@ pub enum RtError {
     /// A soft-event handler panicked on a helper thread (backstop or deadline watcher).
     #[error("a soft-event handler panicked on a helper thread (backstop or deadline watcher)")]
     HandlerPanicked,
+    /// The helper thread (backstop watch or deadline service) stopped on a failed system
+    /// call: the loop no longer keeps the backstop's bound or enforces deadlines. Reported
+    /// by every run and park from then on; build a new loop.
+    #[error(
+        "the backstop's helper thread stopped (epoll_wait: {0}); the loop no longer keeps its bound"
+    )]
+    HelperStopped(#[source] io::Error),
     /// A deadline was asked for where nothing would enforce it (a timer baseline, or timers
     /// off).
     #[error(

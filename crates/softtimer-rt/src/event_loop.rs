@@ -662,7 +662,8 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     ///
     /// A wake seen before blocking returns at once; [`EventLoop::take_wake`] tells the caller
     /// it was woken. A handler panic on a helper thread is reported as
-    /// [`RtError::HandlerPanicked`], as [`EventLoop::run`] reports it.
+    /// [`RtError::HandlerPanicked`], and a helper that stopped on a failed system call as
+    /// [`RtError::HelperStopped`], as [`EventLoop::run`] reports them.
     ///
     /// ```
     /// use std::time::Duration;
@@ -689,9 +690,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     where
         F: FnMut(&mut LoopCx<'_, E, C>, Ready),
     {
-        if self.core.shared.handler_panics.load(Ordering::Relaxed) > 0 {
-            return Err(RtError::HandlerPanicked);
-        }
+        self.core.shared.helper_trouble()?;
         let mut parked = Parked::default();
         match self.idle_action() {
             IdleAction::Fire => parked.fired = self.core.trigger(TriggerSource::Idle),
@@ -736,9 +735,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         // Whether the turn after an idle pass may skip its look at the descriptors (below).
         let mut looked = false;
         while !self.core.stop.flag.load(Ordering::Acquire) {
-            if self.core.shared.handler_panics.load(Ordering::Relaxed) > 0 {
-                return Err(RtError::HandlerPanicked);
-            }
+            self.core.shared.helper_trouble()?;
             if !fresh && !looked {
                 // Look at the descriptors first, without blocking: the loop is idle only when
                 // nothing is ready, and only then does the idle policy spin or block.

@@ -12,8 +12,8 @@
 //! the watch sleeps until. The values the helper writes (its sleep, its counters) live on
 //! cache lines of their own, away from those the loop reads at every trigger state.
 
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use rustix::event::{EventfdFlags, eventfd};
@@ -230,6 +230,10 @@ pub(crate) struct Shared<E, C: Clock> {
     timer_enforces: AtomicBool,
     /// Whether the helper's watch reads the gate to enforce the bound. Set with `placement`.
     watched: AtomicBool,
+    /// The error number of the system call the helper stopped on (0: it has not stopped
+    /// on one); the loop looks at every pass, with `handler_panics`. Linux's numbers are
+    /// below 256 (one byte, which fits the line's padding after the flags above).
+    helper_errno: AtomicU8,
     /// Handler panics caught on the helper thread (the loop looks at every pass).
     pub handler_panics: AtomicU32,
     /// The earliest deadline last published to the helper (relative; [`NEVER`]: none), so
@@ -310,6 +314,7 @@ impl<E, C: Clock> Shared<E, C> {
             timer_enforces: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             handler_panics: AtomicU32::new(0),
+            helper_errno: AtomicU8::new(0),
             deadline_published: AtomicU64::new(NEVER),
             placement: OnceLock::new(),
             locked: Mutex::new(Locked {
@@ -350,6 +355,37 @@ impl<E, C: Clock> Shared<E, C> {
     pub(crate) fn helper_spins(&self) -> bool {
         self.link.as_ref().is_some_and(|l| l.spin)
             && self.placement().is_some_and(HelperPlacement::watches)
+    }
+
+    /// The helper stopped on `error`: the loop reports it from now on.
+    pub(crate) fn helper_failed(&self, error: RtError) {
+        let errno = match &error {
+            RtError::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        };
+        // EIO where the error carries no number (or one past a byte): the loop must still
+        // see that it stopped.
+        let errno = errno
+            .and_then(|e| u8::try_from(e).ok())
+            .filter(|&e| e != 0)
+            .unwrap_or(5);
+        self.helper_errno.store(errno, Ordering::Release);
+    }
+
+    /// What the loop reports before each pass: a handler that panicked on the helper thread,
+    /// or a helper that stopped on a failed system call (either is for good: the loop has
+    /// lost an event, or the bound).
+    #[inline]
+    pub(crate) fn helper_trouble(&self) -> Result<(), RtError> {
+        if self.handler_panics.load(Ordering::Relaxed) > 0 {
+            return Err(RtError::HandlerPanicked);
+        }
+        match self.helper_errno.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            errno => Err(RtError::HelperStopped(std::io::Error::from_raw_os_error(
+                i32::from(errno),
+            ))),
+        }
     }
 
     /// Where the helper runs (`None`: no helper).
@@ -732,9 +768,9 @@ impl<E, C: Clock> Shared<E, C> {
         Ok(id)
     }
 
-    pub(crate) fn lazy_deadline_fd(&self) -> Option<impl AsFd + '_> {
+    pub(crate) fn lazy_deadline_fd(&self) -> Option<BorrowedFd<'_>> {
         match &self.deadlines {
-            DeadlineService::LazyTimerfd(fd) => Some(fd),
+            DeadlineService::LazyTimerfd(fd) => Some(fd.as_fd()),
             _ => None,
         }
     }
@@ -757,6 +793,47 @@ mod tests {
             &locked.facility as *const _ as usize - base,
             locked.fired_by.as_ptr() as usize - base,
         )
+    }
+
+    /// A helper that stopped on a failed system call is reported, with its error, by every
+    /// pass from then on; a handler panic is reported first.
+    #[test]
+    fn a_stopped_helper_is_reported_with_its_error_until_the_loop_is_rebuilt() {
+        let facility: SoftTimers<(), _> =
+            SoftTimers::new(softtimer::SimClock::new(1_000_000)).unwrap();
+        let shared = Shared::new(facility, Box::new(|_, _| {}), true, true, None).unwrap();
+        assert!(shared.helper_trouble().is_ok());
+        shared.helper_failed(RtError::from(("epoll_wait", rustix::io::Errno::BADF)));
+        for _ in 0..2 {
+            match shared.helper_trouble() {
+                Err(RtError::HelperStopped(e)) => {
+                    assert_eq!(
+                        e.raw_os_error(),
+                        Some(rustix::io::Errno::BADF.raw_os_error())
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        shared.handler_panics.fetch_add(1, Ordering::Relaxed);
+        assert!(matches!(
+            shared.helper_trouble(),
+            Err(RtError::HandlerPanicked)
+        ));
+        // An error with no number still stops the loop.
+        let other = Shared::new(
+            SoftTimers::<(), _>::new(softtimer::SimClock::new(1_000_000)).unwrap(),
+            Box::new(|_, _| {}),
+            true,
+            true,
+            None,
+        )
+        .unwrap();
+        other.helper_failed(RtError::HandlerPanicked);
+        assert!(matches!(
+            other.helper_trouble(),
+            Err(RtError::HelperStopped(_))
+        ));
     }
 
     /// A firing trigger state touches few cache lines: the shared state's first line (gate,
