@@ -35,6 +35,9 @@ pub enum QuicError {
     /// A stream operation failed.
     #[error(transparent)]
     Stream(#[from] StreamError),
+    /// An unreliable datagram was not sent.
+    #[error(transparent)]
+    Datagram(#[from] DatagramError),
     /// The event loop failed.
     #[error("event loop")]
     Loop(#[source] softtimer_rt::RtError),
@@ -87,6 +90,13 @@ pub enum StreamError {
         /// The stream.
         stream: StreamId,
     },
+    /// A write (finish, reset) of the peer's unidirectional stream, or a read (stop) of
+    /// this side's: each has only the other half.
+    #[error("{stream} carries data the other way")]
+    WrongDirection {
+        /// The stream.
+        stream: StreamId,
+    },
 }
 
 impl StreamError {
@@ -96,7 +106,8 @@ impl StreamError {
             StreamError::Reset { stream, .. }
             | StreamError::Stopped { stream, .. }
             | StreamError::Closed { stream }
-            | StreamError::IllegalOrderedRead { stream } => stream,
+            | StreamError::IllegalOrderedRead { stream }
+            | StreamError::WrongDirection { stream } => stream,
         }
     }
 
@@ -107,6 +118,32 @@ impl StreamError {
             _ => None,
         }
     }
+}
+
+/// Why an unreliable datagram (RFC 9221) was not sent.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DatagramError {
+    /// This side's transport settings do not take datagrams
+    /// ([`Tuning::datagrams`](crate::tls::Tuning::datagrams) off, quinn-proto's
+    /// `datagram_receive_buffer_size(None)`): quinn-proto sends none then either.
+    #[error("datagrams are off in this side's transport settings")]
+    Disabled,
+    /// The peer did not offer to take datagrams (or the handshake has not told us yet).
+    #[error("the peer does not take datagrams")]
+    UnsupportedByPeer,
+    /// Larger than the path and the peer allow now ([`Driver::max_datagram_size`](crate::Driver::max_datagram_size)).
+    #[error("a datagram of {size} bytes is larger than the connection takes ({max:?})")]
+    TooLarge {
+        /// The datagram's size.
+        size: usize,
+        /// The largest the connection takes now.
+        max: Option<usize>,
+    },
+    /// The send buffer is full and the datagram was not to displace older ones: here it is
+    /// back; [`QuicEvent::DatagramsUnblocked`](crate::QuicEvent::DatagramsUnblocked) says
+    /// when there is room.
+    #[error("the datagram send buffer is full")]
+    Blocked(bytes::Bytes),
 }
 
 /// Why a TLS set-up was refused.

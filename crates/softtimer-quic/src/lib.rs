@@ -22,6 +22,9 @@
 //!   outside the socket ([`ClosedState`]);
 //! * [`DriverConfig::timer_granularity`] rounds every timer up the way tokio's wheel does, to
 //!   separate timer precision from everything else two runtimes differ in;
+//! * streams both ways and one way, and unreliable datagrams (RFC 9221): the last two off
+//!   unless [`tls::Tuning`] turns them on, so that a peer cannot fill memory with what an
+//!   application never reads;
 //! * [`perf`] speaks the QUIC performance protocol (draft-banks-quic-performance, ALPN
 //!   `perf`), which quinn's `perf` tool and msquic's `secnetperf` also speak.
 //!
@@ -69,10 +72,10 @@ pub use driver::{
     DriverConfig, DriverStats, MAX_DRAIN_PERIOD, MAX_GRANULARITY, Pacing, QuicEvent, ReadStatus,
     Timeout, Transmit,
 };
-pub use error::{ConfigError, QuicError, StreamError, TlsError};
+pub use error::{ConfigError, DatagramError, QuicError, StreamError, TlsError};
 pub use io::{FireNotes, IoStats, QuicSocket, TransmitCauses};
 pub use quic_loop::{App, QUIC_TOKEN, QuicLoop, Wake};
 /// quinn-proto itself, for what its configuration types name (a client's `ClientConfig`,
 /// `ValidationTokenConfig`, `TransportConfig`) without a dependency of one's own.
 pub use quinn_proto;
-pub use quinn_proto::{ConnectionError, EcnCodepoint, StreamId, VarInt};
+pub use quinn_proto::{ConnectionError, Dir, EcnCodepoint, StreamId, VarInt};

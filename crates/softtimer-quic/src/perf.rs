@@ -250,7 +250,9 @@ impl<C: Clock + Clone> App<C> for PerfServer {
                 self.report.connections += 1;
                 self.open.insert(conn);
             }
-            QuicEvent::StreamOpened(conn) => {
+            // The perf protocol's streams are bidirectional; the transport gives the peer no
+            // unidirectional ones.
+            QuicEvent::StreamOpened(conn, quinn_proto::Dir::Bi) => {
                 while let Ok(Some(stream)) = driver.accept_bi(conn) {
                     self.streams.insert((conn, stream), ServerStream::default());
                     self.read(driver, conn, stream);
@@ -280,7 +282,10 @@ impl<C: Clock + Clone> App<C> for PerfServer {
                     driver.stop();
                 }
             }
-            QuicEvent::Finished(..) => {}
+            QuicEvent::StreamOpened(_, quinn_proto::Dir::Uni)
+            | QuicEvent::Finished(..)
+            | QuicEvent::DatagramReceived(_)
+            | QuicEvent::DatagramsUnblocked(_) => {}
         }
     }
 }
@@ -637,7 +642,11 @@ impl<C: Clock + Clone> App<C> for PerfClient {
                     driver.stop();
                 }
             }
-            QuicEvent::StreamOpened(_) | QuicEvent::Finished(..) | QuicEvent::Stopped(..) => {}
+            QuicEvent::StreamOpened(..)
+            | QuicEvent::Finished(..)
+            | QuicEvent::Stopped(..)
+            | QuicEvent::DatagramReceived(_)
+            | QuicEvent::DatagramsUnblocked(_) => {}
         }
     }
 

@@ -40,7 +40,8 @@ pub trait App<C: Clock + Clone = SystemClock> {
 /// ```no_run
 /// use std::net::UdpSocket;
 /// use softtimer_quic::{
-///     App, ConnId, Driver, DriverConfig, QuicEvent, QuicLoop, ReadStatus, StreamId, VarInt,
+///     App, ConnId, Dir, Driver, DriverConfig, QuicEvent, QuicLoop, ReadStatus, StreamId,
+///     VarInt,
 /// };
 /// use softtimer_quic::tls::{Identity, Tuning, server_config};
 ///
@@ -75,7 +76,7 @@ pub trait App<C: Clock + Clone = SystemClock> {
 /// impl App for Echo {
 ///     fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
 ///         match event {
-///             QuicEvent::StreamOpened(conn) => {
+///             QuicEvent::StreamOpened(conn, Dir::Bi) => {
 ///                 // Take the new streams and read them at once: data that came with a
 ///                 // stream's opening is not reported again as Readable.
 ///                 while let Ok(Some(stream)) = driver.accept_bi(conn) {

@@ -180,7 +180,23 @@ pub struct Tuning {
     pub max_ack_delay: Option<Duration>,
     /// Segmentation offload (GSO) for sends of several datagrams in one call.
     pub gso: bool,
+    /// Unidirectional streams the peer may have open at once (0, the default: none; the
+    /// application takes them with [`Driver::accept_uni`](crate::Driver::accept_uni) on
+    /// [`QuicEvent::StreamOpened`](crate::QuicEvent::StreamOpened)). Off by default so that
+    /// an application that reads no such stream gives a peer no credit to fill memory and
+    /// the receive window with one.
+    pub uni_streams: u32,
+    /// Whether this side takes and sends unreliable datagrams (RFC 9221; off by default, for
+    /// the same reason): a receive buffer of [`DATAGRAM_BUFFER`] bytes, read with
+    /// [`Driver::read_datagram`](crate::Driver::read_datagram) on
+    /// [`QuicEvent::DatagramReceived`](crate::QuicEvent::DatagramReceived). quinn-proto sends
+    /// datagrams only where both sides have them on.
+    pub datagrams: bool,
 }
+
+/// The datagram receive buffer with [`Tuning::datagrams`], bytes: quinn-proto's default,
+/// about a second of 10 Mbit/s.
+pub const DATAGRAM_BUFFER: usize = 1_250_000;
 
 impl Default for Tuning {
     fn default() -> Self {
@@ -192,6 +208,8 @@ impl Default for Tuning {
             ack_every: None,
             max_ack_delay: None,
             gso: true,
+            uni_streams: 0,
+            datagrams: false,
         }
     }
 }
@@ -205,6 +223,8 @@ impl std::fmt::Debug for Tuning {
             .field("ack_every", &self.ack_every)
             .field("max_ack_delay", &self.max_ack_delay)
             .field("gso", &self.gso)
+            .field("uni_streams", &self.uni_streams)
+            .field("datagrams", &self.datagrams)
             .finish_non_exhaustive()
     }
 }
@@ -223,12 +243,11 @@ impl Tuning {
             .max_idle_timeout(Some(idle))
             .congestion_controller_factory(Arc::clone(&self.controller))
             .enable_segmentation_offload(self.gso)
-            // The driver serves bidirectional streams only: a peer is given no credit for
-            // unidirectional streams and no DATAGRAM support, rather than having what it
-            // sends on them taken, acknowledged and never read (its memory held, the
-            // connection's receive window used up).
-            .max_concurrent_uni_streams(VarInt::from_u32(0))
-            .datagram_receive_buffer_size(None);
+            // Unless asked for, a peer is given no credit for unidirectional streams and no
+            // DATAGRAM support, rather than having what it sends on them taken, acknowledged
+            // and never read (its memory held, the connection's receive window used up).
+            .max_concurrent_uni_streams(VarInt::from_u32(self.uni_streams))
+            .datagram_receive_buffer_size(self.datagrams.then_some(DATAGRAM_BUFFER));
         if !self.mtu_discovery {
             t.mtu_discovery_config(None);
         }

@@ -350,7 +350,7 @@ fn a_connection_closed_by_the_peer_is_reported_with_its_reason() {
 struct Refuser;
 impl App for Refuser {
     fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
-        if let QuicEvent::StreamOpened(c) = event {
+        if let QuicEvent::StreamOpened(c, softtimer_quic::Dir::Bi) = event {
             while let Ok(Some(stream)) = driver.accept_bi(c) {
                 driver.stop_sending(c, stream, VarInt::from_u32(9)).unwrap();
                 driver.reset(c, stream, VarInt::from_u32(42)).unwrap();

@@ -3,80 +3,20 @@
 
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use softtimer::{Instant, SimClock};
+mod sim_support;
+
+use sim_support::{HZ, client_addr, identity, insecure_net, seeded, server_addr, sim_net};
 use softtimer_quic::idle::{AfterIdle, AfterIdleFactory};
 use softtimer_quic::perf::{ClientPlan, PerfClient, PerfServer};
-use softtimer_quic::sim::{From, LinkConfig, Net, Sent, Side};
+use softtimer_quic::sim::{From, LinkConfig, Net, Sent};
 use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
 use softtimer_quic::{
     App, ClosedState, ConnId, ConnectionError, Driver, DriverConfig, Pacing, QuicEvent,
 };
-
-const HZ: u64 = 1_000_000_000;
-
-fn identity() -> &'static Identity {
-    static ID: OnceLock<Identity> = OnceLock::new();
-    ID.get_or_init(|| Identity::self_signed_ed25519(&["localhost"]).unwrap())
-}
-
-fn seeded(seed: u8) -> DriverConfig {
-    DriverConfig {
-        rng_seed: Some([seed; 32]),
-        ..DriverConfig::default()
-    }
-}
-
-fn client_addr() -> std::net::SocketAddr {
-    "10.0.0.1:5000".parse().unwrap()
-}
-
-fn server_addr() -> std::net::SocketAddr {
-    "10.0.0.2:4433".parse().unwrap()
-}
-
-/// A client driver (side `a`, configured `client`) connected with `client_tls` to a server
-/// driver (side `b`, configured `server`) presenting `server_tls`, over `link` on a fresh
-/// simulated clock. `apps` are theirs, the client's made of its connection and time.
-fn sim_net<A: App<SimClock>, B: App<SimClock>>(
-    (client, client_tls): (DriverConfig, quinn_proto::ClientConfig),
-    (server, server_tls): (DriverConfig, quinn_proto::ServerConfig),
-    apps: (impl FnOnce(ConnId, Instant) -> A, B),
-    link: LinkConfig,
-) -> Net<A, B> {
-    let clock = SimClock::new(HZ);
-    let server = Driver::new(clock.clone(), server, Some(server_tls)).unwrap();
-    let mut client = Driver::new(clock.clone(), client, None).unwrap();
-    let conn = client
-        .connect(client_tls, server_addr(), "localhost")
-        .unwrap();
-    let a = (apps.0)(conn, client.latest());
-    Net::new(
-        clock,
-        Side::new(client, a, client_addr()),
-        Side::new(server, apps.1, server_addr()),
-        link,
-    )
-}
-
-/// [`sim_net`] on a clean link of a client configured `seeded(1)` that trusts any
-/// certificate, running `a`, and a server configured `server`, running `b`, both with
-/// `tuning`.
-fn insecure_net<A: App<SimClock>, B: App<SimClock>>(
-    tuning: &Tuning,
-    server: DriverConfig,
-    a: A,
-    b: B,
-) -> Net<A, B> {
-    sim_net(
-        (seeded(1), client_config(&Trust::Insecure, tuning).unwrap()),
-        (server, server_config(identity(), tuning).unwrap()),
-        (|_, _| a, b),
-        LinkConfig::default(),
-    )
-}
 
 /// A perf client (side `a`) and server (side `b`) over `link`.
 fn perf_net(
@@ -882,7 +822,7 @@ impl App<SimClock> for Writer {
 struct Stopper;
 impl App<SimClock> for Stopper {
     fn on_event(&mut self, driver: &mut Driver<SimClock>, event: QuicEvent) {
-        if let QuicEvent::StreamOpened(c) = event {
+        if let QuicEvent::StreamOpened(c, softtimer_quic::Dir::Bi) = event {
             while let Ok(Some(s)) = driver.accept_bi(c) {
                 driver
                     .stop_sending(c, s, softtimer_quic::VarInt::from_u32(42))

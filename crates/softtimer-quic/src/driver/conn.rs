@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use quinn_proto::{ConnectionError, ConnectionHandle, Dir, Event, StreamEvent};
+use quinn_proto::{ConnectionError, ConnectionHandle, Event, StreamEvent};
 use softtimer::{EventId, Instant, Span};
 
 use super::closed::Cid;
@@ -168,7 +168,9 @@ impl Conn {
                     self.ending.lost = Some(reason.clone());
                     QuicEvent::Lost(id, reason)
                 }
-                Event::Stream(StreamEvent::Opened { dir: Dir::Bi }) => QuicEvent::StreamOpened(id),
+                Event::Stream(StreamEvent::Opened { dir }) => QuicEvent::StreamOpened(id, dir),
+                Event::DatagramReceived => QuicEvent::DatagramReceived(id),
+                Event::DatagramsUnblocked => QuicEvent::DatagramsUnblocked(id),
                 Event::Stream(StreamEvent::Readable { id: s }) => QuicEvent::Readable(id, s),
                 Event::Stream(StreamEvent::Writable { id: s }) => QuicEvent::Writable(id, s),
                 Event::Stream(StreamEvent::Finished { id: s }) => QuicEvent::Finished(id, s),

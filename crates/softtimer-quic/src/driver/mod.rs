@@ -24,7 +24,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use hdrhistogram::Histogram;
 use quinn_proto::{
-    ClientConfig, ConnectionError, ConnectionHandle, DatagramEvent, EcnCodepoint, Endpoint,
+    ClientConfig, ConnectionError, ConnectionHandle, DatagramEvent, Dir, EcnCodepoint, Endpoint,
     EndpointConfig, EndpointEvent, ServerConfig, StreamId, VarInt,
 };
 use softtimer::{Clock, EventId, Instant, SoftTimers, Span, SystemClock, TriggerSource};
@@ -48,12 +48,12 @@ use time::{TimeMap, std_base, wake_plan};
 pub enum QuicEvent {
     /// The handshake completed.
     Connected(ConnId),
-    /// The peer opened streams: take them with [`Driver::accept_bi`], and read each once
-    /// taken: data that came with a stream's opening is not reported as [`Readable`]
-    /// (quinn-proto's rule).
+    /// The peer opened streams of this direction: take them with [`Driver::accept_bi`] or
+    /// [`Driver::accept_uni`], and read each once taken: data that came with a stream's
+    /// opening is not reported as [`Readable`] (quinn-proto's rule).
     ///
     /// [`Readable`]: QuicEvent::Readable
-    StreamOpened(ConnId),
+    StreamOpened(ConnId, Dir),
     /// A stream already taken has more data (or its end) to read.
     Readable(ConnId, StreamId),
     /// A stream that was blocked takes writes again.
@@ -62,6 +62,12 @@ pub enum QuicEvent {
     Finished(ConnId, StreamId),
     /// The peer asked us to stop sending on a stream, with its code.
     Stopped(ConnId, StreamId, VarInt),
+    /// Unreliable datagrams arrived: take them with [`Driver::read_datagram`].
+    DatagramReceived(ConnId),
+    /// The datagram send buffer has room again after a [`DatagramError::Blocked`].
+    ///
+    /// [`DatagramError::Blocked`]: crate::DatagramError::Blocked
+    DatagramsUnblocked(ConnId),
     /// The connection has ended: closed by the peer or by us
     /// ([`ConnectionError::LocallyClosed`]), timed out, reset or failed. Its statistics
     /// ([`Driver::connection_stats`]) can still be read while this event is handled; at the

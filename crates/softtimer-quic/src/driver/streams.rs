@@ -9,7 +9,7 @@ use softtimer::{Clock, Instant};
 
 use super::conn::Conn;
 use super::{ConnId, Driver, DriverStats, ReadStatus, Timer};
-use crate::error::{QuicError, StreamError};
+use crate::error::{DatagramError, QuicError, StreamError};
 
 impl<C: Clock + Clone> Driver<C> {
     fn conn(&mut self, id: ConnId) -> Result<&mut Conn, QuicError> {
@@ -28,6 +28,26 @@ impl<C: Clock + Clone> Driver<C> {
         Ok(c)
     }
 
+    /// The connection, for a write to `stream`: refused for the peer's unidirectional
+    /// streams (quinn-proto would panic).
+    fn conn_sending(&mut self, id: ConnId, stream: StreamId) -> Result<&mut Conn, QuicError> {
+        let c = self.conn(id)?;
+        if stream.dir() == Dir::Uni && stream.initiator() != c.conn.side() {
+            return Err(StreamError::WrongDirection { stream }.into());
+        }
+        Ok(c)
+    }
+
+    /// The connection, for a read of `stream`: refused for this side's unidirectional
+    /// streams (quinn-proto would panic).
+    fn conn_receiving(&mut self, id: ConnId, stream: StreamId) -> Result<&mut Conn, QuicError> {
+        let c = self.conn(id)?;
+        if stream.dir() == Dir::Uni && stream.initiator() == c.conn.side() {
+            return Err(StreamError::WrongDirection { stream }.into());
+        }
+        Ok(c)
+    }
+
     /// Opens a bidirectional stream; `None` while the peer's stream limit is reached.
     pub fn open_bi(&mut self, id: ConnId) -> Result<Option<StreamId>, QuicError> {
         Ok(self.conn(id)?.conn.streams().open(Dir::Bi))
@@ -38,10 +58,97 @@ impl<C: Clock + Clone> Driver<C> {
         Ok(self.conn(id)?.conn.streams().accept(Dir::Bi))
     }
 
+    /// Opens a unidirectional stream (this side writes, the peer reads); `None` while the
+    /// peer's limit is reached, which is always unless the peer's transport settings give
+    /// unidirectional streams ([`Tuning::uni_streams`](crate::tls::Tuning::uni_streams)).
+    pub fn open_uni(&mut self, id: ConnId) -> Result<Option<StreamId>, QuicError> {
+        Ok(self.conn(id)?.conn.streams().open(Dir::Uni))
+    }
+
+    /// Takes a unidirectional stream the peer opened, if any is waiting: it is read with
+    /// [`read`](Self::read), and takes no writes.
+    pub fn accept_uni(&mut self, id: ConnId) -> Result<Option<StreamId>, QuicError> {
+        Ok(self.conn(id)?.conn.streams().accept(Dir::Uni))
+    }
+
+    /// Sends `data` as an unreliable datagram (RFC 9221): it leaves with the connection's
+    /// next packets, is not sent again if lost, and reaches the peer whole or not at all.
+    /// Both sides' transport settings must take datagrams
+    /// ([`Tuning::datagrams`](crate::tls::Tuning::datagrams)). With the send buffer full,
+    /// `drop_oldest` makes room by discarding the oldest datagrams not yet sent; without it
+    /// the datagram comes back in [`DatagramError::Blocked`].
+    ///
+    /// An application that echoes every datagram, on a server whose settings take them:
+    ///
+    /// ```
+    /// use softtimer_quic::tls::{Identity, Tuning, server_config};
+    /// use softtimer_quic::{App, Driver, DriverConfig, QuicEvent};
+    ///
+    /// struct Echo;
+    /// impl App for Echo {
+    ///     fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+    ///         if let QuicEvent::DatagramReceived(conn) = event {
+    ///             while let Ok(Some(d)) = driver.read_datagram(conn) {
+    ///                 // Newest first: a full buffer drops the oldest not yet sent.
+    ///                 let _ = driver.send_datagram(conn, d, true);
+    ///             }
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// let tuning = Tuning { datagrams: true, ..Tuning::default() };
+    /// let identity = Identity::self_signed(&["localhost"]).unwrap();
+    /// let tls = server_config(&identity, &tuning).unwrap();
+    /// let clock = softtimer::SystemClock::new();
+    /// let driver = Driver::new(clock, DriverConfig::default(), Some(tls)).unwrap();
+    /// # let _ = (driver, Echo);
+    /// ```
+    ///
+    /// [`DatagramError::Blocked`]: crate::DatagramError::Blocked
+    pub fn send_datagram(
+        &mut self,
+        id: ConnId,
+        data: Bytes,
+        drop_oldest: bool,
+    ) -> Result<(), QuicError> {
+        let size = data.len();
+        let mut datagrams = self.conn(id)?.conn.datagrams();
+        datagrams.send(data, drop_oldest).map_err(|e| {
+            QuicError::Datagram(match e {
+                quinn_proto::SendDatagramError::Disabled => DatagramError::Disabled,
+                quinn_proto::SendDatagramError::UnsupportedByPeer => {
+                    DatagramError::UnsupportedByPeer
+                }
+                quinn_proto::SendDatagramError::TooLarge => DatagramError::TooLarge {
+                    size,
+                    max: datagrams.max_size(),
+                },
+                quinn_proto::SendDatagramError::Blocked(data) => DatagramError::Blocked(data),
+            })
+        })
+    }
+
+    /// Takes the oldest datagram received and not yet taken, if any.
+    pub fn read_datagram(&mut self, id: ConnId) -> Result<Option<Bytes>, QuicError> {
+        Ok(self.conn(id)?.conn.datagrams().recv())
+    }
+
+    /// The largest datagram [`send_datagram`](Self::send_datagram) takes now, bytes (it
+    /// follows the path's MTU); `None` where datagrams cannot be sent (off here, or not
+    /// offered by the peer) or the connection is gone.
+    pub fn max_datagram_size(&mut self, id: ConnId) -> Option<usize> {
+        self.conns.get_mut(id)?.conn.datagrams().max_size()
+    }
+
     /// Writes what the stream takes of `data`; 0 when it is blocked by flow control or
     /// congestion (a [`QuicEvent::Writable`](crate::QuicEvent::Writable) follows).
     pub fn write(&mut self, id: ConnId, stream: StreamId, data: &[u8]) -> Result<usize, QuicError> {
-        match self.conn(id)?.conn.send_stream(stream).write(data) {
+        match self
+            .conn_sending(id, stream)?
+            .conn
+            .send_stream(stream)
+            .write(data)
+        {
             Ok(n) => Ok(n),
             Err(quinn_proto::WriteError::Blocked) => Ok(0),
             Err(quinn_proto::WriteError::Stopped(code)) => {
@@ -55,7 +162,12 @@ impl<C: Clock + Clone> Driver<C> {
 
     /// Ends the stream: the peer reads to its end once everything written has arrived.
     pub fn finish(&mut self, id: ConnId, stream: StreamId) -> Result<(), QuicError> {
-        match self.conn(id)?.conn.send_stream(stream).finish() {
+        match self
+            .conn_sending(id, stream)?
+            .conn
+            .send_stream(stream)
+            .finish()
+        {
             Ok(()) => Ok(()),
             Err(quinn_proto::FinishError::Stopped(code)) => {
                 Err(StreamError::Stopped { stream, code }.into())
@@ -70,7 +182,7 @@ impl<C: Clock + Clone> Driver<C> {
     /// [`StreamError::Reset`] and this `code`; what was written and not yet acknowledged is
     /// not sent again.
     pub fn reset(&mut self, id: ConnId, stream: StreamId, code: VarInt) -> Result<(), QuicError> {
-        self.conn(id)?
+        self.conn_sending(id, stream)?
             .conn
             .send_stream(stream)
             .reset(code)
@@ -85,7 +197,7 @@ impl<C: Clock + Clone> Driver<C> {
         stream: StreamId,
         code: VarInt,
     ) -> Result<(), QuicError> {
-        self.conn(id)?
+        self.conn_receiving(id, stream)?
             .conn
             .recv_stream(stream)
             .stop(code)
@@ -101,7 +213,7 @@ impl<C: Clock + Clone> Driver<C> {
         stream: StreamId,
         mut sink: impl FnMut(&[u8]),
     ) -> Result<ReadStatus, QuicError> {
-        let c = self.conn(id)?;
+        let c = self.conn_receiving(id, stream)?;
         let mut recv = c.conn.recv_stream(stream);
         let mut chunks = recv.read(true).map_err(|e| match e {
             quinn_proto::ReadableError::ClosedStream => StreamError::Closed { stream },
