@@ -113,6 +113,48 @@ fn a_handshake_and_streams_both_ways_give_the_same_transcript_every_run() {
     );
 }
 
+/// A server that validates addresses answers the client's first Initial with a Retry (a
+/// small datagram, its first), and the connection then comes up a round trip later; a
+/// server that does not answers with its handshake.
+#[test]
+fn a_server_validating_addresses_sends_a_retry_and_the_connection_comes_up_a_round_trip_later() {
+    let link = LinkConfig {
+        delay: Duration::from_millis(5),
+        ..LinkConfig::default()
+    };
+    let plan = || ClientPlan {
+        download: 1000,
+        requests: 1,
+        ..ClientPlan::default()
+    };
+    let run = |validate_addresses| {
+        let server = DriverConfig {
+            validate_addresses,
+            ..seeded(2)
+        };
+        let tuning = Tuning::default();
+        let mut net = perf_net(plan(), seeded(1), server, &tuning, link.clone());
+        run_to_end(&mut net, Duration::from_secs(5));
+        let first_answer = net
+            .transcript
+            .iter()
+            .find(|s| s.from == From::B)
+            .map(|s| s.size)
+            .expect("the server answered");
+        let handshake = net.a.app.report.handshake_us;
+        (net.b.driver.stats().retries, first_answer, handshake)
+    };
+    let (retries, first, handshake) = run(true);
+    let (plain_retries, plain_first, plain_handshake) = run(false);
+    assert_eq!((retries, plain_retries), (1, 0));
+    // A Retry carries a token and no crypto frames; the handshake's first datagram is
+    // padded to at least 1200 bytes.
+    assert!(first < 200 && plain_first >= 1200, "{first} {plain_first}");
+    // One more round trip of 10 ms.
+    let extra = handshake - plain_handshake;
+    assert!((9_000.0..11_000.0).contains(&extra), "{extra} µs");
+}
+
 /// The index (among the server's datagrams) of the last datagram of the server's `nth`
 /// burst of at least `min` datagrams sent at one instant: a reply's tail.
 fn reply_tail(transcript: &[Sent], min: usize, nth: usize) -> u64 {

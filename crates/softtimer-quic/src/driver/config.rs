@@ -101,6 +101,11 @@ pub struct DriverConfig {
     /// quinn's endpoint does; `false` for a driver whose I/O is the caller's until the caller
     /// says.
     pub allow_mtu_discovery: bool,
+    /// Answer every new connection whose address is not yet validated with a Retry (RFC
+    /// 9000 §8.1.2), as quinn's example server does with `--stateless-retry`: the client
+    /// repeats its Initial with the token, which costs it a round trip, and the server keeps
+    /// no state, and sends no more than the Retry, for a spoofed address. Off by default.
+    pub validate_addresses: bool,
 }
 
 impl Default for DriverConfig {
@@ -119,6 +124,7 @@ impl Default for DriverConfig {
             cid_generator: None,
             max_connections: None,
             allow_mtu_discovery: false,
+            validate_addresses: false,
         }
     }
 }
@@ -138,6 +144,7 @@ impl std::fmt::Debug for DriverConfig {
             .field("rng_seed", &self.rng_seed.is_some())
             .field("max_connections", &self.max_connections)
             .field("allow_mtu_discovery", &self.allow_mtu_discovery)
+            .field("validate_addresses", &self.validate_addresses)
             .finish_non_exhaustive()
     }
 }

@@ -123,6 +123,8 @@ pub struct DriverStats {
     pub stateless_resets: u64,
     /// New connections refused at [`DriverConfig::max_connections`].
     pub connections_refused: u64,
+    /// Retries sent to unvalidated addresses ([`DriverConfig::validate_addresses`]).
+    pub retries: u64,
     /// The closed-connection records.
     pub closed: ClosedStats,
 }
@@ -457,6 +459,24 @@ impl<C: Clock + Clone> Driver<C> {
                 self.stats.connections_refused += 1;
                 let t = self.endpoint.refuse(incoming, &mut response);
                 self.respond(&t, response);
+                response = Vec::new();
+            }
+            Some(DatagramEvent::NewConnection(incoming))
+                if self.config.validate_addresses
+                    && !incoming.remote_address_validated()
+                    && incoming.may_retry() =>
+            {
+                match self.endpoint.retry(incoming, &mut response) {
+                    Ok(t) => {
+                        self.stats.retries += 1;
+                        self.respond(&t, response);
+                    }
+                    // Looked at above: only an Incoming already retried is refused one.
+                    Err(e) => {
+                        let t = self.endpoint.refuse(e.into_incoming(), &mut response);
+                        self.respond(&t, response);
+                    }
+                }
                 response = Vec::new();
             }
             Some(DatagramEvent::NewConnection(incoming)) => {

@@ -238,6 +238,12 @@ impl<C: Clock + Clone> Driver<C> {
 
     /// Closes the connection with an application error `code` and `reason`; a
     /// [`QuicEvent::Lost`](crate::QuicEvent::Lost) with [`ConnectionError::LocallyClosed`](crate::ConnectionError::LocallyClosed) follows.
+    ///
+    /// The close is immediate, as quinn's is: stream data written and not yet sent or
+    /// acknowledged is abandoned, and the peer's reads of it fail. To have it delivered,
+    /// [`finish`](Self::finish) the streams and close on their
+    /// [`QuicEvent::Finished`](crate::QuicEvent::Finished) (or, for the peer's, after reading
+    /// them to their end).
     pub fn close(&mut self, id: ConnId, code: VarInt, reason: &[u8]) -> Result<(), QuicError> {
         let now = self.map.to_std(self.latest);
         self.conn(id)?
