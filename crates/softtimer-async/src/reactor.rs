@@ -44,9 +44,10 @@ const SHUT: u64 = 8;
 const BITS: u64 = 0xff;
 const TICK: u64 = 1 << 8;
 
-/// The tasks waiting for one direction. A `poll_*` caller's waker alone takes no allocation;
-/// the awaited operations' list allocates once per readiness change it waits through (small
-/// beside the wake-up itself).
+/// The tasks waiting for one direction. One waiter of either kind (a `poll_*` caller's
+/// waker, an awaited operation's ticketed entry) is taken without giving up the list's
+/// allocation, so that a task waiting on a socket, readiness change after readiness change,
+/// allocates once; only several waiters at once move their list out.
 ///
 /// Callers of `poll_*` methods (and of the pace queue's waits) stay until the list is taken,
 /// one entry per task. Futures awaited through [`wait_fn`] are entered with a ticket and
@@ -107,11 +108,32 @@ impl Waiters {
         Some(self.futures.swap_remove(at).waker)
     }
 
+    /// Takes every waiter out. A list of one gives up its entry and keeps its allocation for
+    /// the next wait (the common case: one task per direction); a longer one is moved out.
     pub(crate) fn take(&mut self) -> Waiters {
-        Waiters {
+        let mut taken = Waiters {
             first: self.first.take(),
-            rest: std::mem::take(&mut self.rest),
-            futures: std::mem::take(&mut self.futures),
+            rest: Vec::new(),
+            futures: Vec::new(),
+        };
+        if self.rest.len() > 1 {
+            taken.rest = std::mem::take(&mut self.rest);
+        } else if let Some(waker) = self.rest.pop() {
+            taken.second(waker);
+        }
+        if self.futures.len() > 1 {
+            taken.futures = std::mem::take(&mut self.futures);
+        } else if let Some(entry) = self.futures.pop() {
+            taken.second(entry.waker);
+        }
+        taken
+    }
+
+    /// Adds a taken waker: in `first` while it is free (no allocation), else to `rest`.
+    fn second(&mut self, waker: Waker) {
+        match self.first {
+            None => self.first = Some(waker),
+            Some(_) => self.rest.push(waker),
         }
     }
 
@@ -776,6 +798,59 @@ mod tests {
         assert_eq!(entries(&source, Direction::Read), 2);
         drop(wait);
         assert_eq!(entries(&source, Direction::Read), 1);
+    }
+
+    /// A waiter alone is taken without its list's allocation, which the next wait reuses;
+    /// several are all taken, each woken once.
+    #[test]
+    fn one_waiter_is_taken_without_giving_up_the_lists_allocation() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        let mut waiters = Waiters::default();
+        waiters.enter(1, &waker);
+        let capacity = waiters.futures.capacity();
+        assert!(capacity > 0);
+        let taken = waiters.take();
+        assert_eq!((taken.len(), waiters.len()), (1, 0));
+        assert_eq!(
+            waiters.futures.capacity(),
+            capacity,
+            "kept for the next wait"
+        );
+        taken.wake();
+        // A poll_* waker, two futures and two more poll_* wakers of other tasks: all five
+        // taken and woken.
+        waiters.add(&waker);
+        waiters.enter(2, &waker);
+        waiters.enter(3, &waker);
+        for _ in 0..2 {
+            waiters.add(&Waker::from(Arc::clone(&count)));
+        }
+        // `add` keeps one waker per task: the last two wake the same task as the first.
+        assert_eq!(waiters.len(), 3);
+        let taken = waiters.take();
+        assert_eq!((taken.len(), waiters.len()), (3, 0));
+        taken.wake();
+        assert_eq!(count.0.load(Ordering::Relaxed), 4);
+        // A future's entry and another task's poll_* waker: the entry joins `first`'s
+        // neighbour without moving its list.
+        let other = Arc::new(Count(AtomicUsize::new(0)));
+        waiters.add(&Waker::from(Arc::clone(&other)));
+        waiters.enter(4, &waker);
+        let capacity = waiters.futures.capacity();
+        let taken = waiters.take();
+        assert_eq!(taken.len(), 2);
+        assert_eq!(waiters.futures.capacity(), capacity);
+        taken.wake();
+        assert_eq!(count.0.load(Ordering::Relaxed), 5);
+        assert_eq!(other.0.load(Ordering::Relaxed), 1);
     }
 
     /// A poll that panics gives the thread's scope back: a `poll_*` caller after it is not
