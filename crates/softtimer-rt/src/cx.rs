@@ -412,6 +412,11 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
 
     /// Watches `fd` for `interest`; `token` (below [`MAX_TOKEN`]) comes back in [`Ready`].
     /// A closed descriptor, or one epoll cannot watch (a regular file), is an error.
+    ///
+    /// On an io_uring backend, [`deregister`](Self::deregister) a descriptor before closing
+    /// it: the ring's poll holds its file open (a socket closed without it stays open, and
+    /// its peer sees no end) until the number is registered again or the loop is dropped.
+    /// epoll forgets a closed descriptor by itself.
     pub fn register(
         &mut self,
         fd: impl AsFd,
@@ -452,7 +457,8 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         self.watch_fd(fd, interest, token, false)
     }
 
-    /// Stops watching `fd`.
+    /// Stops watching `fd` (on an io_uring backend, this lets go of its file: do it before
+    /// closing `fd`).
     pub fn deregister(&mut self, fd: impl AsFd) -> Result<(), RtError> {
         if let Some(ring) = &mut self.core.ring {
             return ring
