@@ -122,6 +122,7 @@ impl StreamError {
 
 /// Why an unreliable datagram (RFC 9221) was not sent.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DatagramError {
     /// This side's transport settings do not take datagrams
     /// ([`Tuning::datagrams`](crate::tls::Tuning::datagrams) off, quinn-proto's

@@ -250,8 +250,6 @@ impl<C: Clock + Clone> App<C> for PerfServer {
                 self.report.connections += 1;
                 self.open.insert(conn);
             }
-            // The perf protocol's streams are bidirectional; the transport gives the peer no
-            // unidirectional ones.
             QuicEvent::StreamOpened(conn, quinn_proto::Dir::Bi) => {
                 while let Ok(Some(stream)) = driver.accept_bi(conn) {
                     self.streams.insert((conn, stream), ServerStream::default());
@@ -260,10 +258,10 @@ impl<C: Clock + Clone> App<C> for PerfServer {
             }
             QuicEvent::Readable(conn, stream) => self.read(driver, conn, stream),
             QuicEvent::Writable(conn, stream) => self.write(driver, conn, stream),
-            QuicEvent::Stopped(conn, stream, _) => {
-                if self.streams.remove(&(conn, stream)).is_some() {
-                    self.report.aborted += 1;
-                }
+            QuicEvent::Stopped(conn, stream, _)
+                if self.streams.remove(&(conn, stream)).is_some() =>
+            {
+                self.report.aborted += 1;
             }
             QuicEvent::Lost(conn, _) => {
                 let was_open = self.open.remove(&conn);
@@ -282,10 +280,18 @@ impl<C: Clock + Clone> App<C> for PerfServer {
                     driver.stop();
                 }
             }
-            QuicEvent::StreamOpened(_, quinn_proto::Dir::Uni)
-            | QuicEvent::Finished(..)
-            | QuicEvent::DatagramReceived(_)
-            | QuicEvent::DatagramsUnblocked(_) => {}
+            // The perf protocol has bidirectional streams only. A peer given others (a
+            // transport of the caller's that allows them) is told to stop, and its datagrams
+            // are read and dropped, so that neither is held unread.
+            QuicEvent::StreamOpened(conn, quinn_proto::Dir::Uni) => {
+                while let Ok(Some(stream)) = driver.accept_uni(conn) {
+                    let _ = driver.stop_sending(conn, stream, VarInt::from_u32(0));
+                }
+            }
+            QuicEvent::DatagramReceived(conn) => {
+                while let Ok(Some(_)) = driver.read_datagram(conn) {}
+            }
+            _ => {}
         }
     }
 }
@@ -630,23 +636,17 @@ impl<C: Clock + Clone> App<C> for PerfClient {
             }
             QuicEvent::Readable(_, stream) => self.read_response(driver, stream),
             QuicEvent::Writable(..) => self.pump_upload(driver),
-            QuicEvent::Lost(_, why) => {
-                if !matches!(self.state, ClientState::Done) {
-                    let why = if matches!(self.state, ClientState::Connecting) {
-                        format!("the handshake failed: {why}")
-                    } else {
-                        format!("the connection was lost: {why}")
-                    };
-                    self.report.error = Some(why);
-                    self.state = ClientState::Done;
-                    driver.stop();
-                }
+            QuicEvent::Lost(_, why) if !matches!(self.state, ClientState::Done) => {
+                let why = if matches!(self.state, ClientState::Connecting) {
+                    format!("the handshake failed: {why}")
+                } else {
+                    format!("the connection was lost: {why}")
+                };
+                self.report.error = Some(why);
+                self.state = ClientState::Done;
+                driver.stop();
             }
-            QuicEvent::StreamOpened(..)
-            | QuicEvent::Finished(..)
-            | QuicEvent::Stopped(..)
-            | QuicEvent::DatagramReceived(_)
-            | QuicEvent::DatagramsUnblocked(_) => {}
+            _ => {}
         }
     }
 

@@ -218,6 +218,8 @@ fn what_either_sides_settings_leave_off_is_refused_with_its_reason() {
     );
     assert!(net.run_for(Duration::from_secs(5), |n| n.a.stopped));
     assert_eq!(datagram_error(&net.a.app.small), DatagramError::Disabled);
+    // The size reads the peer's side only: it has one, though this side sends none.
+    assert!(net.a.app.max.is_some());
 
     // Both sides on: a datagram too large for the path is refused with the size that fits.
     let mut net = net_of(
@@ -345,4 +347,53 @@ fn a_stream_named_the_wrong_way_round_is_refused_not_a_panic() {
         net.a.app.errors[0],
         "server unidirectional stream 0 carries data the other way"
     );
+}
+
+/// A client allowed one unidirectional stream at a time: the second waits for the
+/// server's credit, which `StreamsAvailable` announces once the first is read.
+#[derive(Default)]
+struct OneAtATime {
+    second_refused: bool,
+    available: Vec<Dir>,
+    second: Option<StreamId>,
+}
+
+impl App<SimClock> for OneAtATime {
+    fn on_event(&mut self, driver: &mut Driver<SimClock>, event: QuicEvent) {
+        match event {
+            QuicEvent::Connected(c) => {
+                let s = driver.open_uni(c).unwrap().expect("one allowed");
+                driver.write(c, s, b"first").unwrap();
+                driver.finish(c, s).unwrap();
+                self.second_refused = driver.open_uni(c).unwrap().is_none();
+            }
+            QuicEvent::StreamsAvailable(c, dir) => {
+                self.available.push(dir);
+                if dir == Dir::Uni && self.second.is_none() {
+                    self.second = driver.open_uni(c).unwrap();
+                    driver.stop();
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_stream_refused_at_the_peers_limit_can_be_opened_once_streams_are_available() {
+    let tuning = Tuning {
+        uni_streams: 1,
+        ..Tuning::default()
+    };
+    let mut net = insecure_net(&tuning, seeded(2), OneAtATime::default(), Server::default());
+    assert!(net.run_for(Duration::from_secs(5), |n| n.a.stopped));
+    let client = &net.a.app;
+    assert!(client.second_refused, "the limit is one");
+    assert_eq!(net.b.app.stream, b"first");
+    assert!(
+        client.available.contains(&Dir::Uni),
+        "{:?}",
+        client.available
+    );
+    assert!(client.second.is_some());
 }

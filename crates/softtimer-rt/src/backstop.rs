@@ -162,8 +162,8 @@ where
             match SleepingWatch::new(&shared, stop, placement) {
                 Ok(watch) => {
                     let _ = placed_tx.send(Ok(()));
-                    if let Err(e) = watch.run(stop_flag) {
-                        shared.helper_failed(e);
+                    if let Err(errno) = watch.run(stop_flag) {
+                        shared.helper_failed(errno);
                     }
                 }
                 Err(e) => {
@@ -178,11 +178,15 @@ where
         };
         cpu.store(sys::thread_cpu_ns(), Ordering::Relaxed);
     })?;
+    let starting = RtError::io("starting the backstop's helper");
     match placed_rx.recv_timeout(PLACEMENT_WAIT) {
         Ok(Ok(())) => Ok(Some(helper)),
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(RtError::io("starting the backstop's helper")(
-            std::io::ErrorKind::TimedOut.into(),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            Err(starting(std::io::ErrorKind::TimedOut.into()))
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(starting(
+            std::io::Error::other("the helper thread ended before it started watching"),
         )),
     }
 }
@@ -246,7 +250,7 @@ impl<'a, E, C: Clock> SleepingWatch<'a, E, C> {
 
     /// Watches until stopped; an `epoll_wait` that fails (other than by a signal) ends it
     /// with that error, which the loop then reports.
-    fn run(self, stop_flag: &AtomicBool) -> Result<(), RtError> {
+    fn run(self, stop_flag: &AtomicBool) -> Result<(), rustix::io::Errno> {
         let SleepingWatch {
             shared,
             poll,
@@ -313,7 +317,7 @@ impl<'a, E, C: Clock> SleepingWatch<'a, E, C> {
             syscalls(1);
             match woke {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(RtError::from(("epoll_wait", e))),
+                Err(e) => return Err(e),
             }
             if events.is_empty() {
                 // The timeout: the deadline's, or the late line's.

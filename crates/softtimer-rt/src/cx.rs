@@ -416,7 +416,7 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     /// On an io_uring backend, [`deregister`](Self::deregister) a descriptor before closing
     /// it: the ring's poll holds its file open (a socket closed without it stays open, and
     /// its peer sees no end) until the number is registered again or the loop is dropped.
-    /// epoll forgets a closed descriptor by itself.
+    /// epoll forgets a closed descriptor by itself (unless a duplicate keeps its file open).
     pub fn register(
         &mut self,
         fd: impl AsFd,

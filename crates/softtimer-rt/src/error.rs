@@ -35,7 +35,7 @@ pub enum RtError {
     /// call: the loop no longer keeps the backstop's bound or enforces deadlines. Reported
     /// by every run and park from then on; build a new loop.
     #[error(
-        "the backstop's helper thread stopped (epoll_wait: {0}); the loop no longer keeps its bound"
+        "the backstop's helper thread stopped on a failed epoll_wait; the loop no longer keeps its bound"
     )]
     HelperStopped(#[source] io::Error),
     /// A deadline was asked for where nothing would enforce it (a timer baseline, or timers

@@ -458,6 +458,25 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         self.core.idle
     }
 
+    /// Replaces the idle policy: to start from windows another loop of this machine has
+    /// learnt (its [`idle_policy`](Self::idle_policy)) rather than from the calibration, so
+    /// that a loop built again (a restart, a benchmark's next round) does not learn them
+    /// afresh. The loop keeps following its wake-ups from there.
+    ///
+    /// ```
+    /// use softtimer_rt::{EventLoop, LoopConfig};
+    ///
+    /// let first: EventLoop<()> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
+    /// let learnt = first.idle_policy();
+    /// drop(first);
+    /// let mut next: EventLoop<()> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
+    /// next.set_idle_policy(learnt);
+    /// assert_eq!(next.idle_policy(), learnt);
+    /// ```
+    pub fn set_idle_policy(&mut self, policy: IdlePolicy) {
+        self.core.idle = policy;
+    }
+
     /// Time the loop thread has spun in its idle policy, on the measurement clock: what
     /// [`Counters::idle_spin_ns`] reports, read without the facility's lock (a field of the
     /// loop thread's own), for a caller that samples it after every park.
@@ -641,11 +660,14 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// (`loop`). Returns how many descriptors were ready. This and [`EventLoop::park`] are the
     /// loop's step form, for a caller that runs its own work between them (an async
     /// runtime's executor, which polls its tasks and looks at the descriptors every so
-    /// many polls) instead of handing [`EventLoop::run_with`] callbacks.
+    /// many polls) instead of handing [`EventLoop::run_with`] callbacks. A handler panic on
+    /// the helper thread, or a helper stopped, is reported as [`park`](Self::park) reports
+    /// it.
     pub fn poll_io<F>(&mut self, mut on_ready: F) -> Result<usize, RtError>
     where
         F: FnMut(&mut LoopCx<'_, E, C>, Ready),
     {
+        self.core.shared.helper_trouble()?;
         self.wait(Some(Duration::ZERO))?;
         self.core.trigger(TriggerSource::Syscall);
         Ok(self.dispatch(&mut on_ready))

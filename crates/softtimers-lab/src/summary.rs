@@ -39,7 +39,7 @@ pub fn range(samples: &[f64]) -> (f64, f64) {
 }
 
 /// The JSON helpers for numbers written as `null` (NaN), where the tools define them.
-pub use softtimers_tools::json::{num, num_pair};
+pub use softtimers_tools::json::{num, num_pair, nums};
 
 #[cfg(test)]
 mod tests {

@@ -35,6 +35,12 @@ pub fn num_pair<'de, D: Deserializer<'de>>(d: D) -> Result<(f64, f64), D::Error>
     Ok((a.unwrap_or(f64::NAN), b.unwrap_or(f64::NAN)))
 }
 
+/// [`num`] for a list of numbers (each round's figure, say).
+pub fn nums<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    let v = Vec::<Option<f64>>::deserialize(d)?;
+    Ok(v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,11 +53,16 @@ mod tests {
             x: f64,
             #[serde(deserialize_with = "num_pair")]
             r: (f64, f64),
+            #[serde(deserialize_with = "nums")]
+            v: Vec<f64>,
         }
-        let row: Row = serde_json::from_str(r#"{"x": null, "r": [1.5, null]}"#).unwrap();
+        let row: Row =
+            serde_json::from_str(r#"{"x": null, "r": [1.5, null], "v": [2.0, null]}"#).unwrap();
         assert!(row.x.is_nan());
         assert_eq!(row.r.0, 1.5);
         assert!(row.r.1.is_nan());
+        assert_eq!(row.v.len(), 2);
+        assert!(row.v[0] == 2.0 && row.v[1].is_nan());
         let text = serde_json::to_string(&f64::NAN).unwrap();
         assert_eq!(text, "null", "what the writer does, and why `num` exists");
     }

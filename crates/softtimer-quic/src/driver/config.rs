@@ -105,6 +105,18 @@ pub struct DriverConfig {
     /// 9000 §8.1.2), as quinn's example server does with `--stateless-retry`: the client
     /// repeats its Initial with the token, which costs it a round trip, and the server keeps
     /// no state, and sends no more than the Retry, for a spoofed address. Off by default.
+    ///
+    /// ```
+    /// use softtimer_quic::DriverConfig;
+    ///
+    /// // A server facing the open Internet: a Retry first, a connection limit behind it.
+    /// let config = DriverConfig {
+    ///     validate_addresses: true,
+    ///     max_connections: Some(10_000),
+    ///     ..DriverConfig::default()
+    /// };
+    /// # let _ = config;
+    /// ```
     pub validate_addresses: bool,
 }
 

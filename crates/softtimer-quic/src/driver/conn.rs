@@ -171,6 +171,9 @@ impl Conn {
                 Event::Stream(StreamEvent::Opened { dir }) => QuicEvent::StreamOpened(id, dir),
                 Event::DatagramReceived => QuicEvent::DatagramReceived(id),
                 Event::DatagramsUnblocked => QuicEvent::DatagramsUnblocked(id),
+                Event::Stream(StreamEvent::Available { dir }) => {
+                    QuicEvent::StreamsAvailable(id, dir)
+                }
                 Event::Stream(StreamEvent::Readable { id: s }) => QuicEvent::Readable(id, s),
                 Event::Stream(StreamEvent::Writable { id: s }) => QuicEvent::Writable(id, s),
                 Event::Stream(StreamEvent::Finished { id: s }) => QuicEvent::Finished(id, s),

@@ -43,8 +43,9 @@ use closed::{Cid, ClosedTable, Late};
 use conn::Slots;
 use time::{TimeMap, std_base, wake_plan};
 
-/// What the driver tells the application.
+/// What the driver tells the application. More kinds may come: match with a wildcard arm.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum QuicEvent {
     /// The handshake completed.
     Connected(ConnId),
@@ -62,8 +63,12 @@ pub enum QuicEvent {
     Finished(ConnId, StreamId),
     /// The peer asked us to stop sending on a stream, with its code.
     Stopped(ConnId, StreamId, VarInt),
-    /// Unreliable datagrams arrived: take them with [`Driver::read_datagram`].
+    /// Unreliable datagrams arrived: take them with [`Driver::read_datagram`] until it
+    /// gives `None` (this event comes again only when one arrives with none waiting).
     DatagramReceived(ConnId),
+    /// The peer allows more streams of this direction: an [`Driver::open_bi`] or
+    /// [`Driver::open_uni`] that gave `None` at its limit may be tried again.
+    StreamsAvailable(ConnId, Dir),
     /// The datagram send buffer has room again after a [`DatagramError::Blocked`].
     ///
     /// [`DatagramError::Blocked`]: crate::DatagramError::Blocked
@@ -123,7 +128,9 @@ pub struct DriverStats {
     pub stateless_resets: u64,
     /// New connections refused at [`DriverConfig::max_connections`].
     pub connections_refused: u64,
-    /// Retries sent to unvalidated addresses ([`DriverConfig::validate_addresses`]).
+    /// Retry packets sent to unvalidated addresses ([`DriverConfig::validate_addresses`]):
+    /// one per Initial datagram from such an address (a client whose first flight is two
+    /// datagrams draws two).
     pub retries: u64,
     /// The closed-connection records.
     pub closed: ClosedStats,

@@ -133,9 +133,11 @@ impl<C: Clock + Clone> Driver<C> {
         Ok(self.conn(id)?.conn.datagrams().recv())
     }
 
-    /// The largest datagram [`send_datagram`](Self::send_datagram) takes now, bytes (it
-    /// follows the path's MTU); `None` where datagrams cannot be sent (off here, or not
-    /// offered by the peer) or the connection is gone.
+    /// The largest datagram the peer takes now, bytes (it follows the path's MTU); `None`
+    /// where the peer does not take datagrams (or has not said yet) or the connection is
+    /// gone. It reads the peer's side only: with datagrams off here,
+    /// [`send_datagram`](Self::send_datagram) still fails with
+    /// [`DatagramError::Disabled`](crate::DatagramError::Disabled).
     pub fn max_datagram_size(&mut self, id: ConnId) -> Option<usize> {
         self.conns.get_mut(id)?.conn.datagrams().max_size()
     }

@@ -10,7 +10,7 @@ use anyhow::Result;
 use rustix::event::{EventfdFlags, eventfd};
 use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Span};
-use softtimer_rt::{EventLoop, Interest, LoopConfig, SpinWindow};
+use softtimer_rt::{EventLoop, IdlePolicy, Interest, LoopConfig, SpinWindow};
 
 use crate::frontier;
 use crate::harness::thread_cpu_ns;
@@ -162,10 +162,18 @@ pub struct IdlePolicyRow {
     pub dominated_by: Option<String>,
     /// Lateness p99 in each interleaved round, µs, where the row is their median (empty in
     /// older reports, whose rows are one run each).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::summary::nums"
+    )]
     pub late_p99_us_rounds: Vec<f64>,
     /// The loop's CPU in each round, %, as `late_p99_us_rounds`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::summary::nums"
+    )]
     pub cpu_pct_rounds: Vec<f64>,
 }
 
@@ -183,18 +191,21 @@ impl IdlePolicyRow {
         (self.cpu_pct, self.late_p99_us)
     }
 
-    /// One setting's row over interleaved rounds (runs of the same period and policy): the
-    /// median round's lateness p50 and p99 and CPU, each taken on its own; the largest
-    /// lateness of any; the events and backstop wake-ups of all; the window as the last round
-    /// left it; each round's p99 and CPU kept. `None` for no rounds.
-    pub fn over_rounds(rounds: &[IdlePolicyRow]) -> Option<IdlePolicyRow> {
+    /// One setting's row over interleaved rounds of equal length (runs of the same period
+    /// and policy), `late_us` the lateness of every event of them all: the lateness
+    /// quantiles and largest of all the events together (as one run of the rounds' length
+    /// would give: a round of three at a 10 ms period holds 66 events, too few for a p99 of
+    /// its own), the mean of the rounds' CPU, their events and backstop wake-ups summed, the
+    /// window as the last round left it, each round's p99 and CPU kept for the spread.
+    /// `None` for no rounds.
+    pub fn over_rounds(rounds: &[IdlePolicyRow], late_us: &[f64]) -> Option<IdlePolicyRow> {
         let of =
             |figure: fn(&IdlePolicyRow) -> f64| -> Vec<f64> { rounds.iter().map(figure).collect() };
         let mut row = rounds.last()?.clone();
-        row.late_p50_us = median(&of(|r| r.late_p50_us));
-        row.late_p99_us = median(&of(|r| r.late_p99_us));
-        row.late_max_us = of(|r| r.late_max_us).into_iter().fold(0.0, f64::max);
-        row.cpu_pct = median(&of(|r| r.cpu_pct));
+        row.late_p50_us = median(late_us);
+        row.late_p99_us = percentile(late_us, 99.0);
+        row.late_max_us = percentile(late_us, 100.0);
+        row.cpu_pct = of(|r| r.cpu_pct).iter().sum::<f64>() / rounds.len() as f64;
         row.events = rounds.iter().map(|r| r.events).sum();
         row.backstop_wakeups = rounds.iter().map(|r| r.backstop_wakeups).sum();
         row.late_p99_us_rounds = of(|r| r.late_p99_us);
@@ -204,13 +215,23 @@ impl IdlePolicyRow {
     }
 }
 
+/// One run of an idle-policy setting: its row, the lateness of each event, µs, and the
+/// idle policy it left (for the setting's next round to go on from).
+pub(super) struct IdleRun {
+    pub row: IdlePolicyRow,
+    pub late_us: Vec<f64>,
+    pub left: IdlePolicy,
+}
+
 /// Every setting of [`idle_settings`] at every period of [`IDLE_POLICY_PERIODS_US`], in
 /// `rounds` interleaved rounds of `run(period) / rounds` each, so that each setting meets the
 /// host's slow and quiet spells alike (the rows are compared with each other, and a host
 /// that stalls one run of a second would otherwise decide the comparison): each round runs
-/// every period's settings, starting one setting further along than the round before. The
-/// rows, each the median of its rounds ([`IdlePolicyRow::over_rounds`]), in period then
-/// setting order, placed on their frontier.
+/// every period's settings, starting one setting further along than the round before. Each
+/// round's loop goes on from the idle policy the setting's previous round left, so that the
+/// calibrated policy learns its windows once, as in one run, not once a round. The rows,
+/// each over its rounds ([`IdlePolicyRow::over_rounds`]: the events of all of them
+/// together), in period then setting order, placed on their frontier.
 pub(super) fn measure_idle_policies(
     rounds: usize,
     run: impl Fn(u64) -> Duration,
@@ -218,21 +239,28 @@ pub(super) fn measure_idle_policies(
     let settings = idle_settings();
     let rounds = rounds.max(1);
     // runs[period index][setting index]: one row per round.
-    let mut runs: Vec<Vec<Vec<IdlePolicyRow>>> =
-        vec![vec![Vec::with_capacity(rounds); settings.len()]; IDLE_POLICY_PERIODS_US.len()];
+    // Per period and setting: each round's row, every event's lateness, the policy left.
+    type Setting = (Vec<IdlePolicyRow>, Vec<f64>, Option<IdlePolicy>);
+    let mut runs: Vec<Vec<Setting>> = (0..IDLE_POLICY_PERIODS_US.len())
+        .map(|_| (0..settings.len()).map(|_| Default::default()).collect())
+        .collect();
     for round in 0..rounds {
         for (p, &period_us) in IDLE_POLICY_PERIODS_US.iter().enumerate() {
             let time = run(period_us) / rounds as u32;
             for k in 0..settings.len() {
                 let s = (k + round) % settings.len();
-                runs[p][s].push(measure_idle_policy(period_us, settings[s], time)?);
+                let (rows, late, learnt) = &mut runs[p][s];
+                let done = measure_idle_policy(period_us, settings[s], time, *learnt)?;
+                rows.push(done.row);
+                late.extend(done.late_us);
+                *learnt = Some(done.left);
             }
         }
     }
     let mut rows: Vec<IdlePolicyRow> = runs
         .iter()
         .flatten()
-        .filter_map(|r| IdlePolicyRow::over_rounds(r))
+        .filter_map(|(rows, late, _)| IdlePolicyRow::over_rounds(rows, late))
         .collect();
     place_on_frontier(&mut rows);
     Ok(rows)
@@ -312,12 +340,15 @@ pub(super) fn measure_wakeups(state: LoopState, time: Duration) -> Result<Wakeup
     })
 }
 
-/// A loop whose only work is one event re-armed every `period_us`, waiting under `policy`.
+/// A loop whose only work is one event re-armed every `period_us`, waiting under `policy`,
+/// starting from `learnt` (the idle policy a loop of the same setting left, to go on from
+/// its windows) where given.
 pub(super) fn measure_idle_policy(
     period_us: u64,
     (policy, spin_window): (IdlePolicyKind, SpinWindow),
     time: Duration,
-) -> Result<IdlePolicyRow> {
+    learnt: Option<IdlePolicy>,
+) -> Result<IdleRun> {
     use std::sync::{Arc, Mutex};
     let hz = softtimer::SystemClock::new().resolution_hz();
     let period = Span::from_micros(period_us, hz);
@@ -341,6 +372,9 @@ pub(super) fn measure_idle_policy(
     // guard is dropped.
     let stock_slack = (policy == IdlePolicyKind::BlockDefaultSlack)
         .then(softtimers_tools::cpu::stock_timer_slack);
+    if let Some(learnt) = learnt {
+        ev.set_idle_policy(learnt);
+    }
     ev.cx().schedule_soft_event(period, ())?;
     stop_after(&ev, time);
     let (cpu0, start) = (thread_cpu_ns(), Instant::now());
@@ -348,7 +382,7 @@ pub(super) fn measure_idle_policy(
     let cpu_pct = (thread_cpu_ns() - cpu0) as f64 / start.elapsed().as_nanos() as f64 * 100.0;
     drop(stock_slack);
     let v = late.lock().map(|v| v.clone()).unwrap_or_default();
-    Ok(IdlePolicyRow {
+    let row = IdlePolicyRow {
         period_us,
         policy,
         // The window before a wait of the period, as the run left it (the calibrated
@@ -363,6 +397,11 @@ pub(super) fn measure_idle_policy(
         dominated_by: None,
         late_p99_us_rounds: Vec::new(),
         cpu_pct_rounds: Vec::new(),
+    };
+    Ok(IdleRun {
+        row,
+        late_us: v,
+        left: ev.idle_policy(),
     })
 }
 
@@ -487,27 +526,32 @@ mod tests {
     }
 
     #[test]
-    fn a_row_over_rounds_is_its_median_round_so_one_stalled_round_does_not_decide_it() {
+    fn a_row_over_rounds_reads_all_their_events_together_so_one_stalled_round_does_not_decide_it() {
         use IdlePolicyKind::*;
-        // Three rounds of the default at 1 ms: the host stalled the second.
+        // Three rounds of 100 events of the default at 1 ms, each 1 µs late but two of the
+        // second's, which the host stalled for 60 µs: that round's p99 is 60.
         let rounds = [
-            made_up(1000, Calibrated, 30.0, 2.2, 2.0),
+            made_up(1000, Calibrated, 30.0, 2.2, 1.0),
             made_up(1000, Calibrated, 31.0, 2.9, 60.0),
-            made_up(1000, Calibrated, 32.0, 2.4, 3.0),
+            made_up(1000, Calibrated, 32.0, 2.4, 1.0),
         ];
-        let row = IdlePolicyRow::over_rounds(&rounds).expect("rounds");
-        assert_eq!(row.late_p99_us, 3.0);
-        assert_eq!(row.cpu_pct, 2.4);
-        assert_eq!(row.late_p50_us, 1.5);
-        // The largest lateness of any round, every round's events, the last round's window.
-        assert_eq!(row.late_max_us, 120.0);
+        let mut late = vec![1.0; 300];
+        late[150] = 60.0;
+        late[151] = 60.0;
+        let row = IdlePolicyRow::over_rounds(&rounds, &late).expect("rounds");
+        // Two stalled events in 300 are under one in a hundred.
+        assert_eq!(row.late_p99_us, 1.0);
+        assert_eq!(row.late_p50_us, 1.0);
+        assert_eq!(row.late_max_us, 60.0);
+        assert!((row.cpu_pct - 2.5).abs() < 1e-9, "{}", row.cpu_pct);
+        // Every round's events, the last round's window, each round's figures.
         assert_eq!(row.events, 300);
         assert_eq!(row.spin_window_us, 32.0);
-        assert_eq!(row.late_p99_us_rounds, vec![2.0, 60.0, 3.0]);
+        assert_eq!(row.late_p99_us_rounds, vec![1.0, 60.0, 1.0]);
         assert_eq!(row.cpu_pct_rounds, vec![2.2, 2.9, 2.4]);
-        assert!(IdlePolicyRow::over_rounds(&[]).is_none());
-        // A fixed window whose one run beat the stalled round on both is not better than
-        // the median round: the default stays on the frontier.
+        assert!(IdlePolicyRow::over_rounds(&[], &[]).is_none());
+        // A fixed window that beat the stalled round on both is not better than the rounds
+        // together: the default stays on the frontier.
         let window = made_up(1000, Window, 30.0, 2.3, 4.0);
         assert!(frontier::beats(window.point(), rounds[1].point()));
         let mut rows = vec![row, window];
@@ -518,8 +562,17 @@ mod tests {
         let json = serde_json::to_string(&rows[0]).expect("json");
         let back: IdlePolicyRow = serde_json::from_str(&json).expect("read back");
         assert_eq!(back.late_p99_us_rounds, rows[0].late_p99_us_rounds);
-        let old = json.replace(",\"late_p99_us_rounds\":[2.0,60.0,3.0]", "");
+        let old = json
+            .replace(",\"late_p99_us_rounds\":[1.0,60.0,1.0]", "")
+            .replace(",\"cpu_pct_rounds\":[2.2,2.9,2.4]", "");
+        assert!(!old.contains("rounds"), "{old}");
         let old: IdlePolicyRow = serde_json::from_str(&old).expect("an older row");
-        assert!(old.late_p99_us_rounds.is_empty());
+        assert!(old.late_p99_us_rounds.is_empty() && old.cpu_pct_rounds.is_empty());
+        // A round with no events has no p99: written as null, read back as NaN.
+        let mut empty_round = rows[0].clone();
+        empty_round.late_p99_us_rounds[1] = f64::NAN;
+        let json = serde_json::to_string(&empty_round).expect("json");
+        let back: IdlePolicyRow = serde_json::from_str(&json).expect("a null round reads");
+        assert!(back.late_p99_us_rounds[1].is_nan());
     }
 }

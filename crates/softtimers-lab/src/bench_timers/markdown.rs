@@ -109,17 +109,17 @@ pub fn to_markdown(report: &TimersReport) -> String {
         ]);
     }
     out += &table.finish();
-    out += "\nA loop whose only work is one periodic event, by idle policy (each figure the median of interleaved rounds; dominated by: the cheapest policy of the same period with both a lower p99 and a lower CPU; blank: on the frontier):\n\n";
+    out += "\nA loop whose only work is one periodic event, by idle policy (where there are several interleaved rounds, the lateness of all their events together and the mean of their CPU; dominated by: the cheapest policy of the same period with both a lower p99 and a lower CPU; blank: on the frontier):\n\n";
     out += &Table::of(&report.idle_policy)
         .text("period:", |r| format!("{} µs", r.period_us))
         .text("policy", |r| r.label())
         .fixed("spin window (µs):", 1, |r| r.spin_window_us)
         .fixed("lateness p50 (µs):", 2, |r| r.late_p50_us)
         .fixed("p99 (µs):", 1, |r| r.late_p99_us)
-        .text("p99 by round (µs)", |r| by_round(&r.late_p99_us_rounds))
+        .text("p99 by round (µs):", |r| by_round(&r.late_p99_us_rounds))
         .fixed("max (µs):", 1, |r| r.late_max_us)
         .fixed("loop CPU (%):", 1, |r| r.cpu_pct)
-        .text("CPU by round (%)", |r| by_round(&r.cpu_pct_rounds))
+        .text("CPU by round (%):", |r| by_round(&r.cpu_pct_rounds))
         .text("events:", |r| &r.events)
         .text("backstop wake-ups:", |r| &r.backstop_wakeups)
         .text("dominated by", |r| r.dominated_by.as_deref().unwrap_or(""))
