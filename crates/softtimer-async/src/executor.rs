@@ -507,7 +507,7 @@ impl LocalLoop {
         self.ev
             .borrow_mut()
             .poll_io(|_, ready| shared.io_ready(ready))
-            .expect("epoll_wait on the runtime's own epoll set failed");
+            .expect("the runtime's event loop failed (its epoll_wait, or its backstop helper)");
     }
 
     /// Nothing to run: the loop's idle policy. On a simulated clock, time jumps to the next
@@ -520,7 +520,7 @@ impl LocalLoop {
         if let RuntimeClock::Sim(sim) = shared.time.clock() {
             let ready = ev
                 .poll_io(|_, ready| shared.io_ready(ready))
-                .expect("epoll_wait on the runtime's own epoll set failed");
+                .expect("the runtime's event loop failed (its epoll_wait, or its backstop helper)");
             if ready > 0 {
                 return Parked {
                     ready,

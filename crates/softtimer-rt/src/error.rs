@@ -33,7 +33,7 @@ pub enum RtError {
     HandlerPanicked,
     /// The helper thread (backstop watch or deadline service) stopped on a failed system
     /// call: the loop no longer keeps the backstop's bound or enforces deadlines. Reported
-    /// by every run and park from then on; build a new loop.
+    /// by every run, park and poll_io from then on; build a new loop.
     #[error(
         "the backstop's helper thread stopped on a failed epoll_wait; the loop no longer keeps its bound"
     )]

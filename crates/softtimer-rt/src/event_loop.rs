@@ -461,7 +461,11 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// Replaces the idle policy: to start from windows another loop of this machine has
     /// learnt (its [`idle_policy`](Self::idle_policy)) rather than from the calibration, so
     /// that a loop built again (a restart, a benchmark's next round) does not learn them
-    /// afresh. The loop keeps following its wake-ups from there.
+    /// afresh. The loop keeps following its wake-ups from there (in soft mode; the other
+    /// modes block without a timeout and use no window). The policy's times are ticks of the
+    /// loop's clock: take it from a loop on the same clock. What was copied from the old
+    /// policy at construction stays as it was (a `softtimer_quic::QuicLoop`'s driver keeps
+    /// the spin window it was given as its wake lateness).
     ///
     /// ```
     /// use softtimer_rt::{EventLoop, LoopConfig};

@@ -109,7 +109,8 @@ pub struct DriverConfig {
     /// ```
     /// use softtimer_quic::DriverConfig;
     ///
-    /// // A server facing the open Internet: a Retry first, a connection limit behind it.
+    /// // A server facing the open Internet: a connection limit (checked first: past it a
+    /// // new connection is refused, not retried), and a Retry for every unvalidated address.
     /// let config = DriverConfig {
     ///     validate_addresses: true,
     ///     max_connections: Some(10_000),

@@ -160,8 +160,8 @@ pub struct IdlePolicyRow {
     /// lower CPU (its name and window), or null: the row is on its period's frontier.
     #[serde(default)]
     pub dominated_by: Option<String>,
-    /// Lateness p99 in each interleaved round, µs, where the row is their median (empty in
-    /// older reports, whose rows are one run each).
+    /// Lateness p99 in each interleaved round, µs, where the row reads all the rounds'
+    /// events together (empty in older reports, whose rows are one run each).
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
@@ -194,8 +194,8 @@ impl IdlePolicyRow {
     /// One setting's row over interleaved rounds of equal length (runs of the same period
     /// and policy), `late_us` the lateness of every event of them all: the lateness
     /// quantiles and largest of all the events together (as one run of the rounds' length
-    /// would give: a round of three at a 10 ms period holds 66 events, too few for a p99 of
-    /// its own), the mean of the rounds' CPU, their events and backstop wake-ups summed, the
+    /// would give: a round of three at a 10 ms period holds 66 events, whose p99 lies
+    /// between its two latest), the mean of the rounds' CPU, their events and backstop wake-ups summed, the
     /// window as the last round left it, each round's p99 and CPU kept for the spread.
     /// `None` for no rounds.
     pub fn over_rounds(rounds: &[IdlePolicyRow], late_us: &[f64]) -> Option<IdlePolicyRow> {

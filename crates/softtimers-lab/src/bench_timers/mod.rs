@@ -58,7 +58,7 @@ pub struct TimersConfig {
     /// How long each backstop wake-up state and each idle-policy row runs (a row's rounds
     /// together).
     pub state_time: Duration,
-    /// Interleaved rounds of the idle-policy rows, each row the median of its rounds.
+    /// Interleaved rounds of the idle-policy rows, each row all its rounds' events together.
     pub idle_rounds: usize,
 }
 
@@ -249,9 +249,9 @@ pub fn configurations(intervals: usize) -> usize {
 
 /// How long one idle-policy row runs, its rounds together: half of
 /// [`TimersConfig::state_time`] for periods up to a millisecond, which still gives a thousand
-/// events and more over the rounds (a round of three at 1 ms: 333, its p99 the fourth
-/// latest), so that the 35 rows keep the full lab within its time; the whole of it for the
-/// longer periods (a round of three at 10 ms: 66 events, its p99 the latest).
+/// events and more over the rounds (a round of three at 1 ms: 333), so that the 35 rows keep
+/// the full lab within its time; the whole of it for the longer periods (a round of three
+/// at 10 ms: 66 events; the row's p99 rests on the latest three of all 198).
 fn idle_policy_run(period_us: u64, state_time: Duration) -> Duration {
     if period_us <= 1000 {
         state_time / 2
