@@ -64,9 +64,19 @@ fn interrupt(server: &std::process::Child) {
 /// Runs a server of `server_stack` for one connection and a client of `client_stack`
 /// against it; returns the client's JSON.
 fn transfer(server_stack: &str, client_stack: &str) -> serde_json::Value {
+    transfer_with(server_stack, client_stack, &[]).0
+}
+
+/// [`transfer`] with the server's `options`; returns the client's JSON and the server's.
+fn transfer_with(
+    server_stack: &str,
+    client_stack: &str,
+    options: &[&str],
+) -> (serde_json::Value, serde_json::Value) {
     let dir = std::env::temp_dir().join(format!(
-        "st-quic-{}-{server_stack}-{client_stack}",
-        std::process::id()
+        "st-quic-{}-{server_stack}-{client_stack}{}",
+        std::process::id(),
+        options.join("")
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_port();
@@ -85,6 +95,9 @@ fn transfer(server_stack: &str, client_stack: &str) -> serde_json::Value {
         ])
         .arg("--cert-out")
         .arg(&cert)
+        .args(options)
+        .arg("--json")
+        .arg(dir.join("server.json"))
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -118,9 +131,12 @@ fn transfer(server_stack: &str, client_stack: &str) -> serde_json::Value {
     let status = server.wait().unwrap();
     succeeded(&out);
     assert!(status.success());
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let read = |path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    };
+    let (client, server) = (read(json), read(dir.join("server.json")));
     let _ = std::fs::remove_dir_all(&dir);
-    v
+    (client, server)
 }
 
 #[test]
@@ -151,6 +167,37 @@ fn unchanged_quinn_on_the_async_runtime_serves_and_fetches_both_ways() {
         );
         assert_eq!(v["stack"], client);
     }
+}
+
+#[test]
+fn a_server_with_retry_validates_each_clients_address_first() {
+    for (server, client) in [("soft", "quinn-tokio"), ("quinn-tokio", "soft")] {
+        let (c, s) = transfer_with(server, client, &["--retry"]);
+        assert_eq!(c["report"]["verified"], true, "{server} to {client}");
+        assert_eq!(s["served"]["connections"], 1, "{server}: {s}");
+        assert_eq!(s["retries"], 1, "{server}: {s}");
+    }
+    // Without it, no Retry, and the report says so by leaving the count out.
+    let (_, s) = transfer_with("soft", "soft", &[]);
+    assert!(s["retries"].is_null(), "{s}");
+    let out = Command::new(BIN)
+        .args([
+            "quic",
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--stack",
+            "kernel-tcp",
+        ])
+        .arg("--retry")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--retry") && err.contains("kernel-tcp"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -33,6 +33,11 @@ pub struct ServerArgs {
     /// Write the server's self-signed certificate (DER) here, for a client's --cert.
     #[arg(long)]
     pub cert_out: Option<PathBuf>,
+    /// Validate each client's address with a Retry before its handshake (RFC 9000 §8.1.2:
+    /// one round trip more, no state kept for an address that does not answer); the report
+    /// counts them. QUIC stacks only.
+    #[arg(long)]
+    pub retry: bool,
     #[command(flatten)]
     pub common: Common,
 }
@@ -45,6 +50,7 @@ impl ServerArgs {
             common: self.common.clone(),
             connections: self.connections,
             cert_out: self.cert_out.clone(),
+            retry: self.retry,
         }
     }
 }

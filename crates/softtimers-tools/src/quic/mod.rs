@@ -175,10 +175,13 @@ impl Common {
     /// The soft-timer stacks' loop and driver on `socket`, serving if given a server
     /// config, and the loop's spin window: resolved here, once, given to the loop and
     /// reported as it was given.
+    /// A QUIC loop on `socket` for this stack (a server's with `server`, validating
+    /// addresses by Retry if `retry`).
     fn quic_loop(
         &self,
         socket: UdpSocket,
         server: Option<quinn::ServerConfig>,
+        retry: bool,
     ) -> Result<(QuicLoop, Duration)> {
         let spin_window = self.spin.unwrap_or(SpinWindow::Calibrated).resolve();
         let loop_config = LoopConfig {
@@ -186,9 +189,12 @@ impl Common {
             io_backend: self.io,
             ..LoopConfig::default()
         };
-        let driver = self
-            .stack
-            .driver_config(self.per_departure, self.tail_probe);
+        let driver = DriverConfig {
+            validate_addresses: retry,
+            ..self
+                .stack
+                .driver_config(self.per_departure, self.tail_probe)
+        };
         let quic = QuicLoop::new(loop_config, socket, driver, server)?;
         Ok((quic, spin_window))
     }
@@ -288,6 +294,8 @@ pub struct ServerOptions {
     pub connections: Option<u64>,
     /// Write the self-signed certificate (DER) here, for a client's `--cert`.
     pub cert_out: Option<PathBuf>,
+    /// Validate each client's address with a Retry before its handshake (QUIC only).
+    pub retry: bool,
 }
 
 /// What a server run reports.
@@ -303,6 +311,10 @@ pub struct ServerRun {
     pub cpu_ns_per_mb: f64,
     /// The QUIC runtime's side: timers and sends (absent for TCP).
     pub driver: Option<DriverSide>,
+    /// Retry packets sent to validate clients' addresses (`--retry`; `null` without it and
+    /// in older reports).
+    #[serde(default)]
+    pub retries: Option<u64>,
 }
 
 /// What a QUIC runtime saw on one side: its sends and quinn's timers.
@@ -397,6 +409,9 @@ fn driver_side(quic: &mut QuicLoop, spin_window: Duration) -> DriverSide {
 /// Runs a server until `connections` have closed (or forever).
 pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
     let tuning = opts.common.tuning()?;
+    if opts.retry && opts.common.stack == Stack::KernelTcp {
+        bail!("--retry validates QUIC clients' addresses: not for --stack kernel-tcp");
+    }
     let identity = Identity::self_signed(&["localhost"])?;
     if let Some(path) = &opts.cert_out {
         std::fs::write(path, identity.cert.as_ref())
@@ -409,7 +424,8 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
                 .with_context(|| format!("cannot listen on {}", opts.listen))?;
             announce_port("quic server", opts.listen, socket.local_addr());
             let config = server_config(&identity, &tuning)?;
-            let (mut quic, spin_window) = opts.common.quic_loop(socket, Some(config))?;
+            let (mut quic, spin_window) =
+                opts.common.quic_loop(socket, Some(config), opts.retry)?;
             // Ctrl-C closes every connection (the clients hear of it at once) and stops.
             let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let mut app = PerfServer::new(opts.connections).close_on(Arc::clone(&closing));
@@ -419,17 +435,20 @@ pub fn server(opts: &ServerOptions) -> Result<ServerRun> {
                 waker.wake();
             });
             quic.run(&mut app)?;
-            Ok((app.report, driver_side(&mut quic, spin_window)))
+            let retries = quic.driver().stats().retries;
+            Ok(((app.report, retries), driver_side(&mut quic, spin_window)))
         },
         |arm, engine| stock_quinn::server(opts, &identity, &tuning, arm, engine),
-        || tcp_server(opts),
+        || Ok((tcp_server(opts)?, 0)),
     )?;
+    let (served, retries) = served;
     Ok(ServerRun {
         stack: opts.common.stack,
         cpu_ns_per_mb: per_mb(cpu_ns, served.bytes_sent + served.bytes_received),
         served,
         cpu_ns,
         driver,
+        retries: opts.retry.then_some(retries),
     })
 }
 
@@ -519,7 +538,7 @@ pub fn client(opts: &ClientOptions) -> Result<ClientRun> {
                 "0.0.0.0:0".parse()?
             };
             let socket = UdpSocket::bind(bind).context("binding the client socket")?;
-            let (mut quic, spin_window) = opts.common.quic_loop(socket, None)?;
+            let (mut quic, spin_window) = opts.common.quic_loop(socket, None, false)?;
             let config = client_config(&trust, &tuning)?;
             let started = quic.driver().now();
             let conn = quic.driver().connect(config, opts.to, &opts.server_name)?;
@@ -571,9 +590,12 @@ impl Report for ServerRun {
     fn text(&self) -> String {
         let run = self;
         let count = |n: Option<u64>| n.map_or_else(|| "unavailable".to_string(), |n| n.to_string());
+        let retries = run.retries.map_or_else(String::new, |n| {
+            format!("; {n} addresses validated by Retry")
+        });
         format!(
             "{}: {} connections, {} requests, {} bytes sent, {} received, {:.0} ns CPU per MB; \
-             packets sent {}, lost {}\n",
+             packets sent {}, lost {}{retries}\n",
             run.stack.name(),
             run.served.connections,
             run.served.requests,

@@ -294,7 +294,7 @@ pub(super) fn server(
     tuning: &Tuning,
     arm: Arm,
     engine: Engine,
-) -> Result<(ServerReport, DriverSide)> {
+) -> Result<((ServerReport, u64), DriverSide)> {
     let rt = Executor::new(engine)?;
     let measured = Arc::new(MeasuredRuntime::new(rt.quinn()));
     let connections = opts.connections;
@@ -325,8 +325,16 @@ pub(super) fn server(
         // Connections and streams are counted, not kept: a handle per request held to the
         // end would grow with every request a long run serves.
         let connections_running = Outstanding::new();
-        let mut accepted = 0u64;
+        let (mut accepted, mut retries) = (0u64, 0u64);
         while let Some(incoming) = endpoint.accept().await {
+            // As quinn's own server example does: a Retry for an address not yet validated
+            // (the client comes back with the token; quinn refuses a second Retry itself).
+            if opts.retry && !incoming.remote_address_validated() && incoming.may_retry() {
+                if incoming.retry().is_ok() {
+                    retries += 1;
+                }
+                continue;
+            }
             accepted += 1;
             let report = Arc::clone(&report);
             let udp = Arc::clone(&udp);
@@ -360,7 +368,7 @@ pub(super) fn server(
         let report = report.lock().expect("lock").clone();
         let (datagrams, ios) = *udp.lock().expect("lock");
         let measured = (arm == Arm::Measured).then_some(&*lateness);
-        Ok((report, side(measured, datagrams, ios)))
+        Ok(((report, retries), side(measured, datagrams, ios)))
     })
 }
 
