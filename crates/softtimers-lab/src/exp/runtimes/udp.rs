@@ -4,6 +4,12 @@
 //! runtime's interval timer at the same period, and the floor: a thread that spins on the
 //! clock and sends each datagram at its time. A receiver thread on another CPU takes each
 //! datagram's kernel receive timestamp; the figure is the inter-arrival times' spread.
+//!
+//! The four senders run in interleaved rounds (three in a full run, the order rotated each
+//! round), and each row is the median of its rounds: the stddev is made by a handful of long
+//! gaps in tens of thousands (the virtual CPU descheduled for up to a millisecond or two, as
+//! the spinning floor shows), and one such stall in one sender's single run used to decide
+//! the comparison.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -26,8 +32,14 @@ fn gap() -> Duration {
     Duration::from_nanos(SIZE as u64 * 8 * 1_000_000_000 / BITS_PER_SEC)
 }
 
+/// Interleaved rounds of the four senders.
+fn rounds(quick: bool) -> usize {
+    if quick { 1 } else { 3 }
+}
+
+/// One sender's run in one round.
 fn run_length(quick: bool) -> Duration {
-    Duration::from_millis(if quick { 1_000 } else { 4_000 })
+    Duration::from_millis(if quick { 1_000 } else { 1_500 })
 }
 
 fn datagrams(quick: bool) -> usize {
@@ -36,7 +48,7 @@ fn datagrams(quick: bool) -> usize {
 
 /// About how long the workload takes, s.
 pub fn expected_seconds(quick: bool) -> f64 {
-    4.0 * (run_length(quick).as_secs_f64() + 0.2)
+    (4 * rounds(quick)) as f64 * (run_length(quick).as_secs_f64() + 0.2)
 }
 
 /// What the receiver saw: the arrivals' statistics, as `softtimers sink` keeps them.
@@ -131,83 +143,127 @@ fn measure(
     })
 }
 
-/// `paced-udp-100mbit`: soft's `PacedSender`, tokio's `interval`, smol's `Timer::interval`;
-/// and the floor, a spinning thread's figures, apart.
-pub fn paced_udp(quick: bool) -> Result<(Vec<AsyncRow>, f64)> {
+/// The senders of a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sender {
+    Soft,
+    Tokio,
+    Smol,
+    /// The floor: a thread spinning for each departure.
+    Spinning,
+}
+
+const SENDERS: [Sender; 4] = [Sender::Soft, Sender::Tokio, Sender::Smol, Sender::Spinning];
+
+/// What `paced-udp-100mbit` measured: a row per runtime (the median of its rounds, each
+/// round's figures kept), and the floor's stddev, µs, the median of its rounds and round by
+/// round.
+pub struct PacedUdp {
+    pub rows: Vec<AsyncRow>,
+    pub floor_stddev_us: f64,
+    pub floor_stddev_us_rounds: Vec<f64>,
+}
+
+/// `paced-udp-100mbit`: soft's `PacedSender`, tokio's `interval`, smol's `Timer::interval`,
+/// and the floor, a spinning thread, in interleaved rounds.
+pub fn paced_udp(quick: bool) -> Result<PacedUdp> {
     let count = datagrams(quick);
     let _pin = pin_to(server_cpu());
-    let datagram = [0u8; SIZE];
-    let mut rows = Vec::new();
-
-    let precision = Precision::default();
-    let rt = Runtime::builder()
-        .precision(precision)
-        .build()
-        .context("softtimer-async runtime")?;
-    let rate = Rate::from_packet_interval(SIZE as u64, gap().as_nanos() as u64)
-        .context("100 Mbit/s of 1472-byte datagrams")?;
-    let by_soft = measure("soft", count, |to| {
-        rt.block_on(async {
-            let socket = UdpSocket::bind("127.0.0.1:0").await?;
-            let paced = PacedSender::new(&socket, rate);
-            for _ in 0..count {
-                paced.send_to(&datagram, to).await?;
-            }
-            paced.flush().await
-        })
-        .context("soft paced sender")
-    })?;
-    rows.push(by_soft.row(RuntimeKind::Soft, Some(precision)));
-    drop(rt);
-
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("tokio current_thread runtime")?;
-    let by_tokio = measure("tokio-ct", count, |to| {
-        let _stock = softtimers_tools::cpu::stock_timer_slack();
-        rt.block_on(async {
-            let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
-            let mut ticks = tokio::time::interval(gap());
-            for _ in 0..count {
-                ticks.tick().await;
-                socket.send_to(&datagram, to).await?;
-            }
-            Ok::<_, std::io::Error>(())
-        })
-        .context("tokio interval sender")
-    })?;
-    rows.push(by_tokio.row(RuntimeKind::TokioCt, None));
-    drop(rt);
-
-    let by_smol = measure("smol", count, |to| {
-        let _stock = softtimers_tools::cpu::stock_timer_slack();
-        smol::block_on(async {
-            use smol::stream::StreamExt as _;
-            let socket = smol::net::UdpSocket::bind("127.0.0.1:0").await?;
-            let mut ticks = smol::Timer::interval(gap());
-            for _ in 0..count {
-                ticks.next().await;
-                socket.send_to(&datagram, to).await?;
-            }
-            Ok::<_, std::io::Error>(())
-        })
-        .context("smol Timer::interval sender")
-    })?;
-    rows.push(by_smol.row(RuntimeKind::Smol, None));
-
-    let floor = measure("a spinning thread", count, |to| {
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").context("sender socket")?;
-        let start = Instant::now();
-        let mut due = start;
-        for _ in 0..count {
-            while Instant::now() < due {
-                std::hint::spin_loop();
-            }
-            socket.send_to(&datagram, to).context("spinning sender")?;
-            due += gap();
+    let mut per_sender: [Vec<Spacing>; 4] = Default::default();
+    for round in 0..rounds(quick) {
+        for k in 0..SENDERS.len() {
+            let i = (round + k) % SENDERS.len();
+            per_sender[i].push(run_sender(SENDERS[i], count)?);
         }
-        Ok(())
-    })?;
-    Ok((rows, floor.stddev_us))
+    }
+    let [soft, tokio, smol, spinning] = per_sender;
+    let over = |runs: Vec<Spacing>, runtime, precision| {
+        let rows = runs
+            .into_iter()
+            .map(|s| s.row(runtime, precision))
+            .collect();
+        AsyncRow::over_rounds(rows).context("no rounds")
+    };
+    let rows = vec![
+        over(soft, RuntimeKind::Soft, Some(Precision::default()))?,
+        over(tokio, RuntimeKind::TokioCt, None)?,
+        over(smol, RuntimeKind::Smol, None)?,
+    ];
+    let floor_stddev_us_rounds: Vec<f64> = spinning.iter().map(|s| s.stddev_us).collect();
+    Ok(PacedUdp {
+        rows,
+        floor_stddev_us: crate::summary::median(&floor_stddev_us_rounds),
+        floor_stddev_us_rounds,
+    })
+}
+
+/// One run of `sender`: `count` datagrams at 100 Mbit/s into a fresh receiver.
+fn run_sender(sender: Sender, count: usize) -> Result<Spacing> {
+    let datagram = [0u8; SIZE];
+    match sender {
+        Sender::Soft => {
+            let rt = Runtime::builder()
+                .precision(Precision::default())
+                .build()
+                .context("softtimer-async runtime")?;
+            let rate = Rate::from_packet_interval(SIZE as u64, gap().as_nanos() as u64)
+                .context("100 Mbit/s of 1472-byte datagrams")?;
+            measure("soft", count, |to| {
+                rt.block_on(async {
+                    let socket = UdpSocket::bind("127.0.0.1:0").await?;
+                    let paced = PacedSender::new(&socket, rate);
+                    for _ in 0..count {
+                        paced.send_to(&datagram, to).await?;
+                    }
+                    paced.flush().await
+                })
+                .context("soft paced sender")
+            })
+        }
+        Sender::Tokio => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("tokio current_thread runtime")?;
+            measure("tokio-ct", count, |to| {
+                let _stock = softtimers_tools::cpu::stock_timer_slack();
+                rt.block_on(async {
+                    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
+                    let mut ticks = tokio::time::interval(gap());
+                    for _ in 0..count {
+                        ticks.tick().await;
+                        socket.send_to(&datagram, to).await?;
+                    }
+                    Ok::<_, std::io::Error>(())
+                })
+                .context("tokio interval sender")
+            })
+        }
+        Sender::Smol => measure("smol", count, |to| {
+            let _stock = softtimers_tools::cpu::stock_timer_slack();
+            smol::block_on(async {
+                use smol::stream::StreamExt as _;
+                let socket = smol::net::UdpSocket::bind("127.0.0.1:0").await?;
+                let mut ticks = smol::Timer::interval(gap());
+                for _ in 0..count {
+                    ticks.next().await;
+                    socket.send_to(&datagram, to).await?;
+                }
+                Ok::<_, std::io::Error>(())
+            })
+            .context("smol Timer::interval sender")
+        }),
+        Sender::Spinning => measure("a spinning thread", count, |to| {
+            let socket = std::net::UdpSocket::bind("127.0.0.1:0").context("sender socket")?;
+            let mut due = Instant::now();
+            for _ in 0..count {
+                while Instant::now() < due {
+                    std::hint::spin_loop();
+                }
+                socket.send_to(&datagram, to).context("spinning sender")?;
+                due += gap();
+            }
+            Ok(())
+        }),
+    }
 }
