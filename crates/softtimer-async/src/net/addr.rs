@@ -216,7 +216,7 @@ pub async fn lookup_host(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>
 pub(crate) async fn first_address(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
     match addr.one() {
         Some(addr) => Ok(addr),
-        None => first_that_opens(addr, async |addr| Ok(addr)).await,
+        None => first_that_opens(addr, |addr| std::future::ready(Ok(addr))).await,
     }
 }
 
@@ -225,10 +225,17 @@ pub(crate) async fn first_address(addr: impl ToSocketAddrs) -> io::Result<Socket
 /// `InvalidInput` for no address at all (an empty slice). Outside a runtime thread, the
 /// error every I/O object gives there, for a name as for an address (a name's lookup would
 /// panic).
-pub(crate) async fn first_that_opens<T>(
+///
+/// `open` is a function returning a future, not an async closure: an async closure that
+/// borrows (a socket, to connect it) makes a future that is `Send` for one lifetime only,
+/// and a caller's task awaiting it could not be spawned.
+pub(crate) async fn first_that_opens<T, F>(
     addr: impl ToSocketAddrs,
-    mut open: impl AsyncFnMut(SocketAddr) -> io::Result<T>,
-) -> io::Result<T> {
+    mut open: impl FnMut(SocketAddr) -> F,
+) -> io::Result<T>
+where
+    F: Future<Output = io::Result<T>>,
+{
     if crate::executor::current_shared().is_none() {
         return Err(crate::reactor::no_runtime());
     }

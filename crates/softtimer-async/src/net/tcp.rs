@@ -95,8 +95,8 @@ impl TcpListener {
     /// a name that resolves to no address (or an empty slice); an `Other` error outside a
     /// runtime thread, or if the lookup could not run (the runtime shutting down).
     pub async fn bind(addr: impl crate::net::ToSocketAddrs) -> io::Result<TcpListener> {
-        let listener = first_that_opens(addr, async |addr| {
-            syscall(TriggerSource::Syscall, || listen(addr, false))
+        let listener = first_that_opens(addr, |addr| {
+            std::future::ready(syscall(TriggerSource::Syscall, || listen(addr, false)))
         })
         .await?;
         Self::from_std(listener)

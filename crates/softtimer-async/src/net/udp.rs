@@ -167,8 +167,8 @@ impl UdpSocket {
     /// family than the socket's, for one); otherwise as [`UdpSocket::bind`]'s.
     pub async fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
         let socket = &self.inner.socket;
-        first_that_opens(addr, async |addr| {
-            syscall(TriggerSource::Syscall, || socket.connect(addr))
+        first_that_opens(addr, |addr| {
+            std::future::ready(syscall(TriggerSource::Syscall, || socket.connect(addr)))
         })
         .await
     }
