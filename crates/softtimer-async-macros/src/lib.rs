@@ -44,6 +44,14 @@ use syn::{AttrStyle, Attribute, Expr, ExprLit, ItemFn, Lit, LitInt, LitStr, Meta
 /// | `precision = "…"` | `Builder::precision`: `"coarse"`, `"calibrated"`, `"busy"`, `"window-20us"`, `"within-5us"` (units `ns`, `us`, `µs`, `ms`), as `Precision::name` writes them | `calibrated` |
 /// | `crate = "path"` | where `softtimer_async` is, for a crate that re-exports it | `::softtimer_async` |
 ///
+/// `threads = N` is not tokio's multi-thread flavor: each thread runs a loop of its own, a
+/// task stays on the loop that spawned it (`spawn` from `main` runs on `main`'s loop), and
+/// work reaches the others through `Handle::spawn_on` or a `bind_reuse_port` listener per
+/// loop; the loops are pinned to CPUs unless `Builder::pin(false)` (a thread `main` starts
+/// inherits its CPU). tokio's `flavor = "current_thread"` is accepted (it is the default);
+/// `flavor = "multi_thread"`, `worker_threads` and `start_paused` are refused with what to
+/// use instead.
+///
 /// ```
 /// #[softtimer_async::main(threads = 2, precision = "window-20us")]
 /// async fn main() {
@@ -61,8 +69,9 @@ pub fn main(
     args: proc_macro::TokenStream,
     item: proc_macro::TokenStream,
 ) -> proc_macro::TokenStream {
-    expand(Kind::Main, args.into(), item.into())
-        .unwrap_or_else(syn::Error::into_compile_error)
+    let item: TokenStream = item.into();
+    expand(Kind::Main, args.into(), item.clone())
+        .unwrap_or_else(|e| with_stand_in(e, item))
         .into()
 }
 
@@ -114,8 +123,9 @@ pub fn test(
     args: proc_macro::TokenStream,
     item: proc_macro::TokenStream,
 ) -> proc_macro::TokenStream {
-    expand(Kind::Test, args.into(), item.into())
-        .unwrap_or_else(syn::Error::into_compile_error)
+    let item: TokenStream = item.into();
+    expand(Kind::Test, args.into(), item.clone())
+        .unwrap_or_else(|e| with_stand_in(e, item))
         .into()
 }
 
@@ -206,6 +216,11 @@ impl PrecisionName {
     }
 }
 
+/// What tokio's pool options are told: how threads work here instead.
+const ONE_LOOP_PER_THREAD: &str = "`threads = N` runs N independent loops, the first on \
+     this thread, and a task stays on the loop that spawned it (spread work with \
+     `Handle::spawn_on`, or one `bind_reuse_port` listener per loop)";
+
 /// The attribute's options.
 #[derive(Default)]
 struct Options {
@@ -276,6 +291,32 @@ impl Options {
                 ("crate", Meta::NameValue(nv)) => {
                     options.krate = Some(string_value(&nv.value, "crate")?.parse()?);
                 }
+                ("flavor", Meta::NameValue(nv)) => {
+                    let flavor = string_value(&nv.value, "flavor")?;
+                    if flavor.value() != "current_thread" {
+                        return Err(syn::Error::new_spanned(
+                            flavor,
+                            format!(
+                                "softtimer-async has no work-stealing pool: `flavor = \"current_thread\"` \
+                                 (the default) is the one flavor; {ONE_LOOP_PER_THREAD}"
+                            ),
+                        ));
+                    }
+                    // One loop on this thread: the default.
+                }
+                ("worker_threads", Meta::NameValue(nv)) => {
+                    return Err(syn::Error::new_spanned(
+                        nv,
+                        format!("`worker_threads` is tokio's: {ONE_LOOP_PER_THREAD}"),
+                    ));
+                }
+                ("start_paused", Meta::NameValue(nv)) => {
+                    return Err(syn::Error::new_spanned(
+                        nv,
+                        "`start_paused` is tokio's: `#[softtimer_async::test(simulated)]` runs a \
+                         test on a simulated clock that jumps to the next timer",
+                    ));
+                }
                 ("simulated", Meta::Path(_)) if kind == Kind::Test => options.simulated = true,
                 ("simulated", Meta::Path(p)) => {
                     return Err(syn::Error::new_spanned(
@@ -332,6 +373,25 @@ impl Options {
         }
         builder
     }
+}
+
+/// The compile error `error`, and in place of the function it was about a synchronous one of
+/// the same name, visibility and return type that never returns: without it, a `main` that
+/// failed to expand adds "`main` function not found" to the error that says why, and an
+/// `async fn main` adds "`main` function is not allowed to be `async`".
+fn with_stand_in(error: syn::Error, item: TokenStream) -> TokenStream {
+    let mut out = error.into_compile_error();
+    if let Ok(function) = syn::parse2::<ItemFn>(item) {
+        let ItemFn { vis, mut sig, .. } = function;
+        sig.asyncness = None;
+        sig.inputs.clear();
+        sig.generics = syn::Generics::default();
+        out.extend(quote! {
+            #[allow(dead_code, unreachable_code)]
+            #vis #sig { ::core::unreachable!() }
+        });
+    }
+    out
 }
 
 /// Whether `attr` is a test attribute already (`#[test]`, `#[tokio::test]`, ...).
@@ -408,7 +468,7 @@ fn expand(kind: Kind, args: TokenStream, item: TokenStream) -> syn::Result<Token
 
 #[cfg(test)]
 mod tests {
-    use super::{Kind, PrecisionName, TokenStream, expand, quote};
+    use super::{Kind, PrecisionName, TokenStream, expand, quote, with_stand_in};
     use quote::ToTokens;
 
     fn tokens(t: impl ToTokens) -> String {
@@ -545,10 +605,10 @@ mod tests {
             (Kind::Main, "simulated", "`simulated` is for tests"),
             (
                 Kind::Main,
-                "flavor = \"current_thread\"",
+                "flavour = \"current_thread\"",
                 "unknown option of #[softtimer_async::main]",
             ),
-            (Kind::Test, "start_paused = true", "`simulated` and `crate"),
+            (Kind::Test, "paused = true", "`simulated` and `crate"),
             (Kind::Main, "threads", "unknown option"),
             (Kind::Main, "crate = \"not a path\"", "unexpected token"),
             (
@@ -582,5 +642,54 @@ mod tests {
             let e = error(kind, "", item);
             assert!(e.contains(says), "{item}: {e}");
         }
+    }
+
+    #[test]
+    fn tokios_pool_options_say_what_to_use_instead() {
+        let f = "async fn main() {}";
+        // The one flavor there is: accepted, and the same runtime as without it.
+        assert_eq!(
+            expanded(Kind::Main, "flavor = \"current_thread\"", f),
+            expanded(Kind::Main, "", f)
+        );
+        for (args, says) in [
+            ("flavor = \"multi_thread\"", "no work-stealing pool"),
+            (
+                "worker_threads = 4",
+                "`threads = N` runs N independent loops",
+            ),
+            (
+                "start_paused = true",
+                "`#[softtimer_async::test(simulated)]`",
+            ),
+        ] {
+            let e = error(Kind::Main, args, f);
+            assert!(e.contains(says), "{args}: {e}");
+            assert!(
+                e.contains("Handle::spawn_on") || args.starts_with("start"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_function_that_fails_to_expand_leaves_a_synchronous_stand_in() {
+        let item: TokenStream = "pub async fn main(n: u32) -> std::io::Result<()> { Ok(()) }"
+            .parse()
+            .unwrap();
+        let e = syn::Error::new(proc_macro2::Span::call_site(), "why");
+        let out = tokens(with_stand_in(e, item));
+        assert!(out.contains("compile_error"), "{out}");
+        // Not async, no arguments, the same name, visibility and return type.
+        assert!(
+            out.contains(
+                "pub fn main () -> std :: io :: Result < () > { :: core :: unreachable ! () }"
+            ),
+            "{out}"
+        );
+        // An item that is not a function: the error alone.
+        let e = syn::Error::new(proc_macro2::Span::call_site(), "why");
+        let out = tokens(with_stand_in(e, "struct S;".parse().unwrap()));
+        assert!(!out.contains("unreachable"), "{out}");
     }
 }

@@ -61,7 +61,8 @@
 //! ## Cargo features
 //!
 //! All four are on by default; `default-features = false` gives the runtime, its timers,
-//! sockets and paced sends alone.
+//! sockets and paced sends alone. A ported tokio program that uses neither quinn nor hyper
+//! wants `default-features = false, features = ["macros", "tokio-io"]`.
 //!
 //! | feature | what it adds | what it pulls in |
 //! | --- | --- | --- |
@@ -69,6 +70,20 @@
 //! | `quinn` | [`quinn::SoftRuntime`] | quinn 0.11 without its default features: no crypto provider and no tokio (a quinn program names its own, e.g. quinn's `rustls-ring`) |
 //! | `hyper` | [`hyper`]'s executor, timer and I/O traits | hyper 1.x |
 //! | `tokio-io` | tokio's `AsyncRead`/`AsyncWrite` on [`TcpStream`] and its halves, owned ([`TcpStream::into_split`]) and borrowed ([`TcpStream::split`]), and on [`UnixStream`] and its halves, for tokio codecs | tokio without its runtime |
+//!
+//! ## Porting from tokio
+//!
+//! | tokio | here |
+//! | --- | --- |
+//! | `#[tokio::main]`, `flavor = "current_thread"` | `#[softtimer_async::main]` (one loop, on `main`'s thread) |
+//! | `#[tokio::main(worker_threads = N)]` | `threads = N`, which is not a work-stealing pool: N independent loops, a task staying on the loop that spawned it (`spawn` in `main` runs on `main`'s loop); spread work with [`Handle::spawn_on`] or a [`TcpListener::bind_reuse_port`] listener per loop ([`Builder::threads`]) |
+//! | `tokio::time::{sleep, sleep_until, interval, timeout, Instant, Duration, MissedTickBehavior}` | [`time`], the same names (`Instant` is `std`'s) |
+//! | `tokio::net::{UdpSocket, TcpListener, TcpStream, UnixStream, …, lookup_host}` | [`net`], the same names |
+//! | `tokio::task::{spawn, spawn_local, spawn_blocking, yield_now, JoinSet, JoinHandle}` | [`task`], the same names (also at the crate's root) |
+//! | `tokio::signal::ctrl_c`, `tokio::signal::unix::signal` | [`signal::ctrl_c`], [`signal::signal`] |
+//! | `tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, …}` on a stream | the same, with the `tokio-io` feature (on by default): the streams implement tokio's `AsyncRead`/`AsyncWrite`, and the `futures-io` traits always |
+//! | `tokio::sync`, `tokio::select!` | tokio's own, with `default-features = false, features = ["sync", "macros"]`: they need no tokio runtime |
+//! | `#[tokio::test(start_paused = true)]` | `#[softtimer_async::test(simulated)]` |
 //!
 //! ## Where to start
 //!
@@ -122,7 +137,7 @@ pub mod quinn;
 mod reactor;
 mod runtime;
 pub mod signal;
-mod task;
+pub mod task;
 pub mod time;
 
 pub use blocking::spawn_blocking;

@@ -89,7 +89,9 @@ impl Builder {
     /// With more than one loop, pin loop `i` to the `i`-th CPU this process may use, when it
     /// may use that many (default on). Loop 0's thread is the one that builds the runtime:
     /// it is pinned from `build` on, and gets back the CPUs it had when the runtime is
-    /// dropped.
+    /// dropped. A `std::thread` it starts meanwhile inherits that one CPU, as Linux threads
+    /// do (the runtime's blocking pool does not: it runs on the CPUs the caller had); start
+    /// such threads before building the runtime, or turn pinning off.
     pub fn pin(mut self, pin: bool) -> Self {
         self.pin = pin;
         self

@@ -1,6 +1,30 @@
 //! Tasks: spawning onto a loop (with `async-task`'s tasks and wakers), and the handle that
 //! reports a task's output, or its panic.
+//!
+//! Every item is at the crate's root too; this module has them where `tokio::task` does, so
+//! a port changes only the crate's name:
+//!
+//! ```
+//! use softtimer_async::task::{JoinSet, spawn_blocking, yield_now};
+//!
+//! softtimer_async::Runtime::new().unwrap().block_on(async {
+//!     let mut set = JoinSet::new();
+//!     for i in 0..3u64 {
+//!         set.spawn(async move {
+//!             yield_now().await;
+//!             spawn_blocking(move || i * 2).await.unwrap()
+//!         });
+//!     }
+//!     let mut sum = 0;
+//!     while let Some(done) = set.join_next().await {
+//!         sum += done.unwrap();
+//!     }
+//!     assert_eq!(sum, 6);
+//! });
+//! ```
 
+pub use crate::blocking::spawn_blocking;
+pub use crate::join_set::JoinSet;
 use std::any::Any;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -418,7 +442,7 @@ impl<T> JoinHandle<T> {
     /// free by then; so that await needs the task's loop to run. For a task of
     /// [`spawn_local`] the handle completes at once and [`is_finished`](Self::is_finished)
     /// says so, the future being dropped at the loop's next pass. A task that has already
-    /// finished keeps its output. Blocking work ([`spawn_blocking`](crate::spawn_blocking))
+    /// finished keeps its output. Blocking work ([`spawn_blocking`])
     /// is cancelled only while it waits for a thread: it then never runs, and awaiting the
     /// handle returns when a pool thread takes it off the queue (behind busy threads, when
     /// one frees up) or the pool shuts down; a closure that has started runs to its end,

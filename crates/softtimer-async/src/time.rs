@@ -25,9 +25,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
 
 use softtimer::EventId;
+
+/// The clock's types, here as `tokio::time` has its own: this crate's timers take
+/// `std::time::Instant` itself, so a ported `use tokio::time::{Duration, Instant}` becomes
+/// `use softtimer_async::time::{Duration, Instant}` and the values mix with `std`'s.
+pub use std::time::{Duration, Instant};
 
 use crate::executor::{self, LoopShared, TimerEvent};
 
