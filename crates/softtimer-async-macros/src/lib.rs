@@ -47,8 +47,9 @@ use syn::{AttrStyle, Attribute, Expr, ExprLit, ItemFn, Lit, LitInt, LitStr, Meta
 /// `threads = N` is not tokio's multi-thread flavor: each thread runs a loop of its own, a
 /// task stays on the loop that spawned it (`spawn` from `main` runs on `main`'s loop), and
 /// work reaches the others through `Handle::spawn_on` or a `bind_reuse_port` listener per
-/// loop; the loops are pinned to CPUs unless `Builder::pin(false)` (a thread `main` starts
-/// inherits its CPU). tokio's `flavor = "current_thread"` is accepted (it is the default);
+/// loop; with more than one, the loops are pinned to CPUs (a thread `main` starts inherits
+/// loop 0's; build the runtime by hand with `Builder::pin(false)` to keep the CPUs free).
+/// tokio's `flavor = "current_thread"` is accepted (it is the default);
 /// `flavor = "multi_thread"`, `worker_threads` and `start_paused` are refused with what to
 /// use instead.
 ///
@@ -123,9 +124,8 @@ pub fn test(
     args: proc_macro::TokenStream,
     item: proc_macro::TokenStream,
 ) -> proc_macro::TokenStream {
-    let item: TokenStream = item.into();
-    expand(Kind::Test, args.into(), item.clone())
-        .unwrap_or_else(|e| with_stand_in(e, item))
+    expand(Kind::Test, args.into(), item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }
 
@@ -225,6 +225,8 @@ const ONE_LOOP_PER_THREAD: &str = "`threads = N` runs N independent loops, the f
 #[derive(Default)]
 struct Options {
     threads: Option<usize>,
+    /// `flavor = "current_thread"` was given (tokio's spelling of one loop).
+    current_thread: bool,
     precision: Option<PrecisionName>,
     simulated: bool,
     krate: Option<syn::Path>,
@@ -302,7 +304,8 @@ impl Options {
                             ),
                         ));
                     }
-                    // One loop on this thread: the default.
+                    // One loop on this thread: the default, unless `threads` says otherwise.
+                    options.current_thread = true;
                 }
                 ("worker_threads", Meta::NameValue(nv)) => {
                     return Err(syn::Error::new_spanned(
@@ -334,13 +337,20 @@ impl Options {
                         meta,
                         format!(
                             "unknown option of {}: it takes `threads = N`, \
-                             `precision = \"…\"`{simulated} and `crate = \"path\"`",
+                             `precision = \"…\"`{simulated}, `crate = \"path\"` and tokio's \
+                             `flavor = \"current_thread\"`",
                             kind.attribute()
                         ),
                     ));
                 }
             }
             seen.push(name);
+        }
+        if options.current_thread && options.threads.is_some_and(|n| n > 1) {
+            return Err(syn::Error::new(
+                proc_macro2::Span::call_site(),
+                "`flavor = \"current_thread\"` is one loop: it cannot take `threads` above 1",
+            ));
         }
         if options.simulated && options.threads.is_some_and(|n| n > 1) {
             return Err(syn::Error::new(
@@ -375,23 +385,52 @@ impl Options {
     }
 }
 
-/// The compile error `error`, and in place of the function it was about a synchronous one of
-/// the same name, visibility and return type that never returns: without it, a `main` that
-/// failed to expand adds "`main` function not found" to the error that says why, and an
-/// `async fn main` adds "`main` function is not allowed to be `async`".
+/// The compile error `error`, and in place of the `main` it was about a synchronous one of
+/// the same visibility and return type that never returns: without it, a `main` that failed
+/// to expand adds "`main` function not found" to the error that says why. The body is not
+/// parsed (it may be what failed to parse), and the `cfg` and `doc` attributes stay, so
+/// that a `main` for one configuration among several stays one.
 fn with_stand_in(error: syn::Error, item: TokenStream) -> TokenStream {
     let mut out = error.into_compile_error();
-    if let Ok(function) = syn::parse2::<ItemFn>(item) {
-        let ItemFn { vis, mut sig, .. } = function;
+    if let Ok(LooseFn {
+        attrs,
+        vis,
+        mut sig,
+    }) = syn::parse2::<LooseFn>(item)
+    {
         sig.asyncness = None;
         sig.inputs.clear();
+        sig.variadic = None;
         sig.generics = syn::Generics::default();
+        let kept = attrs.iter().filter(|a| {
+            ["cfg", "cfg_attr", "doc"]
+                .iter()
+                .any(|k| a.path().is_ident(k))
+        });
         out.extend(quote! {
+            #(#kept)*
             #[allow(dead_code, unreachable_code)]
             #vis #sig { ::core::unreachable!() }
         });
     }
     out
+}
+
+/// A function's attributes, visibility and signature, its body left unparsed.
+struct LooseFn {
+    attrs: Vec<Attribute>,
+    vis: syn::Visibility,
+    sig: syn::Signature,
+}
+
+impl syn::parse::Parse for LooseFn {
+    fn parse(input: syn::parse::ParseStream<'_>) -> syn::Result<Self> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let vis = input.parse()?;
+        let sig = input.parse()?;
+        let _body: proc_macro2::Group = input.parse()?;
+        Ok(LooseFn { attrs, vis, sig })
+    }
 }
 
 /// Whether `attr` is a test attribute already (`#[test]`, `#[tokio::test]`, ...).
@@ -608,7 +647,7 @@ mod tests {
                 "flavour = \"current_thread\"",
                 "unknown option of #[softtimer_async::main]",
             ),
-            (Kind::Test, "paused = true", "`simulated` and `crate"),
+            (Kind::Test, "paused = true", "`simulated`, `crate"),
             (Kind::Main, "threads", "unknown option"),
             (Kind::Main, "crate = \"not a path\"", "unexpected token"),
             (
@@ -662,11 +701,16 @@ mod tests {
                 "start_paused = true",
                 "`#[softtimer_async::test(simulated)]`",
             ),
+            (
+                "flavor = \"current_thread\", threads = 2",
+                "cannot take `threads` above 1",
+            ),
         ] {
             let e = error(Kind::Main, args, f);
             assert!(e.contains(says), "{args}: {e}");
             assert!(
-                e.contains("Handle::spawn_on") || args.starts_with("start"),
+                e.contains("Handle::spawn_on")
+                    || !(args.contains("worker") || args.contains("multi")),
                 "{e}"
             );
         }
@@ -685,6 +729,20 @@ mod tests {
             out.contains(
                 "pub fn main () -> std :: io :: Result < () > { :: core :: unreachable ! () }"
             ),
+            "{out}"
+        );
+        // A body that does not parse still gets its stand-in; `cfg` and `doc` stay.
+        let item: TokenStream = "#[cfg(unix)] /// Docs.\n #[inline] async fn main() { let = ; }"
+            .parse()
+            .unwrap();
+        let e = syn::Error::new(proc_macro2::Span::call_site(), "why");
+        let out = tokens(with_stand_in(e, item));
+        assert!(
+            out.contains("# [cfg (unix)]") && out.contains("# [doc"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("inline") && out.contains("fn main () {"),
             "{out}"
         );
         // An item that is not a function: the error alone.

@@ -75,13 +75,14 @@
 //!
 //! | tokio | here |
 //! | --- | --- |
-//! | `#[tokio::main]`, `flavor = "current_thread"` | `#[softtimer_async::main]` (one loop, on `main`'s thread) |
+//! | `#[tokio::main(flavor = "current_thread")]` | `#[softtimer_async::main]` (one loop, on `main`'s thread) |
+//! | `#[tokio::main]` (tokio's default: a multi-thread pool) | `#[softtimer_async::main]` runs one loop: the program loses the pool's parallelism unless it spreads work over `threads = N` loops, next row |
 //! | `#[tokio::main(worker_threads = N)]` | `threads = N`, which is not a work-stealing pool: N independent loops, a task staying on the loop that spawned it (`spawn` in `main` runs on `main`'s loop); spread work with [`Handle::spawn_on`] or a [`TcpListener::bind_reuse_port`] listener per loop ([`Builder::threads`]) |
 //! | `tokio::time::{sleep, sleep_until, interval, timeout, Instant, Duration, MissedTickBehavior}` | [`time`], the same names (`Instant` is `std`'s) |
 //! | `tokio::net::{UdpSocket, TcpListener, TcpStream, UnixStream, …, lookup_host}` | [`net`], the same names |
 //! | `tokio::task::{spawn, spawn_local, spawn_blocking, yield_now, JoinSet, JoinHandle}` | [`task`], the same names (also at the crate's root) |
 //! | `tokio::signal::ctrl_c`, `tokio::signal::unix::signal` | [`signal::ctrl_c`], [`signal::signal`] |
-//! | `tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, …}` on a stream | the same, with the `tokio-io` feature (on by default): the streams implement tokio's `AsyncRead`/`AsyncWrite`, and the `futures-io` traits always |
+//! | `tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, …}` on a stream | the same (tokio with its `io-util` feature), with this crate's `tokio-io` feature (on by default): the streams implement tokio's `AsyncRead`/`AsyncWrite`, and the `futures-io` traits always |
 //! | `tokio::sync`, `tokio::select!` | tokio's own, with `default-features = false, features = ["sync", "macros"]`: they need no tokio runtime |
 //! | `#[tokio::test(start_paused = true)]` | `#[softtimer_async::test(simulated)]` |
 //!

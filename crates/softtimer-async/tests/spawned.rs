@@ -1,6 +1,6 @@
-//! Every public async call of the sockets and timers, awaited inside `spawn`ed tasks (whose
-//! futures must be `Send`): a call whose future is not `Send` fails to compile here, as it
-//! would in a user's program, instead of in the user's hands.
+//! The sockets' common async calls (UDP and TCP, by address and by name), awaited inside
+//! `spawn`ed tasks, whose futures must be `Send`: a call whose future is not `Send` fails to
+//! compile here, as it would in a user's program, instead of in the user's hands.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -24,8 +24,9 @@ fn udp_calls_work_inside_spawned_tasks() {
             }
         });
         let client = softtimer_async::spawn(async move {
-            // By name and by address: both look the address up inside the task.
-            let socket = UdpSocket::bind("localhost:0").await.unwrap();
+            // By address and by name, each looked up inside the task (`localhost` may give
+            // `::1` first: an IPv4 socket's connect to it fails and the next address is tried).
+            let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
             socket.connect(to).await.unwrap();
             socket.send(b"one").await.unwrap();
             let mut buf = [0u8; 64];
@@ -34,7 +35,7 @@ fn udp_calls_work_inside_spawned_tasks() {
                 .unwrap()
                 .unwrap();
             assert_eq!(&buf[..n], b"one");
-            socket.connect(("127.0.0.1", to.port())).await.unwrap();
+            socket.connect(("localhost", to.port())).await.unwrap();
             socket.send_to(b"two", to).await.unwrap();
             let n = timeout(BOUND, socket.recv(&mut buf))
                 .await
@@ -73,12 +74,17 @@ fn tcp_calls_and_name_lookups_work_inside_spawned_tasks() {
                 .await
                 .unwrap();
         });
-        sleep(Duration::from_millis(1)).await;
-        let at = rx.recv_timeout(BOUND).unwrap();
+        // The listener's task runs when this one waits: poll for its address, never block.
+        let at = loop {
+            match rx.try_recv() {
+                Ok(at) => break at,
+                Err(_) => sleep(Duration::from_millis(1)).await,
+            }
+        };
         tasks.spawn(async move {
             let found = lookup_host(("localhost", at.port())).await.unwrap();
             assert!(found.into_iter().any(|a| a.port() == at.port()));
-            let mut stream = TcpStream::connect(("127.0.0.1", at.port())).await.unwrap();
+            let mut stream = TcpStream::connect(("localhost", at.port())).await.unwrap();
             tokio::io::AsyncWriteExt::write_all(&mut stream, b"hello")
                 .await
                 .unwrap();

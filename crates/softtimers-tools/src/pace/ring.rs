@@ -139,9 +139,13 @@ mod tests {
             errno_of(&no_buffers),
             Some(rustix::io::Errno::NOBUFS.raw_os_error())
         );
-        // No slot freed within a second: a kind, no errno.
-        let no_slot = io(std::io::ErrorKind::WouldBlock.into());
-        assert_eq!(errno_of(&no_slot), None);
+        // No slot freed within a second: the ring says EAGAIN.
+        let again = rustix::io::Errno::AGAIN.raw_os_error();
+        let no_slot = io(std::io::Error::from_raw_os_error(again));
+        assert_eq!(errno_of(&no_slot), Some(again));
+        // An error of a kind without an errno: none is made up.
+        let kind = io(std::io::ErrorKind::Other.into());
+        assert_eq!(errno_of(&kind), None);
         assert_eq!(errno_of(&softtimer_rt::RtError::NoRing), None);
     }
 }

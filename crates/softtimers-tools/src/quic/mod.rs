@@ -173,10 +173,8 @@ pub struct Common {
 
 impl Common {
     /// The soft-timer stacks' loop and driver on `socket`, serving if given a server
-    /// config, and the loop's spin window: resolved here, once, given to the loop and
-    /// reported as it was given.
-    /// A QUIC loop on `socket` for this stack (a server's with `server`, validating
-    /// addresses by Retry if `retry`).
+    /// config (validating addresses by Retry if `retry`), and the loop's spin window:
+    /// resolved here, once, given to the loop and reported as it was given.
     fn quic_loop(
         &self,
         socket: UdpSocket,
@@ -590,9 +588,9 @@ impl Report for ServerRun {
     fn text(&self) -> String {
         let run = self;
         let count = |n: Option<u64>| n.map_or_else(|| "unavailable".to_string(), |n| n.to_string());
-        let retries = run.retries.map_or_else(String::new, |n| {
-            format!("; {n} addresses validated by Retry")
-        });
+        let retries = run
+            .retries
+            .map_or_else(String::new, |n| format!("; {n} Retry packets sent"));
         format!(
             "{}: {} connections, {} requests, {} bytes sent, {} received, {:.0} ns CPU per MB; \
              packets sent {}, lost {}{retries}\n",

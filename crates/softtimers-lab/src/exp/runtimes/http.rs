@@ -27,9 +27,8 @@ use hyper::Response;
 use softtimer_async::{Precision, Runtime, TcpListener};
 use softtimers_tools::cpu::{pin_to, process_cpu_ns, server_cpu, thread_cpu_ns};
 
-use super::{ANCHOR, AsyncRow, AsyncWorkload, RuntimeKind, find, interleaved, over_rounds, ratio};
+use super::{ANCHOR, AsyncRow, AsyncWorkload, RuntimeKind, find, interleaved, ratio, soft_over};
 use crate::harness::{Client, ExpOptions, Workload, check_client, run_client};
-use crate::summary::paired_ratios;
 use crate::targets::{Goal, TargetCheck};
 
 /// The workload's name.
@@ -363,11 +362,8 @@ pub fn hyper(options: &ExpOptions) -> Result<(Vec<AsyncRow>, Vec<String>)> {
 pub fn one_core_target(rows: &[AsyncRow]) -> Option<TargetCheck> {
     let soft = find(rows, HYPER_1CORE, RuntimeKind::Soft)?;
     let tokio = find(rows, HYPER_1CORE, RuntimeKind::TokioCt)?;
-    let ratios = paired_ratios(&soft.ops_per_s_rounds, &tokio.ops_per_s_rounds);
     let name = "hyper HTTP/1.1 keep-alive requests/s on one core: soft / tokio-ct";
-    // A report from before the rounds: its one run each.
-    let (measured, name) = over_rounds(name, &ratios)
-        .unwrap_or_else(|| (ratio(soft.ops_per_s, tokio.ops_per_s), name.to_string()));
+    let (measured, name) = soft_over(name, soft, tokio, |r| r.ops_per_s, |r| &r.ops_per_s_rounds);
     Some(TargetCheck::new(
         name,
         Goal::at_least(0.97, "≥ 0.97"),

@@ -233,10 +233,18 @@ impl AsyncRow {
     /// round has them (the targets pair them with the other runtime's by index). `None` for
     /// no rounds.
     pub fn over_rounds(rounds: Vec<AsyncRow>) -> Option<AsyncRow> {
+        // A figure's rounds only where every round has it: the targets pair them by index.
         let of = |figure: fn(&AsyncRow) -> Option<f64>| -> Vec<f64> {
-            rounds.iter().filter_map(figure).collect()
+            rounds
+                .iter()
+                .map(figure)
+                .collect::<Option<Vec<f64>>>()
+                .unwrap_or_default()
         };
-        let median_of = |figure| Some(median(&of(figure))).filter(|m| !m.is_nan());
+        let median_of = |figure: fn(&AsyncRow) -> Option<f64>| {
+            let some: Vec<f64> = rounds.iter().filter_map(figure).collect();
+            Some(median(&some)).filter(|m| !m.is_nan())
+        };
         let mut row = rounds.first()?.clone();
         row.late_p50_us = median_of(|r| r.late_p50_us);
         row.late_p99_us = median_of(|r| r.late_p99_us);
@@ -427,11 +435,7 @@ impl SoftVsTokio {
     fn check(&self, rows: &[AsyncRow]) -> Option<TargetCheck> {
         let soft = find(rows, self.workload, RuntimeKind::Soft)?;
         let tokio = find(rows, self.workload, RuntimeKind::TokioCt)?;
-        let ratios = paired_ratios((self.rounds)(soft), (self.rounds)(tokio));
-        let (measured, name) = over_rounds(self.name, &ratios).unwrap_or_else(|| {
-            let measured = ratio((self.figure)(soft), (self.figure)(tokio));
-            (measured, self.name.to_string())
-        });
+        let (measured, name) = soft_over(self.name, soft, tokio, self.figure, self.rounds);
         let goal = if self.at_least {
             Goal::at_least(self.bound, self.goal)
         } else {
@@ -439,6 +443,21 @@ impl SoftVsTokio {
         };
         Some(TargetCheck::new(name, goal, measured, self.anchor))
     }
+}
+
+/// `figure` of `soft`'s row over `base`'s, as a target reads it: the median of the per-round
+/// ratios of `rounds` where both rows hold their rounds (`name` then says so, with their
+/// range), else the ratio of the rows (a row of one run, or an older report).
+pub(super) fn soft_over(
+    name: &str,
+    soft: &AsyncRow,
+    base: &AsyncRow,
+    figure: fn(&AsyncRow) -> Option<f64>,
+    rounds: fn(&AsyncRow) -> &[f64],
+) -> (f64, String) {
+    let ratios = paired_ratios(rounds(soft), rounds(base));
+    over_rounds(name, &ratios)
+        .unwrap_or_else(|| (ratio(figure(soft), figure(base)), name.to_string()))
 }
 
 /// The median of per-round ratios, and `name` saying so with their range; `None` for no
@@ -587,9 +606,7 @@ pub fn targets(rows: &[AsyncRow]) -> Vec<TargetCheck> {
                                 rounds: fn(&AsyncRow) -> &[f64]| {
                 let name = base.runtime.name();
                 let figure = format!("paced UDP 100 Mbit/s, {what}: soft / {name}{note}");
-                let ratios = paired_ratios(rounds(soft), rounds(base));
-                let (measured, figure) = over_rounds(&figure, &ratios)
-                    .unwrap_or_else(|| (ratio(of(soft), of(base)), figure));
+                let (measured, figure) = soft_over(&figure, soft, base, of, rounds);
                 TargetCheck::new(figure, goal, measured, ANCHOR)
             };
             out.push(against_base(
@@ -622,7 +639,7 @@ impl Section for AsyncResult {
     const FILE: &'static str = "async.json";
     const TITLE: &'static str = "async: the runtime on soft timers against tokio and smol";
     fn body(&self, page: &mut Page<'_>) -> Result<()> {
-        page.text("Every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded; of it spinning: the time the soft runtime's loop spent spinning in its idle policy, for a timer due within its spin window or just after a wake-up a hair early (by the loop's clock, so a stretch the thread was descheduled counts too: waiting, not work), in the timer rows; in the 10,000-task row it and the CPU are each the median of their rounds. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload. The one-task rows pool three rounds and the 10,000-task row is the median of its rounds, the runtimes interleaved in each; paced UDP's rows are the medians of three interleaved rounds of the four senders (the floor's among them; the targets the median of the per-round ratios); the other rows are one run each, except hyper on one core (rounds, below) and quinn's bulk download (the median of its rounds, the target the median of the per-round ratios).\n\n");
+        page.text("Every runtime pinned to the same CPU (the load generator or receiver on another). Lateness: how long after its deadline a timer's task ran again. CPU: the process's CPU time per operation (a sleep, a fire, a datagram sent, a request), helper threads included, the in-process receiver's excluded; of it spinning: the time the soft runtime's loop spent spinning in its idle policy, for a timer due within its spin window or just after a wake-up a hair early (by the loop's clock, so a stretch the thread was descheduled counts too: waiting, not work), in the timer rows; in the 10,000-task row it and the CPU are each the median of their rounds. Paced UDP's p99 and stddev are of the gaps between the datagrams' kernel receive timestamps (on loopback, taken as the sender hands each over). `-`: not measured by that workload. The one-task rows pool three rounds and the 10,000-task row is the median of its rounds, the runtimes interleaved in each; paced UDP's rows are the medians of three interleaved rounds of the four senders (one in a quick run; the floor's among them; the targets the median of the per-round ratios); the other rows are one run each, except hyper on one core (rounds, below) and quinn's bulk download (the median of its rounds, the target the median of the per-round ratios).\n\n");
         page.table(
             Table::of(&self.rows)
                 .text("workload", |r| r.workload.name())

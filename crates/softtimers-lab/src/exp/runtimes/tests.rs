@@ -99,6 +99,19 @@ fn paced_udp_rows_over_rounds_keep_each_round_and_the_targets_pair_them() {
         round(RuntimeKind::Smol, 20.0, 60.0, 170.0),
     ])
     .unwrap();
+    // A round without a figure: the others' median, and no rounds kept for it (the
+    // targets pair rounds by index).
+    let mut lacking = round(RuntimeKind::Soft, 2.0, 40.0, 130.0);
+    lacking.stddev_us = None;
+    let partial = AsyncRow::over_rounds(vec![
+        lacking,
+        round(RuntimeKind::Soft, 4.0, 50.0, 900.0),
+        round(RuntimeKind::Soft, 6.0, 45.0, 140.0),
+    ])
+    .unwrap();
+    assert_eq!(partial.stddev_us, Some(5.0));
+    assert!(partial.stddev_us_rounds.is_empty());
+    assert_eq!(partial.cpu_ns_per_op_rounds, vec![40.0, 50.0, 45.0]);
     // Every figure the median of the rounds', each round's stddev kept.
     assert_eq!(soft.stddev_us, Some(3.0));
     assert_eq!(soft.p99_us, Some(140.0));

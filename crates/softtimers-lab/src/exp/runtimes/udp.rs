@@ -6,10 +6,10 @@
 //! datagram's kernel receive timestamp; the figure is the inter-arrival times' spread.
 //!
 //! The four senders run in interleaved rounds (three in a full run, the order rotated each
-//! round), and each row is the median of its rounds: the stddev is made by a handful of long
-//! gaps in tens of thousands (the virtual CPU descheduled for up to a millisecond or two, as
-//! the spinning floor shows), and one such stall in one sender's single run used to decide
-//! the comparison.
+//! round; one in a quick run), and each row is the median of its rounds: the stddev is made
+//! by a handful of long gaps among some 12,700 a round (the virtual CPU descheduled for up to
+//! a millisecond or two, as the spinning floor shows), and one such stall in one sender's
+//! single run used to decide the comparison.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
