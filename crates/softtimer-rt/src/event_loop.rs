@@ -338,16 +338,17 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             _ => None,
         };
         let spin_window = match config.spin_window {
-            SpinWindow::Calibrated if !soft => Duration::ZERO,
+            SpinWindow::Calibrated if !soft => Span::ZERO,
             // A named precision's starting window for a short wait (what the driver above
-            // reads as its wake-up lateness), not the probe's plan.
-            SpinWindow::Precision(_) if soft => windows.map_or(Duration::ZERO, |w| {
-                clock.duration(w.window_for(clock.span(crate::calibrate::SHORT_WAIT)))
+            // reads as its wake-up lateness), not the probe's plan; in ticks as it is (a trip
+            // through a Duration and back would round it off by a tick or two).
+            SpinWindow::Precision(_) if soft => windows.map_or(Span::ZERO, |w| {
+                w.window_for(clock.span(crate::calibrate::SHORT_WAIT))
             }),
-            window => window.resolve(),
+            window => clock.span(window.resolve()),
         };
         let idle = IdlePolicy {
-            spin_window: clock.span(spin_window),
+            spin_window,
             spin_slice: clock.span(SPIN_SLICE),
             windows,
         };
