@@ -1,5 +1,5 @@
 //! A loop whose only work is one event re-armed every P µs: how late it fires, and how much
-//! CPU the loop uses, under the idle policy's spin windows (calibrated, none, 30, 100 and
+//! CPU the loop uses, under the idle policy's spin windows (calibrated, none, 10, 30, 100 and
 //! 200 µs, and 2 ms), pinned to CPU 1. `cargo run --release -p softtimer-rt --example idle_probe --
 //! [SECONDS [PERIOD_US ...]]` (2 s a run, periods 100 and 1000 µs by default). Each line
 //! ends with how many events were more than 5 µs late in each tenth of the run, which tells
@@ -33,7 +33,7 @@ fn main() {
     } else {
         periods
     };
-    let windows = [0, 30, 100, 200, 2000].map(|us| Some(Duration::from_micros(us)));
+    let windows = [0, 10, 30, 100, 200, 2000].map(|us| Some(Duration::from_micros(us)));
     for window in std::iter::once(None).chain(windows) {
         for &period_us in &periods {
             let late = Arc::new(Mutex::new(Vec::with_capacity(100_000)));
