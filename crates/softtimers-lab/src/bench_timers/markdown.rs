@@ -42,10 +42,12 @@ pub fn to_markdown(report: &TimersReport) -> String {
         } else {
             ("—".to_string(), "—".to_string())
         };
-        let cut = match (r.runs_cut_short, r.runs) {
-            (0, _) => String::new(),
-            (_, runs) if runs > 0 && runs < report.runs => format!(" * ({runs} runs)"),
-            _ => " *".to_string(),
+        let fewer = r.runs > 0 && r.runs < report.runs;
+        let cut = match (r.runs_cut_short, fewer) {
+            (0, false) => String::new(),
+            (0, true) => format!(" † ({} runs)", r.runs),
+            (_, true) => format!(" * ({} runs)", r.runs),
+            (_, false) => " *".to_string(),
         };
         table.row(&[
             &r.source.name(),
@@ -76,6 +78,21 @@ pub fn to_markdown(report: &TimersReport) -> String {
             out,
             "\n\\* Runs cut{cut_at}, their time and events extrapolated from the chunks \
              done{dropped}."
+        );
+    }
+    let dear_dropped = report
+        .rows
+        .iter()
+        .any(|r| r.runs_cut_short == 0 && r.runs > 0 && r.runs < report.runs);
+    if let (true, Some(pct), Some(n)) = (
+        dear_dropped,
+        report.dear_slowdown_pct,
+        report.cut_runs_enough,
+    ) {
+        let _ = writeln!(
+            out,
+            "\n† Not run again after {n} runs whose median was {pct:.0} % or more over the \
+             baseline's: their slowdown is known to a few percent of itself by then."
         );
     }
     let _ = writeln!(out, "\n{PAPER_TABLE_I}\n");

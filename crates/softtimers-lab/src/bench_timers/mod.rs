@@ -146,7 +146,8 @@ pub struct TimerRow {
     #[serde(default)]
     pub runs_cut_short: usize,
     /// Runs made: fewer than the report's `runs` when the configuration was not run again
-    /// after `cut_runs_enough` runs cut short (0 in reports from before this was recorded).
+    /// after `cut_runs_enough` runs cut short or slowed past `dear_slowdown_pct` (0 in
+    /// reports from before this was recorded).
     #[serde(default)]
     pub runs: usize,
 }
@@ -169,8 +170,13 @@ pub struct TimersReport {
     /// A run slower than this was cut short, s (absent in older reports).
     pub max_run_s: Option<f64>,
     /// After this many runs cut short a configuration was not run again (absent in older
-    /// reports).
+    /// reports); nor after this many runs slowed past `dear_slowdown_pct`.
     pub cut_runs_enough: Option<usize>,
+    /// A configuration whose first `cut_runs_enough` runs took a median this much longer
+    /// than the baseline's was not run again, % (absent in older reports, which ran it every
+    /// round).
+    #[serde(default)]
+    pub dear_slowdown_pct: Option<f64>,
     /// The CPU the loop thread was pinned to.
     pub pinned_cpu: Option<usize>,
     /// Whether the backstop thread had real-time priority.
@@ -238,8 +244,47 @@ fn null_handler(interval: Span) -> impl Fn(&mut SoftTimers<()>, Fired<()>) + Sen
 /// would take minutes.
 const MAX_RUN: Duration = Duration::from_secs(4);
 
-/// Runs cut at [`MAX_RUN`] after which a configuration is not run again.
+/// Runs cut at [`MAX_RUN`] after which a configuration is not run again; also the runs after
+/// which a configuration slowed past [`DEAR_SLOWDOWN`] is not.
 const CUT_RUNS_ENOUGH: usize = 3;
+
+/// A configuration whose first [`CUT_RUNS_ENOUGH`] runs took a median this much longer than
+/// the baseline's (a fraction: 0.5 is 50 %) is not run again: its events cost a sizeable
+/// share of their interval (a `timerfd` or a signal every 10–50 µs on a virtual machine), so
+/// three paired runs know its slowdown to a few percent of itself, far inside the tenfold
+/// margins its targets ask of it, and each further round would add its run, the longest of
+/// the round, to the lab's time. The soft-timer configurations, whose slowdowns of about
+/// 1 % are what the rounds are for, never come near it.
+const DEAR_SLOWDOWN: f64 = 0.5;
+
+/// Whether a configuration has been measured enough not to run in the rounds left: `made`
+/// holds its runs so far (seconds, whether cut short), `baseline_s` the baseline's.
+fn measured_enough(made: &[(f64, bool)], baseline_s: &[f64]) -> bool {
+    if made.iter().filter(|&&(_, cut)| cut).count() >= CUT_RUNS_ENOUGH {
+        return true;
+    }
+    if made.len() < CUT_RUNS_ENOUGH || baseline_s.is_empty() {
+        return false;
+    }
+    let times: Vec<f64> = made.iter().map(|&(s, _)| s).collect();
+    median(&times) >= (1.0 + DEAR_SLOWDOWN) * median(baseline_s)
+}
+
+/// The longest the slowdown rounds take for `intervals` event intervals, for the lab's
+/// estimate of what is left: the configurations without timer system calls (the baseline,
+/// the backstop alone, and soft events at every trigger state and at each interval) every
+/// round at `cheap_run`, and the `timerfd` and signal ones (slowed past [`DEAR_SLOWDOWN`] on
+/// this project's machines) [`CUT_RUNS_ENOUGH`] rounds at `dear_run`.
+pub fn rounds_time(
+    rounds: usize,
+    intervals: usize,
+    cheap_run: Duration,
+    dear_run: Duration,
+) -> Duration {
+    let cheap = (3 + intervals) * rounds;
+    let dear = 2 * intervals * rounds.min(CUT_RUNS_ENOUGH);
+    cheap_run * cheap as u32 + dear_run * dear as u32
+}
 
 /// Configurations per round for `intervals` event intervals: the run without events, the
 /// backstop alone, soft at every trigger state, then soft, timerfd and signal at each.
@@ -269,12 +314,6 @@ pub fn state_runs() -> f64 {
         .count();
     let long = IDLE_POLICY_PERIODS_US.len() - short;
     LoopState::ALL.len() as f64 + (long as f64 + short as f64 / 2.0) * idle_settings().len() as f64
-}
-
-/// The most time `rounds` runs of a configuration slow enough to be cut short take, for the
-/// lab's estimate of what is left.
-pub fn slowest_runs_at_most(rounds: usize) -> Duration {
-    MAX_RUN * rounds.min(CUT_RUNS_ENOUGH) as u32
 }
 
 fn run_once(
@@ -359,23 +398,28 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
     let trigger_states_per_s = probe.triggers.unwrap_or(0) as f64 / probe.elapsed.as_secs_f64();
     let backstop_realtime = probe.backstop_realtime;
 
-    // A configuration cut short in CUT_RUNS_ENOUGH rounds is not run again: its slowdown is
+    // A configuration cut short in CUT_RUNS_ENOUGH rounds is not run again (its slowdown is
     // then tens of times the workload, known well enough, and each further run would cost
-    // MAX_RUN.
-    let mut cut_runs: std::collections::HashMap<(TimerSource, u64), usize> = Default::default();
+    // MAX_RUN), nor one slowed past DEAR_SLOWDOWN in as many (see there).
+    let mut made: std::collections::HashMap<(TimerSource, u64), Vec<(f64, bool)>> =
+        Default::default();
+    let mut baseline_s = Vec::with_capacity(config.runs);
     let runs = interleaved(
         config.runs,
         &configs,
         &mut progress,
         |&(source, us)| format!("{} {}", source.name(), interval_label(source, us)),
         |&(source, us)| {
-            let cut = cut_runs.entry((source, us)).or_default();
+            let runs_made = made.entry((source, us)).or_default();
             // The baseline always runs: every row is paired with it round by round.
-            if source != TimerSource::None && *cut >= CUT_RUNS_ENOUGH {
+            if source != TimerSource::None && measured_enough(runs_made, &baseline_s) {
                 return Ok(None);
             }
             let r = run_once(&array, source, us, config.chunks, false)?;
-            *cut += usize::from(r.cut_short);
+            runs_made.push((r.elapsed.as_secs_f64(), r.cut_short));
+            if source == TimerSource::None {
+                baseline_s.push(r.elapsed.as_secs_f64());
+            }
             Ok(Some(r))
         },
     )?;
@@ -452,6 +496,7 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         runs: config.runs,
         max_run_s: Some(MAX_RUN.as_secs_f64()),
         cut_runs_enough: Some(CUT_RUNS_ENOUGH),
+        dear_slowdown_pct: Some(DEAR_SLOWDOWN * 100.0),
         pinned_cpu,
         backstop_realtime,
         rows,
@@ -498,5 +543,44 @@ impl Section for TimersReport {
     fn body(&self, page: &mut Page<'_>) -> Result<()> {
         page.text(&to_markdown(self));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_configuration_runs_every_round_unless_cut_short_or_dear_three_times() {
+        let baseline = [0.62, 0.63, 0.61];
+        // Soft events: about 1 % over the baseline, every round.
+        let soft = [(0.63, false), (0.64, false), (0.62, false)];
+        assert!(!measured_enough(&soft, &baseline));
+        // A timerfd every 10 µs: five times the baseline, known after three runs.
+        let timerfd = [(3.4, false), (3.5, false), (3.6, false)];
+        assert!(!measured_enough(&timerfd[..2], &baseline));
+        assert!(measured_enough(&timerfd, &baseline));
+        // Just under the line: the median, not one slow run, decides.
+        let mixed = [(0.9, false), (3.0, false), (0.9, false)];
+        assert!(!measured_enough(&mixed, &baseline));
+        // Cut short three times, whatever the baseline.
+        let cut = [(400.0, true), (380.0, true), (410.0, true)];
+        assert!(measured_enough(&cut, &[]));
+        assert!(!measured_enough(&cut[..2], &[]));
+    }
+
+    #[test]
+    fn the_estimate_counts_the_dear_configurations_for_three_rounds_at_most() {
+        let (cheap, dear) = (Duration::from_secs(1), Duration::from_secs(10));
+        // Three intervals: six configurations without timer system calls and six with.
+        assert_eq!(
+            rounds_time(12, 3, cheap, dear),
+            Duration::from_secs(72 + 180)
+        );
+        assert_eq!(
+            rounds_time(2, 3, cheap, dear),
+            Duration::from_secs(12 + 120)
+        );
+        assert_eq!(configurations(3), 12);
     }
 }

@@ -113,9 +113,12 @@ pub struct Carry {
 /// Time a server run takes beyond its load (start, connect, stop, join).
 const RUN_OVERHEAD: Duration = Duration::from_millis(150);
 
-/// About how long one `bench timers` run (100,000 chunks, a fresh loop) takes on average
-/// over its configurations, the slowest (timer signals every 10 µs) apart (measured).
-const TIMERS_RUN: Duration = Duration::from_millis(850);
+/// About how long one `bench timers` run (100,000 chunks, a fresh loop) takes without timer
+/// system calls (0.61–0.64 s measured), with room for a slower host.
+const TIMERS_RUN: Duration = Duration::from_millis(700);
+/// About how long one of its `timerfd` and signal runs takes (1.2–3.5 s measured, a signal
+/// every 10 or 20 µs cut at 4 s).
+const TIMERS_DEAR_RUN: Duration = Duration::from_millis(2_700);
 /// `bench timers`' intervals in the lab, µs.
 const TIMERS_INTERVALS_US: [u64; 3] = [10, 20, 50];
 
@@ -263,11 +266,12 @@ impl Step {
             Step::Info => Duration::from_secs(1),
             Step::BenchCore => Duration::from_secs(if length.quick { 2 } else { 4 }),
             Step::BenchTimers => {
-                // The slowest configuration: cut short three times, then not run again.
-                let configs = bench_timers::configurations(TIMERS_INTERVALS_US.len()) - 1;
-                TIMERS_RUN * (length.timers_rounds() * configs) as u32
-                    + bench_timers::slowest_runs_at_most(length.timers_rounds())
-                    + length.backstop_compute()
+                bench_timers::rounds_time(
+                    length.timers_rounds(),
+                    TIMERS_INTERVALS_US.len(),
+                    TIMERS_RUN,
+                    TIMERS_DEAR_RUN,
+                ) + length.backstop_compute()
                     + length.state_time().mul_f64(bench_timers::state_runs())
             }
             // The configurations and the run without events.
