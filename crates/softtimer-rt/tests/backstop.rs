@@ -28,6 +28,17 @@ fn allowed_cpus() -> Vec<usize> {
 }
 
 /// Pins the calling thread (a test's own) to `cpu`.
+/// Held by each test that pins its thread to the last CPU: two of them at once (libtest
+/// runs tests in parallel) would share that CPU, and one's busy loop would starve the
+/// other's backstop.
+static PINNED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn pinned_alone() -> std::sync::MutexGuard<'static, ()> {
+    PINNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn pin(cpu: usize) {
     let mut set = rustix::thread::CpuSet::new();
     set.set(cpu);
@@ -58,6 +69,7 @@ fn the_backstop_keeps_the_bound_while_the_loop_computes() {
 /// arms, served at real-time priority on that CPU. Both keep the bound.
 #[test]
 fn a_loop_confined_to_one_cpu_keeps_the_bound() {
+    let _alone = pinned_alone();
     let cpus = allowed_cpus();
     let cpu = *cpus.last().expect("some CPU");
     pin(cpu);
@@ -155,10 +167,13 @@ fn backstop_bound_attempt(config: LoopConfig, pinned: Option<usize>) -> Result<K
         .iter()
         .filter(|f| f.2.as_deref() == Some("softtimer-backstop"))
         .count();
-    assert!(
-        on_backstop >= 35,
-        "only {on_backstop} of 40 fired by the backstop thread"
-    );
+    // A backstop thread the host kept off its CPU leaves events to the loop's trigger state
+    // after the computing: a failed attempt, like one that breaks the bound.
+    if on_backstop < 35 {
+        return Err(format!(
+            "only {on_backstop} of 40 fired by the backstop thread"
+        ));
+    }
     // The paper's bound assumes the interrupt fires exactly on the tick; the backstop
     // thread needs a wakeup after each tick. The stated margin for that wakeup and for
     // being descheduled on a shared machine: X/4 (250 µs at 1 kHz), exceeded by at most 2
@@ -173,7 +188,8 @@ fn backstop_bound_attempt(config: LoopConfig, pinned: Option<usize>) -> Result<K
     let placement = ev.helper_placement();
     eprintln!("bound ({placement:?}): {strict} of 40 past X + 1; {beyond_margin} past X + 1 + X/4");
     let counters = ev.counters();
-    assert!(counters.fired(TriggerSource::Backstop) >= 35);
+    // The counters agree with the handler's own view of which thread fired.
+    assert!(counters.fired(TriggerSource::Backstop) >= on_backstop as u64);
     if beyond_margin > 2 {
         return Err(format!(
             "{beyond_margin} of 40 events fired later than X + X/4 past due (allowed: 2); \
@@ -193,6 +209,7 @@ fn backstop_bound_attempt(config: LoopConfig, pinned: Option<usize>) -> Result<K
 /// checks the fallback instead.)
 #[test]
 fn a_busy_loop_with_pending_events_makes_no_timer_system_call_on_its_core() {
+    let _alone = pinned_alone();
     let cpus = allowed_cpus();
     let cpu = *cpus.last().expect("some CPU");
     pin(cpu);
@@ -268,6 +285,7 @@ fn the_deadline_timer_fires_when_no_trigger_state_comes() {
 /// loop's only CPU would take it from the loop).
 #[test]
 fn deadlines_hold_with_the_helper_on_the_loops_only_cpu() {
+    let _alone = pinned_alone();
     let cpu = *allowed_cpus().last().expect("some CPU");
     pin(cpu);
     for design in [DeadlineDesign::Watcher, DeadlineDesign::WatcherSpin] {
