@@ -272,11 +272,11 @@ fn measured_enough(made: &[(f64, bool)], baseline_s: &[f64]) -> bool {
     median(&times) >= (1.0 + DEAR_SLOWDOWN) * median(baseline_s)
 }
 
-/// The longest the slowdown rounds take for `intervals` event intervals, for the lab's
+/// About how long the slowdown rounds take for `intervals` event intervals, for the lab's
 /// estimate of what is left: the configurations without timer system calls (the baseline,
 /// the backstop alone, and soft events at every trigger state and at each interval) every
-/// round at `cheap_run`, and the `timerfd` and signal ones (slowed past [`DEAR_SLOWDOWN`] on
-/// this project's machines) [`CUT_RUNS_ENOUGH`] rounds at `dear_run`.
+/// round at `cheap_run`, and the `timerfd` and signal ones (slowed by half or more on
+/// this project's machines, so run three rounds at most) at `dear_run`.
 pub fn rounds_time(
     rounds: usize,
     intervals: usize,
