@@ -27,7 +27,6 @@ fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
-/// Pins the calling thread (a test's own) to `cpu`.
 /// Held by each test that pins its thread to the last CPU: two of them at once (libtest
 /// runs tests in parallel) would share that CPU, and one's busy loop would starve the
 /// other's backstop.
@@ -39,6 +38,7 @@ fn pinned_alone() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Pins the calling thread (a test's own) to `cpu`.
 fn pin(cpu: usize) {
     let mut set = rustix::thread::CpuSet::new();
     set.set(cpu);

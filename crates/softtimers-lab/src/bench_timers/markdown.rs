@@ -5,10 +5,12 @@ use crate::paper::PAPER_TABLE_I;
 use crate::table::Table;
 use crate::targets::targets_table;
 
-use super::TimersReport;
+use super::{TimerRow, TimersReport};
 
 /// The report as Markdown, with the paper's Table I beside it.
 pub fn to_markdown(report: &TimersReport) -> String {
+    // Not run every round (older reports, which did not count runs, say 0).
+    let ran_fewer = |r: &TimerRow| r.runs > 0 && r.runs < report.runs;
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(
@@ -42,8 +44,7 @@ pub fn to_markdown(report: &TimersReport) -> String {
         } else {
             ("—".to_string(), "—".to_string())
         };
-        let fewer = r.runs > 0 && r.runs < report.runs;
-        let cut = match (r.runs_cut_short, fewer) {
+        let cut = match (r.runs_cut_short, ran_fewer(r)) {
             (0, false) => String::new(),
             (0, true) => format!(" † ({} runs)", r.runs),
             (_, true) => format!(" * ({} runs)", r.runs),
@@ -83,7 +84,7 @@ pub fn to_markdown(report: &TimersReport) -> String {
     let dear_dropped = report
         .rows
         .iter()
-        .any(|r| r.runs_cut_short == 0 && r.runs > 0 && r.runs < report.runs);
+        .any(|r| r.runs_cut_short == 0 && ran_fewer(r));
     if let (true, Some(pct), Some(n)) = (
         dear_dropped,
         report.dear_slowdown_pct,

@@ -283,8 +283,9 @@ pub fn rounds_time(
     cheap_run: Duration,
     dear_run: Duration,
 ) -> Duration {
-    let cheap = (3 + intervals) * rounds;
-    let dear = 2 * intervals * rounds.min(CUT_RUNS_ENOUGH);
+    let dear_configs = 2 * intervals;
+    let cheap = (configurations(intervals) - dear_configs) * rounds;
+    let dear = dear_configs * rounds.min(CUT_RUNS_ENOUGH);
     cheap_run * cheap as u32 + dear_run * dear as u32
 }
 
