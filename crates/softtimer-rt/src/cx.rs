@@ -399,8 +399,9 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     }
 
     /// The idle policy's spin window: how long before a due event the loop wakes to spin
-    /// (this machine's wake-up lateness when calibrated), so also about how late an event
-    /// runs when the loop blocks until it.
+    /// (when calibrated, the window the loop has learnt before a short wait, about this
+    /// machine's wake-up lateness), so also about how late an event runs when the loop
+    /// blocks until it.
     pub fn spin_window(&self) -> Span {
         self.core.idle.spin_window
     }

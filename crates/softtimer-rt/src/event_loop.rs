@@ -339,12 +339,14 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         };
         let spin_window = match config.spin_window {
             SpinWindow::Calibrated if !soft => Span::ZERO,
-            // A named precision's starting window for a short wait (what the driver above
-            // reads as its wake-up lateness), not the probe's plan; in ticks as it is (a trip
-            // through a Duration and back would round it off by a tick or two).
-            SpinWindow::Precision(_) if soft => windows.map_or(Span::ZERO, |w| {
-                w.window_for(clock.span(crate::calibrate::SHORT_WAIT))
-            }),
+            // The learnt windows' own window for a short wait (what the driver above reads
+            // as its wake-up lateness), kept so as they learn (`IdlePolicy::learn`), not the
+            // probe's figure or plan. In ticks as it is (a trip through a Duration and back
+            // would round it off by a tick or two).
+            SpinWindow::Calibrated | SpinWindow::Precision(_) if soft => windows
+                .map_or(Span::ZERO, |w| {
+                    w.window_for(clock.span(crate::calibrate::SHORT_WAIT))
+                }),
             window => clock.span(window.resolve()),
         };
         let idle = IdlePolicy {

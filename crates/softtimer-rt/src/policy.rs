@@ -38,7 +38,8 @@ pub enum IdleAction {
 /// again that much later, so waking that early and spinning the rest fires on time without
 /// spinning through the whole wait. It is `spin_window` for every wait, or, with
 /// [`windows`](Self::windows), the window for the wait's length (and a wait within
-/// `spin_window` is spun either way).
+/// `spin_window` is spun either way; [`learn`](Self::learn) keeps that floor at the windows'
+/// window for a short wait).
 ///
 /// ```
 /// use softtimer::{Instant, Span};
@@ -62,7 +63,7 @@ pub enum IdleAction {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IdlePolicy {
     /// Spin for this long before a due time instead of blocking through it (with `windows`,
-    /// at least this long).
+    /// at least this long: the floor, which [`learn`](Self::learn) moves with them).
     pub spin_window: Span,
     /// Look at the descriptors at least this often while spinning.
     pub spin_slice: Span,
@@ -96,6 +97,36 @@ impl IdlePolicy {
     pub fn window_for(&self, wait: Span) -> Span {
         self.windows
             .map_or(self.spin_window, |w| w.window_for(wait))
+    }
+
+    /// A timed block of `wait` woke `late` after its timeout. With learnt
+    /// [`windows`](Self::windows), they take it in, and the floor under them
+    /// ([`spin_window`](Self::spin_window): a wait within it is spun, not blocked) becomes
+    /// their window before a wait of `short_wait`, so that it follows the loop's own
+    /// wake-ups as the windows do (a floor fixed from a probe that met the host in a slow
+    /// spell would keep every wait spinning longer than the wake-ups ask, for good). A
+    /// policy without windows keeps its fixed window.
+    ///
+    /// ```
+    /// use softtimer::Span;
+    /// use softtimer_rt::{IdlePolicy, WakeupWindows};
+    ///
+    /// let us = |n: u64| Span::from_ticks(n * 1_000); // a 1 GHz clock
+    /// let windows = WakeupWindows::new(us(64), |_| us(30), us(1), us(2), us(200));
+    /// // Started from a probe that read 42 µs.
+    /// let mut policy = IdlePolicy { spin_window: us(42), spin_slice: us(20), windows: Some(windows) };
+    /// // Blocks of 100 µs keep waking 10 µs late: the windows and the floor come down.
+    /// for _ in 0..2_000 {
+    ///     policy.learn(us(100), us(10), us(100));
+    /// }
+    /// assert!(policy.spin_window < us(15));
+    /// assert_eq!(policy.spin_window, policy.window_for(us(100)));
+    /// ```
+    pub fn learn(&mut self, wait: Span, late: Span, short_wait: Span) {
+        if let Some(windows) = &mut self.windows {
+            windows.observe(wait, late);
+            self.spin_window = windows.window_for(short_wait);
+        }
     }
 }
 
@@ -482,6 +513,53 @@ mod tests {
         assert_eq!(policy.decide(now, Some(now + span(5_000))), block(4_960));
         // A wait within its window is spun.
         assert_eq!(policy.decide(now, Some(now + span(8))), spin(now + span(8)));
+    }
+
+    /// The floor under learnt windows starts where it was set (the calibration's probe) and
+    /// then follows the short wait's window, down where the wake-ups come early and up where
+    /// they come late; a fixed window never moves.
+    #[test]
+    fn the_floor_under_learnt_windows_follows_the_short_waits_window() {
+        let windows = WakeupWindows::new(span(64), |_| span(30), span(1), span(2), span(200));
+        let mut learnt = IdlePolicy {
+            spin_window: span(42),
+            spin_slice: span(20),
+            windows: Some(windows),
+        };
+        let now = Instant::from_ticks(0);
+        // As probed: a wait of 40 is spun (a slice at a time), one of 100 blocks until its
+        // bucket's window.
+        assert_eq!(
+            learnt.decide(now, Some(now + span(40))),
+            spin(now + span(20))
+        );
+        assert_eq!(learnt.decide(now, Some(now + span(100))), block(70));
+        for _ in 0..2_000 {
+            learnt.learn(span(100), span(10), span(100));
+        }
+        let floor = learnt.spin_window;
+        assert_eq!(floor, learnt.window_for(span(100)));
+        assert!(floor < span(15), "{floor:?}");
+        // Now a wait of 40 blocks too, until its own bucket's window (16: half that bucket's
+        // typical wait), and one of 100 until the learnt window.
+        assert_eq!(learnt.decide(now, Some(now + span(40))), block(24));
+        assert_eq!(
+            learnt.decide(now, Some(now + span(100))),
+            block(100 - floor.ticks())
+        );
+        // Wake-ups 25 late: back up, but never past half the short bucket's shortest wait.
+        for _ in 0..2_000 {
+            learnt.learn(span(100), span(25), span(100));
+        }
+        assert!(learnt.spin_window > span(25), "{:?}", learnt.spin_window);
+        assert!(learnt.spin_window <= span(32));
+        let mut fixed = IdlePolicy {
+            windows: None,
+            ..learnt
+        };
+        let before = fixed;
+        fixed.learn(span(100), span(90), span(100));
+        assert_eq!(fixed, before);
     }
 
     #[test]

@@ -618,8 +618,13 @@ fn a_named_precision_learns_its_windows_from_the_loops_own_wake_ups() {
     );
     let mut windows = within.windows.expect("a named precision keeps windows");
     let us = |n: u64| clock.span(Duration::from_micros(n));
-    // Its floor for short waits is its own starting window, not the probe's plan.
+    // Its floor for short waits is its own starting window, not the probe's plan; the
+    // calibrated policy's likewise, not the probe's figure (which may be past the short
+    // bucket's bound: half its shortest wait, 32 µs).
     assert_eq!(within.spin_window, windows.window_for(us(100)));
+    let calibrated_start = calibrated.windows.expect("calibrated windows");
+    assert_eq!(calibrated.spin_window, calibrated_start.window_for(us(100)));
+    assert!(calibrated.spin_window <= us(32));
     // Before waits of 8 ms and more the calibrated policy spins the widest window (it aims
     // at the lateness's tail there); a named precision keeps its own rule.
     assert_eq!(calibrated.window_for(us(20_000)), us(200));

@@ -148,9 +148,11 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             // a wake-up comes.
             let now = clock.now_unordered();
             if now + clock.span(TIMEOUT_TOLERANCE) >= plan.until {
-                if let Some(windows) = &mut self.core.idle.windows {
-                    windows.observe(plan.wait, now.saturating_since(plan.until));
-                }
+                self.core.idle.learn(
+                    plan.wait,
+                    now.saturating_since(plan.until),
+                    clock.span(crate::calibrate::SHORT_WAIT),
+                );
                 self.spin_through = Some(plan.due);
             }
         }
