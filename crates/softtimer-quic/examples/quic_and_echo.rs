@@ -82,7 +82,7 @@ pub fn serve(duration: Duration) -> Result<Served, Box<dyn std::error::Error>> {
     // QUIC, on one descriptor of the loop.
     let identity = Identity::self_signed(&["localhost"])?;
     let config = DriverConfig {
-        wake_lateness: ev.clock().duration(ev.idle_policy().spin_window),
+        wake_lateness: ev.wake_lateness(),
         ..DriverConfig::default()
     };
     let server = server_config(&identity, &Tuning::default())?;

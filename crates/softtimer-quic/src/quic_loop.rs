@@ -103,8 +103,8 @@ pub struct QuicLoop {
 
 impl QuicLoop {
     /// A loop on `socket`; a server when `server` is given (a client can still connect).
-    /// The driver's [`wake_lateness`](DriverConfig::wake_lateness) is the loop's spin window
-    /// (for short waits).
+    /// The driver's [`wake_lateness`](DriverConfig::wake_lateness) is the loop's
+    /// ([`EventLoop::wake_lateness`]).
     pub fn new(
         loop_config: LoopConfig,
         socket: UdpSocket,
@@ -117,7 +117,7 @@ impl QuicLoop {
             handler_notes.note(fired.source);
         })
         .map_err(QuicError::Loop)?;
-        config.wake_lateness = ev.clock().duration(ev.idle_policy().spin_window);
+        config.wake_lateness = ev.wake_lateness();
         let mut quic = QuicSocket::new(socket, config, server, *ev.clock())?.with_fire_notes(notes);
         quic.register(&mut ev.cx(), QUIC_TOKEN)?;
         Ok(QuicLoop { ev, quic })

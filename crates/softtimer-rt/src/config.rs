@@ -164,7 +164,9 @@ pub enum SpinWindow {
     /// one that slept 100 µs, and the lateness drifts with the host's load. Before waits of
     /// 8,192 µs and more it spins nearly the whole tail of that lateness, up to 200 µs
     /// ([`WakeupWindows::aiming_at_the_tail_before_long_waits`](crate::WakeupWindows::aiming_at_the_tail_before_long_waits)).
-    /// [`resolve`](Self::resolve) gives the calibrated window for short waits.
+    /// Every window is at least the one learnt before a 100 µs wait (the floor: see
+    /// [`IdlePolicy::window_for`](crate::IdlePolicy::window_for)).
+    /// [`resolve`](Self::resolve) gives the probe's figure, where a soft loop starts from.
     #[default]
     Calibrated,
     /// A fixed window; `Duration::ZERO` never spins (cheapest, but late by the wake-up
@@ -240,7 +242,8 @@ pub struct LoopConfig {
     pub capacity: usize,
     /// Readiness events taken per `epoll_wait` (default 256).
     pub max_events: usize,
-    /// The idle loop's spin window (default: calibrated to this machine's wake-up lateness).
+    /// The idle loop's spin window (default: calibrated to this machine's wake-up lateness,
+    /// then learnt from the loop's own wake-ups).
     pub spin_window: SpinWindow,
     /// Record the first this-many trigger states (clock time and source) for later analysis
     /// (default 0: no trace). Memory is reserved up front; recording is a store.

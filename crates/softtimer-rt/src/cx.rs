@@ -398,10 +398,11 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
         self.core.spin_allowed = allowed;
     }
 
-    /// The idle policy's spin window: how long before a due event the loop wakes to spin
-    /// (when calibrated, the window the loop has learnt before a short wait, about this
-    /// machine's wake-up lateness), so also about how late an event runs when the loop
-    /// blocks until it.
+    /// The idle policy's spin window, the floor under its learnt windows when it has them:
+    /// a loop wakes at least this long before a due event to spin the rest (when calibrated,
+    /// the window it has learnt before a 100 µs wait; before longer waits it may wake
+    /// earlier, [`IdlePolicy::window_for`](crate::IdlePolicy::window_for)). How late a wake-up comes is
+    /// [`EventLoop::wake_lateness`](crate::EventLoop::wake_lateness).
     pub fn spin_window(&self) -> Span {
         self.core.idle.spin_window
     }

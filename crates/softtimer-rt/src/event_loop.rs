@@ -166,6 +166,8 @@ pub struct EventLoop<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static
     /// The due time the last timed block was for, when it ended by its timeout: until then
     /// the idle policy spins for an event due by it rather than blocking a second time.
     spin_through: Option<Instant>,
+    /// See [`EventLoop::wake_lateness`].
+    wake_lateness: Duration,
     /// The thread's timer slack at its minimum while the loop lives (soft timers only).
     _precise_timeouts: Option<sys::PreciseTimeouts>,
     /// A loop belongs to the thread that made it (its timer signal is addressed to that
@@ -349,6 +351,12 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
                 }),
             window => clock.span(window.resolve()),
         };
+        // What a driver above reads as this loop's wake-up lateness: the probe's figure where
+        // the loop learns its windows (their floor is bounded by the short waits' bucket).
+        let wake_lateness = match config.spin_window {
+            SpinWindow::Calibrated if soft => crate::calibrate::wakeup_lateness(),
+            _ => clock.duration(spin_window),
+        };
         let idle = IdlePolicy {
             spin_window,
             spin_slice: clock.span(SPIN_SLICE),
@@ -403,6 +411,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             idle_spin_total: Span::ZERO,
             block_plan: None,
             spin_through: None,
+            wake_lateness,
             _precise_timeouts: precise_timeouts,
             _thread_bound: PhantomData,
         })
@@ -459,6 +468,23 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// The idle policy in force (its spin window is calibrated to this machine by default).
     pub fn idle_policy(&self) -> IdlePolicy {
         self.core.idle
+    }
+
+    /// How late a wake-up of this loop is expected to come, for a driver above it that
+    /// decides which of its wake-ups need a spin (`softtimer_quic`'s `wake_lateness`): with
+    /// the calibrated window, this machine's wake-up lateness as probed
+    /// ([`wakeup_lateness`](crate::wakeup_lateness)), which the learnt windows' floor may sit
+    /// below; with a named precision, its starting window for a short wait; with a fixed
+    /// window, that window.
+    ///
+    /// ```
+    /// use softtimer_rt::{EventLoop, LoopConfig};
+    ///
+    /// let ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
+    /// assert_eq!(ev.wake_lateness(), softtimer_rt::wakeup_lateness());
+    /// ```
+    pub fn wake_lateness(&self) -> Duration {
+        self.wake_lateness
     }
 
     /// Replaces the idle policy: to start from windows another loop of this machine has

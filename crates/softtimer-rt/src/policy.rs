@@ -37,9 +37,9 @@ pub enum IdleAction {
 /// The window is the machine's wake-up lateness: a blocked thread whose timeout expires runs
 /// again that much later, so waking that early and spinning the rest fires on time without
 /// spinning through the whole wait. It is `spin_window` for every wait, or, with
-/// [`windows`](Self::windows), the window for the wait's length (and a wait within
-/// `spin_window` is spun either way; [`learn`](Self::learn) keeps that floor at the windows'
-/// window for a short wait).
+/// [`windows`](Self::windows), the window for the wait's length but never less than
+/// `spin_window` ([`learn`](Self::learn) keeps that floor at the windows' window for a short
+/// wait).
 ///
 /// ```
 /// use softtimer::{Instant, Span};
@@ -82,7 +82,7 @@ impl IdlePolicy {
             return IdleAction::Fire;
         };
         let window = self.window_for(wait);
-        if wait <= self.spin_window.max(window) {
+        if wait <= window {
             let slice_end = now + self.spin_slice;
             return IdleAction::Spin {
                 until: due.min(slice_end),
@@ -93,10 +93,16 @@ impl IdlePolicy {
         }
     }
 
-    /// The spin window before a due time `wait` away.
+    /// The spin window before a due time `wait` away: the learnt window for the wait's
+    /// length, never less than the floor (`spin_window`, which is the window when there are
+    /// no learnt ones). The floor matters most after a late event, whose next wait is shorter
+    /// than its period: a short wait's bucket keeps a narrow window (half its shortest wait,
+    /// so that it keeps blocking and learning), and blocking until it would make the next
+    /// event late as well.
     pub fn window_for(&self, wait: Span) -> Span {
-        self.windows
-            .map_or(self.spin_window, |w| w.window_for(wait))
+        self.windows.map_or(self.spin_window, |w| {
+            w.window_for(wait).max(self.spin_window)
+        })
     }
 
     /// A timed block of `wait` woke `late` after its timeout. With learnt
@@ -515,9 +521,9 @@ mod tests {
         assert_eq!(policy.decide(now, Some(now + span(8))), spin(now + span(8)));
     }
 
-    /// The floor under learnt windows starts where it was set (the calibration's probe) and
-    /// then follows the short wait's window, down where the wake-ups come early and up where
-    /// they come late; a fixed window never moves.
+    /// The floor under learnt windows starts where it was set (a probe's figure, given by
+    /// `EventLoop::set_idle_policy`) and then follows the short wait's window, down where the
+    /// wake-ups come early and up where they come late; a fixed window never moves.
     #[test]
     fn the_floor_under_learnt_windows_follows_the_short_waits_window() {
         let windows = WakeupWindows::new(span(64), |_| span(30), span(1), span(2), span(200));
@@ -527,13 +533,14 @@ mod tests {
             windows: Some(windows),
         };
         let now = Instant::from_ticks(0);
-        // As probed: a wait of 40 is spun (a slice at a time), one of 100 blocks until its
-        // bucket's window.
+        // As probed: a wait of 40 is spun (a slice at a time), one of 100 or 50 blocks until
+        // the floor, above both buckets' windows (30, and 16 for the shorter).
         assert_eq!(
             learnt.decide(now, Some(now + span(40))),
             spin(now + span(20))
         );
-        assert_eq!(learnt.decide(now, Some(now + span(100))), block(70));
+        assert_eq!(learnt.decide(now, Some(now + span(100))), block(58));
+        assert_eq!(learnt.decide(now, Some(now + span(50))), block(8));
         for _ in 0..2_000 {
             learnt.learn(span(100), span(10), span(100));
         }
@@ -547,12 +554,17 @@ mod tests {
             learnt.decide(now, Some(now + span(100))),
             block(100 - floor.ticks())
         );
-        // Wake-ups 25 late: back up, but never past half the short bucket's shortest wait.
+        // Wake-ups 40 late: back up, but never past half the short bucket's shortest wait.
         for _ in 0..2_000 {
-            learnt.learn(span(100), span(25), span(100));
+            learnt.learn(span(100), span(40), span(100));
         }
-        assert!(learnt.spin_window > span(25), "{:?}", learnt.spin_window);
-        assert!(learnt.spin_window <= span(32));
+        let floor = learnt.spin_window;
+        assert_eq!(floor, span(32));
+        // The shorter bucket's window is still 16; a wait there blocks until the floor.
+        assert_eq!(
+            learnt.decide(now, Some(now + span(50))),
+            block(50 - floor.ticks())
+        );
         let mut fixed = IdlePolicy {
             windows: None,
             ..learnt

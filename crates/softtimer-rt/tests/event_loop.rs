@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use softtimer::{Clock, Fired, SoftTimers, Span, SystemClock, TriggerSource};
 use softtimer_rt::{
-    DeadlineDesign, EventLoop, Interest, LoopConfig, RecvBatch, RtError, SpinWindow, TimerMode,
+    DeadlineDesign, EventLoop, IdlePolicy, Interest, LoopConfig, RecvBatch, RtError, SpinWindow,
+    TimerMode,
 };
 
 fn config() -> LoopConfig {
@@ -663,6 +664,36 @@ fn a_named_precision_learns_its_windows_from_the_loops_own_wake_ups() {
     );
     assert!(timerfd.windows.is_none());
     assert_eq!(clock.duration(timerfd.spin_window), precision.resolve());
+}
+
+/// A calibrated loop whose floor was set from a probe that read the host in a slow spell
+/// (42 µs, past the 100 µs waits' bound of 32) brings it down to what its own wake-ups ask
+/// once it has blocked and woken by a timeout, while the wake-up lateness a driver reads
+/// stays the probe's.
+#[test]
+fn a_calibrated_loops_floor_follows_its_own_wake_ups() {
+    let clock = SystemClock::new();
+    let us = |n: u64| clock.span(Duration::from_micros(n));
+    let period = us(200);
+    let mut ev: EventLoop<()> = EventLoop::new(config(), move |t, f| {
+        let _ = t.schedule_at(f.due + period, ());
+    })
+    .unwrap();
+    let (floor, bound) = (us(42), us(32));
+    let policy = ev.idle_policy();
+    ev.set_idle_policy(IdlePolicy {
+        spin_window: floor,
+        ..policy
+    });
+    assert_eq!(ev.idle_policy().window_for(us(100)), floor);
+    ev.cx().schedule_soft_event(period, ()).unwrap();
+    stop_after(&ev, Duration::from_millis(100));
+    ev.run(|_, _| {}).unwrap();
+    let learnt = ev.idle_policy();
+    let windows = learnt.windows.expect("calibrated windows");
+    assert!(learnt.spin_window <= bound, "{:?}", learnt.spin_window);
+    assert_eq!(learnt.spin_window, windows.window_for(us(100)));
+    assert_eq!(ev.wake_lateness(), softtimer_rt::wakeup_lateness());
 }
 
 /// A stop asked for in `on_turn` ends the run although `on_turn` says it changed nothing:

@@ -78,11 +78,11 @@ pub struct DriverConfig {
     /// Hold closed connections this long instead of quinn-proto's three PTOs (to make many
     /// pile up, for a measurement). `None`: quinn-proto's own period.
     pub drain_period: Option<Duration>,
-    /// How late a wake-up of the loop running the driver may be (its idle policy's spin
-    /// window): a paced departure alone tolerates that much, an event that needs precision
-    /// does not ([`Timeout::spin`](crate::Timeout::spin)). [`QuicLoop::new`](crate::QuicLoop::new) sets it from its
+    /// How late a wake-up of the loop running the driver may be: a paced departure alone
+    /// tolerates that much, an event that needs precision does not
+    /// ([`Timeout::spin`](crate::Timeout::spin)). [`QuicLoop::new`](crate::QuicLoop::new) sets it from its
     /// loop; a driver run by a [`QuicSocket`](crate::QuicSocket) on a loop of the caller's
-    /// takes what the caller sets (its loop's `idle_policy().spin_window`).
+    /// takes what the caller sets (its loop's `wake_lateness()`).
     pub wake_lateness: Duration,
     /// Seed for quinn-proto's endpoint random numbers (`None`: from the system). With a seed
     /// and a simulated clock, a run's transcript of times and sizes is reproducible.
