@@ -341,8 +341,8 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         };
         let spin_window = match config.spin_window {
             SpinWindow::Calibrated if !soft => Span::ZERO,
-            // The learnt windows' own window for a short wait (what the driver above reads
-            // as its wake-up lateness), kept so as they learn (`IdlePolicy::learn`), not the
+            // The learnt windows' own window for a short wait (a named precision's driver
+            // reads it as its wake-up lateness), kept so as they learn (`IdlePolicy::learn`), not the
             // probe's figure or plan. In ticks as it is (a trip through a Duration and back
             // would round it off by a tick or two).
             SpinWindow::Calibrated | SpinWindow::Precision(_) if soft => windows
@@ -494,7 +494,8 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// modes block without a timeout and use no window). The policy's times are ticks of the
     /// loop's clock: take it from a loop on the same clock. What was copied from the old
     /// policy at construction stays as it was (a `softtimer_quic::QuicLoop`'s driver keeps
-    /// the spin window it was given as its wake lateness).
+    /// the [`wake_lateness`](Self::wake_lateness) it was given). A floor set here
+    /// (`spin_window`, with learnt windows) follows them again from the next timed block.
     ///
     /// ```
     /// use softtimer_rt::{EventLoop, LoopConfig};

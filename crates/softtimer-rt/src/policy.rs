@@ -37,9 +37,9 @@ pub enum IdleAction {
 /// The window is the machine's wake-up lateness: a blocked thread whose timeout expires runs
 /// again that much later, so waking that early and spinning the rest fires on time without
 /// spinning through the whole wait. It is `spin_window` for every wait, or, with
-/// [`windows`](Self::windows), the window for the wait's length but never less than
-/// `spin_window` ([`learn`](Self::learn) keeps that floor at the windows' window for a short
-/// wait).
+/// [`windows`](Self::windows), the window for the wait's length (a wait within
+/// `spin_window` is spun either way, and a wait of the shortest bucket never has a narrower
+/// window; [`learn`](Self::learn) keeps that floor at the windows' window for a short wait).
 ///
 /// ```
 /// use softtimer::{Instant, Span};
@@ -82,7 +82,7 @@ impl IdlePolicy {
             return IdleAction::Fire;
         };
         let window = self.window_for(wait);
-        if wait <= window {
+        if wait <= self.spin_window.max(window) {
             let slice_end = now + self.spin_slice;
             return IdleAction::Spin {
                 until: due.min(slice_end),
@@ -94,14 +94,20 @@ impl IdlePolicy {
     }
 
     /// The spin window before a due time `wait` away: the learnt window for the wait's
-    /// length, never less than the floor (`spin_window`, which is the window when there are
-    /// no learnt ones). The floor matters most after a late event, whose next wait is shorter
-    /// than its period: a short wait's bucket keeps a narrow window (half its shortest wait,
-    /// so that it keeps blocking and learning), and blocking until it would make the next
-    /// event late as well.
+    /// length (`spin_window` when there are no learnt ones), and for a wait in the shortest
+    /// bucket never less than the floor (`spin_window`): such a wait mostly follows a late
+    /// event, its bucket keeps a narrow window (half its shortest wait, so that it keeps
+    /// blocking and learning), and blocking until it would make the next event late as well.
+    /// Longer waits keep their own learnt windows, which may be narrower than the floor (a
+    /// named precision's 1 µs where plain wake-ups are precise enough).
     pub fn window_for(&self, wait: Span) -> Span {
         self.windows.map_or(self.spin_window, |w| {
-            w.window_for(wait).max(self.spin_window)
+            let learnt = w.window_for(wait);
+            if w.is_shortest(wait) {
+                learnt.max(self.spin_window)
+            } else {
+                learnt
+            }
         })
     }
 
@@ -533,13 +539,13 @@ mod tests {
             windows: Some(windows),
         };
         let now = Instant::from_ticks(0);
-        // As probed: a wait of 40 is spun (a slice at a time), one of 100 or 50 blocks until
-        // the floor, above both buckets' windows (30, and 16 for the shorter).
+        // As probed: a wait of 40 is spun (a slice at a time); one of 100 blocks until its
+        // bucket's window (30), one of 50 until the floor, above its bucket's 16.
         assert_eq!(
             learnt.decide(now, Some(now + span(40))),
             spin(now + span(20))
         );
-        assert_eq!(learnt.decide(now, Some(now + span(100))), block(58));
+        assert_eq!(learnt.decide(now, Some(now + span(100))), block(70));
         assert_eq!(learnt.decide(now, Some(now + span(50))), block(8));
         for _ in 0..2_000 {
             learnt.learn(span(100), span(10), span(100));
@@ -572,6 +578,26 @@ mod tests {
         let before = fixed;
         fixed.learn(span(100), span(90), span(100));
         assert_eq!(fixed, before);
+    }
+
+    /// A named precision's windows before long waits come down to 1 µs where the wake-ups
+    /// are precise enough, whatever the floor for short waits.
+    #[test]
+    fn long_waits_keep_their_own_learnt_windows_below_the_floor() {
+        let windows = WakeupWindows::new(span(64), |_| span(29), Span::ZERO, span(1), span(200))
+            .aiming_at(100, span(3));
+        let mut policy = IdlePolicy {
+            spin_window: span(29),
+            spin_slice: span(20),
+            windows: Some(windows),
+        };
+        for _ in 0..20_000 {
+            policy.learn(span(1_000), span(2), span(100));
+        }
+        assert_eq!(policy.window_for(span(1_000)), span(1));
+        assert_eq!(policy.spin_window, span(29), "no 100 µs wait was seen");
+        let now = Instant::from_ticks(0);
+        assert_eq!(policy.decide(now, Some(now + span(1_000))), block(999));
     }
 
     #[test]

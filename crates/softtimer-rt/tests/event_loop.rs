@@ -685,7 +685,7 @@ fn a_calibrated_loops_floor_follows_its_own_wake_ups() {
         spin_window: floor,
         ..policy
     });
-    assert_eq!(ev.idle_policy().window_for(us(100)), floor);
+    assert_eq!(ev.idle_policy().window_for(us(50)), floor);
     ev.cx().schedule_soft_event(period, ()).unwrap();
     stop_after(&ev, Duration::from_millis(100));
     ev.run(|_, _| {}).unwrap();

@@ -178,6 +178,11 @@ impl WakeupWindows {
         ((u64::BITS - ratio.leading_zeros()) as usize).min(WAIT_BUCKETS - 1)
     }
 
+    /// Whether a wait of `wait` falls in the shortest bucket (under the first edge).
+    pub(crate) fn is_shortest(&self, wait: Span) -> bool {
+        self.bucket(wait) == 0
+    }
+
     /// The window before a due time `wait` away.
     pub fn window_for(&self, wait: Span) -> Span {
         Span::from_ticks(self.windows[self.bucket(wait)])
