@@ -164,8 +164,8 @@ pub enum SpinWindow {
     /// one that slept 100 µs, and the lateness drifts with the host's load. Before waits of
     /// 8,192 µs and more it spins nearly the whole tail of that lateness, up to 200 µs
     /// ([`WakeupWindows::aiming_at_the_tail_before_long_waits`](crate::WakeupWindows::aiming_at_the_tail_before_long_waits)).
-    /// Every window is at least the one learnt before a 100 µs wait (the floor: see
-    /// [`IdlePolicy::window_for`](crate::IdlePolicy::window_for)).
+    /// A wait under 64 µs never has a narrower window than the one learnt before a 100 µs
+    /// wait (the floor: see [`IdlePolicy::window_for`](crate::IdlePolicy::window_for)).
     /// [`resolve`](Self::resolve) gives the probe's figure, where a soft loop starts from.
     #[default]
     Calibrated,

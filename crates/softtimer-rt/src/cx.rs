@@ -399,9 +399,9 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     }
 
     /// The idle policy's spin window, the floor under its learnt windows when it has them:
-    /// a loop wakes at least this long before a due event to spin the rest (when calibrated,
-    /// the window it has learnt before a 100 µs wait; before longer waits it may wake
-    /// earlier, [`IdlePolicy::window_for`](crate::IdlePolicy::window_for)). How late a wake-up comes is
+    /// a wait within it is spun, and a wait under 64 µs has at least this window (when
+    /// calibrated, the window learnt before a 100 µs wait; longer waits have their own,
+    /// [`IdlePolicy::window_for`](crate::IdlePolicy::window_for)). How late a wake-up comes is
     /// [`EventLoop::wake_lateness`](crate::EventLoop::wake_lateness).
     pub fn spin_window(&self) -> Span {
         self.core.idle.spin_window

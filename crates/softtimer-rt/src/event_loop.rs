@@ -342,8 +342,8 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         let spin_window = match config.spin_window {
             SpinWindow::Calibrated if !soft => Span::ZERO,
             // The learnt windows' own window for a short wait (a named precision's driver
-            // reads it as its wake-up lateness), kept so as they learn (`IdlePolicy::learn`), not the
-            // probe's figure or plan. In ticks as it is (a trip through a Duration and back
+            // reads it as its wake-up lateness), kept so as they learn (`IdlePolicy::learn`),
+            // not the probe's figure or plan. In ticks as it is (a trip through a Duration and back
             // would round it off by a tick or two).
             SpinWindow::Calibrated | SpinWindow::Precision(_) if soft => windows
                 .map_or(Span::ZERO, |w| {
