@@ -14,7 +14,7 @@ use softtimer_rt::SpinWindow;
 /// | setting | spins | lateness | CPU per timer |
 /// | --- | --- | --- | --- |
 /// | [`Coarse`](Precision::Coarse) | never | one wake-up | one wake-up: the cheapest |
-/// | [`Calibrated`](Precision::Calibrated) (default) | this machine's measured wake-up lateness, for a wait as long as this one (its 90th percentile; before waits of 8 ms and more, nearly its whole tail, up to 200 µs) | a few µs | one wake-up and the window |
+/// | [`Calibrated`](Precision::Calibrated) (default) | this machine's wake-up lateness for a wait as long as this one, as the loop's own wake-ups show it (its 90th percentile, starting from a probe's; before waits of 8 ms and more, nearly its whole tail, up to 200 µs) | a few µs | one wake-up and the window |
 /// | [`Window(d)`](Precision::Window) | `d` | as `Calibrated` when `d` covers the wake-up lateness | one wake-up and `d` |
 /// | [`Within(d)`](Precision::Within) | what keeps 99 % of wake-ups within `d` of their due time, learnt from the loop's own | aims at a p99 of `d`; no better than `Busy`'s, which is the host's floor | one wake-up and that window, more after a late stretch |
 /// | [`Busy`](Precision::Busy) | through the whole backstop interval (1 ms) | the trigger check's | a core while a timer is due within 1 ms |

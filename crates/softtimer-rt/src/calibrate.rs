@@ -1,8 +1,8 @@
 //! This machine's wake-up cost: how late a thread sleeping with a precise timeout runs again
 //! after it, and how much CPU each wake-up costs the thread, at normal priority and under
 //! `SCHED_FIFO`. It is the floor every idle figure is read against (a loop that blocks until an
-//! event is at least this late), and it sets the idle policy's default spin window (wake that
-//! much early and spin the rest) and how early the backstop's watch wakes before its late line.
+//! event is at least this late), and it is where the calibrated idle policy's spin windows start
+//! (wake that much early and spin the rest; the loop then follows its own wake-ups) and how early the backstop's watch wakes before its late line.
 //!
 //! One probe serves both: [`wakeup_probe`] measures once per process, on a thread of its own
 //! (the caller's CPU affinity, the minimal timer slack the loop uses), and
@@ -26,8 +26,9 @@ use crate::sys;
 const SAMPLES: usize = 128;
 /// Each sleep's timeout: long enough to go idle, short enough that the probe takes ~20 ms.
 const WAIT: Duration = Duration::from_micros(100);
-/// The wait the default spin window is measured at.
-pub(crate) const SHORT_WAIT: Duration = WAIT;
+/// The probe's short sleep. The calibrated idle policy's floor is the window the loop has
+/// learnt for a wait this long ([`IdlePolicy::learn`](crate::IdlePolicy::learn)).
+pub const SHORT_WAIT: Duration = WAIT;
 /// The long wait the probe also measures (fewer samples: it takes longer).
 pub const LONG_WAIT: Duration = Duration::from_millis(1);
 /// Sleeps of [`LONG_WAIT`] the probe takes.
@@ -43,7 +44,8 @@ const FIFO_PRIORITY: i32 = 10;
 pub struct WakeupCost {
     /// Median lateness past the timeout.
     pub wakeup_late_p50_us: f64,
-    /// 90th percentile of lateness (the default spin window is this plus 1 µs).
+    /// 90th percentile of lateness (the calibrated idle policy's window for a short wait
+    /// starts at this plus 1 µs).
     pub wakeup_late_p90_us: f64,
     /// 99th percentile of lateness.
     pub wakeup_late_p99_us: f64,
@@ -74,8 +76,8 @@ pub struct WakeupProbe {
 }
 
 impl WakeupProbe {
-    /// The idle policy's default spin window: the 90th percentile of lateness at normal
-    /// priority, plus 1 µs, within 2 ..= 200 µs.
+    /// Where the calibrated idle policy's window for a short wait starts: the 90th
+    /// percentile of lateness at normal priority, plus 1 µs, within 2 ..= 200 µs.
     pub fn spin_window(&self) -> Duration {
         window_of(&self.normal)
     }
@@ -201,9 +203,10 @@ pub fn long_wait_window() -> Duration {
     window_of(long_cost()).max(wakeup_lateness())
 }
 
-/// Wake-up lateness of a blocked thread on this machine: the default spin window of the idle
-/// policy, from the same measurement as [`wakeup_probe`]'s normal priority (which it runs,
-/// once per process, if it has not run yet: about 20 ms).
+/// Wake-up lateness of a blocked thread on this machine, as a spin window (where the
+/// calibrated idle policy's window for a short wait starts), from the same measurement as
+/// [`wakeup_probe`]'s normal priority (which it runs, once per process, if it has not run
+/// yet: about 20 ms).
 pub fn wakeup_lateness() -> Duration {
     window_of(normal_cost())
 }
@@ -339,7 +342,7 @@ mod tests {
         }
         let back: WakeupProbe = serde_json::from_value(json).unwrap();
         assert_eq!(back, probe);
-        // The default spin window comes from the same measurement.
+        // The calibrated policy's starting window comes from the same measurement.
         assert_eq!(wakeup_lateness(), probe.spin_window());
         let normal = probe.normal;
         assert!(normal.wakeup_late_p50_us <= normal.wakeup_late_p90_us);

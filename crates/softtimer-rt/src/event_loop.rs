@@ -26,6 +26,10 @@ use crate::timerfd::{periodic_timerfd, timespec};
 
 mod idle;
 mod ring_wait;
+mod wake;
+
+pub(crate) use wake::StopInner;
+pub use wake::{LoopWaker, StopHandle};
 
 /// Tokens from here up are the loop's own.
 pub const MAX_TOKEN: u64 = u64::MAX - 16;
@@ -41,26 +45,6 @@ const SPIN_SLICE: Duration = Duration::from_micros(20);
 /// How close to its due time a block may wake and spin the rest rather than block again.
 const WAKE_MARGIN: Duration = Duration::from_micros(2);
 
-pub(crate) struct StopInner {
-    pub flag: AtomicBool,
-    /// The facility's: timer signals fire nothing while it is set.
-    pub signals_paused: Arc<AtomicBool>,
-    /// The loop's notification eventfd (in its epoll set): stop requests and wakes write it.
-    pub fd: OwnedFd,
-    /// A [`LoopWaker`] woke the loop and [`EventLoop::take_wake`] has not seen it yet.
-    pub woken: AtomicBool,
-    /// The loop is blocked in (or about to enter) `epoll_wait` and must be written to.
-    pub parked: AtomicBool,
-}
-
-impl StopInner {
-    /// Asks the loop to stop; timer signals fire nothing from now on.
-    pub(crate) fn request(&self) {
-        self.signals_paused.store(true, Ordering::Release);
-        self.flag.store(true, Ordering::Release);
-    }
-}
-
 /// Where [`EventLoop::run_with`] hands the application a turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoopTurn {
@@ -73,57 +57,6 @@ pub enum LoopTurn {
     /// The loop has nothing to do before its next due time and is about to block in the
     /// kernel (the paper's idle loop halting the CPU): the moment to arm interrupts again.
     BeforeBlock,
-}
-
-/// Stops a running [`EventLoop`] from any thread.
-#[derive(Clone)]
-pub struct StopHandle(Arc<StopInner>);
-
-impl StopHandle {
-    /// Asks the loop to return from [`EventLoop::run`] (promptly, even if it is blocked).
-    pub fn stop(&self) {
-        self.0.request();
-        let _ = rustix::io::write(&self.0.fd, &1u64.to_ne_bytes());
-    }
-}
-
-/// Wakes an [`EventLoop`] from any thread: the loop's side of an async runtime's cross-thread
-/// waker. A wake sets a flag that [`EventLoop::take_wake`] consumes, and writes the loop's
-/// eventfd only when the loop is blocked in the kernel (or about to be), so that waking a
-/// running or spinning loop costs no system call. A spinning [`EventLoop::park`] stops at the
-/// flag; a blocked one returns from `epoll_wait`, a trigger state.
-///
-/// ```
-/// use softtimer_rt::{EventLoop, LoopConfig};
-///
-/// let mut ev: EventLoop<()> = EventLoop::new(LoopConfig::default(), |_, _| {}).unwrap();
-/// let waker = ev.waker();
-/// std::thread::spawn(move || waker.wake());
-/// // Nothing is pending, so the park blocks until the wake arrives.
-/// while !ev.take_wake() {
-///     ev.park(|_, _| {}).unwrap();
-/// }
-/// ```
-#[derive(Clone)]
-pub struct LoopWaker(Arc<StopInner>);
-
-impl LoopWaker {
-    /// Wakes the loop (see the type's documentation).
-    pub fn wake(&self) {
-        let inner = &self.0;
-        // Pairs with the loop's store of `parked` then load of `woken` before it blocks: one
-        // side sees the other's store, so a loop about to block never misses a wake.
-        inner.woken.store(true, Ordering::SeqCst);
-        if inner.parked.swap(false, Ordering::SeqCst) {
-            let _ = rustix::io::write(&inner.fd, &1u64.to_ne_bytes());
-        }
-    }
-}
-
-impl std::fmt::Debug for LoopWaker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoopWaker").finish_non_exhaustive()
-    }
 }
 
 /// What one [`EventLoop::park`] did.
@@ -475,7 +408,8 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
     /// the calibrated window, this machine's wake-up lateness as probed
     /// ([`wakeup_lateness`](crate::wakeup_lateness)), which the learnt windows' floor may sit
     /// below; with a named precision, its starting window for a short wait; with a fixed
-    /// window, that window.
+    /// window, that window; zero in the modes that do not spin (`timerfd`, `signal`, `off`)
+    /// with the calibrated window.
     ///
     /// ```
     /// use softtimer_rt::{EventLoop, LoopConfig};

@@ -45,8 +45,8 @@
 //!   until the earliest published deadline and fires only events whose deadline has really
 //!   passed, so met deadlines cost the loop's core nothing;
 //! * **this machine's wake-up floor** ([`wakeup_probe`]): lateness and CPU per wake-up of a
-//!   precise sleep, at normal and real-time priority, which also sets the idle policy's
-//!   default spin window;
+//!   precise sleep, at normal and real-time priority, where the calibrated idle policy's
+//!   spin windows start;
 //! * **the baselines** behind the same interface: events fired by a periodic `timerfd`
 //!   ([`TimerMode::Timerfd`]), by a POSIX timer signal that interrupts the loop thread
 //!   ([`EventLoop::with_timer_signal`], `unsafe`), and the reference without timers
@@ -104,8 +104,8 @@ mod timerfd;
 mod uring;
 
 pub use calibrate::{
-    LONG_WAIT, LONG_WAIT_SAMPLES, WakeupCost, WakeupProbe, long_wait_window, wakeup_lateness,
-    wakeup_probe,
+    LONG_WAIT, LONG_WAIT_SAMPLES, SHORT_WAIT, WakeupCost, WakeupProbe, long_wait_window,
+    wakeup_lateness, wakeup_probe,
 };
 pub use config::{DeadlineDesign, IoBackend, LoopConfig, SpinWindow, TimerMode};
 pub use cx::{Interest, LoopCx, Ready};

@@ -117,7 +117,8 @@ impl IdlePolicy {
     /// their window before a wait of `short_wait`, so that it follows the loop's own
     /// wake-ups as the windows do (a floor fixed from a probe that met the host in a slow
     /// spell would keep every wait spinning longer than the wake-ups ask, for good). A
-    /// policy without windows keeps its fixed window.
+    /// policy without windows keeps its fixed window. `short_wait` is in the policy's ticks:
+    /// the loop passes [`SHORT_WAIT`](crate::SHORT_WAIT) on its clock.
     ///
     /// ```
     /// use softtimer::Span;
