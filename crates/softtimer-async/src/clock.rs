@@ -114,8 +114,12 @@ impl TimeBase {
                         .min(MAX_AHEAD)
             }
             RuntimeClock::Sim(c) => {
+                // From the origin (two readings of one simulated clock cannot drift apart),
+                // at most `MAX_AHEAD` past now: a capped event that fired is armed again
+                // further on, not at the same time, now past, for ever.
                 let ahead = deadline.saturating_duration_since(self.origin);
-                self.origin_ticks + c.span(ahead).min(MAX_AHEAD)
+                let limit = ticks.saturating_since(self.origin_ticks) + MAX_AHEAD;
+                self.origin_ticks + c.span(ahead).min(limit)
             }
         }
     }
@@ -155,9 +159,18 @@ mod tests {
     #[test]
     fn far_deadlines_are_capped_not_overflowed() {
         let sim = SimClock::new(1_000_000_000);
-        let base = TimeBase::new(RuntimeClock::Sim(sim));
+        let base = TimeBase::new(RuntimeClock::Sim(sim.clone()));
         let far = base.now() + Duration::from_secs(1 << 40);
         assert_eq!(base.due_time(far).ticks(), MAX_AHEAD.ticks());
+        // Fired there and armed again: further on, not at the time just passed.
+        sim.set(MAX_AHEAD.ticks());
+        assert_eq!(base.due_time(far).ticks(), 2 * MAX_AHEAD.ticks());
+        // A deadline within reach keeps its exact tick.
+        let near = base.now() + Duration::from_secs(1);
+        assert_eq!(
+            base.due_time(near).ticks(),
+            MAX_AHEAD.ticks() + 1_000_000_000
+        );
     }
 
     #[test]

@@ -613,6 +613,12 @@ impl LocalLoop {
         // (checked again after arming, it sees the loop closed only if armed after this).
         let late = self.take_events();
         Self::sort_events(late, &mut waiting, &mut departures);
+        // Likewise a socket registered from another thread in that gap (its registration
+        // looks at the flag again after it enters the table).
+        let late_sources: Vec<Arc<IoSource>> = lock(&self.shared.io).drain().collect();
+        for source in &late_sources {
+            waiting.extend(source.shut().into_iter().flatten());
+        }
         for d in departures {
             d.wake_waiters();
         }

@@ -124,7 +124,7 @@ impl<T: AsFd> AsyncFd<T> {
     ///
     /// # Errors
     ///
-    /// None today; an `io::Result` as tokio's.
+    /// An error (`Other`) once the runtime the socket belongs to has shut down.
     pub async fn readable(&self) -> io::Result<AsyncFdReadyGuard<'_, T>> {
         wait_fn(|cx| self.poll_read_ready(cx)).await
     }
@@ -133,7 +133,7 @@ impl<T: AsFd> AsyncFd<T> {
     ///
     /// # Errors
     ///
-    /// None today; an `io::Result` as tokio's.
+    /// An error (`Other`) once the runtime the socket belongs to has shut down.
     pub async fn writable(&self) -> io::Result<AsyncFdReadyGuard<'_, T>> {
         wait_fn(|cx| self.poll_write_ready(cx)).await
     }

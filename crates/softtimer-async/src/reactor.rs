@@ -363,6 +363,12 @@ impl Registration {
             return Err(runtime_shut_down());
         }
         let token = lock(&shared.io).insert(Arc::clone(&source));
+        // Looked at again after the insert: a shutdown that closed the loop in between has
+        // drained the table for the last time, and nothing would ever wake or shut this one.
+        if shared.is_closed() {
+            lock(&shared.io).try_remove(token);
+            return Err(runtime_shut_down());
+        }
         let interest = if writes {
             Interest::BOTH
         } else {

@@ -3,7 +3,9 @@
 //! A timer's deadline is a `std::time::Instant`; its soft event is scheduled when it is first
 //! polled, at the measurement-clock time the deadline maps to (no rounding: the wheel is
 //! exact to the tick), and fires at the first trigger state after it, which wakes the task.
-//! Dropping a timer cancels its event. Moving a deadline is O(1): an earlier one moves the
+//! Dropping a timer cancels its event; a timer that has completed leaves an event already
+//! due to fire (at worst one stray wake of its task, cheaper than a cancel under the
+//! facility's lock). Moving a deadline is O(1): an earlier one moves the
 //! event in the wheel at once (a cancel and a schedule under one lock, keeping the waker); a
 //! later one leaves the event where it is and re-arms when it fires, so a deadline pushed out
 //! on every packet (an idle timeout) costs no wheel operation at all.

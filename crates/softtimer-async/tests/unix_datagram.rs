@@ -10,7 +10,7 @@ use softtimer_async::time::timeout;
 use softtimer_async::{Runtime, UnixDatagram};
 
 mod common;
-use common::Dir;
+use common::{Dir, foreign_block_on};
 
 const BOUND: Duration = Duration::from_secs(10);
 
@@ -174,6 +174,39 @@ fn a_sender_behind_another_senders_datagrams_waits_without_spinning() {
             .unwrap();
         assert_eq!(&buf[..n], b"second");
         assert_eq!(waiting.await.unwrap(), 6);
+    });
+}
+
+/// A sender awaited by another executor, on a thread with no loop: its tries back off on a
+/// timer of its socket's loop (the thread has none), and its datagram goes once there is room.
+#[test]
+fn a_sender_on_another_executors_thread_waits_on_its_sockets_loop() {
+    let dir = Dir::new("foreign");
+    let path = dir.0.join("rx.sock");
+    Runtime::new().unwrap().block_on(async {
+        let rx = UnixDatagram::bind(&path).unwrap();
+        let first = UnixDatagram::unbound().unwrap();
+        let queued = fill(|| first.try_send_to(b"first", &path));
+        let second = UnixDatagram::unbound().unwrap();
+        let sender = std::thread::spawn({
+            let path = path.clone();
+            move || foreign_block_on(second.send_to(b"second", &path))
+        });
+        // Refused at least once before there is room (the thread starts and tries within
+        // this; a try on a full queue backs off rather than fail).
+        softtimer_async::time::sleep(Duration::from_millis(20)).await;
+        assert!(!sender.is_finished(), "the send did not wait for room");
+        let mut buf = [0u8; 16];
+        for _ in 0..queued {
+            let n = rx.recv(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], b"first");
+        }
+        let n = timeout(BOUND, rx.recv(&mut buf))
+            .await
+            .expect("the foreign sender was left waiting")
+            .unwrap();
+        assert_eq!(&buf[..n], b"second");
+        assert_eq!(sender.join().unwrap().unwrap(), 6);
     });
 }
 

@@ -190,18 +190,32 @@ unsafe impl Send for RecvBatch {}
 
 impl RecvBatch {
     /// Room for `capacity` datagrams (at least 1) of up to `size` bytes (at least 1) each.
+    ///
+    /// # Panics
+    ///
+    /// If the buffer's length, `capacity × size`, overflows `usize` (as a `Vec` of that
+    /// many bytes would).
     pub fn new(capacity: usize, size: usize) -> Self {
         Self::build(capacity, size, false)
     }
 
     /// [`RecvBatch::new`], with room for each datagram's kernel timestamp and the socket's
     /// drop counter.
+    ///
+    /// # Panics
+    ///
+    /// As [`RecvBatch::new`].
     pub fn with_kernel_stamps(capacity: usize, size: usize) -> Self {
         Self::build(capacity, size, true)
     }
 
     fn build(capacity: usize, size: usize, stamps: bool) -> Self {
         let (capacity, size) = (capacity.max(1), size.max(1));
+        // Checked even where overflow checks are off: the pointers handed to the kernel are
+        // computed from these lengths.
+        let overflow = || panic!("RecvBatch: {capacity} datagrams of {size} bytes overflow usize");
+        let data_len = capacity.checked_mul(size).unwrap_or_else(overflow);
+        let control_len = capacity.checked_mul(CONTROL_LEN).unwrap_or_else(overflow);
         // SAFETY: all-zero `sockaddr_storage`, `iovec` and `mmsghdr` are valid (null
         // pointers, zero lengths); they are filled in before every call.
         let (zero_addr, zero_iov, zero_hdr) = unsafe {
@@ -212,12 +226,12 @@ impl RecvBatch {
             )
         };
         RecvBatch {
-            data: vec![0; capacity * size],
+            data: vec![0; data_len],
             size,
             addrs: vec![zero_addr; capacity],
             iov: vec![zero_iov; capacity],
             hdrs: vec![zero_hdr; capacity],
-            control: vec![0; if stamps { capacity * CONTROL_LEN } else { 0 }],
+            control: vec![0; if stamps { control_len } else { 0 }],
             stamps: vec![None; capacity],
             drops: None,
             received: 0,

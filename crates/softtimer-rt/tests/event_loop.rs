@@ -723,3 +723,11 @@ fn a_stop_from_on_turn_ends_an_idle_run() {
     runner.join().unwrap();
     assert_eq!(ended, Ok(true), "the run blocked after on_turn stopped it");
 }
+
+/// A batch whose buffer length overflows is refused before anything is allocated or handed
+/// to the kernel (release builds check no arithmetic on their own).
+#[test]
+#[should_panic(expected = "overflow usize")]
+fn a_receive_batch_too_large_to_address_is_refused() {
+    let _ = RecvBatch::new(2, usize::MAX / 2 + 1);
+}

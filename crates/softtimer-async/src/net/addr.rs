@@ -51,7 +51,8 @@ mod sealed {
     pub trait Sealed {
         fn resolve(&self) -> io::Result<Resolve>;
 
-        /// The address, when it is exactly one socket address (no allocation, no lookup).
+        /// The address, when it is exactly one socket address, typed or written out (no
+        /// allocation, no lookup).
         fn one(&self) -> Option<SocketAddr> {
             None
         }
@@ -131,12 +132,20 @@ impl Sealed for str {
         };
         (host, port).resolve()
     }
+
+    fn one(&self) -> Option<SocketAddr> {
+        self.parse().ok()
+    }
 }
 
 impl ToSocketAddrs for String {}
 impl Sealed for String {
     fn resolve(&self) -> io::Result<Resolve> {
         self.as_str().resolve()
+    }
+
+    fn one(&self) -> Option<SocketAddr> {
+        self.as_str().one()
     }
 }
 
@@ -152,12 +161,21 @@ impl Sealed for (&str, u16) {
         }
         Ok(Resolve::Lookup(host.to_string(), port))
     }
+
+    fn one(&self) -> Option<SocketAddr> {
+        let ip = self.0.parse::<IpAddr>().ok()?;
+        Some(SocketAddr::new(ip, self.1))
+    }
 }
 
 impl ToSocketAddrs for (String, u16) {}
 impl Sealed for (String, u16) {
     fn resolve(&self) -> io::Result<Resolve> {
         (self.0.as_str(), self.1).resolve()
+    }
+
+    fn one(&self) -> Option<SocketAddr> {
+        (self.0.as_str(), self.1).one()
     }
 }
 
@@ -210,9 +228,9 @@ pub async fn lookup_host(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>
     }
 }
 
-/// The first address of `addr`: at once, without allocating, for one socket address (a
-/// hot path's case); otherwise as [`first_that_opens`] finds it (the same errors, outside a
-/// runtime thread too).
+/// The first address of `addr`: at once, without allocating, for one socket address, typed
+/// or a literal string (a hot path's case, on any thread); otherwise as [`first_that_opens`]
+/// finds it (the same errors: a name outside a runtime thread is refused).
 pub(crate) async fn first_address(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
     match addr.one() {
         Some(addr) => Ok(addr),

@@ -182,8 +182,8 @@ impl UdpSocket {
     ///
     /// The send's error (a socket error the kernel queued for an earlier datagram, such as
     /// `ConnectionRefused`, comes back here too); as [`UdpSocket::bind`]'s for an address
-    /// that gives none (`InvalidInput`, the resolver's error, or `Other` for a name outside
-    /// a runtime thread).
+    /// that gives none (`InvalidInput`, the resolver's error, or `Other` for a host name
+    /// outside a runtime thread; a socket address, typed or a literal string, needs none).
     pub async fn send_to(&self, buf: &[u8], to: impl ToSocketAddrs) -> io::Result<usize> {
         let to = crate::net::addr::first_address(to).await?;
         wait_fn(|cx| self.poll_send_to(cx, buf, to)).await
@@ -238,7 +238,7 @@ impl UdpSocket {
     ///
     /// # Errors
     ///
-    /// None today; an `io::Result` as tokio's.
+    /// An error (`Other`) once the runtime the socket belongs to has shut down.
     pub async fn readable(&self) -> io::Result<()> {
         wait_fn(|cx| self.inner.reg.poll_ready(Direction::Read, cx)).await
     }
@@ -247,7 +247,7 @@ impl UdpSocket {
     ///
     /// # Errors
     ///
-    /// None today; an `io::Result` as tokio's.
+    /// An error (`Other`) once the runtime the socket belongs to has shut down.
     pub async fn writable(&self) -> io::Result<()> {
         wait_fn(|cx| self.poll_writable(cx)).await
     }

@@ -5,15 +5,17 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::net::{SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 use softtimer::TriggerSource;
 
 use super::{require_runtime, socket_addr, unix_socket};
 use crate::net::udp::syscall;
-use crate::reactor::{Direction, Registration, wait_fn};
+use crate::reactor::{Direction, Registration, runtime_shut_down, wait_fn};
+use crate::time::Sleep;
 
 /// The first wait before a [`UnixDatagram::send_to`] to a full receiver tries again, and the
 /// longest (the wait doubles): readiness cannot tell it when there is room (see there).
@@ -246,7 +248,14 @@ impl UnixDatagram {
                     return result;
                 }
             }
-            crate::time::sleep(retry).await;
+            // On the socket's own loop: the caller may be another thread's (through
+            // `Handle::block_on`, or another executor), whose `sleep` has no loop. A loop
+            // shut down has no timers left to wait on.
+            let shared = self.reg.shared();
+            if shared.is_closed() {
+                return Err(runtime_shut_down());
+            }
+            Sleep::on(Arc::clone(shared), Instant::now().checked_add(retry)).await;
             retry = (retry * 2).min(RETRY_MAX);
         }
     }
@@ -332,7 +341,7 @@ impl UnixDatagram {
     ///
     /// # Errors
     ///
-    /// None today; an `io::Result` as tokio's.
+    /// An error (`Other`) once the runtime the socket belongs to has shut down.
     pub async fn readable(&self) -> io::Result<()> {
         wait_fn(|cx| self.reg.poll_ready(Direction::Read, cx)).await
     }
@@ -343,7 +352,7 @@ impl UnixDatagram {
     ///
     /// # Errors
     ///
-    /// None today; an `io::Result` as tokio's.
+    /// An error (`Other`) once the runtime the socket belongs to has shut down.
     pub async fn writable(&self) -> io::Result<()> {
         wait_fn(|cx| {
             self.reg
