@@ -83,8 +83,9 @@ impl<K: Copy + Eq + std::hash::Hash, P> PacketPacer<K, P> {
     }
 
     /// Sets `key`'s rate to [`PACING_GAIN_PERCENT`] of one `cwnd` (bytes) per `srtt`; it
-    /// applies from the next packet pushed. A zero window or RTT leaves the flow unpaced.
-    /// Returns the rate set.
+    /// applies from the next packet pushed. A zero window or RTT, or a rate past what a
+    /// [`Rate`] holds (over 1 Tbit/s: a large window over a loopback RTT), leaves the flow
+    /// unpaced. Returns the rate set, `None` when unpaced.
     pub fn set_window(&mut self, key: K, cwnd: u64, srtt: Span) -> Option<Rate> {
         let hz = self.hz;
         let flow = self.flow(key);
@@ -95,9 +96,16 @@ impl<K: Copy + Eq + std::hash::Hash, P> PacketPacer<K, P> {
         let bps = u128::from(cwnd) * 8 * u128::from(PACING_GAIN_PERCENT) * u128::from(hz)
             / 100
             / u128::from(srtt.ticks());
-        let rate = Rate::from_bits_per_sec(u64::try_from(bps).unwrap_or(u64::MAX)).ok()?;
-        flow.stamper.set_rate(rate);
-        Some(rate)
+        match Rate::from_bits_per_sec(u64::try_from(bps).unwrap_or(u64::MAX)) {
+            Ok(rate) => {
+                flow.stamper.set_rate(rate);
+                Some(rate)
+            }
+            Err(_) => {
+                flow.stamper.clear_rate();
+                None
+            }
+        }
     }
 
     /// Leaves `key` unpaced: its packets leave as soon as they are pushed.
@@ -164,6 +172,22 @@ mod tests {
     use super::*;
 
     const HZ: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_rate_past_what_a_rate_holds_leaves_the_flow_unpaced_not_at_its_old_rate() {
+        let mut pacer: PacketPacer<u32, u32> = PacketPacer::new(Instant::from_ticks(0), HZ);
+        assert!(
+            pacer
+                .set_window(1, 150_000, Span::from_ticks(12_000_000))
+                .is_some()
+        );
+        // 1 GB in flight over a 1 µs RTT: 10^16 bit/s.
+        assert_eq!(pacer.set_window(1, 1 << 30, Span::from_ticks(1_000)), None);
+        assert_eq!(pacer.rate(1), None);
+        let t0 = Instant::from_ticks(5_000);
+        assert_eq!(pacer.push(1, t0, 1200, 0), t0);
+        assert_eq!(pacer.push(1, t0, 1200, 1), t0);
+    }
 
     #[test]
     fn a_window_of_100_packets_leaves_evenly_spaced_at_the_pacing_rate() {

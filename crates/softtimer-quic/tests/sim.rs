@@ -366,6 +366,52 @@ fn paced_datagrams_leave_at_their_departure_times_spaced_by_the_pacing_rate() {
     assert_eq!(net.b.driver.release_lateness().max(), 1);
 }
 
+/// A paced connection closed with a departure still waiting for its time (the pacer holds
+/// one per connection): its close leaves at once, and what waited never does (nothing may
+/// follow a CONNECTION_CLOSE); it is counted.
+#[test]
+fn a_paced_connection_closed_mid_flight_sends_nothing_it_had_queued_after_its_close() {
+    let plan = ClientPlan {
+        download: 5_000_000,
+        requests: 1,
+        ..ClientPlan::default()
+    };
+    let link = LinkConfig {
+        delay: Duration::from_millis(5),
+        ..LinkConfig::default()
+    };
+    let mut net = perf_net(plan, seeded(1), paced_server(), &Tuning::default(), link);
+    assert!(
+        net.run_for(Duration::from_secs(10), |n| {
+            let paced = n.b.driver.connection_ids().first().copied();
+            n.b.driver.paced_datagrams() > 0
+                && paced.is_some_and(|c| n.b.driver.pacing_rate(c).is_some())
+        }),
+        "the pacer never held a datagram"
+    );
+    let queued = net.b.driver.paced_datagrams() as u64;
+    let conn = net.b.driver.connection_ids()[0];
+    net.b
+        .driver
+        .close(conn, softtimer_quic::VarInt::from_u32(7), b"enough")
+        .unwrap();
+    let sent_before = net.transcript.len();
+    assert!(net.run_for(Duration::from_secs(5), |n| n.a.stopped));
+    // What the server sent from then on: its close, and the closes it repeats to packets
+    // still arriving; no datagram of the download (full-sized).
+    let after: Vec<usize> = net
+        .transcript
+        .iter()
+        .skip(sent_before)
+        .filter(|s| s.from == From::B)
+        .map(|s| s.size)
+        .collect();
+    assert!(!after.is_empty(), "the close was not sent");
+    assert!(after.iter().all(|&size| size < 200), "{after:?}");
+    assert_eq!(net.b.driver.stats().paced_dropped_after_close, queued);
+    assert_eq!(net.b.driver.paced_datagrams(), 0);
+}
+
 /// The time a 100-packet request after 1 s of idle takes with `mode`, over a 50 Mbit/s path
 /// with a 20 ms RTT, after a 2 MB warm-up; and the server's window before that request.
 fn after_idle(mode: AfterIdle) -> f64 {

@@ -123,35 +123,43 @@ impl CloseBytes {
     }
 }
 
-/// A socket address in 19 bytes (std's `SocketAddr` takes 32, with a v6 address's flow
-/// label and scope, which a peer's address here never needs).
+/// A socket address in 23 bytes (std's `SocketAddr` takes 32): a v6 address keeps its scope
+/// (a link-local peer's interface, without which it cannot be answered), not its flow label,
+/// which says nothing about who the peer is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Addr {
     ip: [u8; 16],
     port: [u8; 2],
+    scope: [u8; 4],
     v6: bool,
 }
 
 impl Addr {
     fn new(addr: SocketAddr) -> Addr {
-        let (ip, v6) = match addr.ip() {
-            std::net::IpAddr::V4(ip) => (ip.to_ipv6_mapped().octets(), false),
-            std::net::IpAddr::V6(ip) => (ip.octets(), true),
+        let (ip, scope, v6) = match addr {
+            SocketAddr::V4(a) => (a.ip().to_ipv6_mapped().octets(), 0, false),
+            SocketAddr::V6(a) => (a.ip().octets(), a.scope_id(), true),
         };
         Addr {
             ip,
             port: addr.port().to_le_bytes(),
+            scope: scope.to_le_bytes(),
             v6,
         }
     }
 
     fn get(self) -> SocketAddr {
         let v6 = std::net::Ipv6Addr::from(self.ip);
-        let ip = match (self.v6, v6.to_ipv4_mapped()) {
-            (false, Some(v4)) => std::net::IpAddr::V4(v4),
-            _ => std::net::IpAddr::V6(v6),
-        };
-        SocketAddr::new(ip, u16::from_le_bytes(self.port))
+        let port = u16::from_le_bytes(self.port);
+        match (self.v6, v6.to_ipv4_mapped()) {
+            (false, Some(v4)) => SocketAddr::new(std::net::IpAddr::V4(v4), port),
+            _ => SocketAddr::V6(std::net::SocketAddrV6::new(
+                v6,
+                port,
+                0,
+                u32::from_le_bytes(self.scope),
+            )),
+        }
     }
 }
 
@@ -306,7 +314,7 @@ impl ClosedTable {
         }
         record.late = record.late.saturating_add(1);
         match &record.close {
-            Some(close) if from == record.peer.get() && record.late.is_power_of_two() => {
+            Some(close) if Addr::new(from) == record.peer && record.late.is_power_of_two() => {
                 self.stats.late_answered += 1;
                 Late::Answer(close.as_slice(), record.peer.get())
             }
@@ -341,6 +349,42 @@ mod tests {
             let a: SocketAddr = a.parse().unwrap();
             assert_eq!(Addr::new(a).get(), a);
         }
+        // A link-local peer keeps its interface; a flow label is not part of who it is.
+        let scoped = SocketAddr::V6(std::net::SocketAddrV6::new(
+            "fe80::1".parse().unwrap(),
+            4433,
+            0,
+            3,
+        ));
+        assert_eq!(Addr::new(scoped).get(), scoped);
+        let labelled = SocketAddr::V6(std::net::SocketAddrV6::new(
+            "fe80::1".parse().unwrap(),
+            4433,
+            0x1234,
+            3,
+        ));
+        assert!(Addr::new(labelled) == Addr::new(scoped));
+    }
+
+    #[test]
+    fn a_link_local_peer_is_answered_at_its_interface() {
+        let scoped = |scope| {
+            SocketAddr::V6(std::net::SocketAddrV6::new(
+                "fe80::1".parse().unwrap(),
+                4433,
+                0,
+                scope,
+            ))
+        };
+        let close = [0x40u8; 30];
+        let mut t = ClosedTable::default();
+        t.insert(cid(1), scoped(3), Some(&close));
+        assert_eq!(
+            t.on_packet(&cid(1), scoped(3)),
+            Late::Answer(&close, scoped(3))
+        );
+        // The same address on another interface is another host.
+        assert_eq!(t.on_packet(&cid(1), scoped(4)), Late::Drop);
     }
 
     #[test]

@@ -115,6 +115,26 @@ pub(crate) struct Ending {
     pub hold_over: bool,
 }
 
+impl Ending {
+    /// Whether its close is out, as the compact design needs it before it keeps a record in
+    /// place of the connection: quinn-proto has polled nothing more since it closed, and a
+    /// close that was ours to send (we closed it, or found the peer at fault) was seen
+    /// leaving. A server's close during the handshake may wait on the peer's
+    /// anti-amplification limit, quinn-proto polling nothing meanwhile: such a connection
+    /// stays whole until its close leaves or quinn-proto drains it.
+    pub fn close_is_out(&self) -> bool {
+        let ours = matches!(
+            self.lost,
+            Some(
+                ConnectionError::LocallyClosed
+                    | ConnectionError::TransportError(_)
+                    | ConnectionError::CidsExhausted
+            )
+        );
+        self.flushed && (!ours || self.close_datagram.is_some())
+    }
+}
+
 /// A connection of the driver.
 pub(crate) struct Conn {
     pub conn: quinn_proto::Connection,
@@ -333,6 +353,25 @@ impl Slots {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_close_of_ours_is_out_only_once_it_was_seen_leaving() {
+        let ending = |lost, flushed, sent: bool| Ending {
+            lost: Some(lost),
+            flushed,
+            close_datagram: sent.then(|| vec![0x40; 30]),
+            ..Ending::default()
+        };
+        // Ours to send: quinn-proto polling nothing (an anti-amplification limit) is not
+        // enough.
+        assert!(!ending(ConnectionError::LocallyClosed, true, false).close_is_out());
+        assert!(ending(ConnectionError::LocallyClosed, true, true).close_is_out());
+        assert!(!ending(ConnectionError::LocallyClosed, false, true).close_is_out());
+        // None owed: the peer closed, or the connection timed out.
+        assert!(ending(ConnectionError::TimedOut, true, false).close_is_out());
+        assert!(ending(ConnectionError::Reset, true, false).close_is_out());
+        assert!(!ending(ConnectionError::TimedOut, false, false).close_is_out());
+    }
 
     #[test]
     fn the_loss_timer_still_armed_after_an_ack_means_data_outstanding() {

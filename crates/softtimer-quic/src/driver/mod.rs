@@ -75,8 +75,10 @@ pub enum QuicEvent {
     DatagramsUnblocked(ConnId),
     /// The connection has ended: closed by the peer or by us
     /// ([`ConnectionError::LocallyClosed`]), timed out, reset or failed. Its statistics
-    /// ([`Driver::connection_stats`]) can still be read while this event is handled; at the
-    /// driver's next call its state is freed or compacted.
+    /// ([`Driver::connection_stats`]) can still be read while this event is handled. Its
+    /// state is freed (or, with [`ClosedState::Compact`](crate::ClosedState::Compact),
+    /// compacted) at a later `poll_*` or `handle_*` call once it is done: drained by
+    /// quinn-proto, held to the drain period's end, or, compact, once its close is out.
     Lost(ConnId, ConnectionError),
 }
 
@@ -132,6 +134,10 @@ pub struct DriverStats {
     /// one per Initial datagram from such an address (a client whose first flight is two
     /// datagrams draws two).
     pub retries: u64,
+    /// Paced datagrams not sent because their connection closed (or was freed) while they
+    /// waited for their departure time: its CONNECTION_CLOSE had gone out, and nothing else
+    /// may follow it.
+    pub paced_dropped_after_close: u64,
     /// The closed-connection records.
     pub closed: ClosedStats,
 }
@@ -200,7 +206,7 @@ pub struct Driver<C: Clock + Clone = SystemClock> {
     responses: VecDeque<Datagram>,
     /// Paced datagrams due, with their departure times.
     released: VecDeque<(Datagram, Instant)>,
-    pacer: PacketPacer<u32, Datagram>,
+    pacer: PacketPacer<ConnId, Datagram>,
     timers: SoftTimers<Timer, C>,
     /// The tail-loss probes and the ends of held connections' drains: soft events that need
     /// no precision ([`Timeout::spin`]).
@@ -818,8 +824,8 @@ impl<C: Clock + Clone> Driver<C> {
             // quinn-proto is done with it; the full design holds it to the override's end.
             e.hold.is_none() || e.hold_over
         } else if compact {
-            // Once quinn-proto has nothing more to send (closing: its close is out).
-            e.flushed
+            // Once quinn-proto has nothing more to send and its close is out.
+            e.close_is_out()
         } else {
             e.hold_over
         };
@@ -863,6 +869,9 @@ impl<C: Clock + Clone> Driver<C> {
 
     /// Forgets a connection: its timers, its pacer flow, and quinn-proto's endpoint state.
     fn free(&mut self, slot: u32) {
+        let Some(id) = self.conns.id(slot) else {
+            return;
+        };
         let Some(c) = self.conns.remove(slot) else {
             return;
         };
@@ -875,7 +884,7 @@ impl<C: Clock + Clone> Driver<C> {
         {
             self.lax.cancel(event);
         }
-        self.pacer.remove(slot);
+        self.pacer.remove(id);
         let _ = self
             .endpoint
             .handle_event(ConnectionHandle(slot as usize), EndpointEvent::drained());

@@ -265,7 +265,7 @@ impl<C: Clock + Clone> Driver<C> {
     /// [`Pacing::PerPacket`]: crate::Pacing::PerPacket
     pub fn pacing_rate(&self, id: ConnId) -> Option<u64> {
         self.conns.get(id)?;
-        self.pacer.rate(id.slot).map(u64::from)
+        self.pacer.rate(id).map(u64::from)
     }
 
     /// The connection's peer address.

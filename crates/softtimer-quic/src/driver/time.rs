@@ -15,6 +15,10 @@ pub(crate) struct TimeMap {
     pub(super) hz: u64,
 }
 
+/// The furthest after its start the driver schedules anything: 2^62 ticks, 56 years at
+/// 2.6 GHz, a quarter of the clock's circle.
+pub(crate) const MAX_AHEAD: Span = Span::from_ticks(1 << 62);
+
 /// The base of every driver's `std::time::Instant`s, read once per process.
 pub(super) fn std_base() -> std::time::Instant {
     static BASE: OnceLock<std::time::Instant> = OnceLock::new();
@@ -25,8 +29,14 @@ impl TimeMap {
     pub(crate) fn to_std(self, t: Instant) -> std::time::Instant {
         self.std + t.saturating_since(self.soft).to_duration(self.hz)
     }
+    /// At most [`MAX_AHEAD`] after the driver's start: a later time (quinn arms its idle
+    /// timer at the peer's `max_idle_timeout` when ours is zero, up to 2^62 ms away) would
+    /// pass half the clock's circle and read as one already past, and the driver would fire
+    /// it and arm it again at once, for ever. Capped, it fires decades early, and quinn,
+    /// finding nothing expired, asks again.
     pub(crate) fn to_soft(self, t: std::time::Instant) -> Instant {
-        self.soft + Span::from_duration(t.saturating_duration_since(self.std), self.hz)
+        let since = Span::from_duration(t.saturating_duration_since(self.std), self.hz);
+        self.soft + since.min(MAX_AHEAD)
     }
     /// `t` rounded up to `granularity` from the driver's start (tokio's wheel rounds so).
     pub(super) fn round_up(self, granularity: Option<Span>, t: Instant) -> Instant {
@@ -121,5 +131,24 @@ mod tests {
         assert_eq!(map.round_up(None, at(1001)), at(1001));
         let t = at(123_456);
         assert_eq!(map.to_soft(map.to_std(t)), t);
+    }
+
+    #[test]
+    fn a_time_past_the_clocks_range_is_capped_ahead_not_wrapped_into_the_past() {
+        let map = TimeMap {
+            std: std_base(),
+            soft: at(1000),
+            hz: 2_600_000_000,
+        };
+        // A peer's idle timeout of 2^62 ms, which quinn arms when ours is zero.
+        let far = map.std + std::time::Duration::from_millis(1 << 62);
+        let soft = map.to_soft(far);
+        assert!(soft.is_after(map.soft), "{soft:?}");
+        assert_eq!(soft, map.soft + MAX_AHEAD);
+        let year = map.std + std::time::Duration::from_secs(365 * 24 * 3600);
+        assert!(
+            map.to_soft(year)
+                .is_after(map.soft + Span::from_ticks(1 << 50))
+        );
     }
 }

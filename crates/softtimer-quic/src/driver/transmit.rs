@@ -59,12 +59,12 @@ impl<C: Clock + Clone> Driver<C> {
         }
         while let Some(&slot) = self.sendable.front() {
             let paced = self.config.pacing == Pacing::PerPacket;
-            let Some(c) = self.conns.at(slot) else {
+            let (Some(id), Some(c)) = (self.conns.id(slot), self.conns.at(slot)) else {
                 self.sendable.pop_front();
                 continue;
             };
             let closing = c.conn.is_closed();
-            if paced && !closing && self.pacer.queued(slot) > 0 {
+            if paced && !closing && self.pacer.queued(id) > 0 {
                 // It is asked again when its queue empties.
                 c.sendable = false;
                 self.sendable.pop_front();
@@ -84,7 +84,7 @@ impl<C: Clock + Clone> Driver<C> {
                 return Some(self.hand_out(d, now, buf));
             }
             let len = d.bytes.len() as u64;
-            self.pacer.push(slot, now, len, d);
+            self.pacer.push(id, now, len, d);
             if let Some(t) = self.next_released(now, buf) {
                 return Some(t);
             }
@@ -100,6 +100,7 @@ impl<C: Clock + Clone> Driver<C> {
         let paced = self.config.pacing == Pacing::PerPacket;
         let mut bytes = self.spare.pop().unwrap_or_default();
         bytes.clear();
+        let id = self.conns.id(slot)?;
         let c = self.conns.at(slot)?;
         let Some(t) = c.conn.poll_transmit(now_std, max, &mut bytes) else {
             self.spare.push(bytes);
@@ -118,11 +119,11 @@ impl<C: Clock + Clone> Driver<C> {
             if paced {
                 if c.connected {
                     let srtt = Span::from_duration(stats.path.rtt, hz);
-                    self.pacer.set_window(slot, stats.path.cwnd, srtt);
+                    self.pacer.set_window(id, stats.path.cwnd, srtt);
                 } else {
                     // No RTT sample yet: like the kernel before its first sample, do not
                     // pace the handshake.
-                    self.pacer.clear_rate(slot);
+                    self.pacer.clear_rate(id);
                 }
             }
         }
@@ -158,9 +159,20 @@ impl<C: Clock + Clone> Driver<C> {
             if self.pacer.release(now, &mut due) == 0 {
                 return None;
             }
-            for (slot, d, stamp) in due {
-                if self.pacer.queued(slot) == 0 {
-                    self.make_sendable(slot);
+            for (id, d, stamp) in due {
+                // Its connection has closed since (its CONNECTION_CLOSE is out, and nothing
+                // else may follow it), or is gone and its slot perhaps taken by another.
+                if self.conns.get(id).is_none_or(|c| c.conn.is_closed()) {
+                    self.stats.paced_dropped_after_close += 1;
+                    let mut bytes = d.bytes;
+                    if self.spare.len() < 64 {
+                        bytes.clear();
+                        self.spare.push(bytes);
+                    }
+                    continue;
+                }
+                if self.pacer.queued(id) == 0 {
+                    self.make_sendable(id.slot);
                 }
                 let late = now.saturating_since(stamp).as_nanos(self.map.hz);
                 let _ = self.release_lateness.record(late.max(1));
