@@ -298,25 +298,6 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         let off = config.mode == TimerMode::Off && signal_period.is_none();
         let signals_paused = Arc::clone(&shared.signals_paused);
         let ring = ring_wait::build_ring(&config, &stop_fd, timerfd.as_ref(), &epoll)?;
-        let mut signal_timer = None;
-        if let Some(period) = signal_period {
-            sys::install_signal_handler(signal::handle_signal).map_err(RtError::io("sigaction"))?;
-            // Last of the fallible steps, so that no failure after it leaves the thread's
-            // target set to a loop that was never built. The timer is created disarmed, so no
-            // signal comes before the target is set; a failure after the target is set clears
-            // it again.
-            let timer = ThreadSignalTimer::new(sys::gettid(), sys::timer_signal())
-                .map_err(RtError::io("timer_create"))?;
-            if !signal::set_target(&shared) {
-                return Err(RtError::SignalLoopExists);
-            }
-            if let Err(e) = timer.set_periodic(period) {
-                drop(timer);
-                signal::clear_target();
-                return Err(RtError::io("timer_settime")(e));
-            }
-            signal_timer = Some(timer);
-        }
         let mut core = Core::new(
             shared,
             epoll,
@@ -333,9 +314,29 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
             idle,
         );
         core.ring = ring;
+        let events = Vec::with_capacity(config.max_events.max(1));
+        let mut signal_timer = None;
+        if let Some(period) = signal_period {
+            sys::install_signal_handler(signal::handle_signal).map_err(RtError::io("sigaction"))?;
+            // Last of the fallible steps, after every allocation, so that no failure (or
+            // panic) after it leaves the thread's target set to a loop that was never built.
+            // The timer is created disarmed, so no signal comes before the target is set; a
+            // failure after the target is set clears it again.
+            let timer = ThreadSignalTimer::new(sys::gettid(), sys::timer_signal())
+                .map_err(RtError::io("timer_create"))?;
+            if !signal::set_target(&core.shared) {
+                return Err(RtError::SignalLoopExists);
+            }
+            if let Err(e) = timer.set_periodic(period) {
+                drop(timer);
+                signal::clear_target();
+                return Err(RtError::io("timer_settime")(e));
+            }
+            signal_timer = Some(timer);
+        }
         Ok(EventLoop {
             core,
-            events: Vec::with_capacity(config.max_events.max(1)),
+            events,
             ring_ready: Vec::new(),
             mode,
             timerfd,

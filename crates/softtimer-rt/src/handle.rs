@@ -169,7 +169,7 @@ impl<E, C: Clock> LoopHandle<E, C> {
     /// let handle = ev.handle();
     /// let now = ev.clock().now();
     /// let id = handle
-    ///     .with_timers_at(now, |t| t.schedule_soft_event(Span::from_ticks(1_000_000), 7))
+    ///     .with_timers_at(now, |t| t.schedule_soft_event(Span::from_ticks(1 << 40), 7))
     ///     .unwrap()
     ///     .unwrap();
     /// assert_eq!(handle.with_timers(|t| t.cancel(id)).unwrap(), Some(7));

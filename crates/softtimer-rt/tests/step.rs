@@ -103,7 +103,9 @@ fn a_handle_schedules_and_cancels_from_another_thread() {
     })
     .join()
     .unwrap();
-    assert_eq!(handle.pending(), 1);
+    // The cancelled one is gone; the other waits, or (on a loaded machine, past its time
+    // and the backstop's interval) the backstop has fired it already.
+    assert_eq!(handle.pending() + fired.load(Ordering::Relaxed), 1);
     let start = Instant::now();
     while fired.load(Ordering::Relaxed) == 0 && start.elapsed() < Duration::from_secs(5) {
         ev.park(|_, _| {}).unwrap();

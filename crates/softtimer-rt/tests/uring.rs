@@ -627,3 +627,91 @@ fn a_detach_leaves_other_sockets_received_datagrams_alone() {
     });
     assert_eq!(got, (0..N as u8).collect::<Vec<_>>());
 }
+
+/// A write to a descriptor in blocking mode (a pipe no one reads, full) waits in the kernel
+/// for room. The loop's waits do not count on its completion, so a stop still ends the run;
+/// the write completes once the reader makes room.
+#[test]
+fn a_write_held_by_a_full_blocking_pipe_does_not_hold_the_loop() {
+    use std::io::Read;
+    use std::sync::mpsc;
+    let (read_end, write_end) = std::io::pipe().unwrap();
+    let (stop_tx, stop_rx) = mpsc::channel::<Option<StopHandle>>();
+    let (done_tx, done_rx) = mpsc::channel::<u64>();
+    let looping = std::thread::spawn(move || {
+        let Some(mut ev) = ring_loop(uring_config()) else {
+            stop_tx.send(None).unwrap();
+            return;
+        };
+        let fd = ev.cx().attach(&write_end, 2, RingRecv::None).unwrap();
+        // 96 KiB into a pipe that holds 64: the last writes wait for room.
+        let chunk = [7u8; 4096];
+        for _ in 0..24 {
+            ev.cx()
+                .send_ring(fd, &[&chunk], &SendOptions::default())
+                .unwrap();
+        }
+        stop_tx.send(Some(ev.stop_handle())).unwrap();
+        ev.run(|_, _| {}).unwrap();
+        done_tx.send(0).unwrap();
+        // What waited leaves once the reader makes room.
+        assert!(ev.cx().flush_ring(Duration::from_secs(10)).unwrap());
+        done_tx
+            .send(ev.cx().ring_counters(fd).unwrap().sent)
+            .unwrap();
+    });
+    let Some(stop) = stop_rx.recv().unwrap() else {
+        return;
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    stop.stop();
+    let stopped = done_rx.recv_timeout(Duration::from_secs(10));
+    // Make room either way, so that a failing run ends too.
+    let mut reader = read_end;
+    let mut read = 0;
+    let mut buf = [0u8; 4096];
+    while read < 24 * 4096 {
+        read += reader.read(&mut buf).unwrap();
+    }
+    assert!(
+        stopped.is_ok(),
+        "a stop did not end the run while a write waited for room"
+    );
+    assert_eq!(done_rx.recv().unwrap(), 24);
+    looping.join().unwrap();
+}
+
+/// Sends queued on a descriptor that is then detached leave on it, not on the next
+/// descriptor attached at its index, and not lost.
+#[test]
+fn sends_queued_before_a_detach_leave_on_their_own_socket() {
+    let mut ev = ring_or_skip!(uring_config());
+    let (rx_a, rx_b) = (bind(), bind());
+    let (tx_a, tx_b) = (bind(), bind());
+    tx_a.connect(rx_a.local_addr().unwrap()).unwrap();
+    tx_b.connect(rx_b.local_addr().unwrap()).unwrap();
+    let mut cx = ev.cx();
+    let a = cx.attach(&tx_a, 1, RingRecv::None).unwrap();
+    for i in 0..5u32 {
+        cx.send_ring(a, &[&i.to_be_bytes()], &SendOptions::default())
+            .unwrap();
+    }
+    cx.detach(a);
+    let b = cx.attach(&tx_b, 2, RingRecv::None).unwrap();
+    cx.send_ring(b, &[b"b"], &SendOptions::default()).unwrap();
+    assert!(cx.flush_ring(Duration::from_secs(5)).unwrap());
+    let mut buf = [0u8; 8];
+    rx_a.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    for i in 0..5u32 {
+        assert_eq!(rx_a.recv(&mut buf).unwrap(), 4);
+        assert_eq!(buf[..4], i.to_be_bytes());
+    }
+    rx_b.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    assert_eq!(rx_b.recv(&mut buf).unwrap(), 1);
+    assert_eq!(&buf[..1], b"b");
+    rx_b.set_nonblocking(true).unwrap();
+    assert!(
+        rx_b.recv(&mut buf).is_err(),
+        "a datagram of A's went out on B"
+    );
+}

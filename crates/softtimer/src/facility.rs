@@ -14,6 +14,11 @@ pub const MAX_INTERRUPT_CLOCK_HZ: u64 = 100_000;
 /// The widest finest-level wheel slot a facility accepts, in ticks (2^32).
 pub const MAX_SLOT_TICKS: u64 = 1 << 32;
 
+/// The delays the facility refuses from here up (2^63 − 1 ticks, 112 years at 2.6 GHz):
+/// clock times compare on a circle of 2^64 ticks, and a due time that far ahead would read
+/// as one already passed.
+const MAX_DELAY_TICKS: u64 = i64::MAX as u64;
+
 const DUE: usize = 0;
 const DEADLINE: usize = 1;
 
@@ -553,6 +558,12 @@ impl<E, C: Clock> SoftTimers<E, C> {
 
     #[inline(always)]
     fn due_time(&self, now: Instant, t: Span) -> Result<u64, ScheduleError> {
+        // Clock times compare on a circle of 2^64 ticks: a due time half of it or more ahead
+        // would read as one already passed (to the facility's next-due time and to every
+        // runtime's decisions on it), so such a delay is refused, not taken.
+        if t.ticks() >= MAX_DELAY_TICKS {
+            return Err(ScheduleError::DelayOverflow { ticks: t.ticks() });
+        }
         // A `now` from before the facility was built counts as its first tick, as it does
         // when firing.
         self.facility_time(now)

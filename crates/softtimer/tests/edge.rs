@@ -58,7 +58,8 @@ fn t_one_fires_after_two_ticks() {
 #[test]
 fn far_future_events_wait_their_turn() {
     let (clock, mut timers) = facility(0);
-    let far = u64::MAX / 2;
+    // The furthest a delay may reach: half the clock's circle, less a tick.
+    let far = u64::MAX / 2 - 1;
     timers.schedule_soft_event(sp(far), "far").unwrap();
     timers.schedule_soft_event(sp(10), "near").unwrap();
     clock.advance(11);
@@ -98,9 +99,34 @@ fn overflowing_delay_is_an_error_not_a_panic() {
         timers.schedule_soft_event(sp(u64::MAX), ()),
         Err(ScheduleError::DelayOverflow { ticks: u64::MAX })
     );
-    // now + T + 1 must stay below u64::MAX (the facility's "never").
-    assert!(timers.schedule_soft_event(sp(u64::MAX - 1), ()).is_err());
-    assert!(timers.schedule_soft_event(sp(u64::MAX - 2), ()).is_ok());
+    // Half the clock's circle or more ahead would read as behind (to the facility's next
+    // due time and to a runtime comparing it with the clock): refused.
+    assert_eq!(
+        timers.schedule_soft_event(sp(1 << 63), ()),
+        Err(ScheduleError::DelayOverflow { ticks: 1 << 63 })
+    );
+    assert!(timers.schedule_soft_event(sp(i64::MAX as u64), ()).is_err());
+    let far = timers
+        .schedule_soft_event(sp(i64::MAX as u64 - 1), ())
+        .unwrap();
+    assert!(
+        timers
+            .next_expiry()
+            .unwrap()
+            .is_after(timers.measure_time())
+    );
+    assert!(
+        timers
+            .next_trigger_time()
+            .unwrap()
+            .is_after(timers.measure_time())
+    );
+    timers.cancel(far);
+    assert!(
+        timers
+            .schedule_with_deadline(sp(10), sp(1 << 63), ())
+            .is_err()
+    );
     assert_eq!(
         timers.schedule_with_deadline(sp(10), sp(5), ()),
         Err(ScheduleError::DeadlineBeforeDelay {

@@ -1,7 +1,7 @@
 //! The io_uring backend of the loop ([`IoBackend::Uring`](crate::IoBackend::Uring)): the
 //! bookkeeping above the ring's system interface (`sys.rs`, the backend's only `unsafe`
-//! code); `types.rs` holds its public options, counters and errors, and `msg.rs` reads what
-//! the kernel writes before a received datagram.
+//! code); `types.rs` holds its public options, counters and errors, `msg.rs` reads what
+//! the kernel writes before a received datagram, and `complete.rs` takes each completion in.
 //!
 //! What it keeps: the descriptors the application registered for readiness (each a
 //! `POLL_ADD`: multishot when edge-triggered, one-shot armed again after each report when
@@ -12,6 +12,7 @@
 //! into the ring: the wait when it idles next (one `io_uring_enter` for the sends and the
 //! wait), else the next pass's look. Each completion reaped is a trigger state.
 
+mod complete;
 mod msg;
 mod sys;
 mod types;
@@ -26,7 +27,7 @@ use softtimer::TriggerSource;
 use crate::cx::Ready;
 use msg::{parse_control, parse_sockaddr};
 pub use sys::SendOptions;
-use sys::{Completion, Kind, RECV_CONTROL, RECVMSG_OUT, RingSys, decode, user_data};
+use sys::{Completion, Kind, RECV_CONTROL, RECVMSG_OUT, RingSys, user_data};
 pub use types::{Received, RingCounters, RingRecv, RingStats, UringOptions, UringUnavailable};
 
 /// A descriptor attached to the loop's ring ([`LoopCx::attach`](crate::LoopCx::attach)).
@@ -70,6 +71,10 @@ const RECV_FAILURES: u32 = 8;
 struct Attached {
     token: u64,
     socket: bool,
+    /// Its writes complete when submitted: a socket (sent with `MSG_DONTWAIT`) or a
+    /// descriptor in non-blocking mode. A blocking one's write may wait in the kernel for
+    /// room, for as long as no one reads.
+    prompt: bool,
     generation: u32,
     active: bool,
     recv: Option<RecvState>,
@@ -102,6 +107,9 @@ struct SlotUse {
     attached: u32,
     generation: u32,
     datagrams: u32,
+    /// Submitted to a descriptor whose writes complete at once (counted in
+    /// `Ring::prompt_outstanding`).
+    prompt: bool,
 }
 
 /// The loop's ring and its bookkeeping.
@@ -112,9 +120,13 @@ pub(crate) struct Ring {
     attached: Vec<Attached>,
     free_slots: Vec<u32>,
     slot_use: Vec<SlotUse>,
-    /// Sends queued or submitted whose completion is not reaped: each posts one completion
-    /// when submitted (non-blocking), which a wait counts on top of what it waits for.
+    /// Sends queued or submitted whose completion is not reaped.
     outstanding: usize,
+    /// Those of them that post their completion when submitted (to a socket, or to a
+    /// descriptor in non-blocking mode), which a wait counts on top of what it waits for. A
+    /// write to a blocking descriptor is not counted: it may complete only when its reader
+    /// makes room, and a wait that counted on it would hold the loop (and a stop) till then.
+    prompt_outstanding: usize,
     /// Readiness to hand out, one per token (flags merged).
     ready: Vec<Ready>,
     /// Receives to arm again (their multishot ended).
@@ -137,10 +149,12 @@ fn poll_events(readable: bool, writable: bool) -> u32 {
 }
 
 impl Ring {
-    pub(crate) fn new(options: UringOptions, sqpoll: bool) -> Result<Ring, UringUnavailable> {
+    pub(crate) fn new(mut options: UringOptions, sqpoll: bool) -> Result<Ring, UringUnavailable> {
         let entries = options.entries.clamp(8, 32768).next_power_of_two();
         let slots = options.send_slots.clamp(1, 1 << 20);
-        let files = options.files.clamp(1, 1 << 20);
+        // An attachment's index names its provided-buffer group too, a 16-bit id.
+        let files = options.files.clamp(1, 1 << 16);
+        options.files = files;
         let sys = RingSys::new(entries, slots, sqpoll.then_some(options.sqpoll_idle), files)?;
         Ok(Ring {
             sys,
@@ -150,6 +164,7 @@ impl Ring {
             free_slots: (0..slots as u32).rev().collect(),
             slot_use: vec![SlotUse::default(); slots],
             outstanding: 0,
+            prompt_outstanding: 0,
             ready: Vec::new(),
             rearm: Vec::new(),
             held: false,
@@ -249,6 +264,8 @@ impl Ring {
         recv: RingRecv,
     ) -> Result<RingFd, io::Error> {
         let socket = rustix::net::sockopt::socket_type(fd).is_ok();
+        let prompt = socket
+            || rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f.contains(rustix::fs::OFlags::NONBLOCK));
         let fd = fd.as_raw_fd();
         let index = match self.attached.iter().position(|a| !a.active) {
             Some(i) => i,
@@ -256,6 +273,7 @@ impl Ring {
                 self.attached.push(Attached {
                     token,
                     socket,
+                    prompt,
                     generation: 0,
                     active: false,
                     recv: None,
@@ -274,13 +292,21 @@ impl Ring {
             RingRecv::Datagrams { buffers, size } | RingRecv::Reads { buffers, size } => {
                 let datagrams = matches!(recv, RingRecv::Datagrams { .. });
                 let buffers = buffers.clamp(1, 32768).next_power_of_two();
-                let size = size.max(1)
-                    + if datagrams {
-                        (RECVMSG_OUT + std::mem::size_of::<libc::sockaddr_storage>() + RECV_CONTROL)
-                            as u32
-                    } else {
-                        0
-                    };
+                let header = if datagrams {
+                    (RECVMSG_OUT + std::mem::size_of::<libc::sockaddr_storage>() + RECV_CONTROL)
+                        as u32
+                } else {
+                    0
+                };
+                // Checked: a wrapped size would give the kernel buffers too small for what
+                // it is told they hold.
+                let Some(size) = size.max(1).checked_add(header) else {
+                    self.sys.clear_file(index as u32);
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("a receive buffer of {size} bytes is too large"),
+                    ));
+                };
                 if let Err(e) = self.sys.add_group(group, buffers, size) {
                     self.sys.clear_file(index as u32);
                     return Err(e);
@@ -296,7 +322,7 @@ impl Ring {
         };
         let a = &mut self.attached[index];
         a.generation = a.generation.wrapping_add(1);
-        (a.token, a.socket, a.active, a.recv) = (token, socket, true, recv);
+        (a.token, a.socket, a.prompt, a.active, a.recv) = (token, socket, prompt, true, recv);
         a.waiting.clear();
         a.writable_armed = false;
         a.counters = RingCounters::default();
@@ -329,15 +355,22 @@ impl Ring {
     }
 
     /// Detaches: cancels its receive, drops what it received and did not take, and frees its
-    /// fixed-file entry. Sends already submitted still leave.
+    /// fixed-file entry. Sends already queued are submitted first and still leave (a send
+    /// the kernel takes up holds the file); those waiting for room are counted refused.
     pub(crate) fn detach(&mut self, fd: RingFd) {
         let Some(index) = self.live(fd) else { return };
+        // Queued sends name the file by its index: taken up by the kernel now, while the
+        // index still names this file, not after it is cleared (they would fail unseen) or
+        // given to the next descriptor attached (they would go out on it).
+        self.hand_over_queued();
         let a = &mut self.attached[index];
         a.active = false;
         let generation = a.generation;
         let waiting: Vec<u32> = a.waiting.drain(..).collect();
         let recv = a.recv.take();
         for slot in waiting {
+            let datagrams = self.slot_use[slot as usize].datagrams;
+            self.attached[index].counters.refused += u64::from(datagrams);
             self.free_slots.push(slot);
         }
         if let Some(r) = recv {
@@ -385,6 +418,21 @@ impl Ring {
         self.sys.clear_file(index as u32);
     }
 
+    /// Submits what is queued and, with SQPOLL (whose kernel thread takes entries up in its
+    /// own time), waits up to 10 ms for the thread to have taken them all.
+    fn hand_over_queued(&mut self) {
+        if self.sys.queued() == 0 {
+            return;
+        }
+        let _ = self.sys.submit();
+        if self.sys.sqpoll() {
+            let give_up = std::time::Instant::now() + Duration::from_millis(10);
+            while self.sys.queued() > 0 && std::time::Instant::now() < give_up {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// Copies a datagram (or a GSO batch) into a slot and queues its send on `fd`. Waits for
     /// a slot when all are in use (submitting what is queued); fails only when none comes
     /// back within a second.
@@ -413,6 +461,7 @@ impl Ring {
             attached: index as u32,
             generation: a.generation,
             datagrams,
+            prompt: a.prompt,
         };
         if !a.waiting.is_empty() {
             // Behind the sends waiting for room, in order.
@@ -434,6 +483,7 @@ impl Ring {
         let data = user_data(Kind::Send, slot, u.generation);
         self.sys.send(slot as usize, u.attached, socket, data)?;
         self.outstanding += 1;
+        self.prompt_outstanding += usize::from(u.prompt);
         Ok(())
     }
 
@@ -538,7 +588,8 @@ impl Ring {
         } else {
             1
         };
-        self.sys.wait(self.outstanding + batch, timeout, min_wait)
+        self.sys
+            .wait(self.prompt_outstanding + batch, timeout, min_wait)
     }
 
     /// Reaps every completion, calling `on_completion` with each one's trigger source after
@@ -569,142 +620,6 @@ impl Ring {
             }
         }
         total
-    }
-
-    /// Takes one completion in; returns the trigger source it stands for.
-    fn complete(&mut self, c: Completion) -> TriggerSource {
-        let Some((kind, index, generation)) = decode(c.data) else {
-            return TriggerSource::Syscall;
-        };
-        match kind {
-            Kind::Poll => {
-                let Some(p) = self.polls.get_mut(index as usize) else {
-                    return TriggerSource::Syscall;
-                };
-                if !p.active || p.generation != generation {
-                    return TriggerSource::Syscall;
-                }
-                let token = p.token;
-                if c.result >= 0 {
-                    let mask = c.result as u32;
-                    self.push_ready(Ready {
-                        token,
-                        readable: mask & libc::POLLIN as u32 != 0,
-                        writable: mask & libc::POLLOUT as u32 != 0,
-                        closed: mask & (libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP) as u32
-                            != 0,
-                        hung_up: mask & (libc::POLLHUP | libc::POLLRDHUP) as u32 != 0,
-                    });
-                }
-                if c.result < 0 {
-                    // The poll failed (a descriptor closed while registered: EBADF). It is not
-                    // armed again, which would fail at once, again and again, and could watch
-                    // another file that reuses the number; the application hears of it as a
-                    // hang-up and deregisters.
-                    self.push_ready(Ready {
-                        token,
-                        readable: false,
-                        writable: false,
-                        closed: true,
-                        hung_up: true,
-                    });
-                    return TriggerSource::Syscall;
-                }
-                let p = &self.polls[index as usize];
-                if !c.more() && (p.multi || p.level) {
-                    // A multishot poll the kernel ended (an overflow), or a level-triggered
-                    // one that reported: watch again.
-                    let (fd, events, multi) = (p.fd, p.events, p.multi);
-                    let _ = self.sys.poll(fd, events, multi, c.data);
-                }
-                TriggerSource::Syscall
-            }
-            Kind::Send => {
-                let slot = index;
-                let u = self.slot_use[slot as usize];
-                self.outstanding = self.outstanding.saturating_sub(1);
-                let Some(a) = live_mut(&mut self.attached, u.attached, u.generation) else {
-                    self.free_slots.push(slot);
-                    return TriggerSource::Send;
-                };
-                if c.result == -libc::EAGAIN {
-                    a.counters.would_block += 1;
-                    a.waiting.push_back(slot);
-                    if !a.writable_armed {
-                        a.writable_armed = true;
-                        let data = user_data(Kind::Writable, u.attached, u.generation);
-                        let _ = self.sys.poll_fixed(u.attached, libc::POLLOUT as u32, data);
-                    }
-                    return TriggerSource::Send;
-                }
-                if c.result >= 0 {
-                    a.counters.sent += u64::from(u.datagrams);
-                } else {
-                    a.counters.refused += u64::from(u.datagrams);
-                }
-                self.free_slots.push(slot);
-                TriggerSource::Send
-            }
-            Kind::Writable => {
-                let Some(a) = live_mut(&mut self.attached, index, generation) else {
-                    return TriggerSource::Send;
-                };
-                a.writable_armed = false;
-                let waiting: Vec<u32> = a.waiting.drain(..).collect();
-                for slot in waiting {
-                    if self.submit_slot(slot).is_err() {
-                        // Not sent and not to be: counted as refused, never lost silently.
-                        let datagrams = self.slot_use[slot as usize].datagrams;
-                        self.attached[index as usize].counters.refused += u64::from(datagrams);
-                        self.free_slots.push(slot);
-                    }
-                }
-                TriggerSource::Send
-            }
-            Kind::Recv => {
-                let Some(a) = live_mut(&mut self.attached, index, generation) else {
-                    return TriggerSource::Recv;
-                };
-                let token = a.token;
-                let Some(r) = &mut a.recv else {
-                    return TriggerSource::Recv;
-                };
-                match c.buffer() {
-                    Some(bid) => {
-                        r.queue.push_back((bid, c.result.max(0) as u32));
-                        r.failures = 0;
-                    }
-                    None if c.result != -libc::ENOBUFS => r.failures += 1,
-                    None => {}
-                }
-                if !c.more() {
-                    r.armed = false;
-                    a.counters.rearmed += 1;
-                    // No free buffer: armed again once some are taken; failing again and
-                    // again (an error, end of file): stopped, the error kept; otherwise now.
-                    if r.failures >= RECV_FAILURES {
-                        a.counters.recv_error = Some(c.result);
-                    } else if c.result != -libc::ENOBUFS {
-                        self.rearm.push(index);
-                    }
-                }
-                if !self.attached[index as usize]
-                    .recv
-                    .as_ref()
-                    .is_none_or(|r| r.queue.is_empty())
-                {
-                    self.push_ready(Ready {
-                        token,
-                        readable: true,
-                        writable: false,
-                        closed: false,
-                        hung_up: false,
-                    });
-                }
-                TriggerSource::Recv
-            }
-            Kind::Cancel => TriggerSource::Syscall,
-        }
     }
 
     fn push_ready(&mut self, ready: Ready) {
@@ -827,6 +742,7 @@ impl AsRawFd for Ring {
 
 #[cfg(test)]
 mod tests {
+    use super::sys::decode;
     use super::*;
 
     #[test]

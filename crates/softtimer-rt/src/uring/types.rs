@@ -163,7 +163,7 @@ pub struct UringOptions {
     /// Send slots: sends in flight at once (each owns a copy of its datagram). A send that
     /// finds them all in use submits and waits for one (backpressure, nothing dropped).
     pub send_slots: usize,
-    /// Descriptors that can be attached at once (the fixed-file table).
+    /// Descriptors that can be attached at once (the fixed-file table; 1 to 65,536).
     pub files: u32,
     /// Completions (besides the loop's own sends) a wait asks for before it returns; with
     /// [`min_wait`](Self::min_wait), the wait returns at the first completion once that
