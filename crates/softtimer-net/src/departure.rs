@@ -430,6 +430,37 @@ impl FlowStamper {
         departure
     }
 
+    /// The departure time of the flow's next packet of `bytes`, asked for as one is sent at
+    /// `now` by a pacer that stamps a flow's packets one at a time: on schedule (or late by
+    /// less than a packet's interval), its place in the schedule; a flow a whole interval or
+    /// more behind (a late wake-up) starts again from this send, one interval after it,
+    /// rather than make the lost time up in a burst.
+    ///
+    /// ```
+    /// use softtimer::{Instant, Span};
+    /// use softtimer_net::departure::FlowStamper;
+    /// use softtimer_net::Rate;
+    ///
+    /// let mut flow = FlowStamper::new(1_000_000_000);
+    /// flow.set_rate(Rate::from_bits_per_sec(8_000_000).unwrap()); // 1000 B: 1 ms apart
+    /// let t0 = Instant::from_ticks(0);
+    /// assert_eq!(flow.stamp(t0, 1000), t0);
+    /// // Sent at its time: the next keeps the schedule.
+    /// assert_eq!(flow.stamp_after_send(t0, 1000), Instant::from_ticks(1_000_000));
+    /// // That one sent 2.5 ms late: the next is 1 ms after the send, not at once.
+    /// let late = Instant::from_ticks(3_500_000);
+    /// assert_eq!(flow.stamp_after_send(late, 1000), Instant::from_ticks(4_500_000));
+    /// ```
+    pub fn stamp_after_send(&mut self, now: Instant, bytes: u64) -> Instant {
+        let next = self.stamp(now, bytes);
+        if next.is_after(now) {
+            next
+        } else {
+            // `stamp` restarted the schedule at `now`, for the packet just sent.
+            self.stamp(now, bytes)
+        }
+    }
+
     /// The departure time of a retransmission of `bytes`: it leaves now, ahead of the data
     /// already stamped, and pushes that data back by its own transmission time so the flow
     /// keeps its rate.

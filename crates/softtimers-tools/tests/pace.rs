@@ -417,3 +417,20 @@ fn io_uring_needs_the_soft_per_flow_pacer() {
     options.scheduler = pace::Scheduler::Departure;
     assert!(pace::check_pace(&options).is_err());
 }
+
+/// A rate that does not split evenly over the flows would pace under what was asked (each
+/// flow at the whole bits per second of its share): refused while that loss is more than
+/// a part in a thousand, taken once each flow has 1 kbit/s.
+#[test]
+fn a_rate_that_does_not_split_over_the_flows_is_refused_while_it_matters() {
+    let options = |rate: &str, flows| PaceOptions {
+        size: 100,
+        duration: Duration::from_secs(1),
+        flows,
+        ..PaceOptions::new("127.0.0.1:9".parse().unwrap(), rate.parse().unwrap())
+    };
+    let err = pace::check_pace(&options("1999", 1000)).unwrap_err();
+    assert!(err.to_string().contains("1000 bit/s in all"), "{err}");
+    assert!(pace::check_pace(&options("2000", 1000)).is_ok());
+    assert!(pace::check_pace(&options("1000001", 1000)).is_ok());
+}

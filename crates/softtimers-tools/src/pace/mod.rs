@@ -296,6 +296,18 @@ pub fn check_pace(options: &PaceOptions) -> Result<()> {
         options.rate,
         options.flows
     );
+    // Each flow paces at the whole bits per second of rate / flows: what that drops is under
+    // a part in a thousand once a flow has 1 kbit/s; below, it must be nothing.
+    let (bps, flows) = (options.rate.bits_per_sec(), u64::from(options.flows));
+    ensure!(
+        bps / flows >= 1000 || bps % flows == 0,
+        "--rate {} over {} flows: each flow would pace at {} bit/s, {} bit/s in all; \
+         ask for a multiple of the flows",
+        options.rate,
+        options.flows,
+        bps / flows,
+        bps / flows * flows
+    );
     crate::parse::check_run_duration(options.duration)?;
     ensure!(
         options.io == IoBackend::Epoll

@@ -277,7 +277,10 @@ pub(super) fn start_spread(
     let now = cx.now();
     let n = flows.len() as u64;
     for flow in flows {
-        let offset = Span::from_ticks(per_flow_interval.ticks() * u64::from(flow.id) / n);
+        // In u128: an interval of days (a tiny rate over many flows) times a flow's number
+        // overflows u64.
+        let offset = u128::from(per_flow_interval.ticks()) * u128::from(flow.id) / u128::from(n);
+        let offset = Span::from_ticks(u64::try_from(offset).unwrap_or(u64::MAX));
         cx.schedule_at(now + offset, flow)?;
     }
     Ok(())
@@ -397,7 +400,10 @@ pub(super) fn run_departure(run: Run<'_>) -> Result<LoopRun> {
         let mut stamper = FlowStamper::new(hz);
         stamper.set_rate(per_flow);
         // The flows start spread over one interval, not all at once.
-        let first = start + Span::from_ticks(interval.ticks() * u64::from(flow.id) / n);
+        // In u128: an interval of days (a tiny rate over many flows) times a flow's number
+        // overflows u64.
+        let spread = u128::from(interval.ticks()) * u128::from(flow.id) / u128::from(n);
+        let first = start + Span::from_ticks(u64::try_from(spread).unwrap_or(u64::MAX));
         queue.push(stamper.stamp(first, bytes), flow.id);
         stamped.push((flow, stamper));
     }
@@ -423,7 +429,8 @@ pub(super) fn run_departure(run: Run<'_>) -> Result<LoopRun> {
                 let (flow, stamper) = &mut d.flows[id as usize];
                 d.batch.push(Sender::header(flow, sent_ns));
                 s.account(flow, now, sent_ns);
-                let next = stamper.stamp(now, bytes);
+                // A flow a whole interval behind starts again from this send.
+                let next = stamper.stamp_after_send(now, bytes);
                 d.queue.push(next, id);
             }
             s.flush(&mut d.batch);

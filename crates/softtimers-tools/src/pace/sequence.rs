@@ -7,8 +7,10 @@
 //! new flow). A number past the next expected one counts the gap as missing; one below it is
 //! looked up in a window of the last [`WINDOW`] numbers: one not seen there was counted
 //! missing and is now reordered, one seen is a duplicate. One further back than the window
-//! (or below the flow's first) is counted late, and comes off the missing count only if it
-//! was on it.
+//! (or below the flow's first) is counted late and reordered: from the flow's first number
+//! on it comes off the missing count, as if its number had been counted missing (a duplicate
+//! that far back cannot be told from a late first copy, and is counted so too); below the
+//! first, nothing was counted for it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -89,8 +91,9 @@ impl FlowSequence {
             self.mark(n, true);
             self.next = n.saturating_add(1);
         } else if n < self.first || self.next - n > WINDOW {
-            // Too far back to tell: counted late (and reordered), off the missing count only
-            // if the gap it fell in was counted.
+            // Too far back to tell: counted late (and reordered), and off the missing count
+            // if its number is one the flow has counted (a duplicate this far back is taken
+            // for a late first copy).
             counts.late += 1;
             counts.reordered += 1;
             if n >= self.first {

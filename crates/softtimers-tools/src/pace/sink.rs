@@ -247,6 +247,10 @@ pub struct SinkReport {
     pub flow_packets_min: u64,
     /// See `flow_packets_min`.
     pub flow_packets_max: u64,
+    /// The receive error that ended the run early (the interface went down, the socket
+    /// failed), if one did: the counts above are what came before it.
+    #[serde(default)]
+    pub receive_error: Option<String>,
 }
 
 /// The most flows `sink` tracks sequences for (more are counted as foreign): `pace`'s most
@@ -277,6 +281,7 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
     let mut sequences = Sequences::new(MAX_FLOWS);
     let started = StdInstant::now();
     let mut last_arrival: Option<StdInstant> = None;
+    let mut receive_error = None;
     loop {
         let now = StdInstant::now();
         if options
@@ -290,7 +295,7 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
         {
             break;
         }
-        let n = input.recv(options.gso_segment, |arrival| {
+        let got = input.recv(options.gso_segment, |arrival| {
             let Arrival::Datagram {
                 from,
                 data,
@@ -316,7 +321,15 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
                 Ok(h) if sequences.arrived(from, h.flow, h.seq, segments) => {}
                 _ => foreign += segments,
             }
-        })?;
+        });
+        // What came before an error is reported with it, not thrown away.
+        let n = match got {
+            Ok(n) => n,
+            Err(e) => {
+                receive_error = Some(format!("{e:#}"));
+                break;
+            }
+        };
         if n > 0 {
             last_arrival = Some(StdInstant::now());
         }
@@ -362,6 +375,7 @@ fn receive(input: &mut SinkInput, options: &SinkOptions, stop: &AtomicBool) -> R
         flows: sequences.flows(),
         flow_packets_min,
         flow_packets_max,
+        receive_error,
     })
 }
 
@@ -402,8 +416,13 @@ pub fn sink(options: &SinkOptions) -> Result<SinkReport> {
 impl Report for SinkReport {
     fn text(&self) -> String {
         let r = self;
+        let stopped = r
+            .receive_error
+            .as_ref()
+            .map(|e| format!("stopped early by a receive error: {e}\n"))
+            .unwrap_or_default();
         if r.packets == 0 {
-            return format!("{}: no datagrams came\n", r.source);
+            return format!("{}: no datagrams came\n{stopped}", r.source);
         }
         let mut out = format!(
             "{}: {} datagrams, {} bytes: {:.3} Mbit/s\n\
@@ -453,7 +472,7 @@ impl Report for SinkReport {
                 r.flows, r.flow_packets_min, r.flow_packets_max
             );
         }
-        out
+        out + &stopped
     }
 }
 
