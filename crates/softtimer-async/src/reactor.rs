@@ -366,7 +366,7 @@ impl Registration {
         // Looked at again after the insert: a shutdown that closed the loop in between has
         // drained the table for the last time, and nothing would ever wake or shut this one.
         if shared.is_closed() {
-            lock(&shared.io).try_remove(token);
+            remove_own(&shared, token, &source);
             return Err(runtime_shut_down());
         }
         let interest = if writes {
@@ -375,7 +375,7 @@ impl Registration {
             Interest::READABLE
         };
         if let Err(e) = shared.timers.register(fd, interest.edge(), token as u64) {
-            lock(&shared.io).try_remove(token);
+            remove_own(&shared, token, &source);
             return Err(match e {
                 softtimer_rt::RtError::Register { source, .. } => source,
                 other => io::Error::other(other),
@@ -568,8 +568,18 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let source = lock(&self.shared.io).try_remove(self.token);
-        drop(source);
+        remove_own(&self.shared, self.token, &self.source);
+    }
+}
+
+/// Takes `source` out of its loop's table at `token`, if it is still there: a shutdown drains
+/// the table, and a token it freed may name another descriptor's source by now.
+fn remove_own(shared: &LoopShared, token: usize, source: &Arc<IoSource>) {
+    let mut io = lock(&shared.io);
+    if io.get(token).is_some_and(|s| Arc::ptr_eq(s, source)) {
+        let own = io.remove(token);
+        drop(io);
+        drop(own);
     }
 }
 

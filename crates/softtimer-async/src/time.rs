@@ -113,6 +113,22 @@ impl TimerEntry {
     /// poll's budget (and with none left the task yields first). A timeout's timer is not
     /// budgeted, so that it fires even while the future it bounds spends the whole budget.
     fn poll_elapsed_budgeted(&mut self, cx: &mut Context<'_>, budgeted: bool) -> Poll<()> {
+        self.poll_unless_shut(cx, budgeted).map(|elapsed| {
+            elapsed.expect(
+                "softtimer-async: a timer awaited after its loop shut down (its runtime was \
+                 dropped, or the worker thread that ran the loop ended)",
+            )
+        })
+    }
+
+    /// [`TimerEntry::poll_elapsed_budgeted`], with an error (the runtime's "shut down") in
+    /// place of the panic for a timer polled, not yet due, after its loop shut down: for a
+    /// library's own timers, which say so to their caller.
+    pub(crate) fn poll_unless_shut(
+        &mut self,
+        cx: &mut Context<'_>,
+        budgeted: bool,
+    ) -> Poll<std::io::Result<()>> {
         let Some(deadline) = self.deadline else {
             return Poll::Pending;
         };
@@ -137,13 +153,11 @@ impl TimerEntry {
                 return Poll::Pending;
             }
             self.complete(clock_now);
-            return Poll::Ready(());
+            return Poll::Ready(Ok(()));
         }
-        assert!(
-            !self.shared.is_closed(),
-            "softtimer-async: a timer awaited after its loop shut down (its runtime was \
-             dropped, or the worker thread that ran the loop ended)"
-        );
+        if self.shared.is_closed() {
+            return Poll::Ready(Err(crate::reactor::runtime_shut_down()));
+        }
         let identity = waker_identity(cx.waker());
         if let Some(armed) = &self.armed
             && armed.deadline <= deadline
@@ -333,6 +347,15 @@ impl Sleep {
     /// Moves the deadline, in place (see the [module documentation](self)).
     pub fn reset(&mut self, deadline: Instant) {
         self.entry.reset(Some(deadline));
+    }
+}
+
+impl Sleep {
+    /// Polls as awaiting it does, but with the runtime's "shut down" error where awaiting
+    /// panics (a timer not yet due whose loop has shut down): for the crate's own back-off
+    /// timers, whose callers hear of a shutdown as an error.
+    pub(crate) fn poll_unless_shut(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.entry.poll_unless_shut(cx, true)
     }
 }
 

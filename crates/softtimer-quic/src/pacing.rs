@@ -96,7 +96,9 @@ impl<K: Copy + Eq + std::hash::Hash, P> PacketPacer<K, P> {
         let bps = u128::from(cwnd) * 8 * u128::from(PACING_GAIN_PERCENT) * u128::from(hz)
             / 100
             / u128::from(srtt.ticks());
-        match Rate::from_bits_per_sec(u64::try_from(bps).unwrap_or(u64::MAX)) {
+        // At least 1 bit/s: a window that small over an RTT that long is a slow flow, not
+        // an unpaced one.
+        match Rate::from_bits_per_sec(u64::try_from(bps).unwrap_or(u64::MAX).max(1)) {
             Ok(rate) => {
                 flow.stamper.set_rate(rate);
                 Some(rate)

@@ -1,8 +1,9 @@
 //! This machine's wake-up cost: how late a thread sleeping with a precise timeout runs again
 //! after it, and how much CPU each wake-up costs the thread, at normal priority and under
 //! `SCHED_FIFO`. It is the floor every idle figure is read against (a loop that blocks until an
-//! event is at least this late), and it is where the calibrated idle policy's spin windows start
-//! (wake that much early and spin the rest; the loop then follows its own wake-ups) and how early the backstop's watch wakes before its late line.
+//! event is at least this late), where the calibrated idle policy's spin windows start (wake
+//! that much early and spin the rest; the loop then follows its own wake-ups), and how early
+//! the backstop's watch wakes before its late line.
 //!
 //! One probe serves both: [`wakeup_probe`] measures once per process, on a thread of its own
 //! (the caller's CPU affinity, the minimal timer slack the loop uses), and

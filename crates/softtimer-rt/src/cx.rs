@@ -525,10 +525,9 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     /// Detaches `fd` from the ring: its receive is cancelled, messages not yet taken are
     /// dropped, and the ring lets go of the file. Sends already queued are submitted first
     /// and still leave; those waiting for room (refused with `EAGAIN`) are counted refused.
-    pub fn detach(&mut self, fd: RingFd) {
-        if let Some(ring) = self.core.ring.as_deref_mut() {
-            ring.detach(fd);
-        }
+    /// Returns its counters as it leaves, those included (`None`: not attached, or no ring).
+    pub fn detach(&mut self, fd: RingFd) -> Option<RingCounters> {
+        self.core.ring.as_deref_mut()?.detach(fd)
     }
 
     /// Queues one datagram made of `parts` (or, with [`SendOptions::segment_size`], a GSO

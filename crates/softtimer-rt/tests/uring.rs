@@ -633,9 +633,23 @@ fn a_detach_leaves_other_sockets_received_datagrams_alone() {
 /// the write completes once the reader makes room.
 #[test]
 fn a_write_held_by_a_full_blocking_pipe_does_not_hold_the_loop() {
-    use std::io::Read;
+    use std::io::{Read, Write};
     use std::sync::mpsc;
-    let (read_end, write_end) = std::io::pipe().unwrap();
+    let (mut read_end, mut write_end) = std::io::pipe().unwrap();
+    // The pipe's capacity (64 KiB with 4 KiB pages, more with larger ones): filled once
+    // without blocking, and read out again.
+    let flags = rustix::fs::fcntl_getfl(&write_end).unwrap();
+    rustix::fs::fcntl_setfl(&write_end, flags | rustix::fs::OFlags::NONBLOCK).unwrap();
+    let chunk = [7u8; 4096];
+    let mut capacity = 0;
+    while let Ok(n) = write_end.write(&chunk) {
+        capacity += n;
+    }
+    rustix::fs::fcntl_setfl(&write_end, flags).unwrap();
+    let mut buf = vec![0u8; capacity];
+    read_end.read_exact(&mut buf).unwrap();
+    // Eight chunks more than it holds: the last writes wait for room.
+    let chunks = capacity.div_ceil(4096) + 8;
     let (stop_tx, stop_rx) = mpsc::channel::<Option<StopHandle>>();
     let (done_tx, done_rx) = mpsc::channel::<u64>();
     let looping = std::thread::spawn(move || {
@@ -644,9 +658,7 @@ fn a_write_held_by_a_full_blocking_pipe_does_not_hold_the_loop() {
             return;
         };
         let fd = ev.cx().attach(&write_end, 2, RingRecv::None).unwrap();
-        // 96 KiB into a pipe that holds 64: the last writes wait for room.
-        let chunk = [7u8; 4096];
-        for _ in 0..24 {
+        for _ in 0..chunks {
             ev.cx()
                 .send_ring(fd, &[&chunk], &SendOptions::default())
                 .unwrap();
@@ -667,17 +679,15 @@ fn a_write_held_by_a_full_blocking_pipe_does_not_hold_the_loop() {
     stop.stop();
     let stopped = done_rx.recv_timeout(Duration::from_secs(10));
     // Make room either way, so that a failing run ends too.
-    let mut reader = read_end;
     let mut read = 0;
-    let mut buf = [0u8; 4096];
-    while read < 24 * 4096 {
-        read += reader.read(&mut buf).unwrap();
+    while read < chunks * 4096 {
+        read += read_end.read(&mut buf).unwrap();
     }
     assert!(
         stopped.is_ok(),
         "a stop did not end the run while a write waited for room"
     );
-    assert_eq!(done_rx.recv().unwrap(), 24);
+    assert_eq!(done_rx.recv().unwrap(), chunks as u64);
     looping.join().unwrap();
 }
 
@@ -714,4 +724,21 @@ fn sends_queued_before_a_detach_leave_on_their_own_socket() {
         rx_b.recv(&mut buf).is_err(),
         "a datagram of A's went out on B"
     );
+}
+
+/// A receive buffer too large to describe to the kernel (with the room for its header) is
+/// refused with a clear error, not wrapped into a small one.
+#[test]
+fn a_receive_buffer_too_large_is_refused() {
+    let mut ev = ring_or_skip!(uring_config());
+    let socket = bind();
+    let huge = RingRecv::Datagrams {
+        buffers: 1,
+        size: u32::MAX,
+    };
+    let err = ev.cx().attach(&socket, 1, huge).unwrap_err();
+    assert!(err.to_string().contains("too large"), "{err}");
+    // The index it would have taken is free for the next attachment.
+    let fd = ev.cx().attach(&socket, 1, RingRecv::None).unwrap();
+    assert!(ev.cx().ring_counters(fd).is_some());
 }

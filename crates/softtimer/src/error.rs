@@ -35,9 +35,10 @@ pub enum ConfigError {
 /// Why an event could not be scheduled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
-    /// The delay is half the clock's circle (2^63 − 1 ticks) or more, where a due time would
-    /// read as one already passed, or `now + T + 1` does not fit the facility's 64-bit time.
-    #[error("a delay of {ticks} ticks is beyond the facility's range (2^63 - 1 ticks)")]
+    /// The delay is 2^63 − 1 ticks or more (half the clock's circle: a due time that far
+    /// ahead would read as one already passed), or `now + T + 1` does not fit the
+    /// facility's 64-bit time.
+    #[error("a delay of {ticks} ticks is beyond the facility's range (under 2^63 - 1 ticks)")]
     DelayOverflow {
         /// The delay asked for.
         ticks: u64,

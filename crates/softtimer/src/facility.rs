@@ -244,6 +244,13 @@ impl<E, C: Clock> SoftTimers<E, C> {
 
     /// Schedules `event` to fire at the first trigger state at least `T + 1` ticks from now
     /// (`schedule_soft_event(T, handler)`).
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::DelayOverflow`] for a delay of 2^63 − 1 ticks or more (decades at
+    /// any clock rate: the clock's times compare on a circle, and a due time that far ahead
+    /// would read as passed); [`ScheduleError::TooManyEvents`] when the facility holds as
+    /// many events as it can name.
     #[inline]
     pub fn schedule_soft_event(&mut self, t: Span, event: E) -> Result<EventId, ScheduleError> {
         let now = self.clock.now();

@@ -58,7 +58,7 @@ fn t_one_fires_after_two_ticks() {
 #[test]
 fn far_future_events_wait_their_turn() {
     let (clock, mut timers) = facility(0);
-    // The furthest a delay may reach: half the clock's circle, less a tick.
+    // The longest delay taken: 2^63 - 2 ticks, two short of half the clock's circle.
     let far = u64::MAX / 2 - 1;
     timers.schedule_soft_event(sp(far), "far").unwrap();
     timers.schedule_soft_event(sp(10), "near").unwrap();

@@ -24,6 +24,12 @@ pub trait Report: Serialize + DeserializeOwned {
 
     /// The report as the command prints it, ending with a newline.
     fn text(&self) -> String;
+
+    /// What cut the run short, when something did: the command prints (and writes) the
+    /// report, then fails with this.
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A program's arguments: what it needs to run.
@@ -127,5 +133,10 @@ pub fn emit<R: Report>(report: &R, json: Option<&Path>) -> Result<()> {
 
 /// Runs the command's program and shows its report: a command from start to end.
 pub fn execute<P: Program + clap::Args>(command: &WithJson<P>) -> Result<()> {
-    emit(&command.args.run()?, command.json.as_deref())
+    let report = command.args.run()?;
+    emit(&report, command.json.as_deref())?;
+    match report.failure() {
+        Some(why) => anyhow::bail!("{why}"),
+        None => Ok(()),
+    }
 }

@@ -133,11 +133,11 @@ fn the_sink_counts_every_datagram_and_the_rate_is_right() {
         );
         assert_eq!(got.bytes, sent.packets * 1472);
         // The rate, at the sender and at the sink, within 1 % of the target. The per-flow
-        // pacers make up a stall. Under departure times, a flow more than one interval
-        // (942 µs) late leaves at once and banks no credit, so a sender stalled by a busy
-        // host (CI runs tests side by side) loses the stalled time: runs with a gap over
-        // 1 ms get 5 %.
-        let catches_up = scheduler == PerFlow || got.gaps_over_1ms == 0;
+        // pacers make up a stall. Under departure times, a flow a whole interval (942 µs at
+        // 4 flows) late starts again from its send and banks no credit, so a sender stalled
+        // that long by a busy host (CI runs tests side by side) loses the stalled time:
+        // runs with a gap at the sink of 900 µs or more get 5 %.
+        let catches_up = scheduler == PerFlow || got.interarrival_max_us < 900.0;
         let allowed_pct = if catches_up { 1.0 } else { 5.0 };
         assert!(
             sent.conformance_pct < allowed_pct,

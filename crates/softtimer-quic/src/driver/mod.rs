@@ -12,6 +12,7 @@
 mod closed;
 mod config;
 mod conn;
+mod stats;
 mod streams;
 mod time;
 mod transmit;
@@ -35,6 +36,7 @@ pub use config::{
     MAX_GRANULARITY, Pacing,
 };
 pub use conn::ConnId;
+pub use stats::DriverStats;
 pub use transmit::Transmit;
 
 use crate::error::{ConfigError, QuicError};
@@ -106,42 +108,6 @@ pub struct Timeout {
     pub spin: bool,
 }
 
-/// The driver's counters.
-#[derive(Clone, Debug, Default)]
-pub struct DriverStats {
-    /// Datagrams handed to [`Driver::handle_datagram`].
-    pub datagrams_received: u64,
-    /// Datagrams quinn-proto's endpoint took without a connection event or a response:
-    /// malformed, for an unknown connection that gets no reset, or buffered for a
-    /// connection being accepted.
-    pub datagrams_ignored: u64,
-    /// Transmits handed out by [`Driver::poll_transmit`].
-    pub transmits: u64,
-    /// quinn-proto timeouts handled.
-    pub timeouts: u64,
-    /// Tail-loss probes sent ([`DriverConfig::tail_probe`]). A probe with nothing lost
-    /// (the peer was only delaying its ACK) costs one PING.
-    pub tail_probes: u64,
-    /// Tail-loss probes after which quinn-proto declared packets lost before the connection
-    /// next sent data: the probes that found a loss.
-    pub tail_probes_finding_loss: u64,
-    /// Stateless resets quinn-proto's endpoint sent (answers to short-header packets for
-    /// connections it does not know).
-    pub stateless_resets: u64,
-    /// New connections refused at [`DriverConfig::max_connections`].
-    pub connections_refused: u64,
-    /// Retry packets sent to unvalidated addresses ([`DriverConfig::validate_addresses`]):
-    /// one per Initial datagram from such an address (a client whose first flight is two
-    /// datagrams draws two).
-    pub retries: u64,
-    /// Paced datagrams not sent because their connection closed (or was freed) while they
-    /// waited for their departure time: its CONNECTION_CLOSE had gone out, and nothing else
-    /// may follow it.
-    pub paced_dropped_after_close: u64,
-    /// The closed-connection records.
-    pub closed: ClosedStats,
-}
-
 /// What the driver's soft events stand for.
 #[derive(Clone, Copy, Debug)]
 enum Timer {
@@ -205,7 +171,7 @@ pub struct Driver<C: Clock + Clone = SystemClock> {
     /// Endpoint responses and closed-record answers, sent before anything else.
     responses: VecDeque<Datagram>,
     /// Paced datagrams due, with their departure times.
-    released: VecDeque<(Datagram, Instant)>,
+    released: VecDeque<(ConnId, Datagram, Instant)>,
     pacer: PacketPacer<ConnId, Datagram>,
     timers: SoftTimers<Timer, C>,
     /// The tail-loss probes and the ends of held connections' drains: soft events that need

@@ -160,29 +160,31 @@ impl<C: Clock + Clone> Driver<C> {
                 return None;
             }
             for (id, d, stamp) in due {
-                // Its connection has closed since (its CONNECTION_CLOSE is out, and nothing
-                // else may follow it), or is gone and its slot perhaps taken by another.
-                if self.conns.get(id).is_none_or(|c| c.conn.is_closed()) {
-                    self.stats.paced_dropped_after_close += 1;
-                    let mut bytes = d.bytes;
-                    if self.spare.len() < 64 {
-                        bytes.clear();
-                        self.spare.push(bytes);
-                    }
-                    continue;
-                }
                 if self.pacer.queued(id) == 0 {
                     self.make_sendable(id.slot);
                 }
                 let late = now.saturating_since(stamp).as_nanos(self.map.hz);
                 let _ = self.release_lateness.record(late.max(1));
-                self.released.push_back((d, stamp));
+                self.released.push_back((id, d, stamp));
             }
         }
-        let (d, stamp) = self.released.pop_front()?;
-        let mut t = self.hand_out(d, now, buf);
-        t.departure = stamp;
-        Some(t)
+        while let Some((id, d, stamp)) = self.released.pop_front() {
+            // Its connection has ended since it was queued (a closed one sends nothing but
+            // its CONNECTION_CLOSE), or is gone and its slot perhaps taken by another.
+            if self.conns.get(id).is_none_or(|c| c.conn.is_closed()) {
+                self.stats.paced_dropped_after_close += 1;
+                let mut bytes = d.bytes;
+                if self.spare.len() < 64 {
+                    bytes.clear();
+                    self.spare.push(bytes);
+                }
+                continue;
+            }
+            let mut t = self.hand_out(d, now, buf);
+            t.departure = stamp;
+            return Some(t);
+        }
+        None
     }
 
     fn make_sendable(&mut self, slot: u32) {

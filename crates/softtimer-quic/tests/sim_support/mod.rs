@@ -1,13 +1,15 @@
 //! What the simulated-clock tests share: the certificate, seeded configurations, the two
-//! sides' addresses, and a client and server driver joined by an in-memory link.
+//! sides' addresses, a client and server driver joined by an in-memory link, and a perf
+//! client and server on them.
 #![allow(dead_code)] // not every test binary uses every helper
 
 use std::sync::OnceLock;
 
 use softtimer::{Instant, SimClock};
+use softtimer_quic::perf::{ClientPlan, PerfClient, PerfServer};
 use softtimer_quic::sim::{LinkConfig, Net, Side};
 use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
-use softtimer_quic::{App, ConnId, Driver, DriverConfig};
+use softtimer_quic::{App, ConnId, Driver, DriverConfig, Pacing};
 
 pub const HZ: u64 = 1_000_000_000;
 
@@ -70,4 +72,32 @@ pub fn insecure_net<A: App<SimClock>, B: App<SimClock>>(
         (|_, _| a, b),
         LinkConfig::default(),
     )
+}
+
+/// A perf client (side `a`) and server (side `b`) over `link`.
+pub fn perf_net(
+    plan: ClientPlan,
+    client: DriverConfig,
+    server: DriverConfig,
+    tuning: &Tuning,
+    link: LinkConfig,
+) -> Net<PerfClient, PerfServer> {
+    let trust = Trust::Cert(identity().cert.clone());
+    sim_net(
+        (client, client_config(&trust, tuning).unwrap()),
+        (server, server_config(identity(), tuning).unwrap()),
+        (
+            |conn, now| PerfClient::new(plan, conn, now),
+            PerfServer::new(None),
+        ),
+        link,
+    )
+}
+
+/// A server configuration that paces every packet.
+pub fn paced_server() -> DriverConfig {
+    DriverConfig {
+        pacing: Pacing::PerPacket,
+        ..seeded(2)
+    }
 }

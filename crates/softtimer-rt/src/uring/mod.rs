@@ -77,6 +77,10 @@ struct Attached {
     prompt: bool,
     generation: u32,
     active: bool,
+    /// Detached while sends naming its index were still in the submission queue (with
+    /// SQPOLL, or a submit refused for a full completion queue): the index keeps naming its
+    /// file, and is not given to another descriptor, until the kernel has taken them.
+    retiring: bool,
     recv: Option<RecvState>,
     /// Slots refused with `EAGAIN`, in order, waiting for the socket to have room.
     waiting: VecDeque<u32>,
@@ -133,6 +137,8 @@ pub(crate) struct Ring {
     rearm: Vec<u32>,
     /// Entries were queued at the last look and stayed: the next look submits them.
     held: bool,
+    /// Indices of [`Attached::retiring`] attachments.
+    retiring: Vec<u32>,
     completions: u64,
     slot_waits: u64,
 }
@@ -168,6 +174,7 @@ impl Ring {
             ready: Vec::new(),
             rearm: Vec::new(),
             held: false,
+            retiring: Vec::new(),
             completions: 0,
             slot_waits: 0,
         })
@@ -267,7 +274,8 @@ impl Ring {
         let prompt = socket
             || rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f.contains(rustix::fs::OFlags::NONBLOCK));
         let fd = fd.as_raw_fd();
-        let index = match self.attached.iter().position(|a| !a.active) {
+        self.settle_retiring();
+        let index = match self.attached.iter().position(|a| !a.active && !a.retiring) {
             Some(i) => i,
             None if self.attached.len() < self.options.files as usize => {
                 self.attached.push(Attached {
@@ -276,6 +284,7 @@ impl Ring {
                     prompt,
                     generation: 0,
                     active: false,
+                    retiring: false,
                     recv: None,
                     waiting: VecDeque::new(),
                     writable_armed: false,
@@ -357,12 +366,13 @@ impl Ring {
     /// Detaches: cancels its receive, drops what it received and did not take, and frees its
     /// fixed-file entry. Sends already queued are submitted first and still leave (a send
     /// the kernel takes up holds the file); those waiting for room are counted refused.
-    pub(crate) fn detach(&mut self, fd: RingFd) {
-        let Some(index) = self.live(fd) else { return };
-        // Queued sends name the file by its index: taken up by the kernel now, while the
-        // index still names this file, not after it is cleared (they would fail unseen) or
-        // given to the next descriptor attached (they would go out on it).
-        self.hand_over_queued();
+    /// Returns the descriptor's counters as it leaves.
+    pub(crate) fn detach(&mut self, fd: RingFd) -> Option<RingCounters> {
+        let index = self.live(fd)?;
+        // Queued sends name the file by its index: submitted now, while the index still
+        // names this file; the index is cleared (and given to another descriptor) only once
+        // the kernel has taken them all (`retire_file`).
+        let _ = self.submit();
         let a = &mut self.attached[index];
         a.active = false;
         let generation = a.generation;
@@ -409,27 +419,36 @@ impl Ring {
                 if !last {
                     // Never freed under the kernel: the group stays registered (its memory
                     // goes with the ring, which waits for every request first).
-                    self.sys.clear_file(index as u32);
-                    return;
+                    self.retire_file(index);
+                    return Some(self.attached[index].counters);
                 }
             }
             self.sys.drop_group(r.group);
         }
-        self.sys.clear_file(index as u32);
+        self.retire_file(index);
+        Some(self.attached[index].counters)
     }
 
-    /// Submits what is queued and, with SQPOLL (whose kernel thread takes entries up in its
-    /// own time), waits up to 10 ms for the thread to have taken them all.
-    fn hand_over_queued(&mut self) {
+    /// Clears a detached descriptor's fixed-file entry, now if the kernel has taken every
+    /// queued entry (which may name it), else once it has ([`Ring::settle_retiring`]).
+    fn retire_file(&mut self, index: usize) {
         if self.sys.queued() == 0 {
+            self.sys.clear_file(index as u32);
+        } else {
+            self.attached[index].retiring = true;
+            self.retiring.push(index as u32);
+        }
+    }
+
+    /// Clears the entries of descriptors detached with entries still queued, once the
+    /// kernel has taken them (their indices are free again from then on).
+    fn settle_retiring(&mut self) {
+        if self.retiring.is_empty() || self.sys.queued() > 0 {
             return;
         }
-        let _ = self.sys.submit();
-        if self.sys.sqpoll() {
-            let give_up = std::time::Instant::now() + Duration::from_millis(10);
-            while self.sys.queued() > 0 && std::time::Instant::now() < give_up {
-                std::thread::yield_now();
-            }
+        for index in std::mem::take(&mut self.retiring) {
+            self.sys.clear_file(index);
+            self.attached[index as usize].retiring = false;
         }
     }
 
@@ -533,6 +552,7 @@ impl Ring {
         if self.sys.queued() > 0 || self.sys.kernel_has_work() {
             self.sys.submit()?;
         }
+        self.settle_retiring();
         Ok(())
     }
 
@@ -596,6 +616,7 @@ impl Ring {
     /// it is taken in; arms again the receives whose multishot ended, and hands the buffers
     /// given back to the kernel.
     pub(crate) fn reap_all(&mut self, on_completion: &mut impl FnMut(TriggerSource)) -> usize {
+        self.settle_retiring();
         let mut scratch = [Completion {
             data: 0,
             result: 0,

@@ -414,6 +414,12 @@ pub fn sink(options: &SinkOptions) -> Result<SinkReport> {
 }
 
 impl Report for SinkReport {
+    fn failure(&self) -> Option<String> {
+        self.receive_error
+            .as_ref()
+            .map(|e| format!("sink stopped early by a receive error: {e}"))
+    }
+
     fn text(&self) -> String {
         let r = self;
         let stopped = r

@@ -7,14 +7,14 @@ use std::os::unix::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustix::net::{SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 use softtimer::TriggerSource;
 
 use super::{require_runtime, socket_addr, unix_socket};
 use crate::net::udp::syscall;
-use crate::reactor::{Direction, Registration, runtime_shut_down, wait_fn};
+use crate::reactor::{Direction, Registration, wait_fn};
 use crate::time::Sleep;
 
 /// The first wait before a [`UnixDatagram::send_to`] to a full receiver tries again, and the
@@ -248,14 +248,12 @@ impl UnixDatagram {
                     return result;
                 }
             }
-            // On the socket's own loop: the caller may be another thread's (through
-            // `Handle::block_on`, or another executor), whose `sleep` has no loop. A loop
-            // shut down has no timers left to wait on.
+            // On the socket's own loop and its time (a simulated clock's, perhaps): the
+            // caller may be another executor's thread, with no loop of its own. A shutdown
+            // meanwhile ends the wait with the runtime's error.
             let shared = self.reg.shared();
-            if shared.is_closed() {
-                return Err(runtime_shut_down());
-            }
-            Sleep::on(Arc::clone(shared), Instant::now().checked_add(retry)).await;
+            let mut backoff = Sleep::on(Arc::clone(shared), shared.time.now().checked_add(retry));
+            std::future::poll_fn(|cx| backoff.poll_unless_shut(cx)).await?;
             retry = (retry * 2).min(RETRY_MAX);
         }
     }

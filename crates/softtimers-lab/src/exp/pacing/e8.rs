@@ -20,7 +20,7 @@ use std::net::UdpSocket;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use softtimer::{Clock, Instant, Span, SystemClock};
 use softtimer_net::Rate;
@@ -232,6 +232,9 @@ pub(super) fn run_ramp(ramp: &Ramp, release: Release) -> Result<RampOutcome> {
     // The sink stops by itself (idle or duration), also when sending failed.
     let sink = sink.join().map_err(|_| anyhow!("the sink panicked"))?;
     let (sent, sink) = (sent?, sink?);
+    if let Some(e) = &sink.receive_error {
+        bail!("the sink stopped early: {e}");
+    }
     Ok(RampOutcome { sink, sent, cpu_ns })
 }
 

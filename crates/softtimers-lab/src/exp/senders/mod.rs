@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use softtimer_net::Rate;
 
@@ -223,6 +223,9 @@ fn run_sender(
     softtimers_tools::process::finish(observer, "the observer")?;
     received?;
     let sink: SinkReport = read_json(&observed)?;
+    if let Some(e) = &sink.receive_error {
+        bail!("the observer stopped early: {e}");
+    }
     let sent = if is_iperf3 {
         let report: serde_json::Value = read_json(&sent_json)?;
         report["end"]["sum"]["packets"]
