@@ -129,6 +129,21 @@ fn fill(mut try_send: impl FnMut() -> io::Result<usize>) -> usize {
     }
 }
 
+/// Reads the `queued` datagrams the first sender left, then, within [`BOUND`], the second
+/// sender's, which was waiting for that room.
+async fn read_the_first_then_the_second(rx: &UnixDatagram, queued: usize) {
+    let mut buf = [0u8; 16];
+    for _ in 0..queued {
+        let n = rx.recv(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"first");
+    }
+    let n = timeout(BOUND, rx.recv(&mut buf))
+        .await
+        .expect("the second sender was left waiting")
+        .unwrap();
+    assert_eq!(&buf[..n], b"second");
+}
+
 /// Linux wakes an unconnected sender for room at a receiver only when its own datagrams are
 /// read, and each refused send reports the sender writable again at once: a sender whose
 /// receiver another sender filled must neither spin on that nor wait for ever.
@@ -162,17 +177,8 @@ fn a_sender_behind_another_senders_datagrams_waits_without_spinning() {
             tries < 200,
             "{tries} sends in 20 ms: the waiting sender spins"
         );
-        let mut buf = [0u8; 16];
-        for _ in 0..queued {
-            let n = rx.recv(&mut buf).await.unwrap();
-            assert_eq!(&buf[..n], b"first");
-        }
         // Room now, and the first sender sends nothing more to prompt a wake-up.
-        let n = timeout(BOUND, rx.recv(&mut buf))
-            .await
-            .expect("the second sender was left waiting")
-            .unwrap();
-        assert_eq!(&buf[..n], b"second");
+        read_the_first_then_the_second(&rx, queued).await;
         assert_eq!(waiting.await.unwrap(), 6);
     });
 }
@@ -206,16 +212,7 @@ fn a_sender_on_another_executors_thread_waits_on_its_sockets_loop() {
         // this; a try on a full queue backs off rather than fail).
         softtimer_async::time::sleep(Duration::from_millis(20)).await;
         assert!(!sender.is_finished(), "the send did not wait for room");
-        let mut buf = [0u8; 16];
-        for _ in 0..queued {
-            let n = rx.recv(&mut buf).await.unwrap();
-            assert_eq!(&buf[..n], b"first");
-        }
-        let n = timeout(BOUND, rx.recv(&mut buf))
-            .await
-            .expect("the foreign sender was left waiting")
-            .unwrap();
-        assert_eq!(&buf[..n], b"second");
+        read_the_first_then_the_second(&rx, queued).await;
         assert_eq!(sender.join().unwrap().unwrap(), 6);
     });
 }

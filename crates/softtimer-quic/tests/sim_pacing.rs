@@ -7,14 +7,15 @@ use softtimer::Instant;
 mod sim_support;
 
 use sim_support::{HZ, paced_server, perf_net, seeded};
-use softtimer_quic::perf::ClientPlan;
-use softtimer_quic::sim::{From, LinkConfig, Sent};
+use softtimer_quic::perf::{ClientPlan, PerfClient, PerfServer};
+use softtimer_quic::sim::{From, LinkConfig, Net, Sent};
 use softtimer_quic::tls::Tuning;
 
-#[test]
-fn paced_datagrams_leave_at_their_departure_times_spaced_by_the_pacing_rate() {
+/// One request for `bytes` from a server that paces every packet, over a path with a
+/// 10 ms RTT.
+fn paced_download(bytes: u64) -> Net<PerfClient, PerfServer> {
     let plan = ClientPlan {
-        download: 1_000_000,
+        download: bytes,
         requests: 1,
         ..ClientPlan::default()
     };
@@ -22,7 +23,12 @@ fn paced_datagrams_leave_at_their_departure_times_spaced_by_the_pacing_rate() {
         delay: Duration::from_millis(5),
         ..LinkConfig::default()
     };
-    let mut net = perf_net(plan, seeded(1), paced_server(), &Tuning::default(), link);
+    perf_net(plan, seeded(1), paced_server(), &Tuning::default(), link)
+}
+
+#[test]
+fn paced_datagrams_leave_at_their_departure_times_spaced_by_the_pacing_rate() {
+    let mut net = paced_download(1_000_000);
     // The rate in force after each step, by time: a datagram pushed in that step was spaced
     // at it.
     let mut rates: Vec<(Instant, Option<u64>)> = Vec::new();
@@ -85,16 +91,7 @@ fn paced_datagrams_leave_at_their_departure_times_spaced_by_the_pacing_rate() {
 /// follow a CONNECTION_CLOSE); it is counted.
 #[test]
 fn a_paced_connection_closed_mid_flight_sends_nothing_it_had_queued_after_its_close() {
-    let plan = ClientPlan {
-        download: 5_000_000,
-        requests: 1,
-        ..ClientPlan::default()
-    };
-    let link = LinkConfig {
-        delay: Duration::from_millis(5),
-        ..LinkConfig::default()
-    };
-    let mut net = perf_net(plan, seeded(1), paced_server(), &Tuning::default(), link);
+    let mut net = paced_download(5_000_000);
     assert!(
         net.run_for(Duration::from_secs(10), |n| {
             let paced = n.b.driver.connection_ids().first().copied();
