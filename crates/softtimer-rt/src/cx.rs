@@ -525,7 +525,8 @@ impl<E, C: Clock> LoopCx<'_, E, C> {
     /// Detaches `fd` from the ring: its receive is cancelled, messages not yet taken are
     /// dropped, and the ring lets go of the file. Sends already queued are submitted first
     /// and still leave; those waiting for room (refused with `EAGAIN`) are counted refused.
-    /// Returns its counters as it leaves, those included (`None`: not attached, or no ring).
+    /// Returns its counters as it leaves, those included (`None`: not attached, or no ring;
+    /// a write to a descriptor in blocking mode still waiting in the kernel is not in them).
     pub fn detach(&mut self, fd: RingFd) -> Option<RingCounters> {
         self.core.ring.as_deref_mut()?.detach(fd)
     }

@@ -706,7 +706,9 @@ fn sends_queued_before_a_detach_leave_on_their_own_socket() {
         cx.send_ring(a, &[&i.to_be_bytes()], &SendOptions::default())
             .unwrap();
     }
-    cx.detach(a);
+    // Its counters as it leaves: the five submitted at the detach and sent.
+    let left = cx.detach(a).unwrap();
+    assert_eq!((left.sent, left.refused), (5, 0), "{left:?}");
     let b = cx.attach(&tx_b, 2, RingRecv::None).unwrap();
     cx.send_ring(b, &[b"b"], &SendOptions::default()).unwrap();
     assert!(cx.flush_ring(Duration::from_secs(5)).unwrap());

@@ -366,16 +366,29 @@ impl Ring {
     /// Detaches: cancels its receive, drops what it received and did not take, and frees its
     /// fixed-file entry. Sends already queued are submitted first and still leave (a send
     /// the kernel takes up holds the file); those waiting for room are counted refused.
-    /// Returns the descriptor's counters as it leaves.
+    /// Returns the descriptor's counters as it leaves (a write to a descriptor in blocking
+    /// mode still waiting in the kernel is not in them).
     pub(crate) fn detach(&mut self, fd: RingFd) -> Option<RingCounters> {
         let index = self.live(fd)?;
         // Queued sends name the file by its index: submitted now, while the index still
         // names this file; the index is cleared (and given to another descriptor) only once
         // the kernel has taken them all (`retire_file`).
         let _ = self.submit();
+        // Their completions (a socket's come at once) taken in while it is still attached,
+        // so that its counters have them, and one refused for room waits with the others.
+        self.reap_all(&mut |_| {});
         let a = &mut self.attached[index];
         a.active = false;
-        let generation = a.generation;
+        let (generation, token) = (a.generation, a.token);
+        // Nothing more is reported for it (what that reap found included).
+        self.ready.retain(|r| r.token != token);
+        let a = &mut self.attached[index];
+        if std::mem::take(&mut a.writable_armed) {
+            // A poll for room that may never come would hold the file open.
+            let _ = self
+                .sys
+                .cancel(user_data(Kind::Writable, index as u32, generation));
+        }
         let waiting: Vec<u32> = a.waiting.drain(..).collect();
         let recv = a.recv.take();
         for slot in waiting {
