@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use serde::{Deserialize, Serialize};
 use softtimer_net::Rate;
 
@@ -222,10 +222,9 @@ fn run_sender(
     let received = softtimers_tools::process::finish(receiver, "the receiver");
     softtimers_tools::process::finish(observer, "the observer")?;
     received?;
+    // A sink cut short by a receive error exits failing (after writing its report), which
+    // `finish` above has reported.
     let sink: SinkReport = read_json(&observed)?;
-    if let Some(e) = &sink.receive_error {
-        bail!("the observer stopped early: {e}");
-    }
     let sent = if is_iperf3 {
         let report: serde_json::Value = read_json(&sent_json)?;
         report["end"]["sum"]["packets"]
