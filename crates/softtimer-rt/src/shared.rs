@@ -110,19 +110,27 @@ const AWAKE: u64 = 0;
 
 /// What lives under the lock: the facility, the counters its users update, and the state of
 /// the one-shot timers that the rules in [`crate::policy`] move. In this order: the facility
-/// first, so that its hot fields share a cache line with the lock word before it; then two
-/// rarely used fields that bring `fired_by`, written at every firing pass, to the start of a
-/// line of its own (its first eight sources; the layout test below checks both).
+/// first, so that its hot fields share a cache line with the lock word before it; then the
+/// backstop's two fields, which bring `fired_by`, written at every firing pass, to the start
+/// of a line of its own (its first eight sources; the layout test below checks both); what is
+/// rarely used last.
 #[repr(C)]
 pub(crate) struct Locked<E, C: Clock> {
     pub facility: SoftTimers<E, C>,
     /// When the backstop's timer is armed to expire.
     backstop_armed: Option<Instant>,
-    /// When the lazy deadline timer is armed to expire.
-    deadline_armed: Option<Instant>,
+    /// The exact earliest due time the loop read before it last blocked (clock ticks;
+    /// [`NEVER`]: none), which the backstop's rule uses in place of the facility's coarser
+    /// lower bound for as long as nothing earlier is scheduled
+    /// ([`SoftTimers::mark_scheduled`]). Without it, a loop that blocks until an event in a
+    /// coarse slot pushes the timer past the slot's start plus `X`, and its next trigger
+    /// state, reading only the slot's start, pulls it back: two system calls a block.
+    backstop_due: u64,
     /// Events fired, by source (copied into the counters by [`Shared::counters`]).
     fired_by: [u64; TriggerSource::COUNT],
     pub counters: Counters,
+    /// When the lazy deadline timer is armed to expire.
+    deadline_armed: Option<Instant>,
 }
 
 /// The trigger fast path's compare, wrap-safe: times are kept relative to an epoch, as the
@@ -320,9 +328,10 @@ impl<E, C: Clock> Shared<E, C> {
             locked: Mutex::new(Locked {
                 facility,
                 backstop_armed: None,
-                deadline_armed: None,
+                backstop_due: NEVER,
                 fired_by: [0; TriggerSource::COUNT],
                 counters: Counters::default(),
+                deadline_armed: None,
             }),
             backstop,
             deadlines: deadline_service,
@@ -549,7 +558,8 @@ impl<E, C: Clock> Shared<E, C> {
         if let Some(backstop) = self.backstop_timer() {
             let now = now.unwrap_or_else(|| self.clock.now());
             let plan = backstop.plan;
-            if let Arm::At(at) = plan.rearm(locked.backstop_armed, now, next_due) {
+            let rule_due = Self::backstop_due(locked, next_due);
+            if let Arm::At(at) = plan.rearm(locked.backstop_armed, now, rule_due) {
                 self.arm_backstop(backstop, locked, at);
             }
             if next_due.is_some()
@@ -675,18 +685,43 @@ impl<E, C: Clock> Shared<E, C> {
         }
     }
 
-    /// Before the loop blocks until `wake` (its next certain trigger state), with the
-    /// one-shot timer enforcing the bound: push the timer out past it, so that a loop which
-    /// wakes by itself is not also woken by the backstop. (The watch needs nothing: it sleeps
+    /// The earliest due time the backstop's rule goes by: the facility's lower bound
+    /// `next_due`, raised to the exact time the loop read before it last blocked while
+    /// nothing earlier has been scheduled since (then that time is a lower bound too).
+    fn backstop_due(locked: &mut Locked<E, C>, next_due: Option<Instant>) -> Option<Instant> {
+        let Some(next_due) = next_due else {
+            return None;
+        };
+        if locked.backstop_due == NEVER {
+            return Some(next_due);
+        }
+        let exact = Instant::from_ticks(locked.backstop_due);
+        match locked.facility.earliest_scheduled() {
+            Some(scheduled) if scheduled < exact => {
+                locked.backstop_due = NEVER;
+                Some(next_due)
+            }
+            _ => Some(next_due.max(exact)),
+        }
+    }
+
+    /// Before the loop blocks until `wake` (its next certain trigger state) for the event
+    /// due at `due` (the exact earliest, which it has just read), with the one-shot timer
+    /// enforcing the bound: push the timer out past the wake-up, so that a loop which wakes
+    /// by itself is not also woken by the backstop, and keep `due` for the rule, so that the
+    /// trigger states after the wake-up leave it there. (The watch needs nothing: it sleeps
     /// until the late line of the event the loop will wake for.)
-    pub(crate) fn before_block(&self, wake: Instant) {
+    pub(crate) fn before_block(&self, wake: Instant, due: Option<Instant>) {
         let Some(backstop) = self.backstop_timer() else {
             return;
         };
         let plan = backstop.plan;
         let mut locked = self.lock();
+        locked.backstop_due = due.map_or(NEVER, Instant::ticks);
+        locked.facility.mark_scheduled();
         let next_due = locked.facility.next_trigger_time();
-        if let Arm::At(at) = plan.rearm(locked.backstop_armed, wake, next_due) {
+        let rule_due = Self::backstop_due(&mut locked, next_due);
+        if let Arm::At(at) = plan.rearm(locked.backstop_armed, wake, rule_due) {
             self.arm_backstop(backstop, &mut locked, at);
             let next = next_due.map_or(NEVER, |t| self.gate.rel(t));
             let revisit = self.gate.rel(plan.revisit_at(at));

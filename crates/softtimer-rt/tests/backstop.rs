@@ -384,3 +384,113 @@ fn a_helper_that_never_catches_up_still_stops_with_its_loop() {
     let fired = fired.load(Ordering::Relaxed);
     assert!(fired >= 3, "the helper fired the event {fired} times");
 }
+
+/// A loop that blocks between readiness events while its one pending event is far away (in
+/// a coarse slot of the wheel, so that the facility's cheap lower bound of its due time is the
+/// slot's start, long before it), and schedules and cancels an event at each, with the loop
+/// arming the backstop's one-shot timer: each
+/// block moves the timer past the wake-up once, and the trigger states after the wake-up
+/// leave it there. (They read the event's exact due time, kept from before the block, not
+/// the slot's start, by which a timer past it looks too late: two system calls a block.)
+#[test]
+fn a_blocking_loop_does_not_move_the_backstop_timer_back_and_forth() {
+    let config = LoopConfig {
+        deadlines: DeadlineDesign::LazyTimerfd,
+        ..config()
+    };
+    let mut ev: EventLoop<()> = EventLoop::new(config, |_, _| {}).unwrap();
+    let clock = SystemClock::new();
+    ev.cx()
+        .schedule_soft_event(clock.span(Duration::from_secs(30)), ())
+        .unwrap();
+    let work = Arc::new(eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).unwrap());
+    ev.cx().register(&*work, Interest::READABLE, 1).unwrap();
+    const WAKES: u64 = 40;
+    let writer = {
+        let work = Arc::clone(&work);
+        let stop = ev.stop_handle();
+        std::thread::spawn(move || {
+            for _ in 0..WAKES {
+                std::thread::sleep(Duration::from_millis(2));
+                rustix::io::write(&*work, &1u64.to_ne_bytes()).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            stop.stop();
+        })
+    };
+    let before = ev.counters();
+    let mut woken = 0u64;
+    let later = clock.span(Duration::from_secs(40));
+    ev.run(|cx, _| {
+        let mut buf = [0u8; 8];
+        let _ = rustix::io::read(&*work, &mut buf);
+        woken += 1;
+        // As a server arms a request's timeout and cancels it when it answers: a change
+        // after which the loop applies the backstop's rule.
+        let timeout = cx.schedule_soft_event(later, ()).unwrap();
+        cx.cancel(timeout);
+    })
+    .unwrap();
+    writer.join().unwrap();
+    let after = ev.counters();
+    assert_eq!(ev.helper_placement(), Some(HelperPlacement::LoopCpu));
+    let arms = after.backstop_arms - before.backstop_arms;
+    eprintln!("{woken} wake-ups by the descriptor, {arms} backstop arms");
+    assert!(woken >= WAKES / 2, "the loop blocked and woke ({woken})");
+    assert!(
+        arms <= 2,
+        "{arms} arms of the backstop's timer for {woken} blocks (one is enough)"
+    );
+}
+
+/// The other side of keeping the exact due time across a block: an event scheduled after
+/// the wake-up, earlier than it, still gets the backstop's bound. The loop then computes for
+/// 100 ms without a trigger state; the backstop fires the event (due in 2 ms) meanwhile.
+#[test]
+fn an_event_scheduled_after_a_block_keeps_the_bound_while_the_loop_computes() {
+    let config = LoopConfig {
+        deadlines: DeadlineDesign::LazyTimerfd,
+        ..config()
+    };
+    let fired = Arc::new(AtomicU64::new(0));
+    let near = Arc::clone(&fired);
+    let mut ev: EventLoop<bool> = EventLoop::new(config, move |_, event| {
+        if event.event {
+            near.fetch_add(1, Ordering::SeqCst);
+        }
+    })
+    .unwrap();
+    let clock = SystemClock::new();
+    ev.cx()
+        .schedule_soft_event(clock.span(Duration::from_secs(30)), false)
+        .unwrap();
+    let work = Arc::new(eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).unwrap());
+    ev.cx().register(&*work, Interest::READABLE, 1).unwrap();
+    {
+        let work = Arc::clone(&work);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            rustix::io::write(&*work, &1u64.to_ne_bytes()).unwrap();
+        });
+    }
+    let mut fired_while_computing = None;
+    ev.run(|cx, _| {
+        let mut buf = [0u8; 8];
+        let _ = rustix::io::read(&*work, &mut buf);
+        cx.schedule_soft_event(cx.span(Duration::from_millis(2)), true)
+            .unwrap();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(100) && fired.load(Ordering::SeqCst) == 0 {
+            std::hint::spin_loop();
+        }
+        fired_while_computing = Some(fired.load(Ordering::SeqCst) > 0);
+        cx.stop();
+    })
+    .unwrap();
+    assert_eq!(ev.helper_placement(), Some(HelperPlacement::LoopCpu));
+    assert_eq!(
+        fired_while_computing,
+        Some(true),
+        "the backstop fired the 2 ms event while the loop computed for 100 ms"
+    );
+}

@@ -159,6 +159,9 @@ pub struct SoftTimers<E, C: Clock = SystemClock> {
     deadlines: Wheel,
     clock: C,
     interrupt_hz: u64,
+    /// The earliest due time scheduled since [`SoftTimers::mark_scheduled`] (`u64::MAX`:
+    /// none). Written by every schedule, read rarely: last, off the firing path's lines.
+    scheduled_floor: u64,
 }
 
 impl<E, C: Clock> SoftTimers<E, C> {
@@ -205,6 +208,7 @@ impl<E, C: Clock> SoftTimers<E, C> {
             due: Wheel::new(DUE, shift, 0),
             deadlines: Wheel::new(DEADLINE, shift, 0),
             interrupt_hz: hz,
+            scheduled_floor: u64::MAX,
             stats: config
                 .stats
                 .then(|| Box::new(TriggerStats::new(measure_hz))),
@@ -411,6 +415,42 @@ impl<E, C: Clock> SoftTimers<E, C> {
         self.due.earliest(&self.nodes).map(|t| self.instant(t))
     }
 
+    /// Starts a watch on what is scheduled from now on: [`SoftTimers::earliest_scheduled`]
+    /// then says how early anything scheduled after this call is due.
+    ///
+    /// [`SoftTimers::next_trigger_time`] is only a lower bound on the earliest due time (the
+    /// start of a coarse slot), and [`SoftTimers::next_expiry`] scans a slot for the exact
+    /// one. A caller that has paid for the exact time once can keep using it, as a lower
+    /// bound, for as long as nothing earlier has been scheduled since (cancelling and firing
+    /// only make the earliest due time later): this watch tells it so at the cost of one
+    /// compare per schedule.
+    ///
+    /// ```
+    /// use softtimer::{SimClock, SoftTimers, Span};
+    ///
+    /// let clock = SimClock::new(1_000_000);
+    /// let mut timers = SoftTimers::new(clock.clone()).unwrap();
+    /// timers.schedule_soft_event(Span::from_ticks(5_000), ()).unwrap();
+    /// let exact = timers.next_expiry().unwrap();
+    /// timers.mark_scheduled();
+    /// assert_eq!(timers.earliest_scheduled(), None);
+    /// timers.schedule_soft_event(Span::from_ticks(9_000), ()).unwrap();
+    /// // Nothing earlier than `exact` came since: it is still a lower bound.
+    /// assert!(timers.earliest_scheduled().unwrap() >= exact);
+    /// timers.schedule_soft_event(Span::from_ticks(10), ()).unwrap();
+    /// assert!(timers.earliest_scheduled().unwrap() < exact);
+    /// ```
+    pub fn mark_scheduled(&mut self) {
+        self.scheduled_floor = u64::MAX;
+    }
+
+    /// The earliest due time among the events scheduled since the last
+    /// [`SoftTimers::mark_scheduled`] (or since the facility was made), whether or not they
+    /// are still pending; `None` when nothing has been scheduled since.
+    pub fn earliest_scheduled(&self) -> Option<Instant> {
+        (self.scheduled_floor != u64::MAX).then(|| self.instant(self.scheduled_floor))
+    }
+
     /// Events pending that have a deadline.
     pub fn pending_deadlines(&self) -> usize {
         debug_assert_eq!(self.deadline_count as usize, self.deadlines.len());
@@ -599,6 +639,7 @@ impl<E, C: Clock> SoftTimers<E, C> {
         }
         let start = self.due.insert(&mut self.nodes, index);
         self.next_check = self.next_check.min(start);
+        self.scheduled_floor = self.scheduled_floor.min(due);
         Ok(EventId { index, generation })
     }
 

@@ -56,7 +56,7 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         let due = shared.next_expiry();
         let action = policy.decide(now, due);
         if let IdleAction::Block { timeout: Some(t) } = action {
-            shared.before_block(now + t);
+            shared.before_block(now + t, due);
             self.block_plan = due.map(|due| BlockPlan {
                 until: now + t,
                 due,
