@@ -689,9 +689,7 @@ impl<E, C: Clock> Shared<E, C> {
     /// `next_due`, raised to the exact time the loop read before it last blocked while
     /// nothing earlier has been scheduled since (then that time is a lower bound too).
     fn backstop_due(locked: &mut Locked<E, C>, next_due: Option<Instant>) -> Option<Instant> {
-        let Some(next_due) = next_due else {
-            return None;
-        };
+        let next_due = next_due?;
         if locked.backstop_due == NEVER {
             return Some(next_due);
         }
