@@ -112,8 +112,8 @@ const AWAKE: u64 = 0;
 /// the one-shot timers that the rules in [`crate::policy`] move. In this order: the facility
 /// first, so that its hot fields share a cache line with the lock word before it; then the
 /// backstop's two fields, which bring `fired_by`, written at every firing pass, to the start
-/// of a line of its own (its first eight sources; the layout test below checks both); what is
-/// rarely used last.
+/// of a line of its own (its first eight sources; the layout test below checks both: the
+/// facility's size decides it too); the deadline timer's field last.
 #[repr(C)]
 pub(crate) struct Locked<E, C: Clock> {
     pub facility: SoftTimers<E, C>,
@@ -431,12 +431,6 @@ impl<E, C: Clock> Shared<E, C> {
         self.gate.instant(self.gate.next.load(Ordering::Relaxed))
     }
 
-    /// When the earliest pending event is due, exactly (the facility's lock is taken: for a
-    /// loop about to block, not for the trigger fast path).
-    pub(crate) fn next_expiry(&self) -> Option<Instant> {
-        self.lock().facility.next_expiry()
-    }
-
     /// The published earliest trigger time and deadline, as the helper reads them.
     pub(crate) fn watched_times(&self) -> (Option<Instant>, Option<Instant>) {
         let deadline = self
@@ -685,38 +679,70 @@ impl<E, C: Clock> Shared<E, C> {
         }
     }
 
+    /// The exact due time kept from before the loop last blocked, while it is still a lower
+    /// bound of the earliest due time (nothing earlier has been scheduled since); dropped
+    /// once it is not.
+    fn kept_due(locked: &mut Locked<E, C>) -> Option<Instant> {
+        if locked.backstop_due == NEVER {
+            return None;
+        }
+        let kept = Instant::from_ticks(locked.backstop_due);
+        if locked
+            .facility
+            .earliest_scheduled()
+            .is_some_and(|scheduled| scheduled < kept)
+        {
+            locked.backstop_due = NEVER;
+            return None;
+        }
+        Some(kept)
+    }
+
     /// The earliest due time the backstop's rule goes by: the facility's lower bound
-    /// `next_due`, raised to the exact time the loop read before it last blocked while
-    /// nothing earlier has been scheduled since (then that time is a lower bound too).
+    /// `next_due`, raised to the exact time kept from before the loop last blocked
+    /// ([`Shared::kept_due`]).
     fn backstop_due(locked: &mut Locked<E, C>, next_due: Option<Instant>) -> Option<Instant> {
         let next_due = next_due?;
-        if locked.backstop_due == NEVER {
-            return Some(next_due);
-        }
-        let exact = Instant::from_ticks(locked.backstop_due);
-        match locked.facility.earliest_scheduled() {
-            Some(scheduled) if scheduled < exact => {
-                locked.backstop_due = NEVER;
-                Some(next_due)
-            }
-            _ => Some(next_due.max(exact)),
-        }
+        Some(Self::kept_due(locked).map_or(next_due, |kept| next_due.max(kept)))
+    }
+
+    /// The exact earliest due time, for a loop about to decide how long to block. The
+    /// facility watches what is scheduled from this read on (under the same lock), so that
+    /// [`Shared::before_block`] can tell whether it is still the earliest.
+    pub(crate) fn next_expiry_for_block(&self) -> Option<Instant> {
+        let mut locked = self.lock();
+        // A kept time is checked against what came before the watch restarts.
+        let _ = Self::kept_due(&mut locked);
+        locked.facility.mark_scheduled();
+        locked.facility.next_expiry()
     }
 
     /// Before the loop blocks until `wake` (its next certain trigger state) for the event
-    /// due at `due` (the exact earliest, which it has just read), with the one-shot timer
-    /// enforcing the bound: push the timer out past the wake-up, so that a loop which wakes
-    /// by itself is not also woken by the backstop, and keep `due` for the rule, so that the
-    /// trigger states after the wake-up leave it there. (The watch needs nothing: it sleeps
-    /// until the late line of the event the loop will wake for.)
-    pub(crate) fn before_block(&self, wake: Instant, due: Option<Instant>) {
+    /// due at `due`, read by [`Shared::next_expiry_for_block`]. Returns false, and changes
+    /// nothing, when something earlier has been scheduled since (from another thread): the
+    /// wake-up is too late for it, and the loop must decide again.
+    ///
+    /// With the one-shot timer enforcing the bound, it pushes the timer out past the wake-up,
+    /// so that a loop which wakes by itself is not also woken by the backstop, and keeps
+    /// `due` for the rule, so that the trigger states after the wake-up, which read only the
+    /// facility's lower bound (a coarse slot's start, by which the timer would look too late),
+    /// leave it there. (The watch needs nothing: it sleeps until the late line of the event
+    /// the loop will wake for.)
+    pub(crate) fn before_block(&self, wake: Instant, due: Option<Instant>) -> bool {
+        let mut locked = self.lock();
+        if locked
+            .facility
+            .earliest_scheduled()
+            .is_some_and(|scheduled| due.is_none_or(|due| scheduled < due))
+        {
+            return false;
+        }
         let Some(backstop) = self.backstop_timer() else {
-            return;
+            return true;
         };
         let plan = backstop.plan;
-        let mut locked = self.lock();
+        // (A due time at tick `u64::MAX` reads as none kept: it only loses the saving.)
         locked.backstop_due = due.map_or(NEVER, Instant::ticks);
-        locked.facility.mark_scheduled();
         let next_due = locked.facility.next_trigger_time();
         let rule_due = Self::backstop_due(&mut locked, next_due);
         if let Arm::At(at) = plan.rearm(locked.backstop_armed, wake, rule_due) {
@@ -725,6 +751,7 @@ impl<E, C: Clock> Shared<E, C> {
             let revisit = self.gate.rel(plan.revisit_at(at));
             self.gate.next.store(next.min(revisit), Ordering::Release);
         }
+        true
     }
 
     /// What the helper does when the one-shot timer expires: fire what is due (the loop has
@@ -855,6 +882,26 @@ mod tests {
             text.contains("epoll_wait") && !text.contains("descriptor"),
             "{text}"
         );
+    }
+
+    /// A loop that read the earliest due time and then, before it blocked, had an earlier
+    /// event scheduled (from another thread) is told not to block until the time it read;
+    /// a later event changes nothing.
+    #[test]
+    fn an_earlier_event_scheduled_before_the_block_is_not_blocked_past() {
+        let clock = softtimer::SimClock::new(1_000_000);
+        let facility: SoftTimers<(), _> = SoftTimers::new(clock).unwrap();
+        let shared = Shared::new(facility, Box::new(|_, _| {}), true, true, None).unwrap();
+        let at = |ticks| Span::from_ticks(ticks);
+        shared.with(None, |t| t.schedule_soft_event(at(50_000), ()).unwrap());
+        let due = shared.next_expiry_for_block().expect("one pending");
+        shared.with(None, |t| t.schedule_soft_event(at(90_000), ()).unwrap());
+        assert!(shared.before_block(due, Some(due)), "a later event");
+        let due = shared.next_expiry_for_block().expect("two pending");
+        shared.with(None, |t| t.schedule_soft_event(at(10_000), ()).unwrap());
+        assert!(!shared.before_block(due, Some(due)), "an earlier event");
+        let due = shared.next_expiry_for_block();
+        assert!(shared.before_block(due.unwrap(), due), "read again");
     }
 
     /// A firing trigger state touches few cache lines: the shared state's first line (gate,

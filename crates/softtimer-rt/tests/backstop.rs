@@ -387,11 +387,13 @@ fn a_helper_that_never_catches_up_still_stops_with_its_loop() {
 
 /// A loop that blocks between readiness events while its one pending event is far away (in
 /// a coarse slot of the wheel, so that the facility's cheap lower bound of its due time is the
-/// slot's start, long before it), and schedules and cancels an event at each, with the loop
-/// arming the backstop's one-shot timer: each
-/// block moves the timer past the wake-up once, and the trigger states after the wake-up
-/// leave it there. (They read the event's exact due time, kept from before the block, not
-/// the slot's start, by which a timer past it looks too late: two system calls a block.)
+/// slot's start, long before it), and schedules and cancels an event at each, as a server
+/// arms and cancels a request's timeout, with the loop arming the backstop's one-shot timer:
+/// the first block moves the timer past the wake-up, and neither the trigger states after a
+/// wake-up nor the later blocks move it again. (The trigger states read the event's exact
+/// due time, kept from before the block, not the slot's start, by which a timer past it
+/// looks too late: two system calls a block. A timeout earlier than the earliest pending
+/// event drops the kept time until the next block.)
 #[test]
 fn a_blocking_loop_does_not_move_the_backstop_timer_back_and_forth() {
     let config = LoopConfig {
@@ -425,8 +427,6 @@ fn a_blocking_loop_does_not_move_the_backstop_timer_back_and_forth() {
         let mut buf = [0u8; 8];
         let _ = rustix::io::read(&*work, &mut buf);
         woken += 1;
-        // As a server arms a request's timeout and cancels it when it answers: a change
-        // after which the loop applies the backstop's rule.
         let timeout = cx.schedule_soft_event(later, ()).unwrap();
         cx.cancel(timeout);
     })
@@ -444,10 +444,12 @@ fn a_blocking_loop_does_not_move_the_backstop_timer_back_and_forth() {
 }
 
 /// The other side of keeping the exact due time across a block: an event scheduled after
-/// the wake-up, earlier than it, still gets the backstop's bound. The loop then computes for
-/// 100 ms without a trigger state; the backstop fires the event (due in 2 ms) meanwhile.
+/// the wake-up, earlier than it, is still fired by the backstop when no trigger state comes.
+/// The loop blocks (its 30 s event far away), is woken, schedules an event due in 2 ms and
+/// computes for up to 100 ms without a trigger state: the backstop fires the event
+/// meanwhile, where with the kept time alone it would wait until 30 s plus `X`.
 #[test]
-fn an_event_scheduled_after_a_block_keeps_the_bound_while_the_loop_computes() {
+fn an_event_scheduled_after_a_block_is_fired_by_the_backstop_while_the_loop_computes() {
     let config = LoopConfig {
         deadlines: DeadlineDesign::LazyTimerfd,
         ..config()
@@ -466,27 +468,43 @@ fn an_event_scheduled_after_a_block_keeps_the_bound_while_the_loop_computes() {
         .unwrap();
     let work = Arc::new(eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).unwrap());
     ev.cx().register(&*work, Interest::READABLE, 1).unwrap();
-    {
-        let work = Arc::clone(&work);
+    // The writer waits until the loop is about to block, so that the block this test is
+    // about happens.
+    let blocking = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (work, blocking) = (Arc::clone(&work), Arc::clone(&blocking));
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(5));
+            while !blocking.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(2));
             rustix::io::write(&*work, &1u64.to_ne_bytes()).unwrap();
-        });
-    }
+        })
+    };
     let mut fired_while_computing = None;
-    ev.run(|cx, _| {
-        let mut buf = [0u8; 8];
-        let _ = rustix::io::read(&*work, &mut buf);
-        cx.schedule_soft_event(cx.span(Duration::from_millis(2)), true)
-            .unwrap();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_millis(100) && fired.load(Ordering::SeqCst) == 0 {
-            std::hint::spin_loop();
-        }
-        fired_while_computing = Some(fired.load(Ordering::SeqCst) > 0);
-        cx.stop();
-    })
+    ev.run_with(
+        |cx, _| {
+            let mut buf = [0u8; 8];
+            let _ = rustix::io::read(&*work, &mut buf);
+            cx.schedule_soft_event(cx.span(Duration::from_millis(2)), true)
+                .unwrap();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(100) && fired.load(Ordering::SeqCst) == 0
+            {
+                std::hint::spin_loop();
+            }
+            fired_while_computing = Some(fired.load(Ordering::SeqCst) > 0);
+            cx.stop();
+        },
+        |_, turn| {
+            if turn == softtimer_rt::LoopTurn::BeforeBlock {
+                blocking.store(true, Ordering::SeqCst);
+            }
+            false
+        },
+    )
     .unwrap();
+    writer.join().unwrap();
     assert_eq!(ev.helper_placement(), Some(HelperPlacement::LoopCpu));
     assert_eq!(
         fired_while_computing,

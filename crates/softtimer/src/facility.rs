@@ -160,7 +160,8 @@ pub struct SoftTimers<E, C: Clock = SystemClock> {
     clock: C,
     interrupt_hz: u64,
     /// The earliest due time scheduled since [`SoftTimers::mark_scheduled`] (`u64::MAX`:
-    /// none). Written by every schedule, read rarely: last, off the firing path's lines.
+    /// none). Written by every schedule, read by a loop about to block (and after each change
+    /// by one backstop design): last, after the fields a firing pass reads.
     scheduled_floor: u64,
 }
 

@@ -184,10 +184,17 @@ macro_rules! stream_io {
             let want = buf.len();
             self.reg
                 .poll_io_partial($crate::reactor::Direction::Read, cx, want, || {
+                    // `recv`, not `read`: a socket's own call skips the file layer's
+                    // (`read` takes the file's position lock and the generic read path), as
+                    // std's `Read` for a socket does.
                     $crate::net::udp::syscall(::softtimer::TriggerSource::Recv, || {
-                        ::rustix::io::read(&self.socket, &mut *buf)
-                            .map(|(filled, _)| filled.len())
-                            .map_err(::std::io::Error::from)
+                        ::rustix::net::recv(
+                            &self.socket,
+                            &mut *buf,
+                            ::rustix::net::RecvFlags::empty(),
+                        )
+                        .map(|((filled, _), _)| filled.len())
+                        .map_err(::std::io::Error::from)
                     })
                 })
         }

@@ -53,10 +53,14 @@ impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C
         // to block wakes for neither: it blocks until the earliest due time itself (one
         // wake-up, not a wake-up to cascade the wheel and another for the event), and the
         // backstop is moved past its wake-up.
-        let due = shared.next_expiry();
+        let due = shared.next_expiry_for_block();
         let action = policy.decide(now, due);
         if let IdleAction::Block { timeout: Some(t) } = action {
-            shared.before_block(now + t, due);
+            if !shared.before_block(now + t, due) {
+                // An earlier event came from another thread since `due` was read: a trigger
+                // state, then the policy again, rather than a block past it.
+                return IdleAction::Fire;
+            }
             self.block_plan = due.map(|due| BlockPlan {
                 until: now + t,
                 due,

@@ -18,7 +18,7 @@ pub struct PaceArgs {
     /// Where to send (an IP address and a port: `10.0.0.2:9000`, `[::1]:9000`).
     #[arg(long)]
     pub to: SocketAddr,
-    /// The rate, bits per second with an optional k, M, G suffix (for example 500M).
+    /// The rate, bits per second with an optional k, M, G or T suffix (for example 500M).
     #[arg(long)]
     pub rate: Rate,
     /// UDP payload bytes per datagram (24 ..= 65507).
