@@ -729,6 +729,9 @@ impl<E, C: Clock> Shared<E, C> {
     /// leave it there. (The watch needs nothing: it sleeps until the late line of the event
     /// the loop will wake for.)
     pub(crate) fn before_block(&self, wake: Instant, due: Option<Instant>) -> bool {
+        if !self.soft {
+            return true;
+        }
         let mut locked = self.lock();
         if locked
             .facility

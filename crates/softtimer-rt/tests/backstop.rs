@@ -392,8 +392,7 @@ fn a_helper_that_never_catches_up_still_stops_with_its_loop() {
 /// the first block moves the timer past the wake-up, and neither the trigger states after a
 /// wake-up nor the later blocks move it again. (The trigger states read the event's exact
 /// due time, kept from before the block, not the slot's start, by which a timer past it
-/// looks too late: two system calls a block. A timeout earlier than the earliest pending
-/// event drops the kept time until the next block.)
+/// looks too late: two system calls a block.)
 #[test]
 fn a_blocking_loop_does_not_move_the_backstop_timer_back_and_forth() {
     let config = LoopConfig {

@@ -160,8 +160,9 @@ pub struct SoftTimers<E, C: Clock = SystemClock> {
     clock: C,
     interrupt_hz: u64,
     /// The earliest due time scheduled since [`SoftTimers::mark_scheduled`] (`u64::MAX`:
-    /// none). Written by every schedule, read by a loop about to block (and after each change
-    /// by one backstop design): last, after the fields a firing pass reads.
+    /// none). Read by a loop about to block (and after each change by one backstop design);
+    /// written by every schedule, a handler's during a firing pass too (one more line then):
+    /// at the end, away from the fields every pass reads.
     scheduled_floor: u64,
 }
 
@@ -426,6 +427,11 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// only make the earliest due time later): this watch tells it so at the cost of one
     /// compare per schedule.
     ///
+    /// There is one watch: a mark ends the one before. `softtimer-rt`'s event loop keeps it
+    /// for its backstop (a mark made by its handler or through its handle would end the
+    /// loop's watch early, and its delay bound with it), so the two methods are hidden from
+    /// these docs; use them on a facility no event loop owns.
+    ///
     /// ```
     /// use softtimer::{SimClock, SoftTimers, Span};
     ///
@@ -441,6 +447,7 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// timers.schedule_soft_event(Span::from_ticks(10), ()).unwrap();
     /// assert!(timers.earliest_scheduled().unwrap() < exact);
     /// ```
+    #[doc(hidden)]
     pub fn mark_scheduled(&mut self) {
         self.scheduled_floor = u64::MAX;
     }
@@ -448,6 +455,7 @@ impl<E, C: Clock> SoftTimers<E, C> {
     /// The earliest due time among the events scheduled since the last
     /// [`SoftTimers::mark_scheduled`] (or since the facility was made), whether or not they
     /// are still pending; `None` when nothing has been scheduled since.
+    #[doc(hidden)]
     pub fn earliest_scheduled(&self) -> Option<Instant> {
         (self.scheduled_floor != u64::MAX).then(|| self.instant(self.scheduled_floor))
     }

@@ -21,7 +21,8 @@ const TIMEOUT_TOLERANCE: Duration = Duration::from_micros(1);
 
 impl<E: Send + 'static, C: Clock + Clone + Send + Sync + 'static> EventLoop<E, C> {
     /// What the idle policy says to do now that nothing is ready. Before a timed block it
-    /// moves the backstop past the loop's own wake-up.
+    /// moves the backstop past the loop's own wake-up; when an earlier event came from
+    /// another thread while it decided, it says `Fire` (a trigger state, then decide again).
     pub(super) fn idle_action(&mut self) -> IdleAction {
         let shared = &self.core.shared;
         let now = shared.clock.now_unordered();

@@ -112,7 +112,10 @@ pub(super) fn run_ring(run: Run<'_>) -> Result<super::sender::LoopRun> {
     // limit) are not counted as sent; the run's report stands, and says why.
     if !matches!(flushed, Ok(true)) {
         let unconfirmed = sender.counters.packets().saturating_sub(counters.sent);
-        let errno = flushed.as_ref().err().and_then(errno_of);
+        let errno = match &flushed {
+            Err(e) => errno_of(e),
+            Ok(_) => Some(rustix::io::Errno::TIME.raw_os_error()),
+        };
         sender.counters.unsent(unconfirmed, errno);
         let why = match &flushed {
             Err(e) => e.to_string(),

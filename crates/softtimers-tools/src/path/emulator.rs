@@ -509,7 +509,7 @@ fn emulate(
             let d = &mut dirs[1 - to];
             let not_written = match flushed {
                 Ok(true) => c.refused,
-                _ => d.report.delivered.saturating_sub(c.sent).max(c.refused),
+                _ => d.report.delivered.saturating_sub(c.sent),
             }
             .min(d.report.delivered);
             d.report.delivered -= not_written;
