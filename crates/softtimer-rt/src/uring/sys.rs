@@ -469,6 +469,14 @@ impl RingSys {
         Ok(())
     }
 
+    /// Whether group `id` is registered (a detach whose receive's cancel never completed
+    /// leaves its group so).
+    pub(crate) fn has_group(&self, id: u16) -> bool {
+        self.groups
+            .get(usize::from(id))
+            .is_some_and(Option::is_some)
+    }
+
     /// Unregisters group `id` and frees its memory. The caller has seen the last completion
     /// of every receive using it.
     pub(crate) fn drop_group(&mut self, id: u16) {
