@@ -9,7 +9,9 @@
 //!
 //! `--threads N` runs N loops (loop 0 on the main thread, pinned to the first CPU this process
 //! may use, loop i to the i-th); `--seconds S` stops after S seconds (default: never);
-//! `--pipeline-flush` asks hyper to answer a pipelined batch of requests with one write.
+//! `--pipeline-flush` asks hyper to answer a pipelined batch of requests with one write;
+//! `--no-timer` gives hyper no timer, and so no header-read timeout (30 s by default with a
+//! timer, one sleep armed and dropped per request): the timer's cost is the difference.
 
 use std::convert::Infallible;
 use std::error::Error;
@@ -32,6 +34,7 @@ struct Options {
     port: u16,
     seconds: Option<u64>,
     pipeline_flush: bool,
+    timer: bool,
 }
 
 fn options() -> Result<Options> {
@@ -40,6 +43,7 @@ fn options() -> Result<Options> {
         port: 8080,
         seconds: None,
         pipeline_flush: false,
+        timer: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -49,6 +53,7 @@ fn options() -> Result<Options> {
             "--port" => o.port = value("--port")?.parse()?,
             "--seconds" => o.seconds = Some(value("--seconds")?.parse()?),
             "--pipeline-flush" => o.pipeline_flush = true,
+            "--no-timer" => o.timer = false,
             other => return Err(format!("unknown argument {other:?}").into()),
         }
     }
@@ -59,15 +64,18 @@ fn options() -> Result<Options> {
 }
 
 /// Accepts on `listener` and serves each connection on this loop.
-async fn serve(listener: TcpListener, pipeline_flush: bool) {
+async fn serve(listener: TcpListener, pipeline_flush: bool, timer: bool) {
     while let Ok((stream, _)) = listener.accept().await {
         let _ = stream.set_nodelay(true);
         softtimer_async::spawn_local(async move {
             let service = hyper::service::service_fn(|_| async {
                 Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(BODY))))
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(HyperTimer::current())
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            if timer {
+                builder.timer(HyperTimer::current());
+            }
+            let _ = builder
                 .pipeline_flush(pipeline_flush)
                 .serve_connection(stream, service)
                 .await;
@@ -84,17 +92,17 @@ fn main() -> Result<()> {
         let listener = TcpListener::bind_reuse_port(addr)?;
         // One listener per loop on the same port: the kernel spreads connections over them.
         // Each is made on its own loop, as a socket belongs to the loop that made it.
-        let flush = o.pipeline_flush;
+        let (flush, timer) = (o.pipeline_flush, o.timer);
         for i in 1..o.threads {
             drop(handle.spawn_on(i, async move {
                 match TcpListener::bind_reuse_port(addr) {
-                    Ok(listener) => serve(listener, flush).await,
+                    Ok(listener) => serve(listener, flush, timer).await,
                     Err(e) => eprintln!("loop {i}: cannot listen on {addr}: {e}"),
                 }
             }));
         }
         eprintln!("serving on http://{addr}/ with {} loop(s)", o.threads);
-        let loop0 = softtimer_async::spawn_local(serve(listener, o.pipeline_flush));
+        let loop0 = softtimer_async::spawn_local(serve(listener, flush, timer));
         match o.seconds {
             Some(s) => softtimer_async::time::sleep(Duration::from_secs(s)).await,
             None => drop(loop0.await),

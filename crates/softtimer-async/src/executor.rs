@@ -284,6 +284,13 @@ pub(crate) fn schedule(shared: &Arc<LoopShared>, runnable: Runnable) {
     }
 }
 
+/// The shared side of the loop this thread runs or whose context it is in (null: none), as
+/// [`current_shared`] finds it (the two are set together), but without taking a reference.
+#[inline(always)]
+pub(crate) fn current_ptr() -> *const LoopShared {
+    CURRENT.with(Cell::get)
+}
+
 /// The loop this thread runs, if any.
 pub(crate) fn current() -> Option<Rc<LocalLoop>> {
     LOCAL.try_with(|l| l.borrow().clone()).ok().flatten()

@@ -113,7 +113,7 @@ impl rt::Timer for HyperTimer {
     }
 
     fn now(&self) -> Instant {
-        crate::time::now()
+        self.handle.now()
     }
 }
 

@@ -661,8 +661,28 @@ impl Handle {
 
     /// The loop this thread runs, when it is one of this runtime's.
     pub(crate) fn this_threads_loop(&self) -> Option<Arc<LoopShared>> {
-        executor::current_shared()
-            .filter(|shared| self.inner.loops.iter().any(|l| Arc::ptr_eq(l, shared)))
+        let mine = |here: *const LoopShared| {
+            self.inner
+                .loops
+                .iter()
+                .find(|l| Arc::as_ptr(l) == here)
+                .cloned()
+        };
+        // A loop thread or a runtime's context: the loop is named by a pointer compare (a
+        // timer made per request, as hyper's is, takes this path); otherwise the loop
+        // serving a `Handle::block_on` thread, if any.
+        match executor::current_ptr() {
+            here if here.is_null() => {
+                crate::foreign::shared().and_then(|shared| mine(Arc::as_ptr(&shared)))
+            }
+            here => mine(here),
+        }
+    }
+
+    /// The runtime's time (see [`crate::time::now`]), read without a thread-local: the
+    /// system clock's, or the simulated clock's of a runtime on one (which has one loop).
+    pub(crate) fn now(&self) -> std::time::Instant {
+        self.inner.loops[0].time.now()
     }
 
     /// The worker loops in turn; loop 0 where it is the only one. Loop 0 runs only inside

@@ -308,3 +308,17 @@ fn a_deadline_just_passed_in_a_batch_completes_at_its_first_poll() {
     assert!(ready, "armed a timer for a deadline that had passed");
     assert_eq!(rt.handle().pending_timers(), 0);
 }
+
+/// hyper's timer reads the time of the runtime it was made for, from any thread: hyper
+/// compares that reading with the deadlines of the timer's own sleeps.
+#[cfg(feature = "hyper")]
+#[test]
+fn a_hyper_timer_reads_its_runtimes_clock_from_any_thread() {
+    use hyper::rt::Timer;
+    let (rt, clock) = sim_runtime();
+    let timer = softtimer_async::hyper::HyperTimer::new(rt.handle());
+    let before = timer.now();
+    clock.advance(3_600 * 1_000_000_000);
+    let after = std::thread::spawn(move || timer.now()).join().unwrap();
+    assert_eq!(after.duration_since(before), Duration::from_secs(3_600));
+}
