@@ -238,6 +238,7 @@ fn a_gso_batch_leaves_as_one_send_and_arrives_whole() {
     .unwrap();
     let counters = ev.cx().ring_counters(tx_fd).unwrap();
     assert_eq!(counters.sent, 5, "a GSO send counts its datagrams");
+    assert_eq!(counters.sent_bytes, 450, "and its bytes");
     let bytes: Vec<u8> = messages.iter().flat_map(|(d, _)| d.clone()).collect();
     assert_eq!(bytes, batch);
     if gro && messages.len() == 1 {
@@ -689,6 +690,35 @@ fn a_write_held_by_a_full_blocking_pipe_does_not_hold_the_loop() {
     );
     assert_eq!(done_rx.recv().unwrap(), chunks as u64);
     looping.join().unwrap();
+}
+
+/// A send the kernel refuses is counted with its bytes, apart from those sent, so that a
+/// caller that counted bytes as it queued them can take out those that did not leave.
+#[test]
+fn a_refused_send_is_counted_with_its_bytes() {
+    let mut ev = ring_or_skip!(uring_config());
+    // Connected to a port nothing listens on: loopback answers a datagram with a port
+    // unreachable, and the socket's next send fails with it.
+    let closed = bind().local_addr().unwrap();
+    let tx = bind();
+    tx.connect(closed).unwrap();
+    let mut cx = ev.cx();
+    let fd = cx.attach(&tx, 1, RingRecv::None).unwrap();
+    for len in [100usize, 300, 700] {
+        cx.send_ring(fd, &[&vec![0u8; len]], &SendOptions::default())
+            .unwrap();
+        assert!(cx.flush_ring(Duration::from_secs(5)).unwrap());
+    }
+    let c = cx.ring_counters(fd).unwrap();
+    assert_eq!(c.sent + c.refused, 3, "{c:?}");
+    assert!(c.refused > 0, "no send was refused: {c:?}");
+    assert_eq!(c.sent_bytes + c.refused_bytes, 1100, "{c:?}");
+    // The first send leaves (the refusal comes after it); which later ones fail depends on
+    // when the ICMP error is read, but each is counted whole on one side.
+    assert!(
+        c.sent_bytes >= 100 && [0, 300, 700, 1000].contains(&c.refused_bytes),
+        "{c:?}"
+    );
 }
 
 /// Sends queued on a descriptor that is then detached leave on it, not on the next

@@ -79,8 +79,9 @@ impl Ring {
                 }
                 if c.result >= 0 {
                     a.counters.sent += u64::from(u.datagrams);
+                    a.counters.sent_bytes += u64::from(u.bytes);
                 } else {
-                    a.counters.refused += u64::from(u.datagrams);
+                    a.counters.count_refused(u.datagrams, u.bytes);
                 }
                 self.free_slots.push(slot);
                 TriggerSource::Send
@@ -94,8 +95,9 @@ impl Ring {
                 for slot in waiting {
                     if self.submit_slot(slot).is_err() {
                         // Not sent and not to be: counted as refused, never lost silently.
-                        let datagrams = self.slot_use[slot as usize].datagrams;
-                        self.attached[index as usize].counters.refused += u64::from(datagrams);
+                        let u = self.slot_use[slot as usize];
+                        let counters = &mut self.attached[index as usize].counters;
+                        counters.count_refused(u.datagrams, u.bytes);
                         self.free_slots.push(slot);
                     }
                 }

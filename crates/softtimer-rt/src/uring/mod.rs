@@ -111,6 +111,8 @@ struct SlotUse {
     attached: u32,
     generation: u32,
     datagrams: u32,
+    /// The bytes queued (every part of the send).
+    bytes: u32,
     /// Submitted to a descriptor whose writes complete at once (counted in
     /// `Ring::prompt_outstanding`).
     prompt: bool,
@@ -400,8 +402,10 @@ impl Ring {
         let waiting: Vec<u32> = a.waiting.drain(..).collect();
         let recv = a.recv.take();
         for slot in waiting {
-            let datagrams = self.slot_use[slot as usize].datagrams;
-            self.attached[index].counters.refused += u64::from(datagrams);
+            let u = self.slot_use[slot as usize];
+            self.attached[index]
+                .counters
+                .count_refused(u.datagrams, u.bytes);
             self.free_slots.push(slot);
         }
         if let Some(r) = recv {
@@ -501,6 +505,7 @@ impl Ring {
             attached: index as u32,
             generation: a.generation,
             datagrams,
+            bytes: u32::try_from(len).unwrap_or(u32::MAX),
             prompt: a.prompt,
         };
         if !a.waiting.is_empty() {

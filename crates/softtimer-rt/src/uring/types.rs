@@ -106,6 +106,11 @@ pub struct RingCounters {
     pub sent: u64,
     /// Sends refused with an error other than a full buffer, dropped.
     pub refused: u64,
+    /// Bytes of the sends in `sent` (a GSO send's whole buffer), so that a caller that
+    /// counted bytes as it queued them can take out those that did not leave.
+    pub sent_bytes: u64,
+    /// Bytes of the sends in `refused`.
+    pub refused_bytes: u64,
     /// Sends refused because the socket's buffer was full, sent again when it had room.
     pub would_block: u64,
     /// Messages received.
@@ -120,6 +125,14 @@ pub struct RingCounters {
     /// What ended the receive for good (the negated `errno`, or 0 for end of file), after it
     /// ended that many times in a row without a message; `None` while it runs.
     pub recv_error: Option<i32>,
+}
+
+impl RingCounters {
+    /// A send of `datagrams` datagrams and `bytes` bytes that did not and will not leave.
+    pub(crate) fn count_refused(&mut self, datagrams: u32, bytes: u32) {
+        self.refused += u64::from(datagrams);
+        self.refused_bytes += u64::from(bytes);
+    }
 }
 
 /// What the loop's ring did, in all.

@@ -499,21 +499,27 @@ fn emulate(
     let _ = dirs_cell.into_inner();
     if let Some(ring) = ring {
         // The last writes leave before the ring goes; those the device refused move from the
-        // delivered to the write errors (a write into device `to` carried direction `1 - to`),
-        // and so do those not confirmed when the wait for them failed or outlasted its limit:
-        // the report stands, and says so.
+        // delivered to the write errors, packets and bytes (a write into device `to` carried
+        // direction `1 - to`), and so do those not confirmed when the wait for them failed or
+        // outlasted its limit: the report stands, and says so. Their release times stay in
+        // the delay statistics, which time the emulator's releases, and their bytes in the
+        // per-interval throughput, which is counted as they are released.
         let mut cx = ev.cx();
         let flushed = cx.flush_ring(Duration::from_secs(1));
         for (to, fd) in ring.into_iter().enumerate() {
             let c = cx.ring_counters(fd).unwrap_or_default();
             let d = &mut dirs[1 - to];
-            let not_written = match flushed {
-                Ok(true) => c.refused,
-                _ => d.report.delivered.saturating_sub(c.sent),
-            }
-            .min(d.report.delivered);
-            d.report.delivered -= not_written;
-            d.report.write_errors += not_written;
+            let (packets, bytes) = match flushed {
+                Ok(true) => (c.refused, c.refused_bytes),
+                _ => (
+                    d.report.delivered.saturating_sub(c.sent),
+                    d.report.delivered_bytes.saturating_sub(c.sent_bytes),
+                ),
+            };
+            let packets = packets.min(d.report.delivered);
+            d.report.delivered -= packets;
+            d.report.delivered_bytes -= bytes.min(d.report.delivered_bytes);
+            d.report.write_errors += packets;
         }
         match flushed {
             Ok(true) => {}
