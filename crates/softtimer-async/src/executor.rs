@@ -284,8 +284,10 @@ pub(crate) fn schedule(shared: &Arc<LoopShared>, runnable: Runnable) {
     }
 }
 
-/// The shared side of the loop this thread runs or whose context it is in (null: none), as
-/// [`current_shared`] finds it (the two are set together), but without taking a reference.
+/// The shared side of the loop this thread runs or whose context it is in (null: none),
+/// without taking a reference: set and cleared together with the loop [`current_shared`]
+/// finds first. It does not name the loop serving a `Handle::block_on` thread (which
+/// [`current_shared`] falls back to).
 #[inline(always)]
 pub(crate) fn current_ptr() -> *const LoopShared {
     CURRENT.with(Cell::get)

@@ -111,7 +111,7 @@ impl ::quinn::Runtime for SoftRuntime {
     }
 
     fn now(&self) -> Instant {
-        crate::time::now()
+        self.handle.now()
     }
 }
 

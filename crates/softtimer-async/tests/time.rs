@@ -322,3 +322,16 @@ fn a_hyper_timer_reads_its_runtimes_clock_from_any_thread() {
     let after = std::thread::spawn(move || timer.now()).join().unwrap();
     assert_eq!(after.duration_since(before), Duration::from_secs(3_600));
 }
+
+/// quinn's runtime likewise: its `now` is the runtime's, whichever thread asks.
+#[cfg(feature = "quinn")]
+#[test]
+fn a_quinn_runtime_reads_its_runtimes_clock_from_any_thread() {
+    use quinn::Runtime as _;
+    let (rt, clock) = sim_runtime();
+    let quinn = softtimer_async::quinn::SoftRuntime::new(rt.handle());
+    let before = quinn.now();
+    clock.advance(3_600 * 1_000_000_000);
+    let after = std::thread::spawn(move || quinn.now()).join().unwrap();
+    assert_eq!(after.duration_since(before), Duration::from_secs(3_600));
+}

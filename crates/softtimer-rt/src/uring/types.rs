@@ -106,10 +106,11 @@ pub struct RingCounters {
     pub sent: u64,
     /// Sends refused with an error other than a full buffer, dropped.
     pub refused: u64,
-    /// Bytes of the sends in `sent` (a GSO send's whole buffer), so that a caller that
-    /// counted bytes as it queued them can take out those that did not leave.
+    /// Bytes of the sends in `sent`, as queued (a GSO send's whole buffer; a short write to
+    /// a descriptor that is not a socket counts whole), so that a caller that counted bytes
+    /// as it queued them can take out those that did not leave.
     pub sent_bytes: u64,
-    /// Bytes of the sends in `refused`.
+    /// Bytes of the sends in `refused`, as queued.
     pub refused_bytes: u64,
     /// Sends refused because the socket's buffer was full, sent again when it had room.
     pub would_block: u64,
