@@ -11,7 +11,8 @@
 //! may use, loop i to the i-th); `--seconds S` stops after S seconds (default: never);
 //! `--pipeline-flush` asks hyper to answer a pipelined batch of requests with one write;
 //! `--no-timer` gives hyper no timer, and so no header-read timeout (30 s by default with a
-//! timer, one sleep armed and dropped per request): the timer's cost is the difference.
+//! timer, one sleep armed and dropped per request): the difference is that timeout's cost,
+//! the timer's and hyper's handling of it (an extra read pass after each request head).
 
 use std::convert::Infallible;
 use std::error::Error;

@@ -309,18 +309,28 @@ fn a_deadline_just_passed_in_a_batch_completes_at_its_first_poll() {
     assert_eq!(rt.handle().pending_timers(), 0);
 }
 
+/// Checks that `now`, an adapter's clock made for a runtime on a simulated clock, reads that
+/// runtime's time from a thread outside it: an hour's jump of the clock shows, exactly.
+#[cfg(any(feature = "hyper", feature = "quinn"))]
+fn reads_its_runtimes_clock_from_any_thread<T: Send + 'static>(
+    adapter: impl FnOnce(Handle) -> T,
+    now: fn(&T) -> Instant,
+) {
+    let (rt, clock) = sim_runtime();
+    let adapter = adapter(rt.handle());
+    let before = now(&adapter);
+    clock.advance(3_600 * 1_000_000_000);
+    let after = std::thread::spawn(move || now(&adapter)).join().unwrap();
+    assert_eq!(after.duration_since(before), Duration::from_secs(3_600));
+}
+
 /// hyper's timer reads the time of the runtime it was made for, from any thread: hyper
 /// compares that reading with the deadlines of the timer's own sleeps.
 #[cfg(feature = "hyper")]
 #[test]
 fn a_hyper_timer_reads_its_runtimes_clock_from_any_thread() {
     use hyper::rt::Timer;
-    let (rt, clock) = sim_runtime();
-    let timer = softtimer_async::hyper::HyperTimer::new(rt.handle());
-    let before = timer.now();
-    clock.advance(3_600 * 1_000_000_000);
-    let after = std::thread::spawn(move || timer.now()).join().unwrap();
-    assert_eq!(after.duration_since(before), Duration::from_secs(3_600));
+    reads_its_runtimes_clock_from_any_thread(softtimer_async::hyper::HyperTimer::new, |t| t.now());
 }
 
 /// quinn's runtime likewise: its `now` is the runtime's, whichever thread asks.
@@ -328,10 +338,5 @@ fn a_hyper_timer_reads_its_runtimes_clock_from_any_thread() {
 #[test]
 fn a_quinn_runtime_reads_its_runtimes_clock_from_any_thread() {
     use quinn::Runtime as _;
-    let (rt, clock) = sim_runtime();
-    let quinn = softtimer_async::quinn::SoftRuntime::new(rt.handle());
-    let before = quinn.now();
-    clock.advance(3_600 * 1_000_000_000);
-    let after = std::thread::spawn(move || quinn.now()).join().unwrap();
-    assert_eq!(after.duration_since(before), Duration::from_secs(3_600));
+    reads_its_runtimes_clock_from_any_thread(softtimer_async::quinn::SoftRuntime::new, |q| q.now());
 }

@@ -701,7 +701,11 @@ fn a_refused_send_is_counted_with_its_bytes() {
     // unreachable, and the socket's next send fails with it. The answer can be late (a
     // loaded host's softirqs) or withheld for a moment (the kernel's ICMP rate limit), so
     // the test sends until one is refused.
-    let closed = bind().local_addr().unwrap();
+    // (On 127.0.0.2, where no other test binds the port it leaves free.)
+    let closed = UdpSocket::bind("127.0.0.2:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let tx = bind();
     tx.connect(closed).unwrap();
     const LEN: u64 = 300;
