@@ -286,8 +286,9 @@ pub(crate) fn schedule(shared: &Arc<LoopShared>, runnable: Runnable) {
 
 /// The shared side of the loop this thread runs or whose context it is in (null: none),
 /// without taking a reference: set and cleared together with the loop [`current_shared`]
-/// finds first (but for a thread exiting, whose `LOCAL` may be gone before it). It does not name the loop serving a `Handle::block_on` thread (which
-/// [`current_shared`] falls back to).
+/// finds first (but for a thread exiting, whose `LOCAL` may be gone before it). It does not
+/// name the loop serving a `Handle::block_on` thread (which [`current_shared`] falls back
+/// to).
 #[inline(always)]
 pub(crate) fn current_ptr() -> *const LoopShared {
     CURRENT.with(Cell::get)
