@@ -681,6 +681,7 @@ impl Handle {
 
     /// The runtime's time (see [`crate::time::now`]), read without a thread-local: the
     /// system clock's, or the simulated clock's of a runtime on one (which has one loop).
+    #[cfg(any(feature = "quinn", feature = "hyper"))]
     pub(crate) fn now(&self) -> std::time::Instant {
         self.inner.loops[0].time.now()
     }
