@@ -197,9 +197,12 @@ fn a_bulk_flow_is_held_to_the_rate_and_the_queue_limit_drops() {
     stop.store(true, Ordering::Relaxed);
     let measured = sink.join().unwrap();
     let report = path.finish().unwrap();
+    // The receiver's view, timed by a thread the host may deschedule for milliseconds: a
+    // cross-check that the rate is held (an unlimited flow arrives at 30 Mbit/s), with room
+    // for that; the emulator's own rate error below is the precise check.
     let err = (measured / 20e6 - 1.0).abs() * 100.0;
     assert!(
-        err <= 2.0,
+        err <= 5.0,
         "held to {measured:.0} bit/s: {err:.2} % off 20 Mbit/s"
     );
     let d = &report.a_to_b;

@@ -508,18 +508,9 @@ fn emulate(
         let flushed = cx.flush_ring(Duration::from_secs(1));
         for (to, fd) in ring.into_iter().enumerate() {
             let c = cx.ring_counters(fd).unwrap_or_default();
-            let d = &mut dirs[1 - to];
-            let (packets, bytes) = match flushed {
-                Ok(true) => (c.refused, c.refused_bytes),
-                _ => (
-                    d.report.delivered.saturating_sub(c.sent),
-                    d.report.delivered_bytes.saturating_sub(c.sent_bytes),
-                ),
-            };
-            let packets = packets.min(d.report.delivered);
-            d.report.delivered -= packets;
-            d.report.delivered_bytes -= bytes.min(d.report.delivered_bytes);
-            d.report.write_errors += packets;
+            dirs[1 - to]
+                .report
+                .settle_ring_writes(&c, matches!(flushed, Ok(true)));
         }
         match flushed {
             Ok(true) => {}

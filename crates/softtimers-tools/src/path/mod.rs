@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use softtimer_net::path::{LinkConfig, QueueLimit};
+use softtimer_rt::RingCounters;
 
 mod args;
 mod emulator;
@@ -261,6 +262,25 @@ impl DirectionReport {
             self.delivered + self.queue_drops + self.random_losses + self.write_errors,
         )
     }
+
+    /// Settles the writes made through the ring into the receiving device, whose counters
+    /// are `ring`, at the end of a run: they were counted delivered, packets and bytes, as
+    /// they were queued. Those the device refused move to the write errors; and, when not
+    /// every write completed (`all_completed` false: the last wait failed or outlasted its
+    /// limit), so does every one the ring did not confirm sent.
+    pub(crate) fn settle_ring_writes(&mut self, ring: &RingCounters, all_completed: bool) {
+        let (packets, bytes) = match all_completed {
+            true => (ring.refused, ring.refused_bytes),
+            false => (
+                self.delivered.saturating_sub(ring.sent),
+                self.delivered_bytes.saturating_sub(ring.sent_bytes),
+            ),
+        };
+        let packets = packets.min(self.delivered);
+        self.delivered -= packets;
+        self.delivered_bytes -= bytes.min(self.delivered_bytes);
+        self.write_errors += packets;
+    }
 }
 
 /// A line per direction, on stderr: the command's stdout is its child's.
@@ -323,6 +343,69 @@ mod tests {
             duration_s: 1.0,
         };
         assert!(report.text().contains("80 delivered, 39 still in the path"));
+    }
+
+    /// Twelve writes of 1,000 bytes queued through the ring and counted delivered.
+    fn twelve_queued() -> DirectionReport {
+        DirectionReport {
+            packets: 12,
+            delivered: 12,
+            delivered_bytes: 12_000,
+            ..DirectionReport::default()
+        }
+    }
+
+    /// Every write completed: the two the device refused, and their bytes, are write errors.
+    #[test]
+    fn refused_ring_writes_are_not_delivered() {
+        let mut d = twelve_queued();
+        let ring = RingCounters {
+            sent: 10,
+            sent_bytes: 10_000,
+            refused: 2,
+            refused_bytes: 2_000,
+            ..RingCounters::default()
+        };
+        d.settle_ring_writes(&ring, true);
+        assert_eq!(
+            (d.delivered, d.delivered_bytes, d.write_errors),
+            (10, 10_000, 2)
+        );
+        assert_eq!(d.left_in_path(), 0);
+    }
+
+    /// The last wait gave up: of twelve queued, nine confirmed sent (one refused, two never
+    /// heard of), so three are write errors, their bytes out of the delivered.
+    #[test]
+    fn unconfirmed_ring_writes_are_not_delivered() {
+        let mut d = twelve_queued();
+        let ring = RingCounters {
+            sent: 9,
+            sent_bytes: 9_000,
+            refused: 1,
+            refused_bytes: 1_000,
+            ..RingCounters::default()
+        };
+        d.settle_ring_writes(&ring, false);
+        assert_eq!(
+            (d.delivered, d.delivered_bytes, d.write_errors),
+            (9, 9_000, 3)
+        );
+        assert_eq!(d.left_in_path(), 0);
+    }
+
+    /// Counters that do not add up (more refused than were queued) take out no more than was
+    /// counted delivered.
+    #[test]
+    fn ring_settlement_never_goes_below_zero() {
+        let mut d = twelve_queued();
+        let ring = RingCounters {
+            refused: 20,
+            refused_bytes: 40_000,
+            ..RingCounters::default()
+        };
+        d.settle_ring_writes(&ring, true);
+        assert_eq!((d.delivered, d.delivered_bytes, d.write_errors), (0, 0, 12));
     }
 
     #[test]
