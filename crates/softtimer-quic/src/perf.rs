@@ -68,7 +68,8 @@ pub struct ServerReport {
     pub bytes_sent: u64,
     /// Bytes received in uploads.
     pub bytes_received: u64,
-    /// Requests whose stream the peer reset or stopped.
+    /// Requests given up: shorter than the 8-byte header, or reset or stopped by the peer
+    /// (the server resets and stops their streams, code [`ABORT_CODE`]).
     pub aborted: u64,
     /// Packets this side sent, over its closed connections (`None` where the stack does not
     /// say; the lab's kernel-TCP server fills it from `TCP_INFO`).
@@ -89,7 +90,8 @@ impl ServerReport {
 pub struct PerfServer {
     streams: HashMap<(ConnId, StreamId), ServerStream>,
     pattern: Pattern,
-    /// Stop after this many connections have closed (`None`: serve until stopped).
+    /// Stop after this many connections have closed, once no other is open (`None`: serve
+    /// until stopped).
     pub stop_after_connections: Option<u64>,
     closed: u64,
     /// Set from another thread to close every connection and stop (see
@@ -107,6 +109,10 @@ pub struct PerfServer {
 pub const SHUTDOWN_CODE: u32 = 0;
 /// The reason a [`PerfServer`] gives its clients when it shuts down.
 pub const SHUTDOWN_REASON: &[u8] = b"server shutting down";
+/// The application error code with which a [`PerfServer`] resets (and stops) the stream of
+/// a request it gives up: one shorter than the perf protocol's 8-byte header, or one the
+/// peer reset or stopped.
+pub const ABORT_CODE: u32 = 1;
 
 impl PerfServer {
     /// A server that serves until stopped, or until `stop_after_connections` have closed.
@@ -170,8 +176,7 @@ impl PerfServer {
             Ok(ReadStatus::Finished) => {
                 if state.header.len() < 8 {
                     // Not a perf request: nothing to answer.
-                    self.report.aborted += 1;
-                    self.streams.remove(&(conn, stream));
+                    self.abort(driver, conn, stream);
                     return;
                 }
                 state.response = u64::from_be_bytes(state.header[..8].try_into().expect("8"));
@@ -182,11 +187,21 @@ impl PerfServer {
             // A request read to its end whose answer waits for flow-control credit: quinn-proto
             // may report the stream readable again, and it has nothing more to read.
             Err(QuicError::Stream(StreamError::Closed { .. })) if state.responding => {}
-            Err(_) => {
-                self.report.aborted += 1;
-                self.streams.remove(&(conn, stream));
-            }
+            Err(_) => self.abort(driver, conn, stream),
         }
+    }
+
+    /// Gives up a request (not a perf request, or reset or stopped by the peer): counts it
+    /// and closes both halves of its stream, so that the peer hears of it now rather than
+    /// at its idle timeout, the peer's stop is answered with a reset (RFC 9000, 3.5), and
+    /// quinn-proto, which frees a stream only with both halves closed, gives the stream's
+    /// credit back to the peer.
+    fn abort<C: Clock + Clone>(&mut self, driver: &mut Driver<C>, conn: ConnId, stream: StreamId) {
+        self.report.aborted += 1;
+        self.streams.remove(&(conn, stream));
+        let code = VarInt::from_u32(ABORT_CODE);
+        let _ = driver.reset(conn, stream, code);
+        let _ = driver.stop_sending(conn, stream, code);
     }
 
     fn write<C: Clock + Clone>(&mut self, driver: &mut Driver<C>, conn: ConnId, stream: StreamId) {
@@ -205,8 +220,7 @@ impl PerfServer {
                     self.report.bytes_sent += n as u64;
                 }
                 Err(_) => {
-                    self.report.aborted += 1;
-                    self.streams.remove(&(conn, stream));
+                    self.abort(driver, conn, stream);
                     return;
                 }
             }
@@ -258,10 +272,8 @@ impl<C: Clock + Clone> App<C> for PerfServer {
             }
             QuicEvent::Readable(conn, stream) => self.read(driver, conn, stream),
             QuicEvent::Writable(conn, stream) => self.write(driver, conn, stream),
-            QuicEvent::Stopped(conn, stream, _)
-                if self.streams.remove(&(conn, stream)).is_some() =>
-            {
-                self.report.aborted += 1;
+            QuicEvent::Stopped(conn, stream, _) if self.streams.contains_key(&(conn, stream)) => {
+                self.abort(driver, conn, stream);
             }
             QuicEvent::Lost(conn, _) => {
                 let was_open = self.open.remove(&conn);
@@ -273,9 +285,11 @@ impl<C: Clock + Clone> App<C> for PerfServer {
                 }
                 self.streams.retain(|(c, _), _| *c != conn);
                 self.closed += 1;
+                // Those still open finish first: a second client is not cut off mid-request.
                 if self
                     .stop_after_connections
                     .is_some_and(|n| self.closed >= n)
+                    && self.open.is_empty()
                 {
                     driver.stop();
                 }
@@ -545,8 +559,15 @@ impl PerfClient {
             Ok(ReadStatus::Finished) => {
                 let now = driver.now();
                 let latency = Self::micros(driver, now.saturating_since(r.start));
+                // A response of the wrong length is a failed run, whether bytes are verified
+                // or not (a server that finished early must not pass for one that served).
                 if r.received != self.plan.download {
-                    self.verified = false;
+                    let (got, asked) = (r.received, self.plan.download);
+                    self.fail(
+                        driver,
+                        format!("the server answered {got} bytes where {asked} were asked"),
+                    );
+                    return;
                 }
                 self.report.latencies_us.push(latency);
                 self.report.requests += 1;

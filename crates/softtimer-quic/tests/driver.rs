@@ -375,6 +375,38 @@ fn a_stream_reset_by_the_server_fails_the_request_with_its_code() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// A server that answers every request with ten bytes, whatever was asked.
+struct ShortAnswerer;
+impl App for ShortAnswerer {
+    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+        if let QuicEvent::StreamOpened(c, softtimer_quic::Dir::Bi) = event {
+            while let Ok(Some(stream)) = driver.accept_bi(c) {
+                assert_eq!(driver.write(c, stream, &[0; 10]).unwrap(), 10);
+                driver.finish(c, stream).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_response_of_the_wrong_length_fails_the_run_verified_or_not() {
+    for verify in [true, false] {
+        let plan = ClientPlan {
+            download: 1_000,
+            requests: 3,
+            verify,
+            ..ClientPlan::default()
+        };
+        let report = against_app_server(ShortAnswerer, plan);
+        let error = report.error.expect("the short answer is reported");
+        assert!(
+            error.contains("answered 10 bytes where 1000 were asked"),
+            "{error}"
+        );
+        assert_eq!(report.requests, 0, "verify {verify}");
+    }
+}
+
 /// A client that abandons one request half-way through its header, then makes a whole one.
 struct Abandoner {
     whole: Option<softtimer_quic::StreamId>,
@@ -421,6 +453,140 @@ fn a_request_reset_by_the_client_is_counted_and_the_next_one_answered() {
     assert_eq!(app.got, 1000);
     assert_eq!(served.aborted, 1, "{served:?}");
     assert_eq!(served.requests, 1, "{served:?}");
+}
+
+/// A client that makes requests too short for the perf protocol (4 of its 8 header bytes),
+/// one after another, each once the previous one's stream was reset.
+struct ShortRequests {
+    left: u32,
+    current: Option<softtimer_quic::StreamId>,
+    resets: Vec<VarInt>,
+}
+impl ShortRequests {
+    fn next(&mut self, driver: &mut Driver, c: ConnId) {
+        if self.left == 0 {
+            driver.close(c, VarInt::from_u32(0), b"done").unwrap();
+            driver.stop();
+            return;
+        }
+        self.left -= 1;
+        let s = driver
+            .open_bi(c)
+            .unwrap()
+            .expect("the server gave the stream credit of the requests it reset back");
+        assert_eq!(driver.write(c, s, &[0, 0, 0, 0]).unwrap(), 4);
+        driver.finish(c, s).unwrap();
+        self.current = Some(s);
+    }
+}
+impl App for ShortRequests {
+    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+        match event {
+            QuicEvent::Connected(c) => self.next(driver, c),
+            QuicEvent::Readable(c, s) if Some(s) == self.current => {
+                match driver.read(c, s, |d| panic!("{} bytes answered", d.len())) {
+                    Err(softtimer_quic::QuicError::Stream(
+                        softtimer_quic::StreamError::Reset { code, .. },
+                    )) => {
+                        self.resets.push(code);
+                        self.current = None;
+                        self.next(driver, c);
+                    }
+                    other => assert!(
+                        matches!(other, Ok(softtimer_quic::ReadStatus::Blocked)),
+                        "{other:?}"
+                    ),
+                }
+            }
+            QuicEvent::Lost(_, why) if why != ConnectionError::LocallyClosed => {
+                panic!("lost: {why}")
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_request_too_short_is_reset_at_once_and_its_stream_credit_returns() {
+    // More than the 100 concurrent streams the server allows: each one's credit must come
+    // back, and each reset must come at once, not at the 30 s idle timeout.
+    let started = Instant::now();
+    let (app, served) = run_app(|_| ShortRequests {
+        left: 150,
+        current: None,
+        resets: Vec::new(),
+    });
+    assert_eq!(app.resets.len(), 150);
+    let code = VarInt::from_u32(softtimer_quic::perf::ABORT_CODE);
+    assert!(app.resets.iter().all(|&c| c == code), "{:?}", app.resets);
+    assert_eq!(served.aborted, 150, "{served:?}");
+    assert_eq!(served.requests, 0, "{served:?}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+/// A perf client that tells `started` when its download's first bytes arrive.
+struct Downloading {
+    client: PerfClient,
+    started: Option<mpsc::Sender<()>>,
+}
+impl App for Downloading {
+    fn on_event(&mut self, driver: &mut Driver, event: QuicEvent) {
+        if matches!(event, QuicEvent::Readable(..))
+            && let Some(started) = self.started.take()
+        {
+            let _ = started.send(());
+        }
+        self.client.on_event(driver, event);
+    }
+    fn on_turn(&mut self, driver: &mut Driver) -> bool {
+        self.client.on_turn(driver)
+    }
+}
+
+#[test]
+fn a_server_stopping_after_one_connection_lets_another_open_one_finish() {
+    let identity = Identity::self_signed(&["localhost"]).unwrap();
+    let server = driver_support::start_server_until(
+        &identity,
+        Tuning::default(),
+        DriverConfig::default(),
+        Some(1),
+    );
+    let (started_tx, started_rx) = mpsc::channel();
+    let to = server.addr;
+    // A long download, under way when a second client comes, is served, and closes.
+    let long = thread::spawn(move || {
+        let (mut quic, conn) = client_loop(to, &Tuning::default());
+        let plan = ClientPlan {
+            download: 20_000_000,
+            ..ClientPlan::default()
+        };
+        let now = quic.driver().now();
+        let mut app = Downloading {
+            client: PerfClient::new(plan, conn, now),
+            started: Some(started_tx),
+        };
+        quic.run(&mut app).unwrap();
+        app.client.report
+    });
+    started_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the download starts");
+    let short = default_client(
+        to,
+        Trust::Insecure,
+        ClientPlan {
+            download: 1_000,
+            ..ClientPlan::default()
+        },
+    );
+    assert_eq!((short.requests, short.error.as_deref()), (1, None));
+    let long = long.join().unwrap();
+    assert_eq!(long.error, None, "{long:?}");
+    assert_eq!(long.download_bytes, 20_000_000);
+    // And the server stops once both have closed.
+    let (served, _) = server.done.join().unwrap();
+    assert_eq!((served.connections, served.requests), (2, 2), "{served:?}");
 }
 
 #[test]

@@ -418,8 +418,13 @@ impl<C: Clock + Clone> Driver<C> {
                 // for its next call): compacted now, and the packet is a late one for its
                 // record (quinn-proto's answer would go with the connection).
                 if self.conns.at(slot).is_some_and(|c| c.conn.is_closed()) && self.retire(slot) {
-                    if let Some(cid) = &dcid {
-                        self.late_packet(cid, remote, local_ip);
+                    // One the record does not know (another of the connection's IDs, or
+                    // none read) is dropped, and counted as quinn-proto's drops are.
+                    let taken = dcid
+                        .as_ref()
+                        .is_some_and(|cid| self.late_packet(cid, remote, local_ip));
+                    if !taken {
+                        self.stats.datagrams_ignored += 1;
                     }
                 } else if let Some(c) = self.conns.at(slot) {
                     c.conn.handle_event(event);

@@ -12,7 +12,8 @@ pub struct DriverStats {
     pub datagrams_received: u64,
     /// Datagrams quinn-proto's endpoint took without a connection event or a response:
     /// malformed, for an unknown connection that gets no reset, or buffered for a
-    /// connection being accepted.
+    /// connection being accepted; and those for a connection closed just then under an ID
+    /// its record does not keep.
     pub datagrams_ignored: u64,
     /// Transmits handed out by [`Driver::poll_transmit`].
     pub transmits: u64,

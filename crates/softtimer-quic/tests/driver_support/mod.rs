@@ -26,6 +26,17 @@ pub struct Server {
 }
 
 pub fn start_server(identity: &Identity, tuning: Tuning, config: DriverConfig) -> Server {
+    start_server_until(identity, tuning, config, None)
+}
+
+/// A server that stops by itself once `connections` have closed (see
+/// [`PerfServer::stop_after_connections`]).
+pub fn start_server_until(
+    identity: &Identity,
+    tuning: Tuning,
+    config: DriverConfig,
+    connections: Option<u64>,
+) -> Server {
     let config_server = server_config(identity, &tuning).unwrap();
     let (tx, rx) = mpsc::channel();
     let done = thread::spawn(move || {
@@ -34,7 +45,7 @@ pub fn start_server(identity: &Identity, tuning: Tuning, config: DriverConfig) -
             QuicLoop::new(Default::default(), socket, config, Some(config_server)).unwrap();
         let addr = quic.socket().local_addr().unwrap();
         tx.send((addr, quic.stop_handle())).unwrap();
-        let mut app = PerfServer::new(None);
+        let mut app = PerfServer::new(connections);
         quic.run(&mut app).unwrap();
         let stats = Stats {
             driver: quic.driver().stats(),
