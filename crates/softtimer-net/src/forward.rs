@@ -43,6 +43,8 @@ pub struct ForwardCounters {
     pub forwarded: u64,
     /// Datagrams the sending socket refused.
     pub send_errors: u64,
+    /// Of `received`, datagrams longer than [`MAX_FORWARDED`]: dropped, not sent on cut.
+    pub truncated: u64,
 }
 
 /// A receiving socket and a sending socket connected to the next hop.
@@ -83,29 +85,33 @@ impl Forwarder {
         self.rx.local_addr()
     }
 
-    /// Takes up to `max` waiting datagrams without blocking; `Ok(0)` when none waits.
+    /// Takes up to `max` waiting datagrams without blocking; `Ok(0)` when none waits. Those
+    /// longer than [`MAX_FORWARDED`] are among them, counted in
+    /// [`ForwardCounters::truncated`], and are not [`taken`](Forwarder::taken) or sent.
     pub fn take_up_to(&mut self, max: usize) -> io::Result<usize> {
         self.taken = self.rx.recv_up_to(max)?;
         self.counters.received += self.taken as u64;
+        let cut = (0..self.taken)
+            .filter(|&i| self.rx.get(i).is_some_and(|d| d.truncated))
+            .count();
+        self.counters.truncated += cut as u64;
         Ok(self.taken)
     }
 
-    /// Datagram `i` of those just taken.
+    /// Datagram `i` of those just taken; `None` past them, and for one that was longer than
+    /// [`MAX_FORWARDED`] (a router does not send on a datagram it cut).
     pub fn taken(&self, i: usize) -> Option<&[u8]> {
         (i < self.taken)
-            .then(|| self.rx.get(i).map(|d| d.data))
+            .then(|| self.rx.get(i).filter(|d| !d.truncated).map(|d| d.data))
             .flatten()
     }
 
-    /// Sends every datagram just taken to the next hop (one `sendmmsg`); returns how many
-    /// the socket accepted.
+    /// Sends every datagram just taken (but those too long) to the next hop (one
+    /// `sendmmsg`); returns how many the socket accepted.
     pub fn send_taken(&mut self) -> usize {
-        let n = self.taken;
-        let datagrams: Vec<&[u8]> = (0..n)
-            .filter_map(|i| self.rx.get(i).map(|d| d.data))
-            .collect();
+        let datagrams: Vec<&[u8]> = (0..self.taken).filter_map(|i| self.taken(i)).collect();
         let sent = send_all(&self.tx, &datagrams);
-        self.count_sent(n, sent);
+        self.count_sent(datagrams.len(), sent);
         self.taken = 0;
         sent
     }
@@ -227,6 +233,39 @@ mod tests {
         let c = fwd.counters();
         assert_eq!((c.received, c.forwarded, c.send_errors), (5, 3, 0));
         assert_eq!(fwd.kernel_drops(), 0);
+    }
+
+    #[test]
+    fn a_datagram_too_long_is_dropped_and_counted_not_sent_on_cut() {
+        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sink.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut fwd = Forwarder::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            sink.local_addr().unwrap(),
+            8,
+        )
+        .unwrap();
+        let src = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = fwd.local_addr().unwrap();
+        src.send_to(&[1; 100], to).unwrap();
+        src.send_to(&[2; MAX_FORWARDED + 1], to).unwrap();
+        src.send_to(&[3; MAX_FORWARDED], to).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(fwd.take_up_to(8).unwrap(), 3);
+        assert_eq!(fwd.taken(1), None, "the long one is not handed out cut");
+        assert_eq!(fwd.send_taken(), 2);
+        let mut buf = [0u8; 4096];
+        let n = sink.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &[1; 100]);
+        let n = sink.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &[3; MAX_FORWARDED]);
+        assert!(sink.recv(&mut buf).is_err(), "nothing else arrives");
+        let c = fwd.counters();
+        assert_eq!(
+            (c.received, c.forwarded, c.send_errors, c.truncated),
+            (3, 2, 0, 1)
+        );
     }
 
     #[test]

@@ -112,6 +112,10 @@ pub struct RouterReport {
     pub kernel_drops: u64,
     /// Sends the kernel refused.
     pub send_errors: u64,
+    /// Datagrams taken that were longer than the router carries (1,472 bytes): dropped,
+    /// not sent on cut.
+    #[serde(default)]
+    pub too_long: u64,
     /// Times input was stopped by queue feedback, and how many of those the timeout ended.
     pub feedback_stops: (u64, u64),
     /// 10 ms periods in which the CPU budget ran out.
@@ -197,8 +201,8 @@ struct Consumed {
 
 /// The consumer behind a queue: per-packet work, then send; until `stop`, and then what is
 /// left in the queue (at most its capacity), so that every datagram the queue accepted is
-/// forwarded or refused, and `received = forwarded + dropped + send errors` holds at the end
-/// of a run.
+/// forwarded or refused, and `received = forwarded + dropped + send errors + too long` holds
+/// at the end of a run.
 fn consume(
     queue: &Queue,
     sender: &softtimer_net::forward::Sender,
@@ -325,6 +329,7 @@ fn empty_report(options: &RouterOptions) -> RouterReport {
         dropped_in_queue: 0,
         kernel_drops: 0,
         send_errors: 0,
+        too_long: 0,
         feedback_stops: (0, 0),
         budget_stops: 0,
         cpu_pct: 0.0,
@@ -485,6 +490,7 @@ fn run_polling(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRepo
     report.dropped_in_queue = queue.dropped.load(Ordering::Relaxed);
     report.kernel_drops = fwd.kernel_drops();
     report.send_errors = c.send_errors + screened.refused.load(Ordering::Relaxed);
+    report.too_long = c.truncated;
     report.feedback_stops = feedback.map_or((0, 0), |f| f.counts());
     report.budget_stops = budget.map_or(0, |b| b.inhibited_periods());
     Ok(report)
@@ -556,6 +562,7 @@ fn run_baseline(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRep
     report.received = c.received;
     report.forwarded = consumed.sent.load(Ordering::Relaxed);
     report.send_errors = consumed.refused.load(Ordering::Relaxed);
+    report.too_long = c.truncated;
     report.dropped_in_queue = queue.dropped.load(Ordering::Relaxed);
     report.kernel_drops = receiver.kernel_drops();
     if let Err(e) = fifo {
@@ -566,9 +573,13 @@ fn run_baseline(options: &RouterOptions, mut fwd: Forwarder) -> Result<RouterRep
 
 impl Report for RouterReport {
     fn text(&self) -> String {
+        let too_long = match self.too_long {
+            0 => String::new(),
+            n => format!(", too long to carry {n}"),
+        };
         format!(
             "received {}, forwarded {}, dropped in a queue {}, dropped by the kernel {}, \
-             refused by the kernel on the way out {}, CPU {:.1} %\n",
+             refused by the kernel on the way out {}{too_long}, CPU {:.1} %\n",
             self.received,
             self.forwarded,
             self.dropped_in_queue,
