@@ -334,7 +334,9 @@ where
 /// the loop, whose timers and sockets keep running. A panic in `f` is reported through the
 /// handle, as a task's is. Dropping the handle does not stop `f` once it has started (a
 /// thread cannot be interrupted); [`JoinHandle::abort`] cancels it only while it is queued.
-/// In `f`, [`Handle::current`] is the runtime's, to spawn onto its loops.
+/// In `f`, [`Handle::current`] is the runtime's, and [`spawn`](crate::spawn), the timers and
+/// the sockets made there belong to its loops (each to the next in turn), as on tokio's
+/// blocking threads.
 ///
 /// Dropping the runtime cancels the work still queued but does not wait for `f` once it
 /// runs: it finishes on its thread, which exits then, and a program that ends meanwhile ends

@@ -309,7 +309,20 @@ pub(crate) fn current_shared() -> Option<Arc<LoopShared>> {
         .or_else(crate::foreign::shared)
 }
 
-/// `f` on the shared side of [`current_shared`]'s loop, without taking a reference to a
+/// [`current_shared`]'s loop, or on one of a runtime's blocking threads
+/// ([`spawn_blocking`](crate::spawn_blocking)) the runtime's next loop in turn: where a
+/// task, a timer or a socket made on this thread goes, as on tokio's blocking threads.
+/// (`Handle::block_on` asks [`current_shared`]: a blocking thread may block.)
+pub(crate) fn context_shared() -> Option<Arc<LoopShared>> {
+    current_shared().or_else(pool_loop)
+}
+
+/// On a runtime's blocking thread, the runtime's next loop in turn.
+fn pool_loop() -> Option<Arc<LoopShared>> {
+    crate::blocking::pool_runtime().map(|inner| crate::Handle { inner }.next_loop())
+}
+
+/// `f` on the shared side of [`context_shared`]'s loop, without taking a reference to a
 /// loop this thread runs.
 #[inline]
 pub(crate) fn with_current<R>(f: impl FnOnce(Option<&LoopShared>) -> R) -> R {
@@ -318,7 +331,7 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<&LoopShared>) -> R) -> R {
     let result = LOCAL.try_with(|l| l.borrow().as_ref().map(|local| call(Some(&local.shared))));
     match result {
         Ok(Some(r)) => r,
-        _ => call(crate::foreign::shared().as_deref()),
+        _ => call(crate::foreign::shared().or_else(pool_loop).as_deref()),
     }
 }
 

@@ -92,7 +92,7 @@ impl<T: AsFd> AsyncFd<T> {
                 "AsyncFd needs a non-blocking descriptor (set O_NONBLOCK first)",
             ));
         }
-        let shared = crate::executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
+        let shared = crate::executor::context_shared().ok_or_else(crate::reactor::no_runtime)?;
         let reg = Registration::new_read_only(shared, fd)?;
         Ok(AsyncFd {
             inner: Some(inner),

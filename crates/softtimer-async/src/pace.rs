@@ -308,6 +308,9 @@ fn runtime_gone() -> io::Error {
 /// before it, from a soft-event handler at a trigger state, and the task that sends is not
 /// woken per datagram (only when a full queue has drained to half).
 ///
+/// The queue keeps the socket open, and its port bound, until the last datagram queued has
+/// left, even once every handle to the socket and the sender is dropped.
+///
 /// ```
 /// use std::time::Instant;
 /// use softtimer_async::{PacedSender, Runtime, UdpSocket};
@@ -348,6 +351,12 @@ impl PacedSender {
     }
 
     /// Queues a copy of `buf` for `to`, stamped at the rate.
+    ///
+    /// # Errors
+    ///
+    /// A departure that failed since the last call (say, refused by the peer's port on a
+    /// connected socket): this call then queues nothing, and `buf` may be sent again. The
+    /// runtime's "shut down" error once it has been dropped.
     pub async fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<()> {
         self.departures.send_paced(buf, to).await
     }

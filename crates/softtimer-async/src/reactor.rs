@@ -449,7 +449,7 @@ impl Registration {
 
     /// Registers `fd` with the loop of the calling thread.
     pub(crate) fn current(fd: BorrowedFd<'_>) -> io::Result<Registration> {
-        let shared = crate::executor::current_shared().ok_or_else(no_runtime)?;
+        let shared = crate::executor::context_shared().ok_or_else(no_runtime)?;
         Self::new(shared, fd)
     }
 

@@ -101,7 +101,9 @@ impl Builder {
     /// descriptor is ready and no blocking work ([`spawn_blocking`](crate::spawn_blocking),
     /// a name lookup) is queued or running, time jumps to the next due timer. Times are
     /// `std::time::Instant`s that start at the runtime's build and advance with the clock.
-    /// One loop only: [`build`](Self::build) refuses it with [`threads`](Self::threads)
+    /// So blocking work must not itself wait for the simulated time to move (a closure that
+    /// sleeps through `Handle::block_on`, or waits for a task that does): time would wait for
+    /// it, and it for time, for ever. One loop only: [`build`](Self::build) refuses it with [`threads`](Self::threads)
     /// above 1.
     pub fn simulated(mut self, clock: SimClock) -> Self {
         self.sim = Some(clock);

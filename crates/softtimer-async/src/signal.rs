@@ -176,7 +176,7 @@ impl std::fmt::Debug for Slot {
 pub fn signal(kind: SignalKind) -> io::Result<Signal> {
     // Before the handler is installed: a listener refused for want of a runtime changes
     // nothing.
-    let shared = crate::executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
+    let shared = crate::executor::context_shared().ok_or_else(crate::reactor::no_runtime)?;
     let (slot, seen) = slot(kind)?;
     let fd = slot.eventfd.try_clone()?;
     // Readability only: an eventfd is always writable.

@@ -158,18 +158,19 @@ pub async fn yield_now() {
     .await
 }
 
-/// Spawns `future` onto the calling thread's loop, where it stays.
+/// Spawns `future` onto the calling thread's loop, where it stays (from one of the runtime's
+/// blocking threads, onto its next loop in turn).
 ///
 /// # Panics
 ///
-/// Outside a runtime thread (use [`Handle::spawn`](crate::Handle::spawn) there).
+/// Outside a runtime's threads (use [`Handle::spawn`](crate::Handle::spawn) there).
 #[track_caller]
 pub fn spawn<F>(future: F) -> JoinHandle<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let shared = executor::current_shared()
+    let shared = executor::context_shared()
         .expect("softtimer_async::spawn called outside a runtime thread: use Handle::spawn there");
     spawn_onto(&shared, future)
 }

@@ -307,9 +307,9 @@ impl std::fmt::Debug for TimerEntry {
 /// The calling thread's loop, for a timer.
 #[track_caller]
 fn here() -> Arc<LoopShared> {
-    executor::current_shared().expect(
+    executor::context_shared().expect(
         "softtimer-async timers are made on a runtime thread (inside block_on, a task, \
-             or Runtime::enter's context)",
+             Runtime::enter's context, or a blocking task)",
     )
 }
 

@@ -49,6 +49,42 @@ fn a_blocking_task_runs_timers_sockets_and_spawns_through_its_handle() {
     assert_eq!(spawned, 42);
 }
 
+/// A blocking task's thread has the runtime's context outside `Handle::block_on` too, as
+/// tokio's has: a future made before entering it (`timeout` makes its timer at once), a
+/// task spawned and a socket made there all belong to the runtime.
+#[test]
+fn a_blocking_task_makes_timers_tasks_and_sockets_outside_block_on() {
+    for threads in [1, 2] {
+        let rt = Runtime::builder()
+            .threads(threads)
+            .pin(false)
+            .build()
+            .unwrap();
+        let (timed_out, spawned, echoed) = rt
+            .block_on(rt.spawn_blocking(|| {
+                let timed = softtimer_async::time::timeout(
+                    Duration::from_millis(2),
+                    sleep(Duration::from_secs(10)),
+                );
+                let spawned = softtimer_async::spawn(async { 6 * 7 });
+                let std_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                std_socket.set_nonblocking(true).unwrap();
+                let socket = UdpSocket::from_std(std_socket).unwrap();
+                Handle::current().block_on(async move {
+                    let timed_out = timed.await.is_err();
+                    let to = socket.local_addr().unwrap();
+                    socket.send_to(b"self", to).await.unwrap();
+                    let mut buf = [0u8; 8];
+                    let (n, _) = socket.recv_from(&mut buf).await.unwrap();
+                    (timed_out, spawned.await.unwrap(), buf[..n].to_vec())
+                })
+            }))
+            .unwrap();
+        assert!(timed_out, "threads {threads}");
+        assert_eq!((spawned, echoed.as_slice()), (42, &b"self"[..]));
+    }
+}
+
 /// On a thread of the program's own, with a handle it was given; a runtime of one loop
 /// serves it while another thread runs `Runtime::block_on`.
 #[test]

@@ -8,9 +8,6 @@ use softtimer_async::time::timeout;
 use softtimer_async::{PacedSender, Runtime, TcpListener, TcpStream, UdpSocket};
 use softtimer_rt::RecvBatch;
 
-mod common;
-use common::foreign_block_on;
-
 const BOUND: Duration = Duration::from_secs(10);
 
 /// Runs `test` on a fresh runtime.
@@ -843,43 +840,6 @@ fn a_wait_given_up_leaves_another_of_the_same_task_waiting() {
         match kept.as_mut().poll(&mut cx) {
             Poll::Ready(Ok((5, from))) => assert_eq!(from, sender.local_addr().unwrap()),
             other => panic!("the waiting receive: {other:?}"),
-        }
-    });
-}
-
-/// A socket of the runtime used by another executor, on a thread in no runtime's context:
-/// an address written out is parsed there, as a typed one is taken; a host name, which
-/// needs the runtime's blocking pool, is refused with an error, not a panic.
-#[test]
-fn send_to_a_literal_address_works_from_another_executors_thread() {
-    let rt = Runtime::new().unwrap();
-    let (sender, receiver) = rt.block_on(async {
-        let sender = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let receiver = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        (sender, receiver)
-    });
-    let to = receiver.local_addr().unwrap();
-    let (written, refused) = std::thread::spawn(move || {
-        foreign_block_on(async {
-            let written = sender.send_to(b"literal", to.to_string()).await;
-            let pair = sender.send_to(b"pair", ("127.0.0.1", to.port())).await;
-            let refused = sender.send_to(b"name", ("localhost", to.port())).await;
-            (written.and(pair), refused)
-        })
-    })
-    .join()
-    .unwrap();
-    assert_eq!(written.unwrap(), 4);
-    let err = refused.unwrap_err();
-    assert_eq!(err.kind(), std::io::ErrorKind::Other, "{err}");
-    rt.block_on(async {
-        let mut buf = [0u8; 16];
-        for want in [&b"literal"[..], b"pair"] {
-            let (n, _) = timeout(BOUND, receiver.recv_from(&mut buf))
-                .await
-                .unwrap()
-                .unwrap();
-            assert_eq!(&buf[..n], want);
         }
     });
 }

@@ -254,7 +254,7 @@ pub(crate) async fn first_that_opens<T, F>(
 where
     F: Future<Output = io::Result<T>>,
 {
-    if crate::executor::current_shared().is_none() {
+    if crate::executor::context_shared().is_none() {
         return Err(crate::reactor::no_runtime());
     }
     let mut last = None;

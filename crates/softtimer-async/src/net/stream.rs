@@ -89,7 +89,7 @@ macro_rules! stream_io {
         ///
         /// # Errors
         ///
-        /// None today; an `::std::io::Result` as tokio's.
+        /// An error (`Other`) once the runtime the stream belongs to has shut down.
         pub async fn readable(&self) -> ::std::io::Result<()> {
             $crate::reactor::wait_fn(|cx| self.reg.poll_ready($crate::reactor::Direction::Read, cx))
                 .await
@@ -99,7 +99,7 @@ macro_rules! stream_io {
         ///
         /// # Errors
         ///
-        /// None today; an `::std::io::Result` as tokio's.
+        /// An error (`Other`) once the runtime the stream belongs to has shut down.
         pub async fn writable(&self) -> ::std::io::Result<()> {
             $crate::reactor::wait_fn(|cx| {
                 self.reg.poll_ready($crate::reactor::Direction::Write, cx)
@@ -246,6 +246,18 @@ pub(crate) use stream_io;
 pub(crate) fn register_nonblocking(socket: BorrowedFd<'_>) -> io::Result<Registration> {
     rustix::io::ioctl_fionbio(socket, true)?;
     Registration::current(socket)
+}
+
+/// A socket accepted (non-blocking already) on `listener`, registered with the loop of the
+/// thread that accepts it, or, on a thread with none (another executor's), with the
+/// listener's, as tokio does: a connection accepted is not dropped for want of a loop.
+pub(crate) fn register_accepted(
+    socket: BorrowedFd<'_>,
+    listener: &Registration,
+) -> io::Result<Registration> {
+    let shared = crate::executor::context_shared()
+        .unwrap_or_else(|| std::sync::Arc::clone(listener.shared()));
+    Registration::new(shared, socket)
 }
 
 /// The write half of an I/O trait (futures-io's, tokio's or hyper's) on a stream: each

@@ -11,7 +11,7 @@ use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
 use softtimer::TriggerSource;
 
 use crate::net::addr::first_that_opens;
-use crate::net::stream::register_nonblocking;
+use crate::net::stream::{register_accepted, register_nonblocking};
 use crate::net::udp::syscall;
 use crate::reactor::{Direction, Registration, take_socket_error, wait_fn};
 
@@ -156,7 +156,9 @@ impl TcpListener {
             return Poll::Pending;
         };
         Poll::Ready(accepted.and_then(|(fd, addr)| {
-            let stream = TcpStream::from_std(std::net::TcpStream::from(fd))?;
+            let socket = std::net::TcpStream::from(fd);
+            let reg = register_accepted(socket.as_fd(), &self.reg)?;
+            let stream = TcpStream { socket, reg };
             let peer = match addr.and_then(|a| SocketAddr::try_from(a).ok()) {
                 Some(peer) => peer,
                 None => stream.peer_addr()?,

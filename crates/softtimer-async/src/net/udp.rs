@@ -108,7 +108,7 @@ impl UdpSocket {
     /// An `Other` error outside a runtime thread; the error of making the socket
     /// non-blocking or of the loop's `epoll_ctl` otherwise.
     pub fn from_std(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
-        let shared = executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
+        let shared = executor::context_shared().ok_or_else(crate::reactor::no_runtime)?;
         Self::on(shared, socket, false)
     }
 
@@ -119,7 +119,7 @@ impl UdpSocket {
     ///
     /// As [`UdpSocket::from_std`]'s, and quinn-udp's if it cannot set the socket up.
     pub fn from_std_with_offload(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
-        let shared = executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
+        let shared = executor::context_shared().ok_or_else(crate::reactor::no_runtime)?;
         Self::on(shared, socket, true)
     }
 
@@ -517,8 +517,13 @@ impl UdpSocket {
     /// Sends a copy of `buf` to `to` at `at`: the datagram is queued in the socket's
     /// departure queue and leaves from a soft-event handler at the first trigger state at
     /// or after `at`, without waking this task (softtimer-net's departure-time scheduler).
-    /// Returns once it is queued; waits only while the queue is full. An error of an
-    /// earlier departure is returned by the next call.
+    /// Returns once it is queued; waits only while the queue is full. A departure that fails
+    /// is reported by the next call, which then queues nothing (send that datagram again).
+    /// The queue keeps the socket open, and its port bound, until its last datagram has
+    /// left, handles dropped or not. `at` is mapped to the runtime's clock when queued and
+    /// not checked against `std::time::Instant` again (a timer is): after a long wait a
+    /// datagram may leave before `at` by `std::time::Instant`, by the two clocks' difference
+    /// in rate (parts per million of the wait).
     ///
     /// ```
     /// use std::time::{Duration, Instant};

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use softtimer::TriggerSource;
 
-use crate::net::stream::register_nonblocking;
+use crate::net::stream::{register_accepted, register_nonblocking};
 use crate::net::udp::syscall;
 use crate::reactor::{Direction, Registration, wait_fn};
 
@@ -32,7 +32,7 @@ fn unix_socket(kind: SocketType, flags: SocketFlags) -> io::Result<OwnedFd> {
 
 /// An `Other` error outside a runtime thread, before any system call.
 fn require_runtime() -> io::Result<()> {
-    crate::executor::current_shared()
+    crate::executor::context_shared()
         .map(drop)
         .ok_or_else(crate::reactor::no_runtime)
 }
@@ -151,7 +151,9 @@ impl UnixListener {
             return Poll::Pending;
         };
         Poll::Ready(accepted.and_then(|fd| {
-            let stream = UnixStream::from_std(std::os::unix::net::UnixStream::from(fd))?;
+            let socket = std::os::unix::net::UnixStream::from(fd);
+            let reg = register_accepted(socket.as_fd(), &self.reg)?;
+            let stream = UnixStream { socket, reg };
             // std makes no unnamed address but through a socket: the peer's, asked for.
             let peer = syscall(TriggerSource::Syscall, || stream.peer_addr())?;
             Ok((stream, peer))

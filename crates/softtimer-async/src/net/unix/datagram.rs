@@ -139,7 +139,7 @@ impl UnixDatagram {
 
     /// A non-blocking socket registered with the calling thread's loop.
     fn registered(socket: std::os::unix::net::UnixDatagram) -> io::Result<UnixDatagram> {
-        let shared = crate::executor::current_shared().ok_or_else(crate::reactor::no_runtime)?;
+        let shared = crate::executor::context_shared().ok_or_else(crate::reactor::no_runtime)?;
         // Watching writability only once a send has had to wait, as UDP's does: a datagram
         // socket turns writable again as each sent datagram is read.
         let reg = Registration::new_read_only(shared, socket.as_fd())?;
