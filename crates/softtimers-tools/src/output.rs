@@ -10,6 +10,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 /// The result of a program's run.
 pub use anyhow::Result;
 use serde::Serialize;
@@ -131,12 +132,86 @@ pub fn emit<R: Report>(report: &R, json: Option<&Path>) -> Result<()> {
     json.map_or(Ok(()), |path| write_json(path, report))
 }
 
-/// Runs the command's program and shows its report: a command from start to end.
+/// Runs the command's program and shows its report: a command from start to end. A `--json`
+/// file that cannot be written is refused before the run, not found out after it.
 pub fn execute<P: Program + clap::Args>(command: &WithJson<P>) -> Result<()> {
+    if let Some(path) = &command.json {
+        check_writable(path)?;
+    }
     let report = command.args.run()?;
     emit(&report, command.json.as_deref())?;
     match report.failure() {
         Some(why) => anyhow::bail!("{why}"),
         None => Ok(()),
+    }
+}
+
+/// Whether `path` can be written, tried by opening it (without truncating) and, if it did
+/// not exist, removing it again.
+fn check_writable(path: &Path) -> Result<()> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .with_context(|| format!("--json {}: cannot write it", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program that counts its runs.
+    #[derive(clap::Args, Clone, Debug)]
+    struct Counted {
+        #[arg(skip)]
+        runs: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    }
+
+    #[derive(Serialize, serde::Deserialize)]
+    struct Done;
+
+    impl Report for Done {
+        fn text(&self) -> String {
+            String::new()
+        }
+    }
+
+    impl Program for Counted {
+        type Output = Done;
+
+        fn run(&self) -> Result<Done> {
+            self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(Done)
+        }
+    }
+
+    #[test]
+    fn a_json_file_that_cannot_be_written_is_refused_before_the_run() {
+        let dir = std::env::temp_dir().join(format!("softtimers-json-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let command = |json: PathBuf| WithJson {
+            args: Counted {
+                runs: Default::default(),
+            },
+            json: Some(json),
+        };
+        let nowhere = command(dir.join("missing").join("x.json"));
+        let err = execute(&nowhere).unwrap_err();
+        assert!(format!("{err:#}").contains("cannot write it"), "{err:#}");
+        assert_eq!(
+            nowhere.args.runs.load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        // A writable one: the run goes ahead and writes it.
+        let fine = command(dir.join("x.json"));
+        execute(&fine).unwrap();
+        assert_eq!(fine.args.runs.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert!(dir.join("x.json").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
