@@ -331,7 +331,15 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<&LoopShared>) -> R) -> R {
     let result = LOCAL.try_with(|l| l.borrow().as_ref().map(|local| call(Some(&local.shared))));
     match result {
         Ok(Some(r)) => r,
-        _ => call(crate::foreign::shared().or_else(pool_loop).as_deref()),
+        // On a blocking thread, the runtime's first loop: every loop keeps the runtime's one
+        // time, and the next in turn would move the round that spawns follow.
+        _ => call(
+            crate::foreign::shared()
+                .or_else(|| {
+                    crate::blocking::pool_runtime().map(|inner| Arc::clone(&inner.loops[0]))
+                })
+                .as_deref(),
+        ),
     }
 }
 

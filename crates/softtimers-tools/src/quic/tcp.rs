@@ -159,7 +159,8 @@ impl Server {
         self.close(id, served);
     }
 
-    /// Adds a closed connection's counts; stops the server once `stop_after` have closed.
+    /// Adds a closed connection's counts; stops the server once `stop_after` have closed and
+    /// no other is open (as the soft stacks' server does).
     fn close(&self, id: u64, served: ServerReport) {
         let mut state = self.lock();
         state.open.remove(&id);
@@ -174,7 +175,7 @@ impl Server {
             *report.lost_packets.get_or_insert(0) += lost;
         }
         state.closed += 1;
-        let done = self.stop_after.is_some_and(|n| state.closed >= n);
+        let done = self.stop_after.is_some_and(|n| state.closed >= n) && state.open.is_empty();
         drop(state);
         if done {
             self.stop();
