@@ -11,7 +11,7 @@ use softtimer_async::{Handle, Runtime, UdpSocket};
 /// backstop.
 #[test]
 fn a_blocking_task_runs_timers_sockets_and_spawns_through_its_handle() {
-    let rt = Runtime::builder().threads(2).pin(false).build().unwrap();
+    let rt = unpinned(2);
     let (late, echoed, spawned) = rt
         .block_on(rt.spawn_blocking(|| {
             Handle::current().block_on(async {
@@ -49,17 +49,22 @@ fn a_blocking_task_runs_timers_sockets_and_spawns_through_its_handle() {
     assert_eq!(spawned, 42);
 }
 
+/// A runtime of `threads` loops, not pinned (the tests share the host's CPUs).
+fn unpinned(threads: usize) -> Runtime {
+    Runtime::builder()
+        .threads(threads)
+        .pin(false)
+        .build()
+        .unwrap()
+}
+
 /// A blocking task's thread has the runtime's context outside `Handle::block_on` too, as
 /// tokio's has: a future made before entering it (`timeout` makes its timer at once), a
 /// task spawned and a socket made there all belong to the runtime.
 #[test]
 fn a_blocking_task_makes_timers_tasks_and_sockets_outside_block_on() {
     for threads in [1, 2] {
-        let rt = Runtime::builder()
-            .threads(threads)
-            .pin(false)
-            .build()
-            .unwrap();
+        let rt = unpinned(threads);
         let (timed_out, spawned, echoed) = rt
             .block_on(rt.spawn_blocking(|| {
                 let timed = softtimer_async::time::timeout(
@@ -90,11 +95,7 @@ fn a_blocking_task_makes_timers_tasks_and_sockets_outside_block_on() {
 #[test]
 fn a_thread_of_its_own_runs_async_code_through_a_handle() {
     for threads in [1, 2] {
-        let rt = Runtime::builder()
-            .threads(threads)
-            .pin(false)
-            .build()
-            .unwrap();
+        let rt = unpinned(threads);
         let handle = rt.handle();
         let other = std::thread::spawn(move || {
             handle.block_on(async {
@@ -121,7 +122,7 @@ fn a_thread_of_its_own_runs_async_code_through_a_handle() {
 /// (each would stop a loop); `spawn_local` in one is refused too (no loop runs there).
 #[test]
 fn handle_block_on_is_refused_where_it_would_block_a_loop() {
-    let rt = Runtime::builder().threads(2).pin(false).build().unwrap();
+    let rt = unpinned(2);
     let message = |r: std::thread::Result<()>| {
         let e = r.unwrap_err();
         e.downcast_ref::<String>()
@@ -159,7 +160,7 @@ fn handle_block_on_is_refused_where_it_would_block_a_loop() {
 /// serving loop is woken to wait for the departure, not left blocked until the backstop.
 #[test]
 fn a_send_at_from_a_thread_of_its_own_leaves_on_time() {
-    let rt = Runtime::builder().threads(2).pin(false).build().unwrap();
+    let rt = unpinned(2);
     let handle = rt.handle();
     let mut late = std::thread::spawn(move || {
         let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
