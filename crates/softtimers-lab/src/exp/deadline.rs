@@ -164,9 +164,9 @@ pub fn e13(options: &ExpOptions, progress: &mut dyn FnMut(f64, &str)) -> Result<
         options.client,
     )
     .events(TimerSource::Soft, INTERVAL_US);
-    // A watcher waking every 10 µs on the load generator's core can starve it on a slow
-    // host (no response in a whole run): a measured loss of all throughput, not a failure
-    // that ends the lab.
+    // At 10 µs on a slow host a design can leave no response in a whole run (the lazy
+    // `timerfd` starving the server's core, a watcher the load generator's): a measured
+    // loss of all throughput, not a failure that ends the lab.
     let base = Setup {
         starving_measured: true,
         ..base
