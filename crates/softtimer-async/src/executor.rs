@@ -322,6 +322,12 @@ fn pool_loop() -> Option<Arc<LoopShared>> {
     crate::blocking::pool_runtime().map(|inner| crate::Handle { inner }.next_loop())
 }
 
+/// On a runtime's blocking thread, its first loop: for its time, which every loop keeps
+/// alike (the next in turn would move the round that spawns follow).
+fn pool_first_loop() -> Option<Arc<LoopShared>> {
+    crate::blocking::pool_runtime().map(|inner| Arc::clone(&inner.loops[0]))
+}
+
 /// `f` on the shared side of [`context_shared`]'s loop, without taking a reference to a
 /// loop this thread runs.
 #[inline]
@@ -331,15 +337,7 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<&LoopShared>) -> R) -> R {
     let result = LOCAL.try_with(|l| l.borrow().as_ref().map(|local| call(Some(&local.shared))));
     match result {
         Ok(Some(r)) => r,
-        // On a blocking thread, the runtime's first loop: every loop keeps the runtime's one
-        // time, and the next in turn would move the round that spawns follow.
-        _ => call(
-            crate::foreign::shared()
-                .or_else(|| {
-                    crate::blocking::pool_runtime().map(|inner| Arc::clone(&inner.loops[0]))
-                })
-                .as_deref(),
-        ),
+        _ => call(crate::foreign::shared().or_else(pool_first_loop).as_deref()),
     }
 }
 
