@@ -90,8 +90,8 @@ impl ServerReport {
 pub struct PerfServer {
     streams: HashMap<(ConnId, StreamId), ServerStream>,
     pattern: Pattern,
-    /// Stop after this many connections have closed, once no other is open (`None`: serve
-    /// until stopped).
+    /// Stop after this many connections have closed, once no other is open or in its
+    /// handshake (`None`: serve until stopped).
     pub stop_after_connections: Option<u64>,
     closed: u64,
     /// Set from another thread to close every connection and stop (see
@@ -285,11 +285,12 @@ impl<C: Clock + Clone> App<C> for PerfServer {
                 }
                 self.streams.retain(|(c, _), _| *c != conn);
                 self.closed += 1;
-                // Those still open finish first: a second client is not cut off mid-request.
+                // Those still open, or still in their handshake, finish first: a second
+                // client is not cut off mid-request or mid-handshake.
                 if self
                     .stop_after_connections
                     .is_some_and(|n| self.closed >= n)
-                    && self.open.is_empty()
+                    && driver.live_connections() == 0
                 {
                     driver.stop();
                 }

@@ -133,6 +133,36 @@ pub fn pin_process(pid: u32, cpu: usize) -> bool {
         .is_some_and(|pid| rustix::thread::sched_setaffinity(Some(pid), &one_cpu(cpu)).is_ok())
 }
 
+/// Whether `cpu` is a CPU a thread of this one's may be pinned to: online, and in this
+/// thread's affinity (which a `taskset`, a cgroup's `cpuset` or a benchmark may have
+/// narrowed; a thread it starts inherits it). An error says which CPUs are allowed.
+///
+/// ```
+/// use softtimers_tools::cpu::{check_pinnable, cpus};
+/// assert!(check_pinnable(cpus()).is_err());
+/// ```
+pub fn check_pinnable(cpu: usize) -> anyhow::Result<()> {
+    let online = cpus();
+    if cpu >= online {
+        anyhow::bail!("CPU {cpu}: this machine has CPUs 0 to {}", online - 1);
+    }
+    let Ok(set) = rustix::thread::sched_getaffinity(None) else {
+        return Ok(());
+    };
+    if set.is_set(cpu) {
+        return Ok(());
+    }
+    let allowed: Vec<String> = (0..online)
+        .filter(|&c| set.is_set(c))
+        .map(|c| c.to_string())
+        .collect();
+    anyhow::bail!(
+        "CPU {cpu}: this process may run only on CPU {} (its affinity: taskset, or a cgroup's \
+         cpuset)",
+        allowed.join(", ")
+    )
+}
+
 /// CPUs online (not this thread's affinity, which a benchmark may have narrowed).
 pub fn cpus() -> usize {
     std::fs::read_to_string("/sys/devices/system/cpu/online")
@@ -174,5 +204,33 @@ mod tests {
         }
         let after = rustix::thread::sched_getaffinity(None).unwrap();
         assert_eq!(before, after);
+    }
+
+    /// A CPU outside the thread's affinity is refused with the CPUs allowed named: pinning
+    /// to it used to fail without a word, and the emulator ran unpinned.
+    #[test]
+    fn a_cpu_outside_the_affinity_is_refused_with_the_allowed_ones_named() {
+        assert!(
+            check_pinnable(cpus())
+                .unwrap_err()
+                .to_string()
+                .contains("CPUs 0 to")
+        );
+        // On a thread of its own: narrowing the affinity of the test's thread would outlive
+        // this test on a harness that reuses it.
+        std::thread::spawn(|| {
+            let pin = pin_to_last_cpu();
+            let Some(last) = pin.cpu else { return };
+            assert!(check_pinnable(last).is_ok());
+            if last > 0 {
+                let refused = check_pinnable(0).unwrap_err().to_string();
+                assert!(
+                    refused.contains(&format!("may run only on CPU {last}")),
+                    "{refused}"
+                );
+            }
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -397,6 +397,49 @@ fn a_bad_tcp_peer_does_not_take_the_server_down() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// An upload the peer cuts short is a request given up, not one served: the kernel-TCP
+/// server answered it and counted it as a request, where the QUIC stacks' server resets it.
+#[test]
+fn a_tcp_upload_cut_short_is_not_counted_as_a_request() {
+    let dir = std::env::temp_dir().join(format!("st-quic-cutup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("server.json");
+    let options = ["--connections", "2", "--json", json.to_str().unwrap()];
+    let (mut server, addr) = start_server("kernel-tcp", &options, Stdio::piped());
+    {
+        use std::io::{Read, Write};
+        let mut cut = std::net::TcpStream::connect(&addr).unwrap();
+        let mut header = [0u8; 16];
+        header[..8].copy_from_slice(&1_000u64.to_be_bytes());
+        header[8..].copy_from_slice(&100_000u64.to_be_bytes());
+        cut.write_all(&header).unwrap();
+        cut.write_all(&[0u8; 10]).unwrap();
+        cut.shutdown(std::net::Shutdown::Write).unwrap();
+        // Nothing comes back: the server gives the request up and closes.
+        let mut answer = Vec::new();
+        let _ = cut.read_to_end(&mut answer);
+        assert!(answer.is_empty(), "answered {} bytes", answer.len());
+    }
+    let out = Command::new(BIN)
+        .args(["quic", "client", "--to", &addr, "--stack", "kernel-tcp"])
+        .args(["--download", "100k"])
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let status = server.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut server.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("an upload cut short after 10 of its 100000 bytes"),
+        "{stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["served"]["connections"], 2, "{v}");
+    assert_eq!(v["served"]["requests"], 1, "{v}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The kernel-TCP server serves its connections side by side: a client that connects and
 /// sends nothing does not hold up the next one (the server used to serve one connection at
 /// a time, so the second client waited for the first to leave).

@@ -279,7 +279,18 @@ impl<C: Clock + Clone> Driver<C> {
         self.conns.len()
     }
 
-    /// The ids of those connections.
+    /// The connections not yet ended: in their handshake or up, not yet given to the
+    /// application as [`QuicEvent::Lost`](crate::QuicEvent::Lost) (while that event is
+    /// handled, its connection is no longer counted). What a server that stops after some
+    /// connections waits for, so that it does not cut off one still in its handshake.
+    pub fn live_connections(&self) -> usize {
+        self.conns
+            .iter()
+            .filter(|(_, c)| c.ending.lost.is_none())
+            .count()
+    }
+
+    /// The ids of the connections the driver holds (see [`Driver::connections`]).
     pub fn connection_ids(&self) -> Vec<ConnId> {
         self.conns.iter().map(|(id, _)| id).collect()
     }

@@ -54,6 +54,11 @@ pub struct TimersConfig {
     pub chunks: u64,
     /// Runs per configuration (the median is reported).
     pub runs: usize,
+    /// A run the events slow past this is cut short, its time and events extrapolated from
+    /// the chunks it did: a timer signal every 10 µs can slow the workload a hundredfold on
+    /// a virtual machine (each signal costs about as much as its interval), and three such
+    /// runs would take minutes.
+    pub max_run: Duration,
     /// How long the loop thread computes without system calls while the backstop's
     /// lateness is measured.
     pub backstop_compute: Duration,
@@ -107,6 +112,7 @@ impl TimersConfig {
             // number of rounds, while long runs only average the machine's drift in.
             chunks: 100_000,
             runs: length.timers_rounds(),
+            max_run: length.timers_max_run(),
             backstop_compute: length.backstop_compute(),
             state_time: length.state_time(),
             idle_rounds: length.idle_rounds(),
@@ -220,7 +226,7 @@ struct RunResult {
     elapsed: Duration,
     /// Events fired, extrapolated likewise.
     fired: u64,
-    /// Whether the run was cut at [`MAX_RUN`].
+    /// Whether the run was cut at [`TimersConfig::max_run`].
     cut_short: bool,
     triggers: Option<u64>,
     backstop_realtime: Option<bool>,
@@ -240,13 +246,7 @@ fn null_handler(interval: Span) -> impl Fn(&mut SoftTimers<()>, Fired<()>) + Sen
     }
 }
 
-/// A run the events slow down past this is cut short, its time and events extrapolated from
-/// the chunks it did: a timer signal every 10 µs can slow the workload a hundredfold on a
-/// virtual machine (each signal costs about as much as its interval), and three such runs
-/// would take minutes.
-const MAX_RUN: Duration = Duration::from_secs(4);
-
-/// Runs cut at [`MAX_RUN`] after which a configuration is not run again; also the runs after
+/// Runs cut at [`TimersConfig::max_run`] after which a configuration is not run again; also the runs after
 /// which a configuration slowed past [`DEAR_SLOWDOWN`] is not.
 const CUT_RUNS_ENOUGH: usize = 3;
 
@@ -324,6 +324,7 @@ fn run_once(
     source: TimerSource,
     interval_us: u64,
     chunks: u64,
+    max_run: Duration,
     stats: bool,
 ) -> Result<RunResult> {
     let period = Duration::from_micros(interval_us.max(1));
@@ -356,8 +357,8 @@ fn run_once(
         remaining -= 1;
         // The clock is read every 64 chunks (a read per ~0.4 ms of work unslowed): under a
         // signal every 10 µs a chunk can take thousands of times its own length, and checked
-        // every 1,024 chunks such a run went 25 s past MAX_RUN on a slow host.
-        if remaining == 0 || (remaining.is_multiple_of(64) && start.elapsed() > MAX_RUN) {
+        // every 1,024 chunks such a run went 25 s past its limit on a slow host.
+        if remaining == 0 || (remaining.is_multiple_of(64) && start.elapsed() > max_run) {
             cx.stop();
         }
     })?;
@@ -399,6 +400,7 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         TimerSource::BackstopOnly,
         0,
         config.chunks / 4,
+        config.max_run,
         true,
     )?;
     let trigger_states_per_s = probe.triggers.unwrap_or(0) as f64 / probe.elapsed.as_secs_f64();
@@ -406,7 +408,7 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
 
     // A configuration cut short in CUT_RUNS_ENOUGH rounds is not run again (its slowdown is
     // then tens of times the workload, known well enough, and each further run would cost
-    // MAX_RUN), nor one slowed past DEAR_SLOWDOWN in as many (see there).
+    // max_run), nor one slowed past DEAR_SLOWDOWN in as many (see there).
     let mut made: std::collections::HashMap<(TimerSource, u64), Vec<(f64, bool)>> =
         Default::default();
     let mut baseline_s = Vec::with_capacity(config.runs);
@@ -421,7 +423,7 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
             if source != TimerSource::None && measured_enough(runs_made, &baseline_s) {
                 return Ok(None);
             }
-            let r = run_once(&array, source, us, config.chunks, false)?;
+            let r = run_once(&array, source, us, config.chunks, config.max_run, false)?;
             runs_made.push((r.elapsed.as_secs_f64(), r.cut_short));
             if source == TimerSource::None {
                 baseline_s.push(r.elapsed.as_secs_f64());
@@ -500,7 +502,7 @@ pub fn run(config: &TimersConfig, mut progress: impl FnMut(f64, &str)) -> Result
         baseline_run_s: base,
         chunks: config.chunks,
         runs: config.runs,
-        max_run_s: Some(MAX_RUN.as_secs_f64()),
+        max_run_s: Some(config.max_run.as_secs_f64()),
         cut_runs_enough: Some(CUT_RUNS_ENOUGH),
         dear_slowdown_pct: Some(DEAR_SLOWDOWN * 100.0),
         pinned_cpu,

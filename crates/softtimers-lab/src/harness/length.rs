@@ -74,6 +74,13 @@ impl RunLength {
     pub fn timers_rounds(self) -> usize {
         self.pick(3, 12)
     }
+    /// Longest `bench timers` run: one its events slow past this (a `timerfd` or a signal
+    /// every 10–50 µs) is cut short, its time and events extrapolated from the chunks it did.
+    /// The quick run's 1.5 s still hold thousands of those events, and its three dear
+    /// configurations in three rounds took half its step at 4 s.
+    pub fn timers_max_run(self) -> Duration {
+        self.ms(1_500, 4_000)
+    }
     /// How long `bench timers` computes without system calls to measure the backstop.
     pub fn backstop_compute(self) -> Duration {
         self.ms(300, 2_000)

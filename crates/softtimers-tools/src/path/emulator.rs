@@ -185,8 +185,9 @@ impl RunningPath {
                 let why = thread
                     .join()
                     .map_err(|_| anyhow::anyhow!("the emulator panicked"))?
-                    .err();
-                bail!("the emulator did not start: {why:?}");
+                    .err()
+                    .map_or_else(|| "it ended without an error".into(), |e| format!("{e:#}"));
+                bail!("the emulator did not start: {why}");
             }
         };
         Ok(RunningPath {

@@ -204,15 +204,21 @@ fn serve_connection(mut stream: &TcpStream, report: &mut ServerReport) -> Result
             return Ok(());
         }
         let download = u64::from_be_bytes(header[..8].try_into().expect("8"));
-        let mut upload = u64::from_be_bytes(header[8..].try_into().expect("8"));
-        while upload > 0 {
+        let upload = u64::from_be_bytes(header[8..].try_into().expect("8"));
+        let mut left = upload;
+        while left > 0 {
             let n = stream
-                .read(&mut sink[..upload.min(65536) as usize])
+                .read(&mut sink[..left.min(65536) as usize])
                 .context("reading an upload")?;
+            // The peer closed within its upload: a request given up, not served (the QUIC
+            // stacks' server resets such a request's stream and does not count it).
             if n == 0 {
-                break;
+                bail!(
+                    "an upload cut short after {} of its {upload} bytes",
+                    upload - left
+                );
             }
-            upload -= n as u64;
+            left -= n as u64;
             report.bytes_received += n as u64;
         }
         let mut sent = 0;

@@ -3,6 +3,7 @@
 //! one task ticking an `interval` at 100 µs or 1 ms, and 10,000 tasks each sleeping
 //! 100 µs–10 ms at random in a loop (the runtimes interleaved in rounds).
 
+use std::cell::RefCell;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -324,34 +325,56 @@ pub fn one_task(quick: bool) -> Result<Vec<AsyncRow>> {
     Ok(rows)
 }
 
-/// One task of the many-task workload: sleeps at random until `end`; its lateness, ns.
-/// `sleep_until` is the runtime's.
-async fn sleeper<S, F>(seed: u64, end: Instant, sleep_until: S) -> Vec<u64>
+thread_local! {
+    /// Every fire's lateness, ns, of the many-task run on this thread (every runtime runs
+    /// all its tasks on the thread that blocks on them): one buffer for all the tasks,
+    /// sized and paged in before the run. A buffer per task (10,000 of them, growing) cost
+    /// each fire a cache miss, and now and then a page fault or a copy, which was the
+    /// harness's and not the runtime's: about a third of a fire's samples in a profile,
+    /// alike for every runtime, enough to saturate the core of all three.
+    static FIRES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Makes the calling thread's [`FIRES`] empty, with room for a run of `run` paged in.
+fn make_room_for_fires(run: Duration) {
+    // Half as many again as the fires of sleeps of the mean length: a reallocation during
+    // the run would be a stall in what it measures.
+    let mean = Duration::from_micros((TASK_SLEEP_US.0 + TASK_SLEEP_US.1) / 2);
+    let room = (TASKS as f64 * run.as_secs_f64() / mean.as_secs_f64() * 1.5) as usize;
+    FIRES.with_borrow_mut(|fires| {
+        fires.clear();
+        fires.resize(room, 0);
+        fires.clear();
+    });
+}
+
+/// One task of the many-task workload: sleeps at random until `end`, its lateness in
+/// [`FIRES`] (ns). `sleep_until` is the runtime's.
+async fn sleeper<S, F>(seed: u64, end: Instant, sleep_until: S)
 where
     S: Fn(Instant) -> F,
     F: std::future::Future<Output = ()>,
 {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let mut late = Vec::new();
     loop {
         let deadline = Instant::now()
             + Duration::from_micros(rng.random_range(TASK_SLEEP_US.0..=TASK_SLEEP_US.1));
         if deadline > end {
-            return late;
+            return;
         }
         sleep_until(deadline).await;
-        late.push(nanos(Instant::now() - deadline));
+        let late = nanos(Instant::now() - deadline);
+        FIRES.with_borrow_mut(|fires| fires.push(late));
     }
 }
 
 fn tasks_row(
     runtime: RuntimeKind,
     precision: Option<Precision>,
-    per_task: Vec<Vec<u64>>,
+    mut late: Vec<u64>,
     (cpu, spin): (u64, Option<u64>),
     run: Duration,
 ) -> AsyncRow {
-    let mut late: Vec<u64> = per_task.into_iter().flatten().collect();
     let fires = late.len().max(1) as f64;
     let mut row = AsyncRow::new(SLEEP_10K, runtime, precision).with_lateness(&mut late);
     row.cpu_ns_per_op = Some(cpu as f64 / fires);
@@ -386,11 +409,12 @@ pub fn sleep_10k_tasks(quick: bool) -> Result<Vec<AsyncRow>> {
 
 /// One run of the many-task workload on `runtime`, as its users write it.
 fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
-    let (lates, cpu, spin) = match runtime {
+    make_room_for_fires(run);
+    let ((), cpu, spin) = match runtime {
         RuntimeKind::Soft => {
             let rt = soft_runtime(Precision::default())?;
             rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
-            let ((lates, spun), cpu) = with_cpu(|| {
+            let (((), spun), cpu) = with_cpu(|| {
                 idle_spin_of(&rt, || {
                     let end = Instant::now() + run;
                     let handles: Vec<_> = (0..TASKS as u64)
@@ -401,20 +425,18 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
                         })
                         .collect();
                     rt.block_on(async move {
-                        let mut out = Vec::with_capacity(handles.len());
                         for h in handles {
-                            out.push(h.await.expect("a sleeper does not panic"));
+                            h.await.expect("a sleeper does not panic");
                         }
-                        out
                     })
                 })
             });
-            (lates, cpu, Some(spun))
+            ((), cpu, Some(spun))
         }
         RuntimeKind::TokioCt => {
             let rt = tokio_ct()?;
             let _stock = stock_timer_slack();
-            let (lates, cpu) = with_cpu(|| {
+            let ((), cpu) = with_cpu(|| {
                 rt.block_on(async {
                     let end = Instant::now() + run;
                     let handles: Vec<_> = (0..TASKS as u64)
@@ -422,19 +444,17 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
                             tokio::spawn(sleeper(i, end, |at| tokio::time::sleep_until(at.into())))
                         })
                         .collect();
-                    let mut out = Vec::with_capacity(handles.len());
                     for h in handles {
-                        out.push(h.await.expect("a sleeper does not panic"));
+                        h.await.expect("a sleeper does not panic");
                     }
-                    out
                 })
             });
-            (lates, cpu, None)
+            ((), cpu, None)
         }
         RuntimeKind::Smol => {
             let ex = smol::LocalExecutor::new();
             let _stock = stock_timer_slack();
-            let (lates, cpu) = with_cpu(|| {
+            let ((), cpu) = with_cpu(|| {
                 smol::block_on(ex.run(async {
                     let end = Instant::now() + run;
                     let handles: Vec<_> = (0..TASKS as u64)
@@ -444,17 +464,21 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
                             }))
                         })
                         .collect();
-                    let mut out = Vec::with_capacity(handles.len());
                     for h in handles {
-                        out.push(h.await);
+                        h.await;
                     }
-                    out
                 }))
             });
-            (lates, cpu, None)
+            ((), cpu, None)
         }
         RuntimeKind::TokioMt => anyhow::bail!("the many-task workload runs on one thread"),
     };
+    let late = FIRES.take();
+    anyhow::ensure!(
+        !late.is_empty(),
+        "{}: no fire recorded on the thread that ran the tasks",
+        runtime.name()
+    );
     let precision = (runtime == RuntimeKind::Soft).then(Precision::default);
-    Ok(tasks_row(runtime, precision, lates, (cpu, spin), run))
+    Ok(tasks_row(runtime, precision, late, (cpu, spin), run))
 }
