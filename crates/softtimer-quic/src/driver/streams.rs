@@ -279,10 +279,11 @@ impl<C: Clock + Clone> Driver<C> {
         self.conns.len()
     }
 
-    /// The connections not yet ended: in their handshake or up, not yet given to the
-    /// application as [`QuicEvent::Lost`](crate::QuicEvent::Lost) (while that event is
-    /// handled, its connection is no longer counted). What a server that stops after some
-    /// connections waits for, so that it does not cut off one still in its handshake.
+    /// The connections not yet ended: in their handshake or up, and not yet seen by the
+    /// driver to end (once it has, a [`QuicEvent::Lost`](crate::QuicEvent::Lost) for it is
+    /// queued or given, and it is no longer counted, also while that event is handled).
+    /// What a server that stops after some connections waits for, so that it does not cut
+    /// off one still in its handshake.
     pub fn live_connections(&self) -> usize {
         self.conns
             .iter()

@@ -71,7 +71,7 @@ pub fn to_markdown(report: &TimersReport) -> String {
     if report.rows.iter().any(|r| r.runs_cut_short > 0) {
         let cut_at = report
             .max_run_s
-            .map_or(String::new(), |s| format!(" at {s:.0} s"));
+            .map_or(String::new(), |s| format!(" at {s} s"));
         let dropped = report.cut_runs_enough.map_or(String::new(), |n| {
             format!("; after {n} such runs a configuration was not run again")
         });

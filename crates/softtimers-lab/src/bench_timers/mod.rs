@@ -246,8 +246,8 @@ fn null_handler(interval: Span) -> impl Fn(&mut SoftTimers<()>, Fired<()>) + Sen
     }
 }
 
-/// Runs cut at [`TimersConfig::max_run`] after which a configuration is not run again; also the runs after
-/// which a configuration slowed past [`DEAR_SLOWDOWN`] is not.
+/// Runs cut at [`TimersConfig::max_run`] after which a configuration is not run again; also
+/// the runs after which a configuration slowed past [`DEAR_SLOWDOWN`] is not.
 const CUT_RUNS_ENOUGH: usize = 3;
 
 /// A configuration whose first [`CUT_RUNS_ENOUGH`] runs took a median this much longer than

@@ -117,7 +117,8 @@ const RUN_OVERHEAD: Duration = Duration::from_millis(150);
 /// system calls (0.61–0.64 s measured), with room for a slower host.
 const TIMERS_RUN: Duration = Duration::from_millis(700);
 /// About how long one of its `timerfd` and signal runs takes in the full run (1.2–3.5 s
-/// measured, a signal every 10 or 20 µs cut at 4 s); never more than the run's limit.
+/// measured, a signal every 10 or 20 µs cut at 4 s); about the run's limit where that is
+/// shorter.
 const TIMERS_DEAR_RUN: Duration = Duration::from_millis(2_700);
 /// `bench timers`' intervals in the lab, µs.
 const TIMERS_INTERVALS_US: [u64; 3] = [10, 20, 50];

@@ -76,8 +76,9 @@ impl RunLength {
     }
     /// Longest `bench timers` run: one its events slow past this (a `timerfd` or a signal
     /// every 10–50 µs) is cut short, its time and events extrapolated from the chunks it did.
-    /// The quick run's 1.5 s still hold thousands of those events, and its three dear
-    /// configurations in three rounds took half its step at 4 s.
+    /// The quick run's 1.5 s still hold thousands of those events, and its six dear
+    /// configurations (`timerfd` and signals at each interval) in three rounds took half
+    /// its step at 4 s.
     pub fn timers_max_run(self) -> Duration {
         self.ms(1_500, 4_000)
     }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Result, bail};
 use softtimer_net::Rate;
 use softtimer_net::path::{LinkConfig, QueueLimit};
 use softtimer_rt::{IoBackend, SpinWindow};
@@ -82,8 +82,11 @@ impl PathArgs {
     /// Runs the command with the path set up; returns how it ended and what the emulator
     /// measured.
     pub fn run(&self) -> Result<(std::process::ExitStatus, PathReport)> {
-        if let Some(cpu) = self.cpu {
-            crate::cpu::check_pinnable(cpu).context("--cpu")?;
+        let cpus = crate::cpu::cpus();
+        if let Some(cpu) = self.cpu
+            && cpu >= cpus
+        {
+            bail!("--cpu {cpu}: this machine has CPUs 0 to {}", cpus - 1);
         }
         let options = EmulatorOptions {
             cpu: self.cpu,

@@ -354,7 +354,14 @@ fn emulate(
         spin,
         io,
     } = options;
-    let _pinned = cpu.map(crate::cpu::pin_to);
+    // A CPU named and refused (outside a cgroup's `cpuset`) is an error, not a run unpinned.
+    let _pinned = match cpu {
+        Some(cpu) => Some(
+            crate::cpu::try_pin_to(cpu)
+                .with_context(|| format!("pinning the emulator to CPU {cpu}"))?,
+        ),
+        None => None,
+    };
     let config = LoopConfig {
         spin_window: spin,
         io_backend: io,

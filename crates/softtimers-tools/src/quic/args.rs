@@ -26,10 +26,10 @@ pub struct ServerArgs {
     /// Where to listen (an IP address and a port: `0.0.0.0:4433`, `[::]:4433`).
     #[arg(long)]
     pub listen: SocketAddr,
-    /// Exit after this many connections have closed and no other is open or in its
-    /// handshake; stock quinn accepts this many and exits once they have closed (default:
-    /// serve until Ctrl-C, which ends the run with its report; a second Ctrl-C quits at
-    /// once).
+    /// Exit after this many connections have closed and no other is open (on the soft
+    /// stacks, none in its handshake either); stock quinn accepts this many and exits once
+    /// they have closed (default: serve until Ctrl-C, which ends the run with its report; a
+    /// second Ctrl-C quits at once).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub connections: Option<u64>,
     /// Write the server's self-signed certificate (DER) here, for a client's --cert.

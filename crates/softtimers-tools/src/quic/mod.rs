@@ -288,8 +288,9 @@ pub struct ServerOptions {
     pub listen: SocketAddr,
     /// Stack and transport settings.
     pub common: Common,
-    /// Exit after this many connections have closed and no other is open or in its
-    /// handshake (stock quinn: accept this many, and exit once they have closed).
+    /// Exit after this many connections have closed and no other is open (on the soft
+    /// stacks, none in its handshake either; stock quinn: accept this many, and exit once
+    /// they have closed).
     pub connections: Option<u64>,
     /// Write the self-signed certificate (DER) here, for a client's `--cert`.
     pub cert_out: Option<PathBuf>,

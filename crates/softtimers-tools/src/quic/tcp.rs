@@ -110,7 +110,8 @@ impl Server {
     }
 
     /// Stops accepting and ends each open connection's wait for its next request: it
-    /// finishes the request under way and closes. Idempotent.
+    /// finishes the request under way (one whose upload the stop cut short is answered as
+    /// it stands) and closes. Idempotent.
     fn stop(&self) {
         let mut state = self.lock();
         if state.stopping {
@@ -147,7 +148,7 @@ impl Server {
     fn serve(&self, id: u64, stream: Arc<TcpStream>, peer: std::net::SocketAddr) {
         let mut served = ServerReport::default();
         // One peer's error ends its connection, not the server (and not what it counted).
-        if let Err(e) = serve_connection(&stream, &mut served) {
+        if let Err(e) = serve_connection(&stream, &mut served, || self.is_stopping()) {
             eprintln!("softtimers quic server: the connection from {peer} ended: {e:#}");
         }
         // The connection's own count of what it sent and resent, as QUIC's stacks report
@@ -188,7 +189,13 @@ impl Server {
 /// is found by TCP keepalive, within about a minute and a half); within one, a peer that
 /// stops sending its upload or reading its download for [`PEER_TIMEOUT`] is given up on, so
 /// that it cannot hold its thread for ever.
-fn serve_connection(mut stream: &TcpStream, report: &mut ServerReport) -> Result<()> {
+/// `stopping` tells an upload cut short by [`Server::stop`] (which shuts the socket's reading
+/// half) from one the peer cut short.
+fn serve_connection(
+    mut stream: &TcpStream,
+    report: &mut ServerReport,
+    stopping: impl Fn() -> bool,
+) -> Result<()> {
     // Set once per connection: a request costs the system calls it did before.
     stream.set_read_timeout(Some(PEER_TIMEOUT))?;
     stream.set_write_timeout(Some(PEER_TIMEOUT))?;
@@ -210,8 +217,12 @@ fn serve_connection(mut stream: &TcpStream, report: &mut ServerReport) -> Result
             let n = stream
                 .read(&mut sink[..left.min(65536) as usize])
                 .context("reading an upload")?;
-            // The peer closed within its upload: a request given up, not served (the QUIC
-            // stacks' server resets such a request's stream and does not count it).
+            // The server stopping ended the read: the request under way is finished with
+            // what came. The peer closing within its upload gave the request up: not served
+            // (the QUIC stacks' server resets such a request's stream and does not count it).
+            if n == 0 && stopping() {
+                break;
+            }
             if n == 0 {
                 bail!(
                     "an upload cut short after {} of its {upload} bytes",

@@ -329,9 +329,9 @@ thread_local! {
     /// Every fire's lateness, ns, of the many-task run on this thread (every runtime runs
     /// all its tasks on the thread that blocks on them): one buffer for all the tasks,
     /// sized and paged in before the run. A buffer per task (10,000 of them, growing) cost
-    /// each fire a cache miss, and now and then a page fault or a copy, which was the
-    /// harness's and not the runtime's: about a third of a fire's samples in a profile,
-    /// alike for every runtime, enough to saturate the core of all three.
+    /// each fire a cache miss, and now and then a page fault or a copy: the harness's cost,
+    /// not the runtime's, paid by every runtime (20–60 ns a fire, by the `many_tasks`
+    /// example before and after).
     static FIRES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -349,19 +349,21 @@ fn make_room_for_fires(run: Duration) {
 }
 
 /// One task of the many-task workload: sleeps at random until `end`, its lateness in
-/// [`FIRES`] (ns). `sleep_until` is the runtime's.
-async fn sleeper<S, F>(seed: u64, end: Instant, sleep_until: S)
+/// [`FIRES`] (ns); returns how many it recorded. `sleep_until` is the runtime's.
+async fn sleeper<S, F>(seed: u64, end: Instant, sleep_until: S) -> usize
 where
     S: Fn(Instant) -> F,
     F: std::future::Future<Output = ()>,
 {
     let mut rng = SmallRng::seed_from_u64(seed);
+    let mut fired = 0;
     loop {
         let deadline = Instant::now()
             + Duration::from_micros(rng.random_range(TASK_SLEEP_US.0..=TASK_SLEEP_US.1));
         if deadline > end {
-            return;
+            return fired;
         }
+        fired += 1;
         sleep_until(deadline).await;
         let late = nanos(Instant::now() - deadline);
         FIRES.with_borrow_mut(|fires| fires.push(late));
@@ -410,11 +412,12 @@ pub fn sleep_10k_tasks(quick: bool) -> Result<Vec<AsyncRow>> {
 /// One run of the many-task workload on `runtime`, as its users write it.
 fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
     make_room_for_fires(run);
-    let ((), cpu, spin) = match runtime {
+    let room = FIRES.with_borrow(Vec::capacity);
+    let (fired, cpu, spin) = match runtime {
         RuntimeKind::Soft => {
             let rt = soft_runtime(Precision::default())?;
             rt.block_on(async { softtimer_async::time::sleep(WARM_UP).await });
-            let (((), spun), cpu) = with_cpu(|| {
+            let ((fired, spun), cpu) = with_cpu(|| {
                 idle_spin_of(&rt, || {
                     let end = Instant::now() + run;
                     let handles: Vec<_> = (0..TASKS as u64)
@@ -425,18 +428,20 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
                         })
                         .collect();
                     rt.block_on(async move {
+                        let mut fired = 0;
                         for h in handles {
-                            h.await.expect("a sleeper does not panic");
+                            fired += h.await.expect("a sleeper does not panic");
                         }
+                        fired
                     })
                 })
             });
-            ((), cpu, Some(spun))
+            (fired, cpu, Some(spun))
         }
         RuntimeKind::TokioCt => {
             let rt = tokio_ct()?;
             let _stock = stock_timer_slack();
-            let ((), cpu) = with_cpu(|| {
+            let (fired, cpu) = with_cpu(|| {
                 rt.block_on(async {
                     let end = Instant::now() + run;
                     let handles: Vec<_> = (0..TASKS as u64)
@@ -444,17 +449,19 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
                             tokio::spawn(sleeper(i, end, |at| tokio::time::sleep_until(at.into())))
                         })
                         .collect();
+                    let mut fired = 0;
                     for h in handles {
-                        h.await.expect("a sleeper does not panic");
+                        fired += h.await.expect("a sleeper does not panic");
                     }
+                    fired
                 })
             });
-            ((), cpu, None)
+            (fired, cpu, None)
         }
         RuntimeKind::Smol => {
             let ex = smol::LocalExecutor::new();
             let _stock = stock_timer_slack();
-            let ((), cpu) = with_cpu(|| {
+            let (fired, cpu) = with_cpu(|| {
                 smol::block_on(ex.run(async {
                     let end = Instant::now() + run;
                     let handles: Vec<_> = (0..TASKS as u64)
@@ -464,20 +471,26 @@ fn tasks_once(runtime: RuntimeKind, run: Duration) -> Result<AsyncRow> {
                             }))
                         })
                         .collect();
+                    let mut fired = 0;
                     for h in handles {
-                        h.await;
+                        fired += h.await;
                     }
+                    fired
                 }))
             });
-            ((), cpu, None)
+            (fired, cpu, None)
         }
         RuntimeKind::TokioMt => anyhow::bail!("the many-task workload runs on one thread"),
     };
     let late = FIRES.take();
+    // Every fire in the buffer of this thread, and no stall to grow it during the run.
     anyhow::ensure!(
-        !late.is_empty(),
-        "{}: no fire recorded on the thread that ran the tasks",
-        runtime.name()
+        late.len() == fired && late.capacity() == room,
+        "{}: {} fires recorded on the thread that ran the tasks, of {fired}; the buffer held \
+         {} where it had room for {room}",
+        runtime.name(),
+        late.len(),
+        late.capacity()
     );
     let precision = (runtime == RuntimeKind::Soft).then(Precision::default);
     Ok(tasks_row(runtime, precision, late, (cpu, spin), run))
