@@ -224,7 +224,10 @@ impl Drop for Signal {
 /// Completes at the next Ctrl-C (`SIGINT`). From its first poll on (when it installs the
 /// handler), Ctrl-C no longer ends the process: the program decides (usually, a graceful
 /// shutdown). A Ctrl-C between two `ctrl_c()` futures is seen by neither: to catch every
-/// one, keep a [`signal`] listener.
+/// one, keep a [`signal`] listener. Each `ctrl_c()` makes its own listener (a descriptor
+/// registered with the loop, a few system calls): in a loop that selects on it for every
+/// packet, make one `signal(SignalKind::interrupt())` before the loop and select on its
+/// `recv()` instead, which is cancel-safe and costs nothing while no signal comes.
 ///
 /// ```no_run
 /// use softtimer_async::{Runtime, TcpListener, signal};

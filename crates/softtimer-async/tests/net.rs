@@ -843,3 +843,47 @@ fn a_wait_given_up_leaves_another_of_the_same_task_waiting() {
         }
     });
 }
+
+/// A loop over `readable()` that never drains the socket (a flood, read by `try_*` calls
+/// that keep up with none of it) lets the loop's other tasks run: each readiness takes a
+/// unit of the task's budget, as tokio's does. It kept its task running for ever.
+#[test]
+fn a_readable_loop_over_a_socket_never_drained_lets_other_tasks_run() {
+    on_runtime(async {
+        let udp = loopback().await;
+        let peer = loopback().await;
+        peer.send_to(b"never read", udp.local_addr().unwrap())
+            .await
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        client.writable().await.unwrap();
+        assert_eq!(client.try_write(b"never read").unwrap(), 10);
+        let (udp, server) = (&udp, &server);
+        let ready = |round| async move {
+            match round {
+                0 => udp.readable().await.unwrap(),
+                1 => udp.writable().await.unwrap(),
+                _ => server.readable().await.unwrap(),
+            }
+        };
+        for round in 0..3 {
+            // Ready already, as the loop has seen it.
+            ready(round).await;
+            let ran = std::rc::Rc::new(std::cell::Cell::new(false));
+            softtimer_async::spawn_local({
+                let ran = std::rc::Rc::clone(&ran);
+                async move { ran.set(true) }
+            });
+            let mut waits = 0u32;
+            while !ran.get() {
+                ready(round).await;
+                waits += 1;
+                assert!(waits < 1_000_000, "round {round}: the other task never ran");
+            }
+        }
+    });
+}

@@ -32,6 +32,11 @@ pub enum QuicError {
     /// No such connection: it never existed, or it has closed and its state is gone.
     #[error("no connection {0}")]
     UnknownConnection(ConnId),
+    /// The connection has ended (closed by either side, timed out, reset or failed; its
+    /// state is kept until it drains): it opens no stream and takes no write. A
+    /// [`QuicEvent::Lost`](crate::QuicEvent::Lost) says why.
+    #[error("connection {0} has ended")]
+    ConnectionEnded(ConnId),
     /// A stream operation failed.
     #[error(transparent)]
     Stream(#[from] StreamError),
@@ -205,6 +210,9 @@ pub enum ConfigError {
     /// A timer granularity past [`MAX_GRANULARITY`](crate::MAX_GRANULARITY).
     #[error("a timer granularity of {0:?}: at most a second")]
     Granularity(std::time::Duration),
+    /// A wake lateness past [`MAX_WAKE_LATENESS`](crate::MAX_WAKE_LATENESS).
+    #[error("a wake lateness of {0:?}: at most a second")]
+    WakeLateness(std::time::Duration),
     /// A drain period of zero.
     #[error("a drain period of zero: leave it unset to drain for quinn-proto's three PTOs")]
     ZeroDrainPeriod,

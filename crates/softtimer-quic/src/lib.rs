@@ -69,8 +69,8 @@ pub mod tls;
 
 pub use driver::{
     CidGeneratorFactory, ClosedState, ClosedStats, ConnId, DEFAULT_MAX_DATAGRAMS, Driver,
-    DriverConfig, DriverStats, MAX_DRAIN_PERIOD, MAX_GRANULARITY, Pacing, QuicEvent, ReadStatus,
-    Timeout, Transmit,
+    DriverConfig, DriverStats, MAX_DRAIN_PERIOD, MAX_GRANULARITY, MAX_WAKE_LATENESS, Pacing,
+    QuicEvent, ReadStatus, Timeout, Transmit,
 };
 pub use error::{ConfigError, DatagramError, QuicError, StreamError, TlsError};
 pub use io::{FireNotes, IoStats, QuicSocket, TransmitCauses};

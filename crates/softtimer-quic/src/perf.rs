@@ -90,8 +90,9 @@ impl ServerReport {
 pub struct PerfServer {
     streams: HashMap<(ConnId, StreamId), ServerStream>,
     pattern: Pattern,
-    /// Stop after this many connections have closed, once no other is open or in its
-    /// handshake (`None`: serve until stopped).
+    /// Stop after this many connections have closed (connections whose handshake was done:
+    /// a failed one does not count), once no other is open or in its handshake (`None`:
+    /// serve until stopped).
     pub stop_after_connections: Option<u64>,
     closed: u64,
     /// Set from another thread to close every connection and stop (see
@@ -275,6 +276,11 @@ impl<C: Clock + Clone> App<C> for PerfServer {
             QuicEvent::Stopped(conn, stream, _) if self.streams.contains_key(&(conn, stream)) => {
                 self.abort(driver, conn, stream);
             }
+            // A response written whole and counted, stopped before the peer had it all: the
+            // rest is not sent (RFC 9000, 3.5), and the stream is freed.
+            QuicEvent::Stopped(conn, stream, _) => {
+                let _ = driver.reset(conn, stream, VarInt::from_u32(ABORT_CODE));
+            }
             QuicEvent::Lost(conn, _) => {
                 let was_open = self.open.remove(&conn);
                 // Counted at the shutdown already if it was up then.
@@ -284,7 +290,11 @@ impl<C: Clock + Clone> App<C> for PerfServer {
                     self.report.add_path_stats(&stats.path);
                 }
                 self.streams.retain(|(c, _), _| *c != conn);
-                self.closed += 1;
+                // A handshake that failed (a client refusing the certificate, a stray
+                // Initial) is not a connection served.
+                if was_open {
+                    self.closed += 1;
+                }
                 // Those still open, or still in their handshake, finish first: a second
                 // client is not cut off mid-request or mid-handshake.
                 if self

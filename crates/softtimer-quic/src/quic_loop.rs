@@ -49,6 +49,8 @@ pub trait App<C: Clock + Clone = SystemClock> {
 /// struct Echo {
 ///     // What each stream has sent so far (a real server would bound this).
 ///     pending: std::collections::HashMap<(ConnId, StreamId), Vec<u8>>,
+///     // Replies not yet written whole, and how much of each is.
+///     replies: std::collections::HashMap<(ConnId, StreamId), (Vec<u8>, usize)>,
 /// }
 /// impl Echo {
 ///     /// Reads what `stream` has; answers it once the client has finished it.
@@ -60,10 +62,8 @@ pub trait App<C: Clock + Clone = SystemClock> {
 ///         match driver.read(conn, stream, |chunk| buf.extend_from_slice(chunk)) {
 ///             Ok(ReadStatus::Finished) => {
 ///                 let data = self.pending.remove(&(conn, stream)).unwrap_or_default();
-///                 // Short replies fit the stream's window; a long one would go on writing
-///                 // at each Writable event.
-///                 let _ = driver.write(conn, stream, &data);
-///                 let _ = driver.finish(conn, stream);
+///                 self.replies.insert((conn, stream), (data, 0));
+///                 self.write(driver, conn, stream);
 ///             }
 ///             Ok(ReadStatus::Blocked) => {}
 ///             Err(_) => {
@@ -71,6 +71,26 @@ pub trait App<C: Clock + Clone = SystemClock> {
 ///                 let _ = driver.close(conn, VarInt::from_u32(1), b"bad stream");
 ///             }
 ///         }
+///     }
+///     /// Writes what the stream takes of its reply, and finishes it once all is written:
+///     /// a write that takes nothing is followed by a Writable event, one that takes part
+///     /// is not.
+///     fn write(&mut self, driver: &mut Driver, conn: ConnId, stream: StreamId) {
+///         let Some((data, sent)) = self.replies.get_mut(&(conn, stream)) else {
+///             return;
+///         };
+///         while *sent < data.len() {
+///             match driver.write(conn, stream, &data[*sent..]) {
+///                 Ok(0) => return,
+///                 Ok(n) => *sent += n,
+///                 // Stopped by the client, or the connection ended.
+///                 Err(_) => break,
+///             }
+///         }
+///         if *sent == data.len() {
+///             let _ = driver.finish(conn, stream);
+///         }
+///         self.replies.remove(&(conn, stream));
 ///     }
 /// }
 /// impl App for Echo {
@@ -85,6 +105,16 @@ pub trait App<C: Clock + Clone = SystemClock> {
 ///                 }
 ///             }
 ///             QuicEvent::Readable(conn, stream) => self.read(driver, conn, stream),
+///             QuicEvent::Writable(conn, stream) => self.write(driver, conn, stream),
+///             // The client wants no more: reset the stream, which also frees it.
+///             QuicEvent::Stopped(conn, stream, _) => {
+///                 self.replies.remove(&(conn, stream));
+///                 let _ = driver.reset(conn, stream, VarInt::from_u32(0));
+///             }
+///             QuicEvent::Lost(conn, _) => {
+///                 self.pending.retain(|(c, _), _| *c != conn);
+///                 self.replies.retain(|(c, _), _| *c != conn);
+///             }
 ///             _ => {}
 ///         }
 ///     }

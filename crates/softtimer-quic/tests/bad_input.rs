@@ -160,5 +160,12 @@ fn settings_out_of_range_are_refused_with_what_is_wrong() {
         ..DriverConfig::default()
     });
     assert!(matches!(e, ConfigError::ZeroMaxDatagrams), "{e}");
+    // A wake lateness past a second wrapped a departure's deadline and turned its spin
+    // advice over.
+    let e = refused(DriverConfig {
+        wake_lateness: long,
+        ..DriverConfig::default()
+    });
+    assert!(matches!(e, ConfigError::WakeLateness(d) if d == long), "{e}");
     assert!(Driver::new(clock, DriverConfig::default(), None).is_ok());
 }

@@ -15,7 +15,7 @@ use sim_support::{
 use softtimer_quic::idle::{AfterIdle, AfterIdleFactory};
 use softtimer_quic::perf::{ClientPlan, PerfClient, PerfServer};
 use softtimer_quic::sim::{From, LinkConfig, Net, Sent};
-use softtimer_quic::tls::{Identity, Trust, Tuning, client_config, server_config};
+use softtimer_quic::tls::{Identity, Trust, Tuning};
 use softtimer_quic::{App, ClosedState, ConnId, ConnectionError, Driver, DriverConfig, QuicEvent};
 
 fn run_to_end(net: &mut Net<PerfClient, PerfServer>, limit: Duration) {
@@ -793,97 +793,3 @@ fn a_stream_the_peer_stops_fails_its_writes_with_stopped_and_the_code() {
     }
 }
 
-/// Two perf clients on one client driver, the second connecting in the turn the first
-/// closes: its Initial travels with the first's close.
-struct OneAfterTheOther {
-    first: PerfClient,
-    second: Option<(ConnId, PerfClient)>,
-    tls: quinn_proto::ClientConfig,
-}
-
-impl App<SimClock> for OneAfterTheOther {
-    fn on_event(&mut self, driver: &mut Driver<SimClock>, event: QuicEvent) {
-        match &mut self.second {
-            Some((conn, second)) if event_conn(&event) == Some(*conn) => {
-                second.on_event(driver, event)
-            }
-            _ => self.first.on_event(driver, event),
-        }
-    }
-    fn on_turn(&mut self, driver: &mut Driver<SimClock>) -> bool {
-        let mut did = self.first.on_turn(driver);
-        if let Some((_, second)) = &mut self.second {
-            did |= second.on_turn(driver);
-        } else if self.first.report.requests == 1 {
-            let conn = driver
-                .connect(self.tls.clone(), server_addr(), "localhost")
-                .unwrap();
-            let plan = ClientPlan {
-                download: 10_000,
-                ..ClientPlan::default()
-            };
-            self.second = Some((conn, PerfClient::new(plan, conn, driver.latest())));
-            did = true;
-        }
-        did
-    }
-}
-
-fn event_conn(event: &QuicEvent) -> Option<ConnId> {
-    match *event {
-        QuicEvent::Connected(c)
-        | QuicEvent::StreamOpened(c, _)
-        | QuicEvent::Readable(c, _)
-        | QuicEvent::Writable(c, _)
-        | QuicEvent::Finished(c, _)
-        | QuicEvent::Stopped(c, _, _)
-        | QuicEvent::DatagramReceived(c)
-        | QuicEvent::StreamsAvailable(c, _)
-        | QuicEvent::DatagramsUnblocked(c)
-        | QuicEvent::Lost(c, _) => Some(c),
-        _ => None,
-    }
-}
-
-/// A server told to stop after one connection waits for one still in its handshake when
-/// the first closes (it counted only connections whose handshake was done, and stopped
-/// with the second client's handshake half made).
-#[test]
-fn a_server_stopping_after_one_connection_waits_for_one_in_its_handshake() {
-    let tuning = Tuning::default();
-    let trust = Trust::Cert(identity().cert.clone());
-    let tls = client_config(&trust, &tuning).unwrap();
-    let mut net = sim_net(
-        (seeded(1), tls.clone()),
-        (seeded(2), server_config(identity(), &tuning).unwrap()),
-        (
-            |conn, now| OneAfterTheOther {
-                first: PerfClient::new(
-                    ClientPlan {
-                        download: 10_000,
-                        ..ClientPlan::default()
-                    },
-                    conn,
-                    now,
-                ),
-                second: None,
-                tls,
-            },
-            PerfServer::new(Some(1)),
-        ),
-        LinkConfig::default(),
-    );
-    assert!(net.run_for(Duration::from_secs(10), |n| n.b.stopped));
-    let (_, second) = net
-        .a
-        .app
-        .second
-        .as_ref()
-        .expect("the second client connected");
-    assert_eq!(
-        (second.report.requests, second.report.error.as_deref()),
-        (1, None),
-        "the server stopped before the second client was served"
-    );
-    assert_eq!(net.b.app.report.connections, 2);
-}

@@ -503,7 +503,7 @@ impl UdpSocket {
 
     pub(crate) fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let fd = self.inner.socket.as_fd();
-        self.inner.reg.poll_send_ready(fd, cx).map_ok(|_| ())
+        self.inner.reg.poll_writable(fd, cx)
     }
 
     #[cfg(feature = "quinn")] // the quinn runtime's

@@ -41,6 +41,10 @@ pub enum ClosedState {
 /// past any use, and far enough wraps the clock).
 pub const MAX_GRANULARITY: Duration = Duration::from_secs(1);
 
+/// The largest [`DriverConfig::wake_lateness`]: a second (a loop that wakes later than that
+/// is not one to pace on, and far more would wrap the clock's arithmetic).
+pub const MAX_WAKE_LATENESS: Duration = Duration::from_secs(1);
+
 /// The longest [`DriverConfig::drain_period`]: a day.
 pub const MAX_DRAIN_PERIOD: Duration = Duration::from_secs(24 * 3600);
 

@@ -33,7 +33,7 @@ use softtimer::{Clock, EventId, Instant, SoftTimers, Span, SystemClock, TriggerS
 pub use closed::ClosedStats;
 pub use config::{
     CidGeneratorFactory, ClosedState, DEFAULT_MAX_DATAGRAMS, DriverConfig, MAX_DRAIN_PERIOD,
-    MAX_GRANULARITY, Pacing,
+    MAX_GRANULARITY, MAX_WAKE_LATENESS, Pacing,
 };
 pub use conn::ConnId;
 pub use stats::DriverStats;
@@ -63,7 +63,10 @@ pub enum QuicEvent {
     Writable(ConnId, StreamId),
     /// All data written to a finished stream was acknowledged.
     Finished(ConnId, StreamId),
-    /// The peer asked us to stop sending on a stream, with its code.
+    /// The peer asked us to stop sending on a stream, with its code. Writes to it fail
+    /// from now on ([`StreamError::Stopped`](crate::StreamError::Stopped)); answer with
+    /// [`Driver::reset`] (RFC 9000, 3.5), which also frees it: quinn-proto keeps a stream,
+    /// and the peer's credit for it, until both its halves are closed.
     Stopped(ConnId, StreamId, VarInt),
     /// Unreliable datagrams arrived: take them with [`Driver::read_datagram`] until it
     /// gives `None` (this event comes again only when one arrives with none waiting).
@@ -220,6 +223,9 @@ impl<C: Clock + Clone> Driver<C> {
         }
         if let Some(g) = config.timer_granularity.filter(|&g| g > MAX_GRANULARITY) {
             return Err(ConfigError::Granularity(g).into());
+        }
+        if config.wake_lateness > MAX_WAKE_LATENESS {
+            return Err(ConfigError::WakeLateness(config.wake_lateness).into());
         }
         if config.drain_period == Some(Duration::ZERO) {
             return Err(ConfigError::ZeroDrainPeriod.into());
@@ -575,8 +581,10 @@ impl<C: Clock + Clone> Driver<C> {
                     c.conn.ping();
                     c.flight.lost_at_probe = Some(c.conn.stats().path.lost_packets);
                     self.stats.tail_probes += 1;
-                    self.touch(slot);
                 }
+                // Settled either way: a probe whose deadline moved on since the timer was
+                // armed (a paced send) is armed again for it.
+                self.touch(slot);
             }
             Timer::Hold(slot) => {
                 if let Some(c) = self.conns.at(slot)
@@ -591,10 +599,20 @@ impl<C: Clock + Clone> Driver<C> {
     }
 
     /// When to call [`handle_timeout`](Self::handle_timeout) (or, for a paced departure,
-    /// [`poll_transmit`](Self::poll_transmit)) next; `None` when nothing is pending.
+    /// [`poll_transmit`](Self::poll_transmit)) next; `None` when nothing is pending. Events
+    /// not yet taken ([`poll_event`](Self::poll_event)) make it now (the latest time the
+    /// driver was given), precise: a send can raise one (a datagram buffer with room again,
+    /// a close made outside the application's turn), and it should not wait for the next
+    /// packet or timer.
     pub fn poll_timeout(&mut self) -> Option<Timeout> {
         self.retire_reported();
         self.settle();
+        if !self.events.is_empty() {
+            return Some(Timeout {
+                at: self.latest,
+                spin: true,
+            });
+        }
         let departure = if self.send_blocked {
             // The socket's writability resumes sending, not a time.
             None

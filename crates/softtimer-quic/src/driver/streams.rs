@@ -48,9 +48,24 @@ impl<C: Clock + Clone> Driver<C> {
         Ok(c)
     }
 
-    /// Opens a bidirectional stream; `None` while the peer's stream limit is reached.
+    /// The connection, for a new stream or a write: refused once it has ended (quinn-proto
+    /// answers those as it answers a stream limit or flow control, and the event that would
+    /// say "try again" never comes).
+    fn conn_live(&mut self, id: ConnId) -> Result<&mut Conn, QuicError> {
+        let c = self.conn(id)?;
+        if c.conn.is_closed() {
+            return Err(QuicError::ConnectionEnded(id));
+        }
+        Ok(c)
+    }
+
+    /// Opens a bidirectional stream; `None` while the peer's stream limit is reached (a
+    /// [`QuicEvent::StreamsAvailable`](crate::QuicEvent::StreamsAvailable) follows when it
+    /// rises) or, on a client, before the handshake has brought the peer's limits (try
+    /// again at [`QuicEvent::Connected`](crate::QuicEvent::Connected)). An ended connection
+    /// is [`QuicError::ConnectionEnded`].
     pub fn open_bi(&mut self, id: ConnId) -> Result<Option<StreamId>, QuicError> {
-        Ok(self.conn(id)?.conn.streams().open(Dir::Bi))
+        Ok(self.conn_live(id)?.conn.streams().open(Dir::Bi))
     }
 
     /// Takes a bidirectional stream the peer opened, if any is waiting.
@@ -60,9 +75,10 @@ impl<C: Clock + Clone> Driver<C> {
 
     /// Opens a unidirectional stream (this side writes, the peer reads); `None` while the
     /// peer's limit is reached, which is always unless the peer's transport settings give
-    /// unidirectional streams ([`Tuning::uni_streams`](crate::tls::Tuning::uni_streams)).
+    /// unidirectional streams ([`Tuning::uni_streams`](crate::tls::Tuning::uni_streams)),
+    /// and as [`open_bi`](Self::open_bi) says.
     pub fn open_uni(&mut self, id: ConnId) -> Result<Option<StreamId>, QuicError> {
-        Ok(self.conn(id)?.conn.streams().open(Dir::Uni))
+        Ok(self.conn_live(id)?.conn.streams().open(Dir::Uni))
     }
 
     /// Takes a unidirectional stream the peer opened, if any is waiting: it is read with
@@ -142,15 +158,15 @@ impl<C: Clock + Clone> Driver<C> {
         self.conns.get_mut(id)?.conn.datagrams().max_size()
     }
 
-    /// Writes what the stream takes of `data`; 0 when it is blocked by flow control or
-    /// congestion (a [`QuicEvent::Writable`](crate::QuicEvent::Writable) follows).
+    /// Writes what the stream takes of `data`, which may be less than all of it; 0 when it
+    /// is blocked by flow control or congestion. A [`QuicEvent::Writable`](crate::QuicEvent::Writable)
+    /// follows a write that returned 0, not one that took part: write on until one returns
+    /// 0 or takes the rest. A stream the peer stopped is [`StreamError::Stopped`] (reset it:
+    /// the stream and the peer's credit for it are kept until both halves are closed), an
+    /// ended connection [`QuicError::ConnectionEnded`].
     pub fn write(&mut self, id: ConnId, stream: StreamId, data: &[u8]) -> Result<usize, QuicError> {
-        match self
-            .conn_sending(id, stream)?
-            .conn
-            .send_stream(stream)
-            .write(data)
-        {
+        self.conn_sending(id, stream)?;
+        match self.conn_live(id)?.conn.send_stream(stream).write(data) {
             Ok(n) => Ok(n),
             Err(quinn_proto::WriteError::Blocked) => Ok(0),
             Err(quinn_proto::WriteError::Stopped(code)) => {

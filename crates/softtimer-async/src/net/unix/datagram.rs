@@ -352,12 +352,7 @@ impl UnixDatagram {
     ///
     /// An error (`Other`) once the runtime the socket belongs to has shut down.
     pub async fn writable(&self) -> io::Result<()> {
-        wait_fn(|cx| {
-            self.reg
-                .poll_send_ready(self.socket.as_fd(), cx)
-                .map_ok(|_| ())
-        })
-        .await
+        wait_fn(|cx| self.reg.poll_writable(self.socket.as_fd(), cx)).await
     }
 
     /// Shuts down the read direction, the write direction, or both (std's `shutdown`): a
