@@ -105,10 +105,11 @@
 //! Tasks run roughly in the order they were woken (`block_on`'s future goes first on
 //! each pass, and tasks woken from other threads join the queue after the batch running).
 //! A task (or `block_on`'s future) that completes
-//! 128 socket operations or passed timers in one poll yields anyway, as under tokio's
-//! co-operative budget, so that a loop over a flooded socket cannot starve the other tasks
-//! of its loop. A [`time::timeout`]'s own deadline does not count, so it fires even then.
-//! [`yield_now`] yields at once. Sends through quinn's socket and paced sends do not count.
+//! 128 socket operations, readiness waits (`readable()`, `writable()`, quinn's writability
+//! checks) or passed timers in one poll yields anyway, as under tokio's co-operative
+//! budget, so that a loop over a flooded socket cannot starve the other tasks of its loop.
+//! A [`time::timeout`]'s own deadline does not count, so it fires even then. [`yield_now`]
+//! yields at once. `try_*` calls, quinn's sends themselves and paced sends do not count.
 //!
 //! ## Time
 //!

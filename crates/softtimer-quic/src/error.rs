@@ -8,8 +8,9 @@ use quinn_proto::{StreamId, VarInt};
 
 use crate::ConnId;
 
-/// What can go wrong.
+/// What can go wrong (more may come: match with a wildcard arm).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum QuicError {
     /// A system call failed.
     #[error("{what}: {source}")]
@@ -33,7 +34,7 @@ pub enum QuicError {
     #[error("no connection {0}")]
     UnknownConnection(ConnId),
     /// The connection has ended (closed by either side, timed out, reset or failed; its
-    /// state is kept until it drains): it opens no stream and takes no write. A
+    /// state is kept until it drains): it opens no stream and takes no write or datagram. A
     /// [`QuicEvent::Lost`](crate::QuicEvent::Lost) says why.
     #[error("connection {0} has ended")]
     ConnectionEnded(ConnId),
@@ -194,8 +195,9 @@ pub enum TlsError {
     NoInitialCipherSuite(#[source] quinn_proto::crypto::rustls::NoInitialCipherSuite),
 }
 
-/// A setting out of range.
+/// A setting out of range (more may come: match with a wildcard arm).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// [`DriverConfig::max_datagrams`](crate::DriverConfig::max_datagrams) is 0.
     #[error("max_datagrams must be at least 1")]

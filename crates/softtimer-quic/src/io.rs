@@ -587,7 +587,9 @@ impl<C: Clock + Clone> QuicSocket<C> {
         self.driver.set_send_blocked(self.blocked.is_some());
         let timeout = self.driver.poll_timeout();
         match (timeout.map(|t| t.at), self.wake) {
-            (Some(t), Some((_, at))) if t == at => {}
+            // Still to come: the event scheduled for it stands. (One due already may have
+            // fired, and its time be asked again: it is scheduled anew.)
+            (Some(t), Some((_, at))) if t == at && t.is_after(cx.now()) => {}
             (next, current) => {
                 if let Some((id, _)) = current {
                     cx.cancel(id);

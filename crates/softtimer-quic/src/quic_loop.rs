@@ -147,7 +147,8 @@ impl QuicLoop {
             handler_notes.note(fired.source);
         })
         .map_err(QuicError::Loop)?;
-        config.wake_lateness = ev.wake_lateness();
+        // A loop that spins for more than the driver takes wakes within it anyway.
+        config.wake_lateness = ev.wake_lateness().min(crate::MAX_WAKE_LATENESS);
         let mut quic = QuicSocket::new(socket, config, server, *ev.clock())?.with_fire_notes(notes);
         quic.register(&mut ev.cx(), QUIC_TOKEN)?;
         Ok(QuicLoop { ev, quic })

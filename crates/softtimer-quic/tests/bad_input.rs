@@ -166,6 +166,9 @@ fn settings_out_of_range_are_refused_with_what_is_wrong() {
         wake_lateness: long,
         ..DriverConfig::default()
     });
-    assert!(matches!(e, ConfigError::WakeLateness(d) if d == long), "{e}");
+    assert!(
+        matches!(e, ConfigError::WakeLateness(d) if d == long),
+        "{e}"
+    );
     assert!(Driver::new(clock, DriverConfig::default(), None).is_ok());
 }

@@ -792,4 +792,3 @@ fn a_stream_the_peer_stops_fails_its_writes_with_stopped_and_the_code() {
         other => panic!("{other:?}"),
     }
 }
-

@@ -114,8 +114,8 @@ fn a_server_stopping_after_one_connection_waits_for_one_in_its_handshake() {
     assert_eq!(net.b.app.report.connections, 2);
 }
 
-/// A client that, once connected, opens a stream, closes the connection, and then tries a
-/// new stream and a write on the old one.
+/// A client that, once connected, opens a stream, closes the connection, and then tries
+/// new streams, a write on the old one and a datagram.
 #[derive(Default)]
 struct AfterItsEnd {
     refused: Vec<String>,
@@ -130,11 +130,14 @@ impl App<SimClock> for AfterItsEnd {
                 driver.open_bi(c).map(|_| 0),
                 driver.open_uni(c).map(|_| 0),
                 driver.write(c, stream, b"late"),
+                driver
+                    .send_datagram(c, bytes::Bytes::from_static(b"late"), false)
+                    .map(|()| 0),
             ] {
                 match refused {
-                    Err(QuicError::ConnectionEnded(id)) if id == c => {
-                        self.refused.push(QuicError::ConnectionEnded(id).to_string())
-                    }
+                    Err(QuicError::ConnectionEnded(id)) if id == c => self
+                        .refused
+                        .push(QuicError::ConnectionEnded(id).to_string()),
                     other => panic!("not refused as ended: {other:?}"),
                 }
             }
@@ -150,8 +153,12 @@ impl App<SimClock> for AfterItsEnd {
 fn an_ended_connection_refuses_new_streams_and_writes() {
     let mut net = insecure_net(&Tuning::default(), seeded(2), AfterItsEnd::default(), Quiet);
     assert!(net.run_for(Duration::from_secs(5), |n| n.a.stopped));
-    assert_eq!(net.a.app.refused.len(), 3);
-    assert!(net.a.app.refused[0].contains("has ended"), "{:?}", net.a.app.refused);
+    assert_eq!(net.a.app.refused.len(), 4);
+    assert!(
+        net.a.app.refused[0].contains("has ended"),
+        "{:?}",
+        net.a.app.refused
+    );
 }
 
 /// A client whose first connection trusts another certificate (its handshake fails), and
@@ -168,7 +175,8 @@ impl App<SimClock> for RefusedThenServed {
     fn on_event(&mut self, driver: &mut Driver<SimClock>, event: QuicEvent) {
         match (&mut self.second, event) {
             (None, QuicEvent::Lost(c, _)) if c == self.first => {
-                let at = driver.latest() + softtimer::Span::from_duration(Duration::from_millis(50), driver.hz());
+                let at = driver.latest()
+                    + softtimer::Span::from_duration(Duration::from_millis(50), driver.hz());
                 self.second_at = Some(at);
                 driver.wake_at(at);
             }
@@ -223,7 +231,12 @@ fn a_failed_handshake_does_not_count_towards_a_servers_stop() {
         LinkConfig::default(),
     );
     assert!(net.run_for(Duration::from_secs(10), |n| n.b.stopped));
-    let (_, second) = net.a.app.second.as_ref().expect("the second connection was made");
+    let (_, second) = net
+        .a
+        .app
+        .second
+        .as_ref()
+        .expect("the second connection was made");
     assert_eq!(
         (second.report.requests, second.report.error.as_deref()),
         (1, None),

@@ -86,7 +86,8 @@ pub struct DriverConfig {
     /// tolerates that much, an event that needs precision does not
     /// ([`Timeout::spin`](crate::Timeout::spin)). [`QuicLoop::new`](crate::QuicLoop::new) sets it from its
     /// loop; a driver run by a [`QuicSocket`](crate::QuicSocket) on a loop of the caller's
-    /// takes what the caller sets (its loop's `wake_lateness()`).
+    /// takes what the caller sets (its loop's `wake_lateness()`). At most
+    /// [`MAX_WAKE_LATENESS`].
     pub wake_lateness: Duration,
     /// Seed for quinn-proto's endpoint random numbers (`None`: from the system). With a seed
     /// and a simulated clock, a run's transcript of times and sizes is reproducible.

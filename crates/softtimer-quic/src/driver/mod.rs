@@ -97,7 +97,8 @@ pub enum ReadStatus {
 }
 
 /// When the driver wants [`Driver::handle_timeout`] (or [`Driver::poll_transmit`], for a
-/// paced departure) called next.
+/// paced departure) called next; at once, precise, while events wait for
+/// [`Driver::poll_event`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeout {
     /// The time.

@@ -92,7 +92,8 @@ impl<C: Clock + Clone> Driver<C> {
     /// Both sides' transport settings must take datagrams
     /// ([`Tuning::datagrams`](crate::tls::Tuning::datagrams)). With the send buffer full,
     /// `drop_oldest` makes room by discarding the oldest datagrams not yet sent; without it
-    /// the datagram comes back in [`DatagramError::Blocked`].
+    /// the datagram comes back in [`DatagramError::Blocked`]. An ended connection is
+    /// [`QuicError::ConnectionEnded`].
     ///
     /// An application that echoes every datagram, on a server whose settings take them:
     ///
@@ -128,7 +129,7 @@ impl<C: Clock + Clone> Driver<C> {
         drop_oldest: bool,
     ) -> Result<(), QuicError> {
         let size = data.len();
-        let mut datagrams = self.conn(id)?.conn.datagrams();
+        let mut datagrams = self.conn_live(id)?.conn.datagrams();
         datagrams.send(data, drop_oldest).map_err(|e| {
             QuicError::Datagram(match e {
                 quinn_proto::SendDatagramError::Disabled => DatagramError::Disabled,
@@ -160,8 +161,8 @@ impl<C: Clock + Clone> Driver<C> {
 
     /// Writes what the stream takes of `data`, which may be less than all of it; 0 when it
     /// is blocked by flow control or congestion. A [`QuicEvent::Writable`](crate::QuicEvent::Writable)
-    /// follows a write that returned 0, not one that took part: write on until one returns
-    /// 0 or takes the rest. A stream the peer stopped is [`StreamError::Stopped`] (reset it:
+    /// is certain to follow a write that returned 0, not one that took part: write on
+    /// until one returns 0 or takes the rest. A stream the peer stopped is [`StreamError::Stopped`] (reset it:
     /// the stream and the peer's credit for it are kept until both halves are closed), an
     /// ended connection [`QuicError::ConnectionEnded`].
     pub fn write(&mut self, id: ConnId, stream: StreamId, data: &[u8]) -> Result<usize, QuicError> {

@@ -116,9 +116,8 @@ const RUN_OVERHEAD: Duration = Duration::from_millis(150);
 /// About how long one `bench timers` run (100,000 chunks, a fresh loop) takes without timer
 /// system calls (0.61–0.64 s measured), with room for a slower host.
 const TIMERS_RUN: Duration = Duration::from_millis(700);
-/// About how long one of its `timerfd` and signal runs takes in the full run (1.2–3.5 s
-/// measured, a signal every 10 or 20 µs cut at 4 s); about the run's limit where that is
-/// shorter.
+/// About how long one of its `timerfd` and signal runs takes (1.2–3.5 s measured with runs
+/// cut at 4 s, a signal every 10 or 20 µs); about the run's limit where that is shorter.
 const TIMERS_DEAR_RUN: Duration = Duration::from_millis(2_700);
 /// `bench timers`' intervals in the lab, µs.
 const TIMERS_INTERVALS_US: [u64; 3] = [10, 20, 50];
