@@ -90,9 +90,9 @@ impl ServerReport {
 pub struct PerfServer {
     streams: HashMap<(ConnId, StreamId), ServerStream>,
     pattern: Pattern,
-    /// Stop after this many connections have closed (connections whose handshake was done:
-    /// a failed one does not count), once no other is open or in its handshake (`None`:
-    /// serve until stopped).
+    /// Stop after this many connections have closed (a failed handshake counts, as stock
+    /// quinn's accept does), once no other is open or in its handshake (`None`: serve until
+    /// stopped).
     pub stop_after_connections: Option<u64>,
     closed: u64,
     /// Set from another thread to close every connection and stop (see
@@ -290,11 +290,9 @@ impl<C: Clock + Clone> App<C> for PerfServer {
                     self.report.add_path_stats(&stats.path);
                 }
                 self.streams.retain(|(c, _), _| *c != conn);
-                // A handshake that failed (a client refusing the certificate, a stray
-                // Initial) is not a connection served.
-                if was_open {
-                    self.closed += 1;
-                }
+                // A handshake that failed counts too, as stock quinn's accept does: a server
+                // told to serve one client ends after a client that refused its certificate.
+                self.closed += 1;
                 // Those still open, or still in their handshake, finish first: a second
                 // client is not cut off mid-request or mid-handshake.
                 if self

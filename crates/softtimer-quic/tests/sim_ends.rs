@@ -8,9 +8,25 @@ mod sim_support;
 
 use sim_support::{identity, insecure_net, seeded, server_addr, sim_net};
 use softtimer_quic::perf::{ClientPlan, PerfClient, PerfServer};
-use softtimer_quic::sim::LinkConfig;
+use softtimer_quic::sim::{LinkConfig, Net};
 use softtimer_quic::tls::{Trust, Tuning, client_config, server_config};
 use softtimer_quic::{App, ConnId, Driver, QuicError, QuicEvent, VarInt};
+
+/// Runs `net` until its server stops, and checks that the client's second connection (as
+/// `second` finds it) was made and served without an error by then.
+fn run_until_the_server_stops<A: App<SimClock>>(
+    net: &mut Net<A, PerfServer>,
+    second: impl Fn(&A) -> Option<&(ConnId, PerfClient)>,
+) -> &PerfClient {
+    assert!(net.run_for(Duration::from_secs(10), |n| n.b.stopped));
+    let (_, client) = second(&net.a.app).expect("the second connection was made");
+    assert_eq!(
+        (client.report.requests, client.report.error.as_deref()),
+        (1, None),
+        "the server stopped before the second connection was served"
+    );
+    client
+}
 
 /// A server application that does nothing.
 struct Quiet;
@@ -99,18 +115,8 @@ fn a_server_stopping_after_one_connection_waits_for_one_in_its_handshake() {
         ),
         LinkConfig::default(),
     );
-    assert!(net.run_for(Duration::from_secs(10), |n| n.b.stopped));
-    let (_, second) = net
-        .a
-        .app
-        .second
-        .as_ref()
-        .expect("the second client connected");
-    assert_eq!(
-        (second.report.requests, second.report.error.as_deref()),
-        (1, None),
-        "the server stopped before the second client was served"
-    );
+    let second = run_until_the_server_stops(&mut net, |a| a.second.as_ref());
+    assert_eq!(second.report.requests, 1);
     assert_eq!(net.b.app.report.connections, 2);
 }
 
@@ -159,88 +165,4 @@ fn an_ended_connection_refuses_new_streams_and_writes() {
         "{:?}",
         net.a.app.refused
     );
-}
-
-/// A client whose first connection trusts another certificate (its handshake fails), and
-/// whose second, made 50 ms after the first is lost (the server has long seen the first
-/// end by then), runs a perf request.
-struct RefusedThenServed {
-    first: ConnId,
-    second_at: Option<softtimer::Instant>,
-    second: Option<(ConnId, PerfClient)>,
-    tls: quinn_proto::ClientConfig,
-}
-
-impl App<SimClock> for RefusedThenServed {
-    fn on_event(&mut self, driver: &mut Driver<SimClock>, event: QuicEvent) {
-        match (&mut self.second, event) {
-            (None, QuicEvent::Lost(c, _)) if c == self.first => {
-                let at = driver.latest()
-                    + softtimer::Span::from_duration(Duration::from_millis(50), driver.hz());
-                self.second_at = Some(at);
-                driver.wake_at(at);
-            }
-            (Some((_, second)), event) if event_conn(&event) != Some(self.first) => {
-                second.on_event(driver, event)
-            }
-            _ => {}
-        }
-    }
-    fn on_turn(&mut self, driver: &mut Driver<SimClock>) -> bool {
-        if let Some(at) = self.second_at
-            && !at.is_after(driver.latest())
-        {
-            self.second_at = None;
-            let conn = driver
-                .connect(self.tls.clone(), server_addr(), "localhost")
-                .unwrap();
-            let plan = ClientPlan {
-                download: 10_000,
-                ..ClientPlan::default()
-            };
-            self.second = Some((conn, PerfClient::new(plan, conn, driver.latest())));
-            return true;
-        }
-        self.second
-            .as_mut()
-            .is_some_and(|(_, second)| second.on_turn(driver))
-    }
-}
-
-/// A handshake that fails (here the client refuses the certificate) is not a connection
-/// served: a server told to stop after one waits for one that is. It counted every
-/// connection lost, and stopped before serving anyone.
-#[test]
-fn a_failed_handshake_does_not_count_towards_a_servers_stop() {
-    let tuning = Tuning::default();
-    let other = softtimer_quic::tls::Identity::self_signed_ed25519(&["localhost"]).unwrap();
-    let wrong = client_config(&Trust::Cert(other.cert.clone()), &tuning).unwrap();
-    let right = client_config(&Trust::Cert(identity().cert.clone()), &tuning).unwrap();
-    let mut net = sim_net(
-        (seeded(1), wrong),
-        (seeded(2), server_config(identity(), &tuning).unwrap()),
-        (
-            |first, _| RefusedThenServed {
-                first,
-                second_at: None,
-                second: None,
-                tls: right,
-            },
-            PerfServer::new(Some(1)),
-        ),
-        LinkConfig::default(),
-    );
-    assert!(net.run_for(Duration::from_secs(10), |n| n.b.stopped));
-    let (_, second) = net
-        .a
-        .app
-        .second
-        .as_ref()
-        .expect("the second connection was made");
-    assert_eq!(
-        (second.report.requests, second.report.error.as_deref()),
-        (1, None),
-        "the server stopped before the second connection was served"
-    );
-    assert_eq!(net.b.app.report.connections, 1);
 }

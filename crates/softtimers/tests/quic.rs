@@ -359,24 +359,16 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// One peer's bad request ends its own connection, not the kernel-TCP server: a header that
-/// asks for 2^64 − 1 bytes and then closes made the server exit with "Broken pipe", losing
-/// what it had counted and refusing the next client.
-#[test]
-fn a_bad_tcp_peer_does_not_take_the_server_down() {
-    let dir = std::env::temp_dir().join(format!("st-quic-badpeer-{}", std::process::id()));
+/// A kernel-TCP server told to stop after two connections, `bad_peer` given its address
+/// first, then a good client's download of 100 KB: the server's standard error and its JSON
+/// report once it has exited.
+fn tcp_server_after(tag: &str, bad_peer: impl FnOnce(&str)) -> (String, serde_json::Value) {
+    let dir = std::env::temp_dir().join(format!("st-quic-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("server.json");
     let options = ["--connections", "2", "--json", json.to_str().unwrap()];
     let (mut server, addr) = start_server("kernel-tcp", &options, Stdio::piped());
-    {
-        use std::io::Write;
-        let mut bad = std::net::TcpStream::connect(&addr).unwrap();
-        let mut header = [0xffu8; 16];
-        header[8..].fill(0);
-        bad.write_all(&header).unwrap();
-        // Closed before the answer: the server's writes fail.
-    }
+    bad_peer(&addr);
     let out = Command::new(BIN)
         .args(["quic", "client", "--to", &addr, "--stack", "kernel-tcp"])
         .args(["--download", "100k"])
@@ -387,28 +379,39 @@ fn a_bad_tcp_peer_does_not_take_the_server_down() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut server.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(status.success(), "{stderr}");
+    let v = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+    (stderr, v)
+}
+
+/// One peer's bad request ends its own connection, not the kernel-TCP server: a header that
+/// asks for 2^64 − 1 bytes and then closes made the server exit with "Broken pipe", losing
+/// what it had counted and refusing the next client.
+#[test]
+fn a_bad_tcp_peer_does_not_take_the_server_down() {
+    let (stderr, v) = tcp_server_after("badpeer", |addr| {
+        use std::io::Write;
+        let mut bad = std::net::TcpStream::connect(addr).unwrap();
+        let mut header = [0xffu8; 16];
+        header[8..].fill(0);
+        bad.write_all(&header).unwrap();
+        // Closed before the answer: the server's writes fail.
+    });
     assert!(
         stderr.contains("ended"),
         "the bad connection is reported: {stderr}"
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["served"]["connections"], 2, "{v}");
     assert!(v["served"]["requests"].as_u64().unwrap() >= 1, "{v}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// An upload the peer cuts short is a request given up, not one served: the kernel-TCP
 /// server answered it and counted it as a request, where the QUIC stacks' server resets it.
 #[test]
 fn a_tcp_upload_cut_short_is_not_counted_as_a_request() {
-    let dir = std::env::temp_dir().join(format!("st-quic-cutup-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("server.json");
-    let options = ["--connections", "2", "--json", json.to_str().unwrap()];
-    let (mut server, addr) = start_server("kernel-tcp", &options, Stdio::piped());
-    {
+    let (stderr, v) = tcp_server_after("cutup", |addr| {
         use std::io::{Read, Write};
-        let mut cut = std::net::TcpStream::connect(&addr).unwrap();
+        let mut cut = std::net::TcpStream::connect(addr).unwrap();
         let mut header = [0u8; 16];
         header[..8].copy_from_slice(&1_000u64.to_be_bytes());
         header[8..].copy_from_slice(&100_000u64.to_be_bytes());
@@ -419,25 +422,13 @@ fn a_tcp_upload_cut_short_is_not_counted_as_a_request() {
         let mut answer = Vec::new();
         let _ = cut.read_to_end(&mut answer);
         assert!(answer.is_empty(), "answered {} bytes", answer.len());
-    }
-    let out = Command::new(BIN)
-        .args(["quic", "client", "--to", &addr, "--stack", "kernel-tcp"])
-        .args(["--download", "100k"])
-        .output()
-        .unwrap();
-    succeeded(&out);
-    let status = server.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut server.stderr.take().unwrap(), &mut stderr).unwrap();
-    assert!(status.success(), "{stderr}");
+    });
     assert!(
         stderr.contains("an upload cut short after 10 of its 100000 bytes"),
         "{stderr}"
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["served"]["connections"], 2, "{v}");
     assert_eq!(v["served"]["requests"], 1, "{v}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The kernel-TCP server serves its connections side by side: a client that connects and
